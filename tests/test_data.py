@@ -1,0 +1,104 @@
+import pickle
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from trainers.data import DataError, DataSpec, load_data, random_crop_flip
+
+
+def _write_fake_cifar10(folder, n_per_batch=20):
+    folder.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
+        batch = {b"data": rng.integers(0, 256, (n_per_batch, 3072), dtype=np.uint8),
+                 b"labels": rng.integers(0, 10, n_per_batch).tolist(), b"batch_label": name.encode()}
+        with open(folder / name, "wb") as f:
+            pickle.dump(batch, f)
+    return batch
+
+
+def test_digits_is_a_fixed_stratified_split():
+    data = load_data(DataSpec("digits", image_size=16))
+    assert data.num_train + len(data.val_y) == 1797
+    assert data.train_x.shape[1:] == (3, 16, 16) and data.train_x.dtype == torch.uint8
+    counts = torch.bincount(data.val_y, minlength=10)
+    assert counts.min() >= 35 and counts.max() <= 37  # ~20% of each ~180-image class
+    again = load_data.__wrapped__(DataSpec("digits", image_size=16))
+    assert torch.equal(again.val_y, data.val_y) and torch.equal(again.train_x, data.train_x)
+
+
+def test_cifar10_reads_the_real_pickle_format(tmp_path):
+    last = _write_fake_cifar10(tmp_path / "cifar-10-batches-py")
+    data = load_data(DataSpec("cifar10", path=str(tmp_path)))
+    assert data.num_train == 100 and len(data.val_y) == 20 and data.num_classes == 10
+    expected = torch.from_numpy(last[b"data"].reshape(-1, 3, 32, 32))
+    assert torch.equal(data.val_x, expected)
+    assert data.val_y.tolist() == last[b"labels"]
+    x, y = next(data.train_batches(8, torch.Generator().manual_seed(0)))
+    assert x.shape == (8, 3, 32, 32) and x.dtype == torch.float32 and y.shape == (8,)
+
+
+@pytest.mark.parametrize("name,layout", [("cifar10", "cifar-10-batches-py"),
+                                         ("cifar100", "cifar-100-python"),
+                                         ("imagefolder", "train/<class>")])
+def test_missing_path_names_path_and_layout(name, layout, tmp_path):
+    missing = tmp_path / "nowhere"
+    with pytest.raises(DataError) as info:
+        load_data(DataSpec(name, path=str(missing)))
+    assert str(missing) in str(info.value) and layout in str(info.value)
+
+
+def test_cifar_folder_missing_a_batch_is_named(tmp_path):
+    _write_fake_cifar10(tmp_path / "cifar-10-batches-py")
+    (tmp_path / "cifar-10-batches-py" / "test_batch").unlink()
+    with pytest.raises(DataError, match=r"lacks \['test_batch'\]"):
+        load_data(DataSpec("cifar10", path=str(tmp_path)))
+
+
+def test_corrupt_cifar_batch_is_a_clear_error(tmp_path):
+    _write_fake_cifar10(tmp_path / "cifar-10-batches-py")
+    (tmp_path / "cifar-10-batches-py" / "data_batch_3").write_bytes(b"not a pickle")
+    with pytest.raises(DataError, match="data_batch_3"):
+        load_data(DataSpec("cifar10", path=str(tmp_path)))
+
+
+def test_imagefolder_loads_with_paper_transforms(tmp_path):
+    rng = np.random.default_rng(0)
+    for split in ("train", "val"):
+        for cls in ("cat", "dog"):
+            (tmp_path / split / cls).mkdir(parents=True)
+            for i in range(4):
+                pixels = rng.integers(0, 256, (40, 48, 3), dtype=np.uint8)
+                Image.fromarray(pixels).save(tmp_path / split / cls / f"{i}.JPEG")
+    data = load_data(DataSpec("imagefolder", path=str(tmp_path), image_size=32), num_workers=0)
+    assert data.num_classes == 2 and data.num_train == 8
+    x, y = next(data.train_batches(4, torch.Generator().manual_seed(0)))
+    assert x.shape == (4, 3, 32, 32)
+    vx, _ = next(data.val_batches(8))
+    assert vx.shape == (8, 3, 32, 32)
+
+
+def test_synthetic_is_seeded():
+    a = load_data.__wrapped__(DataSpec("synthetic", num_classes=5, n_train=40, n_val=10, seed=3))
+    b = load_data.__wrapped__(DataSpec("synthetic", num_classes=5, n_train=40, n_val=10, seed=3))
+    c = load_data.__wrapped__(DataSpec("synthetic", num_classes=5, n_train=40, n_val=10, seed=4))
+    assert torch.equal(a.train_x, b.train_x) and not torch.equal(a.train_x, c.train_x)
+    assert a.num_classes == 5 and a.train_y.max() < 5
+
+
+def test_unknown_dataset_and_keys_are_rejected():
+    with pytest.raises(DataError, match="unknown dataset 'mnist'"):
+        DataSpec.from_config("mnist")
+    with pytest.raises(DataError, match=r"unknown key\(s\) \['img_size'\]"):
+        DataSpec.from_config({"name": "digits", "img_size": 8})
+
+
+def test_random_crop_flip_moves_pixels_within_the_pad():
+    x = torch.arange(2 * 1 * 4 * 4, dtype=torch.float32).view(2, 1, 4, 4)
+    out = random_crop_flip(x, 1, True, torch.Generator().manual_seed(0))
+    assert out.shape == x.shape
+    # every output pixel is either padding (0) or a value from the same image
+    for i in range(2):
+        assert set(out[i].flatten().tolist()) <= set(x[i].flatten().tolist()) | {0.0}

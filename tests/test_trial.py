@@ -1,0 +1,80 @@
+import json
+
+import pytest
+
+from trainers.config import ConfigError
+from trainers.train import main as train_cli
+from trainers.trial import chance_error, train_trial
+
+BASE = dict(dataset={"name": "digits", "image_size": 16}, batch_size=64, warmup_epochs=1)
+
+
+def test_cnn_tiny_learns_digits():
+    row = train_trial(dict(BASE, model="cnn_tiny", optimizer="adamw", epochs=5, lr=5e-3, wd=0.05))
+    assert row["status"] == "ok" and row["epochs_done"] == 5
+    assert row["top1_err"] < 15.0, row["top1_err"]
+    assert row["best_top1_err"] <= row["top1_err"]
+    losses = [e["train_loss"] for e in row["epoch_log"]]
+    assert losses[-1] < losses[0] * 0.6
+
+
+def test_huge_lr_diverges_at_chance_without_raising():
+    seen = []
+    row = train_trial(dict(BASE, model="vit_p_tiny", optimizer="sgd", epochs=3, lr=1e3, wd=1e-4),
+                      on_epoch=seen.append)
+    assert row["status"] == "diverged"
+    assert row["top1_err"] == pytest.approx(chance_error(10)) == pytest.approx(90.0)
+    assert row["best_top1_err"] == pytest.approx(90.0)
+    assert row["epochs_done"] == len(seen) < 3
+
+
+def test_same_seed_same_errors_and_different_seed_differs():
+    cfg = dict(BASE, model="vit_c_tiny", optimizer="adamw", epochs=2, lr=1e-3, wd=0.05, seed=7)
+    a, b = train_trial(cfg), train_trial(cfg)
+    c = train_trial(dict(cfg, seed=8))
+    assert [e["top1_err"] for e in a["epoch_log"]] == [e["top1_err"] for e in b["epoch_log"]]
+    assert a["train_loss"] == b["train_loss"]
+    assert a["train_loss"] != c["train_loss"]
+
+
+def test_row_has_design_fields_and_epoch_callback():
+    seen = []
+    row = train_trial(dict(BASE, model="cnn_tiny", optimizer="sgd", epochs=2, lr=0.1, wd=1e-4),
+                      on_epoch=seen.append)
+    for field in ("model", "family", "flops", "params", "optimizer", "epochs", "lr", "wd", "seed",
+                  "dataset", "batch_size", "status", "top1_err", "top5_err", "best_top1_err",
+                  "ema_top1_err", "train_loss", "epochs_done", "wall_s", "device", "hostname",
+                  "versions", "config_json", "finished_at"):
+        assert field in row, field
+    assert row["family"] == "cnn" and row["flops"] > 0 and row["params"] > 0
+    assert set(json.loads(row["versions"])) >= {"torch", "timm", "ray", "hpstudy", "git_sha"}
+    assert json.loads(row["config_json"])["lr"] == 0.1
+    assert [e["epoch"] for e in seen] == [1, 2] and seen == row["epoch_log"]
+    assert {"train_loss", "train_top1_err", "top1_err", "lr", "seconds"} <= set(seen[0])
+
+
+def test_recipe_options_run_on_cpu():
+    """EMA, mixup/CutMix, label smoothing, bf16 autocast, channels_last and clipping all run."""
+    row = train_trial(dict(BASE, model="vit_c_tiny", optimizer="adamw", epochs=1, lr=1e-3, wd=0.05,
+                           ema_decay=0.99, mixup=0.8, cutmix=1.0, label_smoothing=0.1, amp=True,
+                           channels_last=True, grad_clip=1.0, device="cpu"))
+    assert row["status"] == "ok"
+    assert 0 <= row["ema_top1_err"] <= 100 and 0 <= row["top1_err"] <= 100
+
+
+def test_bad_config_names_the_field():
+    with pytest.raises(ConfigError, match="unknown key"):
+        train_trial(dict(BASE, model="cnn_tiny", optimizer="adamw", epochs=1, lr=1e-3, wd=0, lrr=1))
+    with pytest.raises(ConfigError, match="optimizer: bad value 'adam'"):
+        train_trial(dict(BASE, model="cnn_tiny", optimizer="adam", epochs=1, lr=1e-3, wd=0))
+    with pytest.raises(ConfigError, match="model: unknown model"):
+        train_trial(dict(BASE, model="vit", optimizer="adamw", epochs=1, lr=1e-3, wd=0))
+
+
+def test_cli_prints_progress_and_result(capsys):
+    assert train_cli(["--model", "cnn_tiny", "--epochs", "1", "--lr", "5e-3", "--wd", "0.05"]) == 0
+    out = capsys.readouterr().out
+    assert "epoch   1/1" in out and out.strip().splitlines()[-1].startswith("ok: top-1")
+    assert train_cli(["--model", "cnn_tiny", "--dataset", "cifar10", "--data-path", "/no/such",
+                      "--lr", "1", "--wd", "0"]) == 2
+    assert "/no/such" in capsys.readouterr().err

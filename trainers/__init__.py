@@ -1,0 +1,1 @@
+"""hpstudy trainers: model zoo, datasets, optimizers and the one-trial training loop."""

@@ -1,0 +1,52 @@
+"""Optimizers (AdamW, SGD+Nesterov) without decay on 1-D params, and warmup + cosine schedules."""
+
+from typing import Dict, List
+
+import torch
+from timm.scheduler import CosineLRScheduler
+from torch import nn
+
+OPTIMIZERS = ("adamw", "sgd")
+
+
+def param_groups(model: nn.Module, weight_decay: float) -> List[Dict]:
+    """Two groups: decay on weights (>= 2-D), none on norm gains and biases (all 1-D params).
+
+    Tokens and position embeddings are 3-D and decay, as in pycls.
+    """
+    decay, no_decay = [], []
+    for param in model.parameters():
+        if param.requires_grad:
+            (no_decay if param.ndim <= 1 else decay).append(param)
+    return [{"params": decay, "weight_decay": weight_decay},
+            {"params": no_decay, "weight_decay": 0.0}]
+
+
+def scaled_lr(lr: float, batch_size: int, reference_batch_size: int) -> float:
+    """Linear scaling rule: lr is given for the reference batch and scaled to the actual batch."""
+    return lr * batch_size / reference_batch_size
+
+
+def build_optimizer(name: str, model: nn.Module, lr: float, weight_decay: float,
+                    momentum: float = 0.9, betas=(0.9, 0.999)) -> torch.optim.Optimizer:
+    """AdamW (betas 0.9/0.999) or SGD (momentum 0.9, Nesterov) over `param_groups`."""
+    groups = param_groups(model, weight_decay)
+    if name == "adamw":
+        return torch.optim.AdamW(groups, lr=lr, betas=tuple(betas))
+    if name == "sgd":
+        return torch.optim.SGD(groups, lr=lr, momentum=momentum, nesterov=True)
+    raise ValueError(f"optimizer: unknown {name!r}; allowed: {', '.join(OPTIMIZERS)}")
+
+
+def build_schedule(optimizer: torch.optim.Optimizer, total_steps: int, warmup_steps: int,
+                   min_lr_ratio: float) -> CosineLRScheduler:
+    """Per-step linear warmup from 0, then half-period cosine down to min_lr_ratio * lr.
+
+    Call `schedule.step_update(step)` before optimizer step `step` (0-based); warmup reaches the
+    full lr at step `warmup_steps`, the cosine ends at `total_steps`.
+    """
+    base_lr = optimizer.param_groups[0]["lr"]
+    warmup_steps = min(warmup_steps, total_steps - 1)
+    return CosineLRScheduler(
+        optimizer, t_initial=max(1, total_steps - warmup_steps), lr_min=base_lr * min_lr_ratio,
+        warmup_t=warmup_steps, warmup_lr_init=0.0, warmup_prefix=True, t_in_epochs=False)
