@@ -1,0 +1,1 @@
+"""hpstudy studies: specs, sampling, the Parquet store and the Ray Tune runner."""

@@ -1,0 +1,166 @@
+"""Ray Tune wiring: one Tune trial per study trial, rows written to the store as trials finish."""
+
+import json
+import logging
+import os
+import tempfile
+import time
+from datetime import datetime, timezone
+from typing import Dict, List, Optional
+
+# Tune's default JSON/CSV/TensorBoard loggers cost driver memory and files per trial; the store is
+# the record. Must be set before ray.tune is imported.
+os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
+os.environ.setdefault("TUNE_MAX_PENDING_TRIALS_PG", "16")
+os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # our ProgressPrinter replaces Tune's tables
+
+import ray  # noqa: E402
+from ray import tune  # noqa: E402
+
+from study.progress import ProgressPrinter  # noqa: E402
+from study.sampling import Trial, expand  # noqa: E402
+from study.spec import StudySpec  # noqa: E402
+from study.store import load_trials, open_root, stored_keys, write_trial  # noqa: E402
+from trainers.models import get_spec  # noqa: E402
+from trainers.provenance import versions  # noqa: E402
+from trainers.trial import train_trial  # noqa: E402
+
+CRASH_ONCE_ENV = "HPSTUDY_CRASH_ONCE_DIR"
+EPOCH_METRICS = ("epoch", "train_loss", "train_top1_err", "top1_err", "top5_err", "lr", "seconds")
+
+
+def _inject_crash_once(key: str) -> None:
+    """Fault injection for recovery tests: kill this worker process once per trial key."""
+    folder = os.environ.get(CRASH_ONCE_ENV)
+    if folder:
+        marker = os.path.join(folder, key)
+        if not os.path.exists(marker):
+            open(marker, "w").close()
+            os._exit(1)
+
+
+def run_tune_trial(config: Dict) -> None:
+    """Tune function trainable: train one trial, report each epoch, then report the final row."""
+    config = config["trial"]
+    _inject_crash_once(config["key"])
+
+    def report_epoch(record):
+        tune.report({name: record[name] for name in EPOCH_METRICS})
+
+    row = train_trial(config["config"], on_epoch=report_epoch)
+    row["node"] = ray.get_runtime_context().get_node_id()
+    tune.report({"final": 1, "top1_err": row["top1_err"], "row_json": json.dumps(row)})
+
+
+def failed_row(trial: Trial, error: str) -> Dict:
+    """The stored row of a trial that failed after its last retry (left out of EDFs, counted)."""
+    cfg = trial.config
+    return {
+        "trial_key": trial.key, "model": trial.model, "family": get_spec(trial.model).family,
+        "optimizer": trial.optimizer, "epochs": trial.epochs, "lr": cfg["lr"], "wd": cfg["wd"],
+        "seed": cfg["seed"], "dataset": cfg["dataset"]["name"], "batch_size": cfg["batch_size"],
+        "status": "failed", "epochs_done": 0, "versions": versions(), "error": error[-4000:],
+        "config_json": json.dumps(cfg, sort_keys=True, separators=(",", ":")),
+        "finished_at": datetime.now(timezone.utc),
+    }
+
+
+class StoreWriter(tune.Callback):
+    """Writes each finished trial (and its epochs) to the store from the driver, exactly once."""
+
+    def __init__(self, store: str, study: str, trials: List[Trial]):
+        self.store, self.study = store, study
+        self.by_key = {t.key: t for t in trials}
+        self.finished: List[Dict] = []       # small summaries, for progress and the final report
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        if "row_json" not in result:
+            return
+        row = json.loads(result["row_json"])
+        epochs = row.pop("epoch_log")
+        row["trial_key"] = trial.config["trial"]["key"]
+        write_trial(self.store, self.study, row, epochs)
+        self._record(row)
+
+    def on_trial_error(self, iteration, trials, trial, **info):
+        key = trial.config["trial"]["key"]
+        if any(r["trial_key"] == key for r in self.finished):
+            return  # crashed after its row was stored: the stored row stands
+        row = failed_row(self.by_key[key], str(trial.get_error() or "unknown error"))
+        write_trial(self.store, self.study, row)
+        self._record(row)
+
+    def _record(self, row: Dict) -> None:
+        self.finished.append({k: row.get(k) for k in ("trial_key", "model", "status", "top1_err", "wall_s")})
+
+
+def _trial_name(trial) -> str:
+    return f"{trial.config['trial']['config']['model']}-{trial.config['trial']['key']}"
+
+
+def _ray_init(address: Optional[str], num_cpus: Optional[int]) -> bool:
+    """Connect to a cluster, or start a local Ray on loopback only; True if we started it."""
+    if ray.is_initialized():
+        return False
+    if address:
+        ray.init(address=address, log_to_driver=True)
+        return False
+    ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=True,
+             configure_logging=True, logging_level="WARNING")
+    return True
+
+
+def run_trials(study: str, trials: List[Trial], store: str, resources: Dict[str, float],
+               max_retries: int, address: Optional[str] = None, max_concurrent: Optional[int] = None,
+               num_cpus: Optional[int] = None, progress_interval: float = 10.0) -> List[Dict]:
+    """Run `trials` on Ray Tune and store each as it ends; returns summaries of what was stored."""
+    started_ray = _ray_init(address, num_cpus)
+    writer = StoreWriter(store, study, trials)
+    progress = ProgressPrinter(writer, len(trials), progress_interval)
+    storage = os.path.join(tempfile.gettempdir(), "hpstudy-tune")
+    try:
+        tuner = tune.Tuner(
+            tune.with_resources(run_tune_trial, {"cpu": resources["cpu"], "gpu": resources["gpu"]}),
+            param_space={"trial": tune.grid_search([{"key": t.key, "config": t.config}
+                                                    for t in trials])},
+            tune_config=tune.TuneConfig(reuse_actors=True, max_concurrent_trials=max_concurrent,
+                                        trial_name_creator=_trial_name,
+                                        trial_dirname_creator=_trial_name),
+            run_config=tune.RunConfig(
+                name=f"{study}-{time.strftime('%Y%m%d-%H%M%S')}", storage_path=storage,
+                failure_config=tune.FailureConfig(max_failures=max_retries),
+                callbacks=[writer, progress], verbose=0, log_to_file=False,
+                checkpoint_config=tune.CheckpointConfig(num_to_keep=1)),
+        )
+        # With Tune's loggers off, its ResultGrid cannot fetch metrics and warns once per trial;
+        # the store is the record, so that warning is noise.
+        logging.getLogger("ray.tune.analysis.experiment_analysis").setLevel(logging.ERROR)
+        tuner.fit()
+    finally:
+        progress.final()
+        if started_ray:
+            ray.shutdown()
+    return writer.finished
+
+
+
+def run_study(spec: StudySpec, store: str, fresh: bool = False, address: Optional[str] = None,
+              max_concurrent: Optional[int] = None, num_cpus: Optional[int] = None,
+              progress_interval: float = 10.0):
+    """Run every trial of `spec` not yet stored as ok/diverged; return the study's stored rows."""
+    trials = expand(spec)
+    if fresh:
+        fs, base = open_root(store)
+        for table in ("trials", "epochs"):
+            fs.delete_dir_contents(f"{base}/{table}/study={spec.name}", missing_dir_ok=True)
+    done = stored_keys(store, spec.name)
+    pending = [t for t in trials if t.key not in done]
+    print(f"study {spec.name}: {len(trials)} trials, {len(trials) - len(pending)} already stored, "
+          f"{len(pending)} to run; store {store}", flush=True)
+    if pending:
+        resources = {"cpu": spec.resources.cpu, "gpu": spec.resources.gpu}
+        run_trials(spec.name, pending, store, resources, spec.max_retries, address=address,
+                   max_concurrent=max_concurrent, num_cpus=num_cpus,
+                   progress_interval=progress_interval)
+    stored = load_trials(store, spec.name)
+    return stored[stored["trial_key"].isin({t.key for t in trials})].reset_index(drop=True)

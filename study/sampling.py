@@ -1,0 +1,89 @@
+"""Deterministic (lr, wd) sampling and expansion of a spec into trial configs with trial keys."""
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass
+from typing import Any, Dict, List, Tuple
+
+import numpy as np
+from scipy.stats import qmc
+
+from study.spec import Box, StudySpec
+from trainers.config import TrialConfig
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One trial of a study: its key, its cell, and the full trial config."""
+
+    key: str
+    model: str
+    optimizer: str
+    epochs: int
+    sample: int
+    seed: int
+    config: Dict[str, Any]
+
+
+def _stream_seed(*parts: Any) -> int:
+    """A stable 64-bit seed from the parts (Python's hash() is salted per process)."""
+    digest = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).digest()
+    return int.from_bytes(digest[:8], "little")
+
+
+def unit_points(sampler: str, n: int, seed: int) -> np.ndarray:
+    """n points in [0, 1]^2: iid uniform, scrambled Sobol, or a k x k grid spanning the ends."""
+    if sampler == "random":
+        return np.random.default_rng(seed).random((n, 2))
+    if sampler == "sobol":
+        # Draw the next power of two (scipy's balance property) and keep the first n points.
+        m = max(0, (n - 1).bit_length())
+        return qmc.Sobol(d=2, scramble=True, seed=seed).random_base2(m)[:n]
+    if sampler == "grid":
+        k = round(n ** 0.5)
+        axis = np.linspace(0.0, 1.0, k) if k > 1 else np.array([0.5])
+        lr, wd = np.meshgrid(axis, axis, indexing="ij")
+        return np.stack([lr.ravel(), wd.ravel()], axis=1)
+    raise ValueError(f"sampler: unknown {sampler!r}")
+
+
+def scale_to_box(points: np.ndarray, box: Box) -> List[Tuple[float, float]]:
+    """Map unit points log-uniformly onto the closed box."""
+    out = []
+    for u_lr, u_wd in points:
+        out.append(tuple(float(np.exp(np.log(lo) + u * (np.log(hi) - np.log(lo))))
+                         for u, (lo, hi) in ((u_lr, box.lr), (u_wd, box.wd))))
+    return out
+
+
+def sample_box(spec: StudySpec, model: str, optimizer: str, epochs: int) -> List[Tuple[float, float]]:
+    """The spec's (lr, wd) samples for one cell.
+
+    With `paired`, the stream depends on the optimizer and box only, so models that share a box get
+    the same points (paired comparisons); otherwise each model gets its own stream.
+    """
+    box = spec.box(model, optimizer)
+    stream = (spec.sampler_seed, optimizer, asdict(box)) + (() if spec.paired else (model, epochs))
+    points = unit_points(spec.sampler, spec.samples, _stream_seed(*stream) % 2**32)
+    return scale_to_box(points, box)
+
+
+def trial_key(config: Dict[str, Any]) -> str:
+    """The idempotency key: a hash of the canonical (defaults filled, sorted) trial config."""
+    return hashlib.sha256(TrialConfig.from_dict(config).to_json().encode()).hexdigest()[:20]
+
+
+def expand(spec: StudySpec) -> List[Trial]:
+    """All trials of the spec, in a fixed order: models x optimizers x epochs x samples x seeds."""
+    trials = []
+    dataset = asdict(spec.dataset)
+    for model in spec.models:
+        for optimizer in spec.optimizers:
+            for epochs in spec.epochs:
+                for i, (lr, wd) in enumerate(sample_box(spec, model, optimizer, epochs)):
+                    for seed in spec.seeds:
+                        config = dict(spec.recipe, model=model, optimizer=optimizer, epochs=epochs,
+                                      lr=lr, wd=wd, seed=seed, dataset=dataset)
+                        config = TrialConfig.from_dict(config).to_dict()
+                        trials.append(Trial(trial_key(config), model, optimizer, epochs, i, seed, config))
+    return trials

@@ -1,0 +1,255 @@
+"""Study specs: YAML loaded into typed objects and validated before anything runs."""
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+import yaml
+
+from trainers.config import ConfigError, TrialConfig
+from trainers.data import DATASETS, DataError, DataSpec, check_data_path
+from trainers.models import FAMILIES, get_spec, list_models
+from trainers.optim import OPTIMIZERS
+
+SAMPLERS = ("random", "sobol", "grid")
+FUSE_MODES = ("off", "auto")
+# Recipe keys are the TrialConfig fields that are not set per trial by the study.
+PER_TRIAL_FIELDS = ("model", "optimizer", "epochs", "lr", "wd", "seed", "dataset")
+RECIPE_FIELDS = tuple(f.name for f in dataclasses.fields(TrialConfig) if f.name not in PER_TRIAL_FIELDS)
+
+
+class SpecError(ValueError):
+    """A study spec field has a bad value; the message names the field, the value and what is allowed."""
+
+
+@dataclass(frozen=True)
+class Box:
+    """A closed log-uniform box for lr and wd."""
+
+    lr: Tuple[float, float]
+    wd: Tuple[float, float]
+
+
+@dataclass(frozen=True)
+class Resources:
+    """Per-trial Ray resources (fractions allowed)."""
+
+    cpu: float = 1.0
+    gpu: float = 0.0
+
+
+@dataclass(frozen=True)
+class StudySpec:
+    """A validated study: the cells models x optimizers x epochs, sampled boxes and resources."""
+
+    name: str
+    dataset: DataSpec
+    models: Tuple[str, ...]
+    optimizers: Tuple[str, ...]
+    epochs: Tuple[int, ...]
+    samples: int
+    space: Mapping[str, Box]                       # optimizer -> box
+    family_space: Mapping[str, Mapping[str, Box]] = field(default_factory=dict)  # family -> opt -> box
+    recipe: Mapping[str, Any] = field(default_factory=dict)
+    sampler: str = "random"
+    paired: bool = True
+    sampler_seed: int = 0
+    seeds: Tuple[int, ...] = (0,)
+    resources: Resources = Resources()
+    max_retries: int = 2
+    fuse: Any = "off"
+    source: Optional[Dict[str, Any]] = None        # the raw spec, kept for reports
+
+    def box(self, model: str, optimizer: str) -> Box:
+        """The box that applies to a model (family override first) and optimizer."""
+        family = get_spec(model).family
+        return self.family_space.get(family, {}).get(optimizer) or self.space[optimizer]
+
+
+_KEYS = {f.name for f in dataclasses.fields(StudySpec)} - {"family_space", "source"}
+
+
+def _fail(field_name: str, value: Any, allowed: str):
+    raise SpecError(f"{field_name}: bad value {value!r}; allowed: {allowed}")
+
+
+def _nonempty_list(raw: Mapping, key: str, allowed_values=None, kind=str) -> Tuple:
+    value = raw.get(key)
+    if not isinstance(value, list) or not value:
+        _fail(key, value, f"a non-empty list" + (f" of {', '.join(map(str, allowed_values))}"
+                                                 if allowed_values else ""))
+    for item in value:
+        if not isinstance(item, kind) or isinstance(item, bool):
+            _fail(f"{key}[{value.index(item)}]", item, f"a {kind.__name__}")
+        if allowed_values is not None and item not in allowed_values:
+            _fail(key, item, ", ".join(map(str, allowed_values)))
+    if len(set(value)) != len(value):
+        _fail(key, value, "a list without repeats")
+    return tuple(value)
+
+
+def _range(where: str, value: Any) -> Tuple[float, float]:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = [value, value]
+    if (not isinstance(value, list) or len(value) != 2
+            or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)):
+        _fail(where, value, "[low, high] with 0 < low <= high (a single number fixes the value)")
+    low, high = float(value[0]), float(value[1])
+    if low <= 0:
+        _fail(where, value, "low > 0 (the box is log-uniform)")
+    if low > high:
+        _fail(where, value, "low <= high")
+    return low, high
+
+
+def _box(where: str, value: Any) -> Box:
+    if not isinstance(value, dict) or set(value) != {"lr", "wd"}:
+        _fail(where, value, "a mapping with exactly the keys lr and wd")
+    return Box(lr=_range(f"{where}.lr", value["lr"]), wd=_range(f"{where}.wd", value["wd"]))
+
+
+def _space(raw: Any, optimizers: Tuple[str, ...]):
+    if not isinstance(raw, dict):
+        _fail("space", raw, f"a mapping of optimizer -> {{lr, wd}} (and family -> optimizer -> box)")
+    space, family_space = {}, {}
+    for key, value in raw.items():
+        if key in OPTIMIZERS:
+            space[key] = _box(f"space.{key}", value)
+        elif key in FAMILIES:
+            if not isinstance(value, dict):
+                _fail(f"space.{key}", value, "a mapping of optimizer -> {lr, wd}")
+            for opt, box in value.items():
+                if opt not in OPTIMIZERS:
+                    _fail(f"space.{key}", opt, ", ".join(OPTIMIZERS))
+            family_space[key] = {opt: _box(f"space.{key}.{opt}", box) for opt, box in value.items()}
+        else:
+            _fail("space", key, f"optimizer names {OPTIMIZERS} or family names {FAMILIES}")
+    for opt in optimizers:
+        if opt not in space:
+            _fail("space", sorted(raw), f"a box for every listed optimizer; missing {opt!r}")
+    return space, family_space
+
+
+def _recipe(raw: Any) -> Dict[str, Any]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        _fail("recipe", raw, f"a mapping with keys from {', '.join(RECIPE_FIELDS)}")
+    for key in raw:
+        if key not in RECIPE_FIELDS:
+            _fail("recipe", key, ", ".join(RECIPE_FIELDS))
+    return dict(raw)
+
+
+def _resources(raw: Any) -> Resources:
+    raw = raw or {}
+    if not isinstance(raw, dict) or set(raw) - {"cpu", "gpu"}:
+        _fail("resources", raw, "a mapping with keys cpu and gpu")
+    res = Resources(**raw)
+    for name in ("cpu", "gpu"):
+        value = getattr(res, name)
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
+            _fail(f"resources.{name}", value, "a number >= 0 (fractions allowed)")
+    if res.cpu == 0 and res.gpu == 0:
+        _fail("resources", raw, "at least some cpu or gpu per trial")
+    if res.gpu > 1 and res.gpu != int(res.gpu):
+        _fail("resources.gpu", res.gpu, "a fraction <= 1 or a whole number")
+    return res
+
+
+def parse_spec(raw: Any, check_paths: bool = True) -> StudySpec:
+    """Validate a raw spec mapping (as loaded from YAML) into a StudySpec."""
+    if not isinstance(raw, dict):
+        raise SpecError(f"spec: bad value {type(raw).__name__}; allowed: a YAML mapping")
+    unknown = sorted(set(raw) - _KEYS)
+    if unknown:
+        _fail("spec", unknown[0], f"the keys {', '.join(sorted(_KEYS))} (unknown keys are errors)")
+    name = raw.get("name")
+    if not isinstance(name, str) or not name or not all(c.isalnum() or c in "-_." for c in name):
+        _fail("name", name, "a non-empty string of letters, digits, '-', '_' or '.'")
+    try:
+        dataset = DataSpec.from_config(raw.get("dataset", "digits"))
+    except (DataError, TypeError) as exc:
+        raise SpecError(f"dataset: {exc}; allowed datasets: {', '.join(DATASETS)}")
+    models = _nonempty_list(raw, "models", list_models())
+    optimizers = _nonempty_list(raw, "optimizers", OPTIMIZERS)
+    epochs = _nonempty_list(raw, "epochs", kind=int)
+    for e in epochs:
+        if e < 1:
+            _fail("epochs", e, "integers >= 1")
+    seeds = _nonempty_list(raw, "seeds", kind=int) if "seeds" in raw else (0,)
+    samples = raw.get("samples")
+    if not isinstance(samples, int) or isinstance(samples, bool) or samples < 1:
+        _fail("samples", samples, "an integer >= 1")
+    sampler = raw.get("sampler", "random")
+    if sampler not in SAMPLERS:
+        _fail("sampler", sampler, ", ".join(SAMPLERS))
+    if sampler == "grid" and round(samples ** 0.5) ** 2 != samples:
+        _fail("samples", samples, "a perfect square with sampler: grid (k x k log grid)")
+    paired = raw.get("paired", True)
+    if not isinstance(paired, bool):
+        _fail("paired", paired, "true or false")
+    max_retries = raw.get("max_retries", 2)
+    if not isinstance(max_retries, int) or max_retries < 0:
+        _fail("max_retries", max_retries, "an integer >= 0")
+    fuse = raw.get("fuse", "off")
+    if not (fuse in FUSE_MODES or (isinstance(fuse, int) and not isinstance(fuse, bool) and fuse >= 1)):
+        _fail("fuse", fuse, "off, auto or an integer K >= 1")
+    space, family_space = _space(raw.get("space"), optimizers)
+    spec = StudySpec(name=name, dataset=dataset, models=models, optimizers=optimizers, epochs=epochs,
+                     samples=samples, space=space, family_space=family_space,
+                     recipe=_recipe(raw.get("recipe")), sampler=sampler, paired=paired,
+                     sampler_seed=int(raw.get("sampler_seed", 0)), seeds=seeds,
+                     resources=_resources(raw.get("resources")), max_retries=max_retries,
+                     fuse=fuse, source=raw)
+    _check_recipe_values(spec)
+    if check_paths:
+        try:
+            check_data_path(dataset)
+        except DataError as exc:
+            raise SpecError(f"dataset.path: {exc}")
+    return spec
+
+
+def _check_recipe_values(spec: StudySpec) -> None:
+    """Build one TrialConfig per model so bad recipe values fail now, not in a worker."""
+    for model in spec.models:
+        box = spec.box(model, spec.optimizers[0])
+        try:
+            TrialConfig.from_dict(dict(spec.recipe, model=model, optimizer=spec.optimizers[0],
+                                       epochs=spec.epochs[0], lr=box.lr[0], wd=box.wd[0],
+                                       dataset=spec.dataset))
+        except ConfigError as exc:
+            raise SpecError(f"recipe.{exc}")
+
+
+def load_spec(path: str, check_paths: bool = True) -> StudySpec:
+    """Read and validate a YAML spec file."""
+    if not os.path.isfile(path):
+        raise SpecError(f"--config: {path!r} is not a file; allowed: a YAML study spec "
+                        f"(bundled: {', '.join(bundled_configs())})")
+    with open(path) as f:
+        try:
+            raw = yaml.safe_load(f)
+        except yaml.YAMLError as exc:
+            raise SpecError(f"{path}: not valid YAML ({exc})")
+    return parse_spec(raw, check_paths=check_paths)
+
+
+def configs_dir() -> str:
+    """The folder of bundled study specs (installed with the package)."""
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs")
+
+
+def bundled_configs() -> List[str]:
+    """Names of the bundled specs, without .yaml."""
+    return sorted(f[:-5] for f in os.listdir(configs_dir()) if f.endswith(".yaml"))
+
+
+def resolve_config(name_or_path: str) -> str:
+    """A path for a spec given as a path or as a bundled name (e.g. `demo_digits`)."""
+    if os.path.isfile(name_or_path):
+        return name_or_path
+    bundled = os.path.join(configs_dir(), f"{name_or_path.removesuffix('.yaml')}.yaml")
+    return bundled if os.path.isfile(bundled) else name_or_path

@@ -1,0 +1,151 @@
+import copy
+
+import numpy as np
+import pytest
+import yaml
+
+from study.sampling import expand, sample_box, trial_key
+from study.spec import SpecError, bundled_configs, load_spec, parse_spec, resolve_config
+
+BASE = {
+    "name": "t",
+    "dataset": {"name": "digits"},
+    "models": ["vit_p_tiny", "vit_c_tiny", "cnn_tiny"],
+    "optimizers": ["adamw", "sgd"],
+    "epochs": [2],
+    "samples": 4,
+    "space": {"adamw": {"lr": [1e-4, 1e-2], "wd": [0.01, 0.5]},
+              "sgd": {"lr": [0.01, 1.0], "wd": [1e-5, 1e-4]},
+              "cnn": {"adamw": {"lr": [1e-3, 4e-2], "wd": [0.01, 0.2]}}},
+}
+
+
+def with_(**changes):
+    spec = copy.deepcopy(BASE)
+    for key, value in changes.items():
+        if value is None:
+            spec.pop(key)
+        else:
+            spec[key] = value
+    return spec
+
+
+@pytest.mark.parametrize("raw,message", [
+    (with_(models=["vit_x"]), "models: bad value 'vit_x'; allowed: vit_p_1gf"),
+    (with_(optimizers=["adam"]), "optimizers: bad value 'adam'; allowed: adamw, sgd"),
+    (with_(dataset={"name": "mnist"}), "unknown dataset 'mnist'"),
+    (with_(models=[]), "models: bad value []; allowed: a non-empty list"),
+    (with_(optimizers=[]), "optimizers: bad value []"),
+    (with_(epochs=[]), "epochs: bad value []"),
+    (with_(samples=0), "samples: bad value 0; allowed: an integer >= 1"),
+    (with_(space={"adamw": {"lr": [0, 1e-2], "wd": [0.01, 0.5]}, "sgd": BASE["space"]["sgd"]}),
+     "space.adamw.lr: bad value [0, 0.01]; allowed: low > 0"),
+    (with_(space={"adamw": {"lr": [1e-2, 1e-4], "wd": [0.01, 0.5]}, "sgd": BASE["space"]["sgd"]}),
+     "space.adamw.lr: bad value [0.01, 0.0001]; allowed: low <= high"),
+    (with_(space={"adamw": BASE["space"]["adamw"]}), "space: bad value ['adamw']; allowed: a box for "
+                                                     "every listed optimizer; missing 'sgd'"),
+    (with_(sampels=4), "spec: bad value 'sampels'"),
+    (with_(recipe={"batch_sise": 64}), "recipe: bad value 'batch_sise'; allowed: batch_size"),
+    (with_(recipe={"batch_size": 0}), "recipe.batch_size: bad value 0"),
+    (with_(dataset={"name": "cifar10", "path": "/no/such/dir"}),
+     "dataset.path: dataset 'cifar10': path '/no/such/dir' does not exist"),
+    (with_(resources={"cpu": -1}), "resources.cpu: bad value -1"),
+    (with_(resources={"cpu": 1, "gpu": 1.5}), "resources.gpu: bad value 1.5"),
+    (with_(resources={"cpus": 1}), "resources: bad value {'cpus': 1}"),
+    (with_(sampler="lhs"), "sampler: bad value 'lhs'; allowed: random, sobol, grid"),
+    (with_(sampler="grid", samples=5), "samples: bad value 5; allowed: a perfect square"),
+    (with_(name="a b"), "name: bad value 'a b'"),
+    (with_(fuse="yes"), "fuse: bad value 'yes'"),
+])
+def test_every_bad_input_is_rejected_by_name(raw, message):
+    with pytest.raises(SpecError) as info:
+        parse_spec(raw)
+    assert message in str(info.value)
+
+
+def test_unreadable_resources_for_this_machine(tmp_path):
+    from study.cli import check_local_resources
+    spec = parse_spec(with_(resources={"cpu": 1, "gpu": 1}))
+    with pytest.raises(SpecError, match="resources.gpu: bad value 1; allowed: <= 0"):
+        check_local_resources(spec, num_cpus=2)
+    spec = parse_spec(with_(resources={"cpu": 64}))
+    with pytest.raises(SpecError, match="resources.cpu: bad value 64; allowed: <= 2"):
+        check_local_resources(spec, num_cpus=2)
+
+
+def test_expansion_is_deterministic_and_complete():
+    spec = parse_spec(BASE)
+    a, b = expand(spec), expand(parse_spec(copy.deepcopy(BASE)))
+    assert [t.key for t in a] == [t.key for t in b]
+    assert len(a) == 3 * 2 * 1 * 4 and len({t.key for t in a}) == len(a)
+    assert [t.model for t in a[:8]] == ["vit_p_tiny"] * 8
+
+
+def test_samples_are_log_uniform_in_the_closed_box_with_family_override():
+    spec = parse_spec(with_(samples=400, models=["vit_p_tiny", "cnn_tiny"], optimizers=["adamw"]))
+    vit = np.array(sample_box(spec, "vit_p_tiny", "adamw", 2))
+    cnn = np.array(sample_box(spec, "cnn_tiny", "adamw", 2))
+    assert vit[:, 0].min() >= 1e-4 and vit[:, 0].max() <= 1e-2
+    assert cnn[:, 0].min() >= 1e-3 and cnn[:, 0].max() <= 4e-2
+    # log-uniform: log10(lr) is uniform on [-4, -2], so its mean is -3 and its quartiles are even
+    logs = np.log10(vit[:, 0])
+    assert abs(logs.mean() + 3) < 0.08 and abs(np.median(logs) + 3) < 0.12
+
+
+def test_paired_models_share_samples_unpaired_do_not():
+    paired = parse_spec(BASE)
+    assert sample_box(paired, "vit_p_tiny", "adamw", 2) == sample_box(paired, "vit_c_tiny", "adamw", 2)
+    unpaired = parse_spec(with_(paired=False))
+    assert sample_box(unpaired, "vit_p_tiny", "adamw", 2) != sample_box(unpaired, "vit_c_tiny", "adamw", 2)
+
+
+def test_sobol_and_grid_samplers():
+    sobol = np.log(np.array(sample_box(parse_spec(with_(sampler="sobol", samples=16)),
+                                       "vit_p_tiny", "adamw", 2)))
+    # a scrambled Sobol set of 16 puts exactly one point in each of 16 strips of log lr
+    strips = np.floor((sobol[:, 0] - np.log(1e-4)) / (np.log(1e-2) - np.log(1e-4)) * 16)
+    assert sorted(strips.astype(int).tolist()) == list(range(16))
+    grid = np.array(sample_box(parse_spec(with_(sampler="grid", samples=9)), "vit_p_tiny", "adamw", 2))
+    assert sorted(set(np.round(grid[:, 0], 12))) == pytest.approx([1e-4, 1e-3, 1e-2])
+    assert sorted(set(np.round(grid[:, 1], 12))) == pytest.approx([0.01, np.sqrt(0.01 * 0.5), 0.5])
+
+
+def test_single_value_range_fixes_the_value():
+    spec = parse_spec(with_(samples=1, space={"adamw": {"lr": 1e-3, "wd": 0.05},
+                                              "sgd": {"lr": 0.1, "wd": 1e-5}}))
+    assert sample_box(spec, "vit_p_tiny", "adamw", 2) == [pytest.approx((1e-3, 0.05))]
+
+
+def test_trial_key_is_a_hash_of_the_canonical_config():
+    t = expand(parse_spec(BASE))[0]
+    assert trial_key(dict(t.config)) == t.key
+    reordered = dict(reversed(list(t.config.items())))
+    assert trial_key(reordered) == t.key
+    assert trial_key(dict(t.config, lr=t.config["lr"] * 1.0001)) != t.key
+
+
+@pytest.mark.parametrize("name", bundled_configs())
+def test_bundled_configs_are_valid(name):
+    spec = load_spec(resolve_config(name), check_paths=False)
+    assert len(expand(spec)) >= 1
+
+
+def test_paper_lr_wd_config_matches_table_4():
+    spec = load_spec(resolve_config("paper_lr_wd"), check_paths=False)
+    assert spec.box("vit_p_1gf", "adamw").lr == (2.5e-4, 8e-3)
+    assert spec.box("vit_c_4gf", "sgd").wd == (4e-6, 1.2e-4)
+    assert spec.box("regnety_1gf", "adamw").wd == (0.0075, 0.24)
+    assert spec.box("regnety_16gf", "sgd").lr == (0.25, 8.0)
+    assert spec.samples == 64 and spec.epochs == (50,) and spec.recipe["batch_size"] == 2048
+
+
+def test_missing_config_file_and_bad_yaml(tmp_path):
+    with pytest.raises(SpecError, match="--config: '/no/spec.yaml' is not a file"):
+        load_spec("/no/spec.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: [unclosed")
+    with pytest.raises(SpecError, match="not valid YAML"):
+        load_spec(str(bad))
+    ok = tmp_path / "ok.yaml"
+    ok.write_text(yaml.safe_dump(BASE))
+    assert load_spec(str(ok)).name == "t"

@@ -1,0 +1,116 @@
+import socket
+
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+
+from study.store import (EPOCH_SCHEMA, TRIAL_SCHEMA, compact, load_epochs, load_trials, stored_keys,
+                         write_trial)
+
+
+def row(key, status="ok", err=10.0, model="vit_p_tiny", when="2026-11-29T10:00:00+00:00"):
+    return {"trial_key": key, "model": model, "family": "vit_p", "optimizer": "adamw", "epochs": 2,
+            "lr": 1e-3, "wd": 0.05, "seed": 0, "status": status, "top1_err": err,
+            "flops": None if status == "failed" else 1000, "error": "boom" if status == "failed" else None,
+            "finished_at": when}
+
+
+def test_layout_and_pandas_reads_the_hive_tree(tmp_path):
+    root = str(tmp_path / "store")
+    write_trial(root, "s1", row("a"), [{"epoch": 1, "train_loss": 2.0}, {"epoch": 2, "train_loss": 1.0}])
+    write_trial(root, "s1", row("b", "diverged", 90.0))
+    write_trial(root, "s2", row("c", "failed", None))
+    assert sorted(p.name for p in (tmp_path / "store/trials/study=s1").iterdir()) == ["a.parquet", "b.parquet"]
+    assert (tmp_path / "store/epochs/study=s1/a.parquet").exists()
+    frame = pd.read_parquet(root + "/trials")
+    assert sorted(zip(frame["study"].astype(str), frame["trial_key"])) == [("s1", "a"), ("s1", "b"), ("s2", "c")]
+    # one explicit schema: ok, diverged and failed rows concatenate with the same columns and types
+    assert pq.read_schema(tmp_path / "store/trials/study=s2/c.parquet") == TRIAL_SCHEMA
+    assert pq.read_schema(tmp_path / "store/epochs/study=s1/a.parquet") == EPOCH_SCHEMA
+    trials = load_trials(root)
+    assert list(trials.columns) == TRIAL_SCHEMA.names + ["study"]
+    assert load_trials(root, "s1")["trial_key"].tolist() == ["a", "b"]
+    epochs = load_epochs(root, "s1")
+    assert epochs["epoch"].tolist() == [1, 2] and set(epochs["model"]) == {"vit_p_tiny"}
+    assert stored_keys(root, "s1") == {"a", "b"} and stored_keys(root, "s2") == set()
+
+
+def test_rewrite_replaces_and_no_temp_files_remain(tmp_path):
+    root = str(tmp_path)
+    write_trial(root, "s", row("a", "failed", None))
+    write_trial(root, "s", row("a", "ok", 5.0, when="2026-11-29T11:00:00+00:00"))
+    assert load_trials(root)["status"].tolist() == ["ok"]
+    assert [p.name for p in (tmp_path / "trials/study=s").iterdir()] == ["a.parquet"]
+
+
+def test_corrupt_and_truncated_files_are_skipped_with_a_warning(tmp_path):
+    root = str(tmp_path)
+    for key in "abc":
+        write_trial(root, "s", row(key))
+    good = (tmp_path / "trials/study=s/b.parquet").read_bytes()
+    (tmp_path / "trials/study=s/b.parquet").write_bytes(good[: len(good) // 2])
+    (tmp_path / "trials/study=s/zz.parquet").write_bytes(b"garbage")
+    with pytest.warns(UserWarning) as record:
+        frame = load_trials(root)
+    assert sorted(frame["trial_key"]) == ["a", "c"]
+    messages = " ".join(str(w.message) for w in record)
+    assert "b.parquet" in messages and "zz.parquet" in messages
+    # a half-written temporary file (dot-prefixed) is invisible to readers
+    (tmp_path / "trials/study=s/.d.parquet.tmp-1").write_bytes(good[:10])
+    (tmp_path / "trials/study=s/b.parquet").unlink()
+    (tmp_path / "trials/study=s/zz.parquet").unlink()
+    assert sorted(load_trials(root)["trial_key"]) == ["a", "c"]
+    assert sorted(pd.read_parquet(root + "/trials")["trial_key"]) == ["a", "c"]
+
+
+def test_compact_keeps_what_readers_see(tmp_path):
+    root = str(tmp_path)
+    for i in range(6):
+        write_trial(root, "s", row(f"k{i}", err=float(i)), [{"epoch": 1, "train_loss": float(i)}])
+    write_trial(root, "other", row("x"))
+    before, before_epochs = load_trials(root), load_epochs(root)
+    merged = compact(root, "s")
+    assert merged == {"trials": 6, "epochs": 6}
+    assert len(list((tmp_path / "trials/study=s").iterdir())) == 1
+    after = load_trials(root)
+    key = ["study", "trial_key"]
+    pd.testing.assert_frame_equal(before.sort_values(key).reset_index(drop=True),
+                                  after.sort_values(key).reset_index(drop=True))
+    assert len(load_epochs(root)) == len(before_epochs)
+    assert len(pd.read_parquet(root + "/trials")) == 7
+    # a trial stored after compaction (e.g. a failed one retried) supersedes the compacted row
+    write_trial(root, "s", row("k0", err=0.5, when="2026-11-29T12:00:00+00:00"))
+    assert load_trials(root, "s").set_index("trial_key").loc["k0", "top1_err"] == 0.5
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def s3_root(monkeypatch):
+    """A real S3 API on loopback (moto's server mode) and a bucket in it."""
+    boto3 = pytest.importorskip("boto3")
+    from moto.server import ThreadedMotoServer
+    port = _free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port)
+    server.start()
+    for name, value in {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
+                        "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}.items():
+        monkeypatch.setenv(name, value)
+    boto3.client("s3", endpoint_url=f"http://127.0.0.1:{port}").create_bucket(Bucket="hpstudy-test")
+    yield f"s3://hpstudy-test/results?endpoint_override=127.0.0.1:{port}&scheme=http&region=us-east-1"
+    server.stop()
+
+
+def test_s3_store_round_trip(s3_root):
+    write_trial(s3_root, "s", row("a"), [{"epoch": 1, "train_loss": 1.0}])
+    write_trial(s3_root, "s", row("b", "diverged", 90.0))
+    trials = load_trials(s3_root)
+    assert sorted(trials["trial_key"]) == ["a", "b"] and set(trials["study"]) == {"s"}
+    assert load_epochs(s3_root, "s")["train_loss"].tolist() == [1.0]
+    assert stored_keys(s3_root, "s") == {"a", "b"}
+    assert compact(s3_root, "s")["trials"] == 2
+    assert sorted(load_trials(s3_root)["trial_key"]) == ["a", "b"]
