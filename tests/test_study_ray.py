@@ -1,0 +1,125 @@
+"""End to end on a real local Ray: no mocks."""
+
+import os
+import signal
+import subprocess
+import time
+
+import pandas as pd
+import psutil
+import pyarrow.parquet as pq
+import pytest
+import ray
+
+from study.runner import CRASH_DIR_ENV, run_study
+from study.sampling import expand
+from study.spec import parse_spec
+from study.store import TRIAL_SCHEMA, load_epochs, load_trials
+from studyutil import REPO, run_edf, run_edf_command, small_spec, write_spec
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
+    yield
+    ray.shutdown()
+
+
+def test_study_runs_once_and_resumes_to_nothing(local_ray, tmp_path, capsys):
+    # the CNN's SGD box is absurd, so those three trials diverge
+    space = dict(small_spec()["space"], cnn={"sgd": {"lr": [1e3, 1e4], "wd": [1e-5, 1e-4]}})
+    spec = parse_spec(small_spec(space=space))
+    store = str(tmp_path / "store")
+    rows = run_study(spec, store, progress_interval=1)
+    expected = {t.key for t in expand(spec)}
+    assert len(expected) == 12
+    assert len(rows) == 12 and set(rows["trial_key"]) == expected
+    assert rows.groupby(["model", "optimizer"]).size().tolist() == [3, 3, 3, 3]
+    diverged = rows[(rows["model"] == "cnn_tiny") & (rows["optimizer"] == "sgd")]
+    assert set(diverged["status"]) == {"diverged"} and (diverged["top1_err"] == 90.0).all()
+    assert set(rows.drop(diverged.index)["status"]) == {"ok"}
+    assert (rows.loc[rows["status"] == "ok", "epochs_done"] == 1).all()
+    assert rows["top1_err"].between(0, 100).all()
+    assert rows["node"].notna().all() and rows["flops"].gt(0).all()
+    files = sorted((tmp_path / "store/trials/study=e2e").iterdir())
+    assert [f.name for f in files] == sorted(f"{k}.parquet" for k in expected)
+    assert pq.read_schema(files[0]) == TRIAL_SCHEMA
+    assert len(load_epochs(store, "e2e")) == 9  # diverged trials stop before an epoch ends
+    out = capsys.readouterr().out
+    assert "12/12 done (ok 9, diverged 3, failed 0)" in out and "best top-1" in out
+
+    mtimes = {f.name: f.stat().st_mtime_ns for f in files}
+    again = run_study(spec, store)
+    assert "0 to run" in capsys.readouterr().out
+    assert {f.name: f.stat().st_mtime_ns for f in (tmp_path / "store/trials/study=e2e").iterdir()} == mtimes
+    pd.testing.assert_frame_equal(again, rows)
+
+
+def _wait_for(predicate, timeout, what):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if predicate():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _listening_addresses(root_pid):
+    try:
+        procs = [psutil.Process(root_pid)] + psutil.Process(root_pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return set()
+    pids = {p.pid for p in procs}
+    return {c.laddr.ip for c in psutil.net_connections(kind="tcp")
+            if c.status == psutil.CONN_LISTEN and c.pid in pids}
+
+
+def test_driver_sigkill_then_restart_stores_each_trial_once(tmp_path):
+    spec = small_spec(name="kill", samples=3, epochs=[2])
+    config, store = write_spec(tmp_path, spec), str(tmp_path / "store")
+    trial_dir = tmp_path / "store/trials/study=kill"
+    count = lambda: len([f for f in trial_dir.glob("*.parquet")]) if trial_dir.exists() else 0
+    driver = subprocess.Popen(run_edf_command(config, store), cwd=REPO, start_new_session=True,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_for(lambda: count() >= 3, 240, "three stored trials")
+        # the local Ray of run_edf.py listens on loopback only
+        addresses = _listening_addresses(driver.pid)
+        assert addresses and addresses <= {"127.0.0.1", "::ffff:127.0.0.1", "::1"}, addresses
+        os.kill(driver.pid, signal.SIGKILL)
+        driver.wait(30)
+    finally:
+        try:
+            os.killpg(driver.pid, signal.SIGKILL)  # Ray's own processes of that driver
+        except ProcessLookupError:
+            pass
+    stored_before = count()
+    assert 3 <= stored_before < 12
+    done = run_edf(config, store, module=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"{stored_before} already stored, {12 - stored_before} to run" in done.stdout
+    rows = load_trials(store, "kill")
+    assert len(rows) == 12 and rows["trial_key"].is_unique
+    assert set(rows["trial_key"]) == {t.key for t in expand(parse_spec(spec))}
+    assert count() == 12
+
+
+def test_worker_crash_is_retried_then_failed_trials_rerun(tmp_path):
+    spec = small_spec(name="crash", models=["cnn_tiny"], samples=1, max_retries=1)
+    config, store = write_spec(tmp_path, spec), str(tmp_path / "store")
+    retried, failing = [t.key for t in expand(parse_spec(spec))]
+    crashes = tmp_path / "crashes"
+    crashes.mkdir()
+    (crashes / retried).write_text("1")   # dies once, retried once: stored ok
+    (crashes / failing).write_text("2")   # dies on the try and the retry: stored failed
+    first = run_edf(config, store, env={CRASH_DIR_ENV: str(crashes)})
+    assert first.returncode == 1, first.stderr[-3000:]  # exit 1: some trials failed
+    rows = load_trials(store, "crash").set_index("trial_key")
+    assert rows.loc[retried, "status"] == "ok" and rows.loc[failing, "status"] == "failed"
+    assert "actor died unexpectedly" in rows.loc[failing, "error"] and pd.isna(rows.loc[failing, "top1_err"])
+    assert (crashes / retried).read_text() == "0" and (crashes / failing).read_text() == "0"
+    # a failed trial is not done: the next run trains it again
+    second = run_edf(config, store, env={CRASH_DIR_ENV: str(crashes)})
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert "1 already stored, 1 to run" in second.stdout
+    assert load_trials(store, "crash")["status"].tolist() == ["ok", "ok"]
