@@ -21,7 +21,7 @@ from ray import tune  # noqa: E402
 from study.progress import ProgressPrinter  # noqa: E402
 from study.sampling import Trial, expand  # noqa: E402
 from study.spec import StudySpec  # noqa: E402
-from study.store import load_trials, open_root, stored_keys, write_trial  # noqa: E402
+from study.store import load_trials, open_root, stored_keys, write_spec_record, write_trial  # noqa: E402
 from trainers.models import get_spec  # noqa: E402
 from trainers.provenance import versions  # noqa: E402
 from trainers.trial import train_trial  # noqa: E402
@@ -162,6 +162,7 @@ def run_study(spec: StudySpec, store: str, fresh: bool = False, address: Optiona
         fs, base = open_root(store)
         for table in ("trials", "epochs"):
             fs.delete_dir_contents(f"{base}/{table}/study={spec.name}", missing_dir_ok=True)
+    write_spec_record(store, spec.name, spec.source, len(trials))
     done = stored_keys(store, spec.name)
     pending = [t for t in trials if t.key not in done]
     print(f"study {spec.name}: {len(trials)} trials, {len(trials) - len(pending)} already stored, "

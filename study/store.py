@@ -9,6 +9,7 @@ file. The `study` column comes from the partition directory, so
 `pd.read_parquet(f"{root}/trials")` returns every study's trials with a `study` column.
 """
 
+import json
 import os
 import uuid
 import warnings
@@ -175,3 +176,25 @@ def compact(root: str, study: str) -> Dict[str, int]:
             fs.delete_file(path)
         merged[table] = len(files)
     return merged
+
+
+def write_spec_record(root: str, study: str, spec_source: Dict, n_trials: int) -> None:
+    """Keep the spec that produced a study (and its trial count) beside the tables, for reports."""
+    fs, base = open_root(root)
+    directory = f"{base}/specs"
+    fs.create_dir(directory, recursive=True)
+    tmp = f"{directory}/.{study}.json.tmp-{uuid.uuid4().hex}"
+    with fs.open_output_stream(tmp) as out:
+        out.write(json.dumps({"study": study, "n_trials": n_trials, "spec": spec_source},
+                             sort_keys=True, indent=1).encode())
+    fs.move(tmp, f"{directory}/{study}.json")
+
+
+def load_spec_record(root: str, study: str) -> Optional[Dict]:
+    """The spec record written by `write_spec_record`, or None."""
+    fs, base = open_root(root)
+    path = f"{base}/specs/{study}.json"
+    if fs.get_file_info(path).type == pafs.FileType.NotFound:
+        return None
+    with fs.open_input_stream(path) as f:
+        return json.loads(f.read().decode())

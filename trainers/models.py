@@ -49,6 +49,7 @@ class ModelSpec:
     family: str
     builder: Callable[..., nn.Module]
     image_size: int
+    size: str = ""              # compute class for side-by-side panels: tiny, 1gf, 4gf, 18gf, 36gf
     description: str = ""
     kwargs: Dict = field(default_factory=dict)
 
@@ -93,10 +94,10 @@ def _register_vit_twins(size: str, image_size: int, dim: int, depth: int, heads:
                         patch: int, stem_strides: Sequence[int], stem_channels: Sequence[int]):
     """Register ViT-P and its ViT-C twin (conv stem, one block fewer)."""
     common = dict(dim=dim, heads=heads, mlp=mlp, patch=patch)
-    register(ModelSpec(f"vit_p_{size}", "vit_p", _vit, image_size,
+    register(ModelSpec(f"vit_p_{size}", "vit_p", _vit, image_size, size,
                        f"ViT-P {size}: patchify stem, {depth} blocks",
                        dict(common, depth=depth)))
-    register(ModelSpec(f"vit_c_{size}", "vit_c", _vit, image_size,
+    register(ModelSpec(f"vit_c_{size}", "vit_c", _vit, image_size, size,
                        f"ViT-C {size}: conv stem {list(stem_channels)}, {depth - 1} blocks",
                        dict(common, depth=depth - 1, stem=(tuple(stem_strides), tuple(stem_channels)))))
 
@@ -112,12 +113,13 @@ _register_vit_twins("36gf", 224, 1024, 14, 16, 4096, 16, _STEM_LARGE, _STEM_LARG
 # one transformer block, as in the paper's stems, so ViT-C stays within 10% of ViT-P.
 _register_vit_twins("tiny", 32, 96, 6, 3, 288, 4, [2, 1, 2, 1], [24, 48, 48, 96])
 
-for _gf, _timm_name in (("1gf", "regnety_016"), ("4gf", "regnety_040"), ("16gf", "regnety_160"),
-                        ("32gf", "regnety_320")):
-    register(ModelSpec(f"regnety_{_gf}", "cnn", _timm_cnn, 224, f"timm {_timm_name}",
+# RegNetY 16/32 GF sit beside ViT 18/36 GF in the paper's panels.
+for _gf, _size, _timm_name in (("1gf", "1gf", "regnety_016"), ("4gf", "4gf", "regnety_040"),
+                               ("16gf", "18gf", "regnety_160"), ("32gf", "36gf", "regnety_320")):
+    register(ModelSpec(f"regnety_{_gf}", "cnn", _timm_cnn, 224, _size, f"timm {_timm_name}",
                        dict(timm_name=_timm_name)))
-register(ModelSpec("resnet50", "cnn", _timm_cnn, 224, "timm resnet50", dict(timm_name="resnet50")))
-register(ModelSpec("cnn_tiny", "cnn", _regnet, 32, "RegNetY-style CNN for 32 px (3 stages, SE)",
+register(ModelSpec("resnet50", "cnn", _timm_cnn, 224, "4gf", "timm resnet50", dict(timm_name="resnet50")))
+register(ModelSpec("cnn_tiny", "cnn", _regnet, 32, "tiny", "RegNetY-style CNN for small images (4 stages, SE)",
                    dict(depth=6, w0=24, wa=24.0, wm=2.0, group_size=8, se_ratio=0.25,
                         stem_width=24)))
 

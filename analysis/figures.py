@@ -1,0 +1,191 @@
+"""Paper figures (Xiao et al. 2021 layouts), saved as PDF/SVG/PNG with their numbers as CSV/JSON.
+
+Figures are built on `matplotlib.figure.Figure` (no pyplot, no global backend or rcParams change);
+style settings apply inside `rc_context` only. Output is byte-for-byte reproducible: PDF/SVG dates
+are omitted unless SOURCE_DATE_EPOCH is set (then matplotlib uses it), and SVG ids are salted.
+"""
+
+import json
+import os
+from contextlib import contextmanager
+from typing import Dict, List, Optional, Sequence
+
+import matplotlib
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from analysis.stats import expected_best, expected_best_band
+from trainers.models import get_spec, list_models
+
+PANEL = (3.0, 2.0)   # inches per panel
+OKABE_ITO = {"blue": "#0072B2", "sky": "#56B4E9", "vermillion": "#D55E00", "orange": "#E69F00",
+             "green": "#009E73", "purple": "#CC79A7", "yellow": "#F0E442", "black": "#000000"}
+FAMILY_COLOURS = {"vit_p": ["blue", "sky"], "vit_c": ["vermillion", "orange"],
+                  "cnn": ["green", "purple", "black"]}
+FAMILY_LINES = {"vit_p": "-", "vit_c": "--", "cnn": ":"}
+SIZE_ORDER = ["tiny", "1gf", "4gf", "18gf", "36gf"]
+STYLE = {"pdf.fonttype": 42, "ps.fonttype": 42, "svg.hashsalt": "hpstudy", "svg.fonttype": "path",
+         "font.size": 7, "axes.titlesize": 7, "axes.labelsize": 7, "legend.fontsize": 6,
+         "xtick.labelsize": 6, "ytick.labelsize": 6, "lines.linewidth": 1.2, "axes.linewidth": 0.6,
+         "figure.dpi": 100, "savefig.dpi": 200, "path.simplify": False}
+
+
+def model_style(model: str) -> Dict[str, str]:
+    """The fixed colour (Okabe-Ito, colour-blind safe) and line style of a model in every figure."""
+    spec = get_spec(model)
+    rank = list_models(spec.family).index(model)
+    colours = FAMILY_COLOURS[spec.family]
+    return {"color": OKABE_ITO[colours[rank % len(colours)]], "linestyle": FAMILY_LINES[spec.family]}
+
+
+@contextmanager
+def style():
+    """The paper style, for building and saving one figure."""
+    with matplotlib.rc_context(STYLE):
+        yield
+
+
+def _grid(n_panels: int, columns: int = 3):
+    cols = min(columns, max(1, n_panels))
+    rows = int(np.ceil(n_panels / cols))
+    fig = Figure(figsize=(PANEL[0] * cols, PANEL[1] * rows), layout="constrained")
+    axes = fig.subplots(rows, cols, squeeze=False).ravel()
+    for ax in axes[n_panels:]:
+        ax.set_visible(False)
+    return fig, axes[:n_panels]
+
+
+def _sizes(models: Sequence[str]) -> List[str]:
+    present = {get_spec(m).size for m in models}
+    return [s for s in SIZE_ORDER if s in present]
+
+
+def save_figure(fig: Figure, out_dir: str, name: str, data: pd.DataFrame, meta: Dict) -> Dict[str, str]:
+    """Write name.{pdf,svg,png} and the plotted numbers as name.csv plus name.json (with meta)."""
+    os.makedirs(out_dir, exist_ok=True)
+    stem = os.path.join(out_dir, name)
+    dated = "SOURCE_DATE_EPOCH" in os.environ
+    paths = {}
+    with style():
+        for ext, metadata in (("pdf", {} if dated else {"CreationDate": None}),
+                              ("svg", {} if dated else {"Date": None}), ("png", {})):
+            paths[ext] = f"{stem}.{ext}"
+            fig.savefig(paths[ext], metadata=metadata)
+    data.to_csv(f"{stem}.csv", index=False, float_format="%.6g")
+    paths["csv"] = f"{stem}.csv"
+    with open(f"{stem}.json", "w") as f:
+        json.dump({"figure": name, **meta, "columns": list(data.columns),
+                   "data": json.loads(data.to_json(orient="records", double_precision=10))},
+                  f, indent=1, sort_keys=True)
+    paths["json"] = f"{stem}.json"
+    return paths
+
+
+def _edf_steps(delta: np.ndarray, f: np.ndarray):
+    """Step coordinates starting at F = 0 just before the first point."""
+    return np.concatenate([[delta[0]], delta]), np.concatenate([[0.0], f])
+
+
+def delta_edf_figure(table: pd.DataFrame, band: bool = True) -> Figure:
+    """Δ-EDF panels, one per model size, one line per model (Figs 5-6), DKW bands as light fills."""
+    with style():
+        sizes = _sizes(table["model"].unique())
+        fig, axes = _grid(len(sizes))
+        for ax, size in zip(axes, sizes):
+            for model, group in table[table["model"].map(lambda m: get_spec(m).size) == size].groupby("model"):
+                x, f = _edf_steps(group["delta"].to_numpy(), group["F"].to_numpy())
+                st = model_style(model)
+                ax.step(x, f, where="post", label=f"{model} (n={group['n'].iloc[0]})", **st)
+                if band:
+                    eps = group["dkw_eps"].iloc[0]
+                    ax.fill_between(x, np.clip(f - eps, 0, 1), np.clip(f + eps, 0, 1), step="post",
+                                    color=st["color"], alpha=0.15, linewidth=0)
+            ax.set(title=size, xlabel="Δ top-1 error (points)", ylabel="cumulative prob.", ylim=(0, 1))
+            ax.legend(loc="lower right", frameon=False)
+        fig.suptitle(f"Δ-EDF, reference: {table['reference_kind'].iloc[0]}")
+    return fig
+
+
+def hp_scatter_figure(frame: pd.DataFrame, ranges: Dict[str, pd.DataFrame], error: str = "top1_err") -> Figure:
+    """Error against log10 lr, log10 wd and log10 lr·wd per model, good ranges shaded (Fig 4)."""
+    models = sorted(frame["model"].unique(), key=list_models().index)
+    columns = [("log10_lr", "log10 lr"), ("log10_wd", "log10 wd"), ("log10_lr_wd", "log10 lr·wd")]
+    with style():
+        fig = Figure(figsize=(PANEL[0] * 3, PANEL[1] * len(models)), layout="constrained")
+        axes = fig.subplots(len(models), 3, squeeze=False)
+        for row, model in zip(axes, models):
+            group = frame[frame["model"] == model]
+            logs = {"log10_lr": np.log10(group["lr"]), "log10_wd": np.log10(group["wd"])}
+            logs["log10_lr_wd"] = logs["log10_lr"] + logs["log10_wd"]
+            st = model_style(model)
+            for ax, (key, label) in zip(row, columns):
+                for opt, marker in (("adamw", "o"), ("sgd", "s")):
+                    sel = (group["optimizer"] == opt).to_numpy()
+                    if sel.any():
+                        ax.scatter(logs[key][sel], group[error][sel], s=6, marker=marker,
+                                   color=st["color"], label=opt, linewidths=0)
+                if model in ranges:
+                    lo, hi = ranges[model].loc["p2.5", key], ranges[model].loc["p97.5", key]
+                    ax.axvspan(lo, hi, color=st["color"], alpha=0.12, linewidth=0)
+                ax.set(xlabel=label, ylabel=f"{model} top-1 err (%)")
+            row[0].legend(frameon=False)
+    return fig
+
+
+def error_vs_epochs_figure(frame: pd.DataFrame, error: str = "top1_err") -> Figure:
+    """Best error against training epochs per model, AdamW and SGD, diverged runs dashed (Fig 3)."""
+    best = frame.groupby(["model", "optimizer", "epochs"]).agg(
+        err=(error, "min"), diverged=("status", lambda s: (s == "diverged").all())).reset_index()
+    with style():
+        sizes = _sizes(best["model"].unique())
+        fig, axes = _grid(len(sizes))
+        for ax, size in zip(axes, sizes):
+            for (model, opt), group in best[best["model"].map(lambda m: get_spec(m).size) == size].groupby(
+                    ["model", "optimizer"]):
+                st = dict(model_style(model), marker="o" if opt == "adamw" else "s", markersize=3)
+                ok = group[~group["diverged"]]
+                ax.plot(ok["epochs"], ok["err"], label=f"{model} {opt}", **st)
+                if group["diverged"].any():
+                    ax.plot(group["epochs"], group["err"], **dict(st, linestyle=(0, (2, 2)),
+                                                                  markerfacecolor="none", label=None))
+            ax.set(title=size, xscale="log", xlabel="epochs", ylabel="top-1 error (%)")
+            ax.legend(frameon=False)
+    return fig
+
+
+def delta_error_vs_epochs_figure(gaps: pd.DataFrame) -> Figure:
+    """Training-length gap error(E) - error(E_max) against epochs per model (Fig 2)."""
+    with style():
+        fig, axes = _grid(1)
+        ax = axes[0]
+        for (model, opt), group in gaps.groupby(["model", "optimizer"]):
+            ax.plot(group["epochs"], group["gap"], marker="o", markersize=3, label=f"{model} {opt}",
+                    **model_style(model))
+        ax.axhline(0, color="0.6", linewidth=0.5)
+        ax.set(xscale="log", xlabel="epochs", ylabel="Δ top-1 error vs longest (points)")
+        ax.legend(frameon=False)
+    return fig
+
+
+def expected_best_figure(frame: pd.DataFrame, error: str = "top1_err", estimator: str = "unbiased",
+                         n_boot: int = 200) -> (Figure, pd.DataFrame):
+    """Expected best error after k random trials per model and optimizer, bootstrap band."""
+    rows = []
+    with style():
+        optimizers = sorted(frame["optimizer"].unique())
+        fig, axes = _grid(len(optimizers))
+        for ax, opt in zip(axes, optimizers):
+            for model, group in frame[frame["optimizer"] == opt].groupby("model"):
+                errors = group[error].to_numpy(float)
+                ks = np.arange(1, len(errors) + 1)
+                curve = expected_best(errors, ks, estimator)
+                lo, hi = expected_best_band(errors, ks, estimator, n_boot=n_boot)
+                st = model_style(model)
+                ax.plot(ks, curve, label=model, **st)
+                ax.fill_between(ks, lo, hi, color=st["color"], alpha=0.15, linewidth=0)
+                rows += [{"model": model, "optimizer": opt, "k": int(k), "expected_best": c,
+                          "lo": l, "hi": h} for k, c, l, h in zip(ks, curve, lo, hi)]
+            ax.set(title=opt, xscale="log", xlabel="trials k", ylabel="expected best top-1 err (%)")
+            ax.legend(frameon=False)
+    return fig, pd.DataFrame(rows)

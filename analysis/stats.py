@@ -1,0 +1,152 @@
+"""Statistics on trial errors: EDF comparisons, expected best-of-k, good lr/wd ranges, importance."""
+
+import math
+from typing import Dict, Iterable, Optional, Sequence
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+from scipy.special import gammaln
+
+
+def ks_compare(a: np.ndarray, b: np.ndarray) -> Dict[str, float]:
+    """Two-sample KS: two-sided, and one-sided with H1 'a is stochastically smaller (better) than b'."""
+    two = stats.ks_2samp(a, b, alternative="two-sided")
+    # scipy's 'greater' means F_a(x) > F_b(x) for some x, i.e. a tends to be smaller.
+    one = stats.ks_2samp(a, b, alternative="greater")
+    return {"ks_d": float(two.statistic), "ks_p": float(two.pvalue),
+            "ks_d_a_better": float(one.statistic), "ks_p_a_better": float(one.pvalue)}
+
+
+def ad_compare(samples: Sequence[np.ndarray], n_resamples: int = 999, seed: int = 0) -> Dict[str, float]:
+    """Anderson-Darling k-sample test with a permutation p-value (scipy.stats.anderson_ksamp)."""
+    method = stats.PermutationMethod(n_resamples=n_resamples, rng=np.random.default_rng(seed))
+    result = stats.anderson_ksamp([np.asarray(s, float) for s in samples], variant="midrank",
+                                  method=method)
+    return {"ad_stat": float(result.statistic), "ad_p": float(result.pvalue)}
+
+
+def ks_critical_c(alpha: float) -> float:
+    """c(alpha) of the asymptotic two-sample KS test: sqrt(-ln(alpha / 2) / 2)."""
+    return math.sqrt(-math.log(alpha / 2.0) / 2.0)
+
+
+def min_detectable_d(n: int, m: int, alpha: float = 0.05) -> float:
+    """The smallest KS distance D that reaches significance at `alpha` with samples n and m."""
+    return ks_critical_c(alpha) * math.sqrt((n + m) / (n * m))
+
+
+def area_between(a: np.ndarray, b: np.ndarray) -> float:
+    """Area between the two EDFs, integral |F_a - F_b| de (the 1-Wasserstein distance), in points."""
+    return float(stats.wasserstein_distance(a, b))
+
+
+def share_within(errors: np.ndarray, best: float, points: float) -> float:
+    """Fraction of trials within `points` of `best`."""
+    return float(np.mean(np.asarray(errors) <= best + points))
+
+
+def _bootstrap_ci(statistic, samples, n_boot: int, seed: int, alpha: float = 0.05):
+    rng = np.random.default_rng(seed)
+    draws = [statistic(*[rng.choice(s, size=len(s), replace=True) for s in samples])
+             for _ in range(n_boot)]
+    return tuple(float(q) for q in np.quantile(draws, [alpha / 2, 1 - alpha / 2]))
+
+
+def effect_sizes(a: np.ndarray, b: np.ndarray, n_boot: int = 1000, seed: int = 0) -> Dict[str, float]:
+    """Area between EDFs and the share of trials within 1/2/4 points of the pooled best, with
+    bootstrap 95% CIs (each sample resampled with replacement)."""
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    best = min(a.min(), b.min())
+    out = {"area": area_between(a, b)}
+    out["area_lo"], out["area_hi"] = _bootstrap_ci(area_between, (a, b), n_boot, seed)
+    for points in (1, 2, 4):
+        for name, sample in (("a", a), ("b", b)):
+            key = f"within{points}_{name}"
+            out[key] = share_within(sample, best, points)
+            out[f"{key}_lo"], out[f"{key}_hi"] = _bootstrap_ci(
+                lambda s: share_within(s, best, points), (sample,), n_boot, seed)
+    return out
+
+
+def expected_best(errors: np.ndarray, ks: Iterable[int], estimator: str = "unbiased") -> np.ndarray:
+    """Expected minimum error over k random trials from the n observed, for each k.
+
+    plugin (Dodge et al. 2019), k draws with replacement: sum_i v_(i) [(i/n)^k - ((i-1)/n)^k];
+    unbiased (Tang et al. 2020), k draws without replacement: sum_i v_(i) C(i-1, k-1) / C(n, k).
+    Here v_(1) >= ... >= v_(n) are the errors from worst to best, so both give the expected *best*.
+    """
+    v = np.sort(np.asarray(errors, dtype=float))[::-1]
+    n = len(v)
+    ks = np.asarray(list(ks), dtype=int)
+    if ks.min() < 1 or (estimator == "unbiased" and ks.max() > n):
+        raise ValueError(f"k must be in [1, {n}] for n = {n} trials; got {ks.min()}..{ks.max()}")
+    i = np.arange(1, n + 1, dtype=float)
+    if estimator == "plugin":
+        weights = (i[None, :] / n) ** ks[:, None] - ((i[None, :] - 1) / n) ** ks[:, None]
+    elif estimator == "unbiased":
+        k = ks[:, None].astype(float)
+        log_w = (gammaln(i) - gammaln(k) - gammaln(i - k + 1)) - (gammaln(n + 1) - gammaln(k + 1) - gammaln(n - k + 1))
+        weights = np.where(i[None, :] >= k, np.exp(log_w), 0.0)
+    else:
+        raise ValueError(f"estimator: bad value {estimator!r}; allowed: plugin, unbiased")
+    return weights @ v
+
+
+def expected_best_band(errors: np.ndarray, ks: Sequence[int], estimator: str = "unbiased",
+                       n_boot: int = 500, seed: int = 0, alpha: float = 0.05):
+    """Pointwise bootstrap (1 - alpha) band of the expected-best curve: (low, high) arrays."""
+    errors = np.asarray(errors, float)
+    rng = np.random.default_rng(seed)
+    curves = np.stack([expected_best(rng.choice(errors, len(errors)), ks, estimator) for _ in range(n_boot)])
+    return np.quantile(curves, alpha / 2, axis=0), np.quantile(curves, 1 - alpha / 2, axis=0)
+
+
+def good_ranges(frame: pd.DataFrame, error: str = "top1_err", n_boot: int = 2500, frac: float = 0.25,
+                seed: int = 0) -> pd.DataFrame:
+    """pycls/RegNet good ranges: bootstrap (n_boot draws of frac*n with replacement) of the best
+    trial's log10 lr, log10 wd and log10 lr*wd; rows are the 2.5/50/97.5 percentiles."""
+    rng = np.random.default_rng(seed)
+    n = len(frame)
+    size = max(1, int(round(frac * n)))
+    draws = rng.integers(0, n, size=(n_boot, size))
+    errors = frame[error].to_numpy()
+    best = draws[np.arange(n_boot), np.argmin(errors[draws], axis=1)]
+    logs = {"log10_lr": np.log10(frame["lr"].to_numpy()), "log10_wd": np.log10(frame["wd"].to_numpy())}
+    logs["log10_lr_wd"] = logs["log10_lr"] + logs["log10_wd"]
+    return pd.DataFrame({name: np.percentile(values[best], [2.5, 50, 97.5]) for name, values in logs.items()},
+                        index=["p2.5", "p50", "p97.5"])
+
+
+def hp_importance(frame: pd.DataFrame, error: str = "top1_err", seed: int = 0) -> Dict[str, float]:
+    """fANOVA importance of lr and wd (optuna's evaluator fed with the trials as a finished study)."""
+    import optuna
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    distributions = {
+        name: optuna.distributions.FloatDistribution(frame[name].min(), frame[name].max(), log=True)
+        for name in ("lr", "wd")}
+    study = optuna.create_study(direction="minimize")
+    for lr, wd, value in frame[["lr", "wd", error]].itertuples(index=False):
+        study.add_trial(optuna.trial.create_trial(params={"lr": lr, "wd": wd},
+                                                  distributions=distributions, value=value))
+    evaluator = optuna.importance.FanovaImportanceEvaluator(seed=seed)
+    return dict(optuna.importance.get_param_importances(study, evaluator=evaluator, normalize=True))
+
+
+def trials_for_dkw(half_width: float, alpha: float = 0.05) -> int:
+    """Trials per model for a DKW band of the given half-width: ceil(ln(2/alpha) / (2 eps^2))."""
+    return math.ceil(math.log(2.0 / alpha) / (2.0 * half_width ** 2))
+
+
+def trials_for_ks(d: float, alpha: float = 0.05) -> int:
+    """Trials per model (equal n) for a KS distance d to reach significance at alpha:
+    the smallest n with c(alpha) sqrt(2 / n) <= d (about 50% power at a true distance d)."""
+    return math.ceil(2.0 * (ks_critical_c(alpha) / d) ** 2)
+
+
+def ks_power(d_shift: float, n: int, alpha: float = 0.05, n_sim: int = 500, seed: int = 0) -> float:
+    """Simulated power of the two-sided KS test at equal n for two uniforms whose EDFs are `d_shift`
+    apart (U(0,1) against U(d,1+d)): the share of simulations with p < alpha."""
+    rng = np.random.default_rng(seed)
+    hits = sum(stats.ks_2samp(rng.random(n), rng.random(n) + d_shift).pvalue < alpha for _ in range(n_sim))
+    return hits / n_sim
