@@ -8,10 +8,17 @@ import pandas as pd
 from analysis.stats import expected_best
 
 
-def _best_ci(errors: np.ndarray, rng: np.random.Generator, n_boot: int) -> np.ndarray:
-    """Bootstrap draws of the best (minimum) error of a resampled set of trials."""
-    draws = rng.integers(0, len(errors), size=(n_boot, len(errors)))
-    return errors[draws].min(axis=1)
+def bootstrap_min(errors: np.ndarray, rng: np.random.Generator, n_boot: int) -> np.ndarray:
+    """Bootstrap draws of the best (minimum) error of n trials resampled with replacement.
+
+    Sampled exactly from its distribution instead of by resampling (O(n log n), not O(n_boot n)):
+    with v sorted ascending, P(min* >= v_(i)) = ((n - i + 1) / n)^n.
+    """
+    v = np.sort(np.asarray(errors, dtype=float))
+    n = len(v)
+    survival = ((n - np.arange(n)) / n) ** n          # P(min* >= v_(i)), i = 1..n
+    cdf = 1.0 - np.append(survival[1:], 0.0)          # P(min* <= v_(i))
+    return v[np.searchsorted(cdf, rng.random(n_boot), side="left").clip(0, n - 1)]
 
 
 def optimizer_gap(frame: pd.DataFrame, by: Sequence[str] = ("model", "epochs"), error: str = "top1_err",
@@ -27,7 +34,7 @@ def optimizer_gap(frame: pd.DataFrame, by: Sequence[str] = ("model", "epochs"), 
         if not len(sgd) or not len(adamw):
             continue
         k = min(budget or min(len(sgd), len(adamw)), len(sgd), len(adamw))
-        draws = _best_ci(sgd, rng, n_boot) - _best_ci(adamw, rng, n_boot)
+        draws = bootstrap_min(sgd, rng, n_boot) - bootstrap_min(adamw, rng, n_boot)
         rows.append(dict(zip(by, key if isinstance(key, tuple) else (key,)),
                          best_sgd=sgd.min(), best_adamw=adamw.min(), gap=sgd.min() - adamw.min(),
                          gap_lo=np.quantile(draws, 0.025), gap_hi=np.quantile(draws, 0.975),

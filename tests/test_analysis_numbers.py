@@ -174,3 +174,13 @@ def test_good_ranges_find_the_bowl_and_importance_finds_lr():
     assert abs(ranges.loc["p50", "log10_lr"] + 3) < 0.3
     importance = hp_importance(trials)
     assert importance["lr"] > importance["wd"]   # the bowl is 4x steeper in lr
+
+
+def test_bootstrap_min_matches_resampling():
+    from analysis.gaps import bootstrap_min
+    v = np.array([5.0, 1.0, 3.0, 2.0, 8.0])
+    rng = np.random.default_rng(0)
+    exact = bootstrap_min(v, rng, 200_000)
+    resampled = v[rng.integers(0, 5, size=(200_000, 5))].min(axis=1)
+    for value in v:
+        assert np.mean(exact == value) == pytest.approx(np.mean(resampled == value), abs=0.005)

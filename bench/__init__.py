@@ -1,0 +1,1 @@
+"""Benchmark scripts (run as `python -m bench.NAME`); each prints one JSON object."""
