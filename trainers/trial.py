@@ -195,6 +195,14 @@ def train_trial(config: Dict[str, Any], on_epoch: Optional[EpochCallback] = None
         metrics = {"top1_err": chance, "top5_err": chance_error(trainer.num_classes, 5),
                    "ema_top1_err": chance if cfg.ema_decay else None}
         best = chance
+    return trial_row(cfg, status, metrics, best, train.get("train_loss"), epochs,
+                     time.time() - started, trainer)
+
+
+def trial_row(cfg: TrialConfig, status: str, metrics: Dict[str, float], best: float,
+              train_loss: Optional[float], epoch_log: List[Dict[str, Any]], wall_s: float,
+              trainer) -> Dict[str, Any]:
+    """The trial row of DESIGN.md (plus `epoch_log`) from a finished trial's numbers."""
     flops, params = model_profile(cfg.model, trainer.num_classes, cfg.dataset.size)
     return {
         "model": cfg.model, "family": get_spec(cfg.model).family, "flops": flops, "params": params,
@@ -202,10 +210,9 @@ def train_trial(config: Dict[str, Any], on_epoch: Optional[EpochCallback] = None
         "seed": cfg.seed, "dataset": cfg.dataset.name, "batch_size": cfg.batch_size,
         "status": status, "top1_err": metrics["top1_err"], "top5_err": metrics["top5_err"],
         "best_top1_err": best, "ema_top1_err": metrics.get("ema_top1_err"),
-        "train_loss": train.get("train_loss"), "epochs_done": len(epochs),
-        "wall_s": time.time() - started, "device": str(trainer.device),
+        "train_loss": train_loss, "epochs_done": len(epoch_log), "wall_s": wall_s,
         **run_info(trainer.device),
         "config_json": cfg.to_json(),
         "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "epoch_log": epochs,
+        "epoch_log": epoch_log,
     }

@@ -1,0 +1,79 @@
+"""Fused training: exactness against the same trial alone, and isolation of a diverging member."""
+
+import warnings
+
+import pytest
+import torch
+
+from trainers.config import ConfigError, TrialConfig
+from trainers.fused import FusedTrainer, train_fused
+from trainers.trial import Trainer
+
+DATA = {"name": "synthetic", "image_size": 8, "n_train": 64, "n_val": 32, "num_classes": 4}
+BASE = dict(epochs=3, batch_size=16, warmup_epochs=1, min_lr_ratio=0.1, device="cpu", dtype="float64",
+            dataset=DATA)
+
+
+@pytest.fixture(autouse=True)
+def vmap_fallbacks_are_errors():
+    """A vmap fallback to a per-member loop (e.g. fused attention on CPU) must fail the test."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*batching rule.*")
+        yield
+
+
+def members(model, optimizer, lrs, wds):
+    return [dict(BASE, model=model, optimizer=optimizer, lr=lr, wd=wd, seed=10 + i)
+            for i, (lr, wd) in enumerate(zip(lrs, wds))]
+
+
+@pytest.mark.parametrize("model", ["vit_p_tiny", "vit_c_tiny", "cnn_tiny"])
+@pytest.mark.parametrize("optimizer,lrs,wds", [("adamw", [1e-3, 4e-3, 2e-4], [0.05, 0.3, 0.0]),
+                                                ("sgd", [0.05, 0.2, 0.01], [1e-4, 1e-5, 0.0])])
+def test_each_member_matches_its_trial_alone(model, optimizer, lrs, wds):
+    configs = members(model, optimizer, lrs, wds)
+    fused = FusedTrainer([TrialConfig.from_dict(c) for c in configs])
+    for _ in range(2):   # 2 epochs x 4 steps: through warmup into the cosine
+        fused.train_epoch()
+    fused_eval = fused.evaluate()
+    for k, config in enumerate(configs):
+        alone = Trainer(TrialConfig.from_dict(config))
+        for _ in range(2):
+            alone.train_epoch()
+        for name, param in alone.model.named_parameters():
+            torch.testing.assert_close(fused.params[name][k], param.detach(), rtol=1e-5, atol=1e-9)
+        for name, buffer in alone.model.named_buffers():   # BatchNorm statistics, per member
+            torch.testing.assert_close(fused.buffers[name][k], buffer, rtol=1e-5, atol=1e-9)
+        assert fused_eval["top1_err"][k] == pytest.approx(alone.evaluate()["top1_err"])
+
+
+def test_diverging_member_is_masked_and_others_are_bit_identical():
+    keep = members("vit_c_tiny", "sgd", [0.05, 0.1], [1e-4, 1e-5])
+    bad = dict(keep[0], lr=1e6, seed=99)
+    with_bad = FusedTrainer([TrialConfig.from_dict(c) for c in (keep[0], bad, keep[1])])
+    without = FusedTrainer([TrialConfig.from_dict(c) for c in keep])
+    for _ in range(2):
+        with_bad.train_epoch(), without.train_epoch()
+    assert with_bad.alive.tolist() == [True, False, True] and with_bad.diverged_at[1] is not None
+    for name in without.params:
+        assert torch.equal(with_bad.params[name][[0, 2]], without.params[name]), name
+    for name in without.buffers:
+        assert torch.equal(with_bad.buffers[name][[0, 2]], without.buffers[name]), name
+
+
+def test_train_fused_returns_one_row_per_member():
+    configs = members("cnn_tiny", "adamw", [1e-3, 1e6], [0.05, 0.05])
+    seen = []
+    rows = train_fused(configs, on_epoch=lambda k, record: seen.append(k))
+    assert [r["status"] for r in rows] == ["ok", "diverged"]
+    assert rows[1]["top1_err"] == pytest.approx(75.0)   # chance error for 4 classes
+    assert rows[0]["epochs_done"] == 3 and seen == [0, 0, 0]
+    assert [r["lr"] for r in rows] == [1e-3, 1e6] and rows[0]["config_json"] != rows[1]["config_json"]
+
+
+def test_unfusable_members_are_rejected():
+    configs = members("cnn_tiny", "adamw", [1e-3, 2e-3], [0.05, 0.05])
+    with pytest.raises(ConfigError, match=r"differ in \['batch_size'\]"):
+        FusedTrainer([TrialConfig.from_dict(configs[0]), TrialConfig.from_dict(dict(configs[1], batch_size=8))])
+    with pytest.raises(ConfigError, match="mixup: 0.8 is not supported"):
+        FusedTrainer([TrialConfig.from_dict(dict(c, mixup=0.8)) for c in configs])

@@ -1,0 +1,209 @@
+"""Fused trials: K members of one (model, optimizer, epochs) cell trained as one vmapped computation.
+
+Members differ in lr, wd and seed (init and data order); each member's numbers match the same
+trial trained alone by `train_trial`. Parameters, buffers (BatchNorm statistics per member) and
+optimizer state are stacked along a leading K axis (`torch.func.stack_module_state`), the loss
+and gradients come from `vmap(grad_and_value(functional_call))`, and AdamW / SGD-Nesterov are
+applied to the stacked tensors with per-member lr and wd. torch.optim cannot take a learning rate
+per slice of one tensor, so the two update rules are written here, step for step as in
+torch.optim's single-tensor code. Nothing reduces across members.
+
+A member whose loss is non-finite or above `divergence_loss` is masked out at that step (its
+parameters stop changing) and reported `diverged`; the others go on unchanged.
+"""
+
+import copy
+import math
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.func import functional_call, grad_and_value, stack_module_state, vmap
+
+from trainers.config import ConfigError, TrialConfig
+from trainers.models import build_model, set_fused_attention
+from trainers.optim import build_schedule, scaled_lr
+from trainers.trial import _data_on, chance_error, resolve_device, trial_row
+
+PER_MEMBER = ("lr", "wd", "seed")
+UNSUPPORTED = ("mixup", "cutmix", "ema_decay", "grad_clip", "amp")  # must be off (0 / None / False)
+
+
+def check_fusable(cfgs: Sequence[TrialConfig]) -> None:
+    """Members must share everything but lr, wd and seed, and use the options fusion supports."""
+    first = cfgs[0].to_dict()
+    for cfg in cfgs[1:]:
+        diff = [k for k, v in cfg.to_dict().items() if k not in PER_MEMBER and v != first[k]]
+        if diff:
+            raise ConfigError(f"fused members differ in {diff}; only {PER_MEMBER} may differ")
+    for name in UNSUPPORTED:
+        if first[name]:
+            raise ConfigError(f"{name}: {first[name]!r} is not supported in fused training; train alone")
+
+
+class FusedTrainer:
+    """Trains K trial configs of one cell at once; `members[k]` mirrors `Trainer` for cfgs[k]."""
+
+    def __init__(self, cfgs: Sequence[TrialConfig]):
+        check_fusable(cfgs)
+        self.cfgs = list(cfgs)
+        cfg = cfgs[0]
+        self.k = len(cfgs)
+        self.device = resolve_device(cfg.device)
+        self.dtype = getattr(torch, cfg.dtype)
+        self.data = _data_on(cfg.dataset, self.device, cfg.num_workers)
+        self.num_classes = self.data.num_classes
+        models = []
+        for member in cfgs:
+            torch.manual_seed(member.seed)
+            model = build_model(member.model, self.num_classes, member.dataset.size).to(self.device, self.dtype)
+            # torch's fused attention kernel has no vmap batching rule and would fall back to a loop
+            models.append(set_fused_attention(model, False))
+        params, buffers = stack_module_state(models)
+        self.params = {n: p.detach() for n, p in params.items()}
+        self.buffers = buffers
+        self.base = copy.deepcopy(models[0]).to("meta")
+        self.generators = [torch.Generator().manual_seed(m.seed) for m in cfgs]
+        self.steps_per_epoch = self.data.steps_per_epoch(cfg.batch_size)
+        total = cfg.epochs * self.steps_per_epoch
+        warmup = round(cfg.warmup_epochs * self.steps_per_epoch)
+        self.schedules = []
+        for member in cfgs:  # timm's schedule on a stand-in optimizer gives each member's lr per step
+            lr = scaled_lr(member.lr, cfg.batch_size, cfg.reference_batch_size or cfg.batch_size)
+            stand_in = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=lr)
+            self.schedules.append((stand_in, build_schedule(stand_in, total, warmup, cfg.min_lr_ratio)))
+        shape = lambda p: (self.k,) + (1,) * (p.ndim - 1)
+        wd = torch.tensor([m.wd for m in cfgs], dtype=self.dtype, device=self.device)
+        # no decay on 1-D parameters of the member model (2-D once stacked)
+        self.wd = {n: (wd.view(shape(p)) if p.ndim > 2 else torch.zeros(shape(p), dtype=self.dtype, device=self.device))
+                   for n, p in self.params.items()}
+        self.state = {n: {} for n in self.params}
+        self.step = 0
+        self.alive = torch.ones(self.k, dtype=torch.bool, device=self.device)
+        self.diverged_at: List[Optional[int]] = [None] * self.k
+        self.grad_fn = vmap(grad_and_value(self._loss), in_dims=(0, 0, 0, 0))
+        self.forward = vmap(self._logits, in_dims=(0, 0, None))
+
+    def _logits(self, params, buffers, x):
+        return functional_call(self.base, (params, buffers), (x,))
+
+    def _loss(self, params, buffers, x, y):
+        logits = self._logits(params, buffers, x)
+        return F.cross_entropy(logits, y, label_smoothing=self.cfgs[0].label_smoothing)
+
+    def _lrs(self) -> torch.Tensor:
+        values = []
+        for stand_in, schedule in self.schedules:
+            schedule.step_update(self.step)
+            values.append(stand_in.param_groups[0]["lr"])
+        return torch.tensor(values, dtype=self.dtype, device=self.device)
+
+    def _update(self, grads: Dict[str, torch.Tensor], lrs: torch.Tensor) -> None:
+        """One AdamW or SGD-Nesterov step on every stacked parameter, dead members left as they are."""
+        optimizer = self.cfgs[0].optimizer
+        step = self.step + 1  # torch.optim counts steps from 1
+        for name, p in self.params.items():
+            g = grads[name]
+            lr = lrs.view((self.k,) + (1,) * (p.ndim - 1))
+            wd, state = self.wd[name], self.state[name]
+            if optimizer == "adamw":
+                beta1, beta2, eps = 0.9, 0.999, 1e-8
+                new = p * (1 - lr * wd)
+                m = state.setdefault("exp_avg", torch.zeros_like(p))
+                v = state.setdefault("exp_avg_sq", torch.zeros_like(p))
+                m.lerp_(g, 1 - beta1)
+                v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
+                bias1 = 1 - beta1 ** step
+                bias2_sqrt = math.sqrt(1 - beta2 ** step)
+                new = new - (lr / bias1) * (m / ((v.sqrt() / bias2_sqrt) + eps))
+            else:
+                momentum = 0.9
+                d_p = g + wd * p
+                buf = state.get("momentum_buffer")
+                buf = d_p.clone() if buf is None else buf.mul_(momentum).add_(d_p)
+                state["momentum_buffer"] = buf
+                new = p - lr * (d_p + momentum * buf)
+            alive = self.alive.view((self.k,) + (1,) * (p.ndim - 1))
+            self.params[name] = torch.where(alive, new, p)
+
+    def train_epoch(self) -> Dict[str, np.ndarray]:
+        """One epoch for all members; returns per-member mean train loss and last lr."""
+        self.base.train()
+        cfg = self.cfgs[0]
+        loss_sum = torch.zeros(self.k, dtype=torch.float64, device=self.device)
+        iterators = [self.data.train_batches(cfg.batch_size, g, self.dtype) for g in self.generators]
+        lrs = torch.zeros(self.k)
+        for batches in zip(*iterators):
+            x = torch.stack([b[0] for b in batches]).to(self.device)
+            y = torch.stack([b[1] for b in batches]).to(self.device)
+            lrs = self._lrs()
+            grads, losses = self.grad_fn(self.params, self.buffers, x, y)
+            bad = ~torch.isfinite(losses) | (losses > cfg.divergence_loss)
+            for k in torch.nonzero(bad & self.alive).flatten().tolist():
+                self.diverged_at[k] = self.step
+            self.alive &= ~bad
+            self._update(grads, lrs)
+            loss_sum += torch.where(self.alive, losses.detach().double(), torch.zeros_like(loss_sum))
+            self.step += 1
+        return {"train_loss": (loss_sum / self.steps_per_epoch).cpu().numpy(), "lr": lrs.cpu().numpy()}
+
+    @torch.no_grad()
+    def evaluate(self) -> Dict[str, np.ndarray]:
+        """Per-member top-1 and top-5 validation error (%)."""
+        self.base.eval()
+        correct1 = torch.zeros(self.k, device=self.device)
+        correct5 = torch.zeros(self.k, device=self.device)
+        total = 0
+        for x, y in self.data.val_batches(max(self.cfgs[0].batch_size, 256), self.dtype):
+            logits = self.forward(self.params, self.buffers, x.to(self.device))
+            top = logits.topk(min(5, logits.shape[-1]), dim=-1).indices
+            hits = top == y.to(self.device)[None, :, None]
+            correct1 += hits[..., 0].sum(1)
+            correct5 += hits.any(-1).sum(1)
+            total += len(y)
+        return {"top1_err": (100 * (1 - correct1 / total)).cpu().numpy(),
+                "top5_err": (100 * (1 - correct5 / total)).cpu().numpy()}
+
+
+def train_fused(configs: Sequence[Dict[str, Any]],
+                on_epoch: Optional[Callable[[int, Dict[str, Any]], None]] = None) -> List[Dict[str, Any]]:
+    """Train K trial configs of one cell fused; return K trial rows as `train_trial` would.
+
+    on_epoch(k, record) is called for each live member after each epoch.
+    """
+    cfgs = [TrialConfig.from_dict(c) for c in configs]
+    started = time.time()
+    trainer = FusedTrainer(cfgs)
+    logs: List[List[Dict[str, Any]]] = [[] for _ in cfgs]
+    best = np.full(len(cfgs), np.inf)
+    last: Dict[str, np.ndarray] = {}
+    for epoch in range(1, cfgs[0].epochs + 1):
+        t0 = time.time()
+        train = trainer.train_epoch()
+        if not trainer.alive.any():
+            break
+        metrics = trainer.evaluate()
+        last = {**train, **metrics}
+        for k in torch.nonzero(trainer.alive).flatten().tolist():
+            best[k] = min(best[k], metrics["top1_err"][k])
+            record = {"epoch": epoch, "train_loss": float(train["train_loss"][k]), "train_top1_err": None,
+                      "lr": float(train["lr"][k]), "top1_err": float(metrics["top1_err"][k]),
+                      "top5_err": float(metrics["top5_err"][k]), "ema_top1_err": None,
+                      "seconds": time.time() - t0}
+            logs[k].append(record)
+            if on_epoch is not None:
+                on_epoch(k, record)
+    rows = []
+    wall = time.time() - started
+    for k, cfg in enumerate(cfgs):
+        if trainer.diverged_at[k] is not None:
+            chance = chance_error(trainer.num_classes)
+            metrics = {"top1_err": chance, "top5_err": chance_error(trainer.num_classes, 5)}
+            rows.append(trial_row(cfg, "diverged", metrics, chance, None, logs[k], wall, trainer))
+        else:
+            metrics = {"top1_err": float(last["top1_err"][k]), "top5_err": float(last["top5_err"][k])}
+            rows.append(trial_row(cfg, "ok", metrics, float(best[k]), float(last["train_loss"][k]),
+                                  logs[k], wall, trainer))
+    return rows
