@@ -1,10 +1,12 @@
-"""Ray Tune wiring: one Tune trial per study trial, rows written to the store as trials finish."""
+"""Ray Tune wiring: one Tune trial per study trial (or per fused group of K), rows written to the
+store as trials finish."""
 
 import json
 import logging
 import os
 import tempfile
 import time
+from collections import Counter
 from datetime import datetime, timezone
 from typing import Dict, List, Optional
 
@@ -24,6 +26,7 @@ from study.spec import StudySpec  # noqa: E402
 from study.store import load_trials, open_root, stored_keys, write_spec_record, write_trial  # noqa: E402
 from trainers.models import get_spec  # noqa: E402
 from trainers.provenance import versions  # noqa: E402
+from trainers.fused import train_fused  # noqa: E402
 from trainers.trial import train_trial  # noqa: E402
 
 CRASH_DIR_ENV = "HPSTUDY_CRASH_DIR"
@@ -45,9 +48,11 @@ def _inject_crash(key: str) -> None:
 
 
 def run_tune_trial(config: Dict) -> None:
-    """Tune function trainable: train one trial, report each epoch, then report the final row."""
-    config = config["trial"]
-    _inject_crash(config["key"])
+    """Tune function trainable: train a group of trials (one, or K fused), report each epoch, then
+    report the final rows."""
+    group = config["trial"]
+    for key in group["keys"]:
+        _inject_crash(key)
     # One intra-op thread per CPU the trial holds: an inherited OMP_NUM_THREADS would oversubscribe
     # the node when several trials share it (measured 5x slower on 2 cores).
     cpus = ray.get_runtime_context().get_assigned_resources().get("CPU", 1)
@@ -56,9 +61,18 @@ def run_tune_trial(config: Dict) -> None:
     def report_epoch(record):
         tune.report({name: record[name] for name in EPOCH_METRICS})
 
-    row = train_trial(config["config"], on_epoch=report_epoch)
-    row["node"] = ray.get_runtime_context().get_node_id()
-    tune.report({"final": 1, "top1_err": row["top1_err"], "row_json": json.dumps(row)})
+    def report_fused_epoch(records):
+        best = min(records.values(), key=lambda r: r["top1_err"])
+        tune.report({"epoch": best["epoch"], "top1_err": best["top1_err"], "members_alive": len(records)})
+
+    if len(group["configs"]) == 1:
+        rows = [train_trial(group["configs"][0], on_epoch=report_epoch)]
+    else:
+        rows = train_fused(group["configs"], on_epoch=report_fused_epoch)
+    node = ray.get_runtime_context().get_node_id()
+    for key, row in zip(group["keys"], rows):
+        row.update(trial_key=key, node=node)
+    tune.report({"final": 1, "top1_err": min(r["top1_err"] for r in rows), "rows_json": json.dumps(rows)})
 
 
 def failed_row(trial: Trial, error: str) -> Dict:
@@ -83,28 +97,30 @@ class StoreWriter(tune.Callback):
         self.finished: List[Dict] = []       # small summaries, for progress and the final report
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
-        if "row_json" not in result:
+        if "rows_json" not in result:
             return
-        row = json.loads(result["row_json"])
-        epochs = row.pop("epoch_log")
-        row["trial_key"] = trial.config["trial"]["key"]
-        write_trial(self.store, self.study, row, epochs)
-        self._record(row)
+        for row in json.loads(result["rows_json"]):
+            epochs = row.pop("epoch_log")
+            write_trial(self.store, self.study, row, epochs)
+            self._record(row)
 
     def on_trial_error(self, iteration, trials, trial, **info):
-        key = trial.config["trial"]["key"]
-        if any(r["trial_key"] == key for r in self.finished):
-            return  # crashed after its row was stored: the stored row stands
-        row = failed_row(self.by_key[key], str(trial.get_error() or "unknown error"))
-        write_trial(self.store, self.study, row)
-        self._record(row)
+        stored = {r["trial_key"] for r in self.finished}
+        error = str(trial.get_error() or "unknown error")
+        for key in trial.config["trial"]["keys"]:
+            if key not in stored:  # a group that crashed after its rows were stored keeps them
+                row = failed_row(self.by_key[key], error)
+                write_trial(self.store, self.study, row)
+                self._record(row)
 
     def _record(self, row: Dict) -> None:
         self.finished.append({k: row.get(k) for k in ("trial_key", "model", "status", "top1_err", "wall_s")})
 
 
 def _trial_name(trial) -> str:
-    return f"{trial.config['trial']['config']['model']}-{trial.config['trial']['key']}"
+    group = trial.config["trial"]
+    fused = f"-x{len(group['keys'])}" if len(group["keys"]) > 1 else ""
+    return f"{group['configs'][0]['model']}{fused}-{group['keys'][0]}"
 
 
 def _ray_init(address: Optional[str], num_cpus: Optional[int]) -> bool:
@@ -119,19 +135,35 @@ def _ray_init(address: Optional[str], num_cpus: Optional[int]) -> bool:
     return True
 
 
+def fusion_groups(trials: List[Trial], sizes: Dict[str, int]) -> List[List[Trial]]:
+    """Trials of one (model, optimizer, epochs) cell in chunks of the model's fusion size, in order."""
+    cells: Dict[tuple, List[Trial]] = {}
+    for t in trials:
+        cells.setdefault((t.model, t.optimizer, t.epochs), []).append(t)
+    groups = []
+    for (model, _, _), members in cells.items():
+        k = sizes.get(model, 1)
+        groups += [members[i:i + k] for i in range(0, len(members), k)]
+    return groups
+
+
 def run_trials(study: str, trials: List[Trial], store: str, resources: Dict[str, float],
                max_retries: int, address: Optional[str] = None, max_concurrent: Optional[int] = None,
-               num_cpus: Optional[int] = None, progress_interval: float = 10.0) -> List[Dict]:
-    """Run `trials` on Ray Tune and store each as it ends; returns summaries of what was stored."""
+               num_cpus: Optional[int] = None, progress_interval: float = 10.0,
+               fusion: Optional[Dict[str, int]] = None) -> List[Dict]:
+    """Run `trials` on Ray Tune (K of a cell per Tune trial where `fusion` says so) and store each
+    as it ends; returns summaries of what was stored."""
     started_ray = _ray_init(address, num_cpus)
     writer = StoreWriter(store, study, trials)
+    groups = fusion_groups(trials, fusion or {})
     progress = ProgressPrinter(writer, len(trials), progress_interval)
     storage = os.path.join(tempfile.gettempdir(), "hpstudy-tune")
     try:
         tuner = tune.Tuner(
             tune.with_resources(run_tune_trial, {"cpu": resources["cpu"], "gpu": resources["gpu"]}),
-            param_space={"trial": tune.grid_search([{"key": t.key, "config": t.config}
-                                                    for t in trials])},
+            param_space={"trial": tune.grid_search([{"keys": [t.key for t in g],
+                                                     "configs": [t.config for t in g]}
+                                                    for g in groups])},
             tune_config=tune.TuneConfig(reuse_actors=True, max_concurrent_trials=max_concurrent,
                                         trial_name_creator=_trial_name,
                                         trial_dirname_creator=_trial_name),
@@ -169,8 +201,53 @@ def run_study(spec: StudySpec, store: str, fresh: bool = False, address: Optiona
           f"{len(pending)} to run; store {store}", flush=True)
     if pending:
         resources = {"cpu": spec.resources.cpu, "gpu": spec.resources.gpu}
-        run_trials(spec.name, pending, store, resources, spec.max_retries, address=address,
-                   max_concurrent=max_concurrent, num_cpus=num_cpus,
-                   progress_interval=progress_interval)
+        started_ray = _ray_init(address, num_cpus)
+        try:
+            fusion = fusion_sizes(spec, pending, resources)
+            run_trials(spec.name, pending, store, resources, spec.max_retries, address=address,
+                       max_concurrent=max_concurrent, num_cpus=num_cpus,
+                       progress_interval=progress_interval, fusion=fusion)
+        finally:
+            if started_ray:
+                ray.shutdown()
     stored = load_trials(store, spec.name)
     return stored[stored["trial_key"].isin({t.key for t in trials})].reset_index(drop=True)
+
+
+AUTO_FUSE_K = 8
+AUTO_FUSE_MIN_SPEEDUP = 1.2
+
+
+def fusion_sizes(spec: StudySpec, pending: List[Trial], resources: Dict[str, float]) -> Dict[str, int]:
+    """Members per fused group for each model: `fuse: K` as given, `off` 1, `auto` by measurement.
+
+    `auto` times K = 8 members fused against one alone on a worker with the trial's resources
+    (so on the device the trials will use) and fuses where that is at least 1.2x faster.
+    """
+    if spec.fuse == "off":
+        return {}
+    if spec.fuse != "auto":
+        return {m: int(spec.fuse) for m in spec.models}
+    measure = ray.remote(num_cpus=resources["cpu"], num_gpus=resources["gpu"])(_measure_fusion)
+    sizes = {}
+    for model in sorted({t.model for t in pending}):
+        cells = Counter((t.optimizer, t.epochs) for t in pending if t.model == model)
+        k = min(AUTO_FUSE_K, max(cells.values()))
+        if k < 2:
+            continue
+        cfg = next(t for t in pending if t.model == model).config
+        result = ray.get(measure.remote(resources["cpu"], model, cfg["optimizer"], cfg["batch_size"],
+                                        spec.dataset.size, k))
+        fuse = result["speedup"] >= AUTO_FUSE_MIN_SPEEDUP
+        print(f"fuse auto: {model}: {k} fused run {result['speedup']:.2f}x the speed of {k} alone "
+              f"-> {'fuse ' + str(k) if fuse else 'no fusion'}", flush=True)
+        if fuse:
+            sizes[model] = k
+    return sizes
+
+
+def _measure_fusion(cpus: float, *args) -> Dict[str, float]:
+    """measure_fusion on a Ray worker, with as many torch threads as the trial would have."""
+    from trainers.fused import measure_fusion
+    torch.set_num_threads(max(1, int(cpus)))
+    return measure_fusion(*args)

@@ -58,7 +58,7 @@ class StudySpec:
     seeds: Tuple[int, ...] = (0,)
     resources: Resources = Resources()
     max_retries: int = 2
-    fuse: Any = "off"
+    fuse: Any = "auto"
     source: Optional[Dict[str, Any]] = None        # the raw spec, kept for reports
 
     def box(self, model: str, optimizer: str) -> Box:
@@ -193,7 +193,7 @@ def parse_spec(raw: Any, check_paths: bool = True) -> StudySpec:
     max_retries = raw.get("max_retries", 2)
     if not isinstance(max_retries, int) or max_retries < 0:
         _fail("max_retries", max_retries, "an integer >= 0")
-    fuse = raw.get("fuse", "off")
+    fuse = raw.get("fuse", "auto")
     if not (fuse in FUSE_MODES or (isinstance(fuse, int) and not isinstance(fuse, bool) and fuse >= 1)):
         _fail("fuse", fuse, "off, auto or an integer K >= 1")
     space, family_space = _space(raw.get("space"), optimizers)

@@ -22,6 +22,7 @@ SMALL = {
               "sgd": {"lr": [0.01, 0.1], "wd": [1e-5, 1e-4]}},
     "resources": {"cpu": 1},
     "max_retries": 2,
+    "fuse": "off",
 }
 
 

@@ -123,3 +123,25 @@ def test_worker_crash_is_retried_then_failed_trials_rerun(tmp_path):
     assert second.returncode == 0, second.stderr[-3000:]
     assert "1 already stored, 1 to run" in second.stdout
     assert load_trials(store, "crash")["status"].tolist() == ["ok", "ok"]
+
+
+def test_fused_groups_store_k_rows_and_resume_per_member(local_ray, tmp_path, capsys):
+    from study.runner import fusion_groups, fusion_sizes
+    from study.store import write_trial
+    spec = parse_spec(small_spec(name="fused", models=["cnn_tiny"], optimizers=["adamw"], samples=4, fuse=2))
+    trials = expand(spec)
+    assert [len(g) for g in fusion_groups(trials, {"cnn_tiny": 2})] == [2, 2]
+    store = str(tmp_path)
+    # one member of the first group is already stored, as after a crash mid-study
+    write_trial(store, "fused", {"trial_key": trials[0].key, "model": "cnn_tiny", "optimizer": "adamw",
+                                 "status": "ok", "top1_err": 1.0, "finished_at": "2026-11-29T10:00:00+00:00"})
+    rows = run_study(spec, store).set_index("trial_key")
+    assert len(rows) == 4 and rows.loc[trials[0].key, "top1_err"] == 1.0   # not trained again
+    trained = rows.drop(trials[0].key)
+    assert set(trained["status"]) == {"ok"} and (trained["epochs_done"] == 1).all()
+    assert "3 to run" in capsys.readouterr().out
+    # fuse: auto measures on a worker and reports what it decided
+    auto = parse_spec(small_spec(name="auto", models=["cnn_tiny"], samples=2, fuse="auto"))
+    sizes = fusion_sizes(auto, expand(auto), {"cpu": 1, "gpu": 0})
+    assert "fuse auto: cnn_tiny: 2 fused run" in capsys.readouterr().out
+    assert sizes in ({}, {"cnn_tiny": 2})

@@ -168,10 +168,10 @@ class FusedTrainer:
 
 
 def train_fused(configs: Sequence[Dict[str, Any]],
-                on_epoch: Optional[Callable[[int, Dict[str, Any]], None]] = None) -> List[Dict[str, Any]]:
+                on_epoch: Optional[Callable[[Dict[int, Dict[str, Any]]], None]] = None) -> List[Dict[str, Any]]:
     """Train K trial configs of one cell fused; return K trial rows as `train_trial` would.
 
-    on_epoch(k, record) is called for each live member after each epoch.
+    on_epoch({k: record}) is called after each epoch with the records of the live members.
     """
     cfgs = [TrialConfig.from_dict(c) for c in configs]
     started = time.time()
@@ -186,6 +186,7 @@ def train_fused(configs: Sequence[Dict[str, Any]],
             break
         metrics = trainer.evaluate()
         last = {**train, **metrics}
+        records = {}
         for k in torch.nonzero(trainer.alive).flatten().tolist():
             best[k] = min(best[k], metrics["top1_err"][k])
             record = {"epoch": epoch, "train_loss": float(train["train_loss"][k]), "train_top1_err": None,
@@ -193,8 +194,9 @@ def train_fused(configs: Sequence[Dict[str, Any]],
                       "top5_err": float(metrics["top5_err"][k]), "ema_top1_err": None,
                       "seconds": time.time() - t0}
             logs[k].append(record)
-            if on_epoch is not None:
-                on_epoch(k, record)
+            records[k] = record
+        if on_epoch is not None:
+            on_epoch(records)
     rows = []
     wall = time.time() - started
     for k, cfg in enumerate(cfgs):
@@ -207,3 +209,32 @@ def train_fused(configs: Sequence[Dict[str, Any]],
             rows.append(trial_row(cfg, "ok", metrics, float(best[k]), float(last["train_loss"][k]),
                                   logs[k], wall, trainer))
     return rows
+
+
+def measure_fusion(model: str, optimizer: str, batch_size: int, image_size: int, k: int, steps: int = 3,
+                   device: str = "auto", dtype: str = "float32") -> Dict[str, float]:
+    """Time K members fused against one trial alone (then x K, as K trials one after another).
+
+    Both train `steps` steps of synthetic data after a warm-up epoch; speedup = K t_alone / t_fused.
+    """
+    data = {"name": "synthetic", "image_size": image_size, "n_train": batch_size * steps,
+            "n_val": batch_size, "num_classes": 10}
+    base = dict(model=model, optimizer=optimizer, epochs=2, lr=1e-3, wd=1e-4, batch_size=batch_size,
+                dataset=data, device=device, dtype=dtype)
+    from trainers.trial import Trainer
+
+    def timed(trainer) -> float:
+        trainer.train_epoch()                       # warm-up: allocations, kernel selection
+        if trainer.device.type == "cuda":
+            torch.cuda.synchronize(trainer.device)
+        start = time.perf_counter()
+        trainer.train_epoch()
+        if trainer.device.type == "cuda":
+            torch.cuda.synchronize(trainer.device)
+        return (time.perf_counter() - start) / steps
+
+    alone = timed(Trainer(TrialConfig.from_dict(base)))
+    fused = timed(FusedTrainer([TrialConfig.from_dict(dict(base, seed=i)) for i in range(k)]))
+    return {"alone_step_s": alone, "fused_step_s": fused, "speedup": k * alone / fused,
+            "samples_per_s_per_member_alone": batch_size / alone,
+            "samples_per_s_per_member_fused": batch_size / fused}

@@ -1,0 +1,51 @@
+"""K members trained fused against the same K trained one after another, per model, batch and K.
+
+    python -m bench.fused [--models vit_p_tiny,vit_c_tiny,cnn_tiny] [--ks 1,4,8,16,64]
+                          [--batches 1,8,128] [--image-size 32] [--device auto] [--steps 3]
+
+Prints one JSON object: per (model, batch, K) the step time alone and fused, samples/s per member
+both ways, and the speedup K t_alone / t_fused (>1: fusion wins). On a GPU run it also with
+`--models vit_c_1gf,vit_p_1gf --image-size 224`.
+"""
+
+import argparse
+import json
+import os
+import platform
+
+import torch
+
+from trainers.fused import measure_fusion
+from trainers.trial import resolve_device
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default="vit_p_tiny,vit_c_tiny,cnn_tiny")
+    parser.add_argument("--ks", default="1,4,8,16,64")
+    parser.add_argument("--batches", default="1,8,128")
+    parser.add_argument("--image-size", type=int, default=32)
+    parser.add_argument("--optimizer", default="adamw")
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--max-samples", type=int, default=4096,
+                        help="skip (K x batch) above this, to bound the run time on CPUs")
+    args = parser.parse_args()
+    results = []
+    for model in args.models.split(","):
+        for batch in map(int, args.batches.split(",")):
+            for k in map(int, args.ks.split(",")):
+                if k * batch > args.max_samples:
+                    continue
+                r = measure_fusion(model, args.optimizer, batch, args.image_size, k, args.steps, args.device)
+                results.append({"model": model, "batch": batch, "k": k,
+                                **{name: round(value, 5) for name, value in r.items()}})
+    device = resolve_device(args.device)
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    print(json.dumps({"bench": "fused", "device": name, "image_size": args.image_size,
+                      "optimizer": args.optimizer, "threads": torch.get_num_threads(),
+                      "machine": f"{platform.machine()}, {os.cpu_count()} cores", "results": results}))
+
+
+if __name__ == "__main__":
+    main()
