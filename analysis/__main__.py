@@ -9,18 +9,16 @@ import sys
 
 import pandas as pd
 
+from study.cli import add_store_args
+
 
 def main(argv=None) -> int:
     """Entry point; exit 2 on a bad store or study."""
     parser = argparse.ArgumentParser(prog="python -m analysis", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    report = sub.add_parser("report", help="figures, tables and index.html for a study")
-    report.add_argument("--store", default="results")
-    report.add_argument("--study", required=True)
-    report.add_argument("--out", default=None, help="folder (default: <store>/report/<study>)")
-    query = sub.add_parser("query", help="rows of the trials table matching a pandas query")
-    query.add_argument("--store", default="results")
-    query.add_argument("--study", default=None)
+    add_store_args(sub.add_parser("report", help="figures, tables and index.html for a study"),
+                   study_required=True, out=True)
+    query = add_store_args(sub.add_parser("query", help="rows of the trials table matching a pandas query"))
     query.add_argument("expr", help="a DataFrame.query expression, e.g. \"status == 'diverged'\"")
     query.add_argument("--columns", default="study,model,optimizer,epochs,lr,wd,status,top1_err")
     args = parser.parse_args(argv)

@@ -36,6 +36,16 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--progress-interval", type=float, default=10.0, help="seconds between status lines")
 
 
+def add_store_args(p: argparse.ArgumentParser, study_required: bool = False,
+                   out: bool = False) -> argparse.ArgumentParser:
+    """--store and --study (and --out) of the commands that read a store."""
+    p.add_argument("--store", default="./results", help="store root: a path or a URI")
+    p.add_argument("--study", required=study_required, default=None)
+    if out:
+        p.add_argument("--out", default=None, help="report folder (default: <store>/report/<study>)")
+    return p
+
+
 def _fail(message: str) -> int:
     print(f"error: {message}", file=sys.stderr)
     return 2
@@ -72,7 +82,8 @@ def print_plan(spec: StudySpec, trials, pending, assume_tflops: Optional[float])
     pending_keys = {t.key for t in pending}
     print(f"study {spec.name}: {len(trials)} trials, {len(pending)} to run "
           f"({len(trials) - len(pending)} already stored); sampler {spec.sampler}, "
-          f"{'paired' if spec.paired else 'unpaired'} samples; resources per trial {spec.resources}")
+          f"{'paired' if spec.paired else 'unpaired'} samples; resources per trial {spec.resources}; "
+          f"fuse {spec.fuse}")
     print(f"{'model':<14} {'optimizer':<9} {'epochs':>6} {'trials':>6} {'to run':>6}  "
           f"{'lr box':<22} {'wd box':<22} {'GFLOPs':>7} {'trial-h':>8}")
     total_hours = 0.0
@@ -169,17 +180,11 @@ def hpstudy_main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="hpstudy", description="Hyperparameter-robustness studies.")
     sub = parser.add_subparsers(dest="command", required=True)
     add_run_args(sub.add_parser("run", help="run a study (same flags as run_edf.py)"))
-    p_status = sub.add_parser("status", help="what a store holds for a study")
-    p_status.add_argument("--store", default="./results")
-    p_status.add_argument("--study", default=None)
+    p_status = add_store_args(sub.add_parser("status", help="what a store holds for a study"))
     p_status.add_argument("--config", default=None, help="spec to compare against (how complete)")
-    p_report = sub.add_parser("report", help="write a study's report (see python -m analysis)")
-    p_report.add_argument("--store", default="./results")
-    p_report.add_argument("--study", required=True)
-    p_report.add_argument("--out", default=None)
-    p_compact = sub.add_parser("compact", help="merge a study's per-trial files")
-    p_compact.add_argument("--store", default="./results")
-    p_compact.add_argument("--study", required=True)
+    add_store_args(sub.add_parser("report", help="write a study's report (see python -m analysis)"),
+                   study_required=True, out=True)
+    add_store_args(sub.add_parser("compact", help="merge a study's per-trial files"), study_required=True)
     args = parser.parse_args(argv)
     try:
         if args.command == "run":
