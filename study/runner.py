@@ -106,7 +106,7 @@ class StoreWriter(tune.Callback):
 
     def on_trial_error(self, iteration, trials, trial, **info):
         stored = {r["trial_key"] for r in self.finished}
-        error = str(trial.get_error() or "unknown error")
+        error = _error_text(trial)
         for key in trial.config["trial"]["keys"]:
             if key not in stored:  # a group that crashed after its rows were stored keeps them
                 row = failed_row(self.by_key[key], error)
@@ -115,6 +115,16 @@ class StoreWriter(tune.Callback):
 
     def _record(self, row: Dict) -> None:
         self.finished.append({k: row.get(k) for k in ("trial_key", "model", "status", "top1_err", "wall_s")})
+
+
+def _error_text(trial) -> str:
+    """The trial's error trace: Tune writes it to the trial's local folder first, and only later to
+    storage (where `Trial.get_error` reads), so read the local file when it is there."""
+    path = trial.error_file
+    if path and os.path.exists(path):
+        with open(path) as f:
+            return f.read()
+    return str(trial.get_error() or "unknown error")
 
 
 def _trial_name(trial) -> str:
