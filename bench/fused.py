@@ -12,6 +12,7 @@ import argparse
 import json
 import os
 import platform
+import sys
 
 import torch
 
@@ -37,9 +38,14 @@ def main() -> None:
             for k in map(int, args.ks.split(",")):
                 if k * batch > args.max_samples:
                     continue
-                r = measure_fusion(model, args.optimizer, batch, args.image_size, k, args.steps, args.device)
-                results.append({"model": model, "batch": batch, "k": k,
-                                **{name: round(value, 5) for name, value in r.items()}})
+                entry = {"model": model, "batch": batch, "k": k}
+                try:
+                    r = measure_fusion(model, args.optimizer, batch, args.image_size, k, args.steps, args.device)
+                    entry.update({name: round(value, 5) for name, value in r.items()})
+                except (ValueError, RuntimeError) as exc:   # e.g. BatchNorm cannot train at batch 1
+                    entry["error"] = str(exc).splitlines()[0]
+                results.append(entry)
+                print(json.dumps(entry), file=sys.stderr, flush=True)
     device = resolve_device(args.device)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     print(json.dumps({"bench": "fused", "device": name, "image_size": args.image_size,

@@ -1,7 +1,7 @@
 """Orchestration overhead: a study of N short trials through run_study on a local Ray against the
 same trials run back-to-back in one process with no Ray; prints one JSON object.
 
-    python -m bench.orchestration [--trials 40] [--epochs 2] [--concurrency 2]
+    python -m bench.orchestration [--trials 40] [--epochs 2] [--concurrency 2] [--micro]
 
 overhead ratio = Ray study wall / (sum of raw trial walls / concurrency); per-trial overhead =
 (Ray wall - raw sum / concurrency) / N. The Ray phase runs first so the driver's peak RSS
@@ -26,9 +26,14 @@ from study.spec import parse_spec  # noqa: E402
 from trainers.trial import train_trial  # noqa: E402
 
 
-def bench_spec(trials: int, epochs: int) -> dict:
-    """vit_c_tiny and cnn_tiny on digits, AdamW and SGD: trials / 4 samples per cell."""
-    return {"name": "bench_orchestration", "dataset": {"name": "digits", "image_size": 16},
+MICRO_DATA = {"name": "synthetic", "image_size": 8, "n_train": 32, "n_val": 16, "num_classes": 4}
+
+
+def bench_spec(trials: int, epochs: int, micro: bool = False) -> dict:
+    """vit_c_tiny and cnn_tiny on digits (or on micro synthetic data: near-zero trials, to isolate
+    orchestration cost and driver memory), AdamW and SGD: trials / 4 samples per cell."""
+    dataset = MICRO_DATA if micro else {"name": "digits", "image_size": 16}
+    return {"name": "bench_orchestration", "dataset": dataset, "fuse": "off",
             "recipe": {"batch_size": 64, "warmup_epochs": 0.5, "device": "cpu"},
             "models": ["vit_c_tiny", "cnn_tiny"], "optimizers": ["adamw", "sgd"], "epochs": [epochs],
             "samples": max(1, trials // 4), "sampler": "sobol",
@@ -42,8 +47,9 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=40)
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--concurrency", type=int, default=2)
+    parser.add_argument("--micro", action="store_true", help="near-zero trials (synthetic 8 px data)")
     args = parser.parse_args()
-    spec = parse_spec(bench_spec(args.trials, args.epochs))
+    spec = parse_spec(bench_spec(args.trials, args.epochs, args.micro))
     trials = expand(spec)
     with tempfile.TemporaryDirectory() as store:
         t0 = time.perf_counter()
@@ -58,7 +64,7 @@ def main() -> None:
         raw.append(time.perf_counter() - t)
     ideal = sum(raw) / args.concurrency
     print(json.dumps({
-        "bench": "orchestration", "trials": len(trials), "epochs": args.epochs,
+        "bench": "orchestration", "trials": len(trials), "epochs": args.epochs, "micro": args.micro,
         "concurrency": args.concurrency, "stored_rows": len(rows),
         "mean_raw_trial_s": round(sum(raw) / len(raw), 3), "raw_sum_s": round(sum(raw), 2),
         "ray_study_wall_s": round(ray_wall, 2), "overhead_ratio": round(ray_wall / ideal, 4),
