@@ -9,10 +9,12 @@ overhead ratio = Ray study wall / (sum of raw trial walls / concurrency); per-tr
 """
 
 import argparse
+import contextlib
 import json
 import os
 import platform
 import resource
+import sys
 import tempfile
 import time
 
@@ -51,7 +53,7 @@ def main() -> None:
     args = parser.parse_args()
     spec = parse_spec(bench_spec(args.trials, args.epochs, args.micro))
     trials = expand(spec)
-    with tempfile.TemporaryDirectory() as store:
+    with tempfile.TemporaryDirectory() as store, contextlib.redirect_stdout(sys.stderr):
         t0 = time.perf_counter()
         rows = run_study(spec, store, num_cpus=args.concurrency, progress_interval=1e9)
         ray_wall = time.perf_counter() - t0
