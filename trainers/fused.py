@@ -25,7 +25,7 @@ from torch.func import functional_call, grad_and_value, stack_module_state, vmap
 from trainers.config import ConfigError, TrialConfig
 from trainers.models import build_model, set_fused_attention
 from trainers.optim import build_schedule, scaled_lr
-from trainers.trial import _data_on, chance_error, resolve_device, trial_row
+from trainers.trial import Trainer, chance_error, data_on_device, resolve_device, trial_row
 
 PER_MEMBER = ("lr", "wd", "seed")
 UNSUPPORTED = ("mixup", "cutmix", "ema_decay", "grad_clip", "amp")  # must be off (0 / None / False)
@@ -53,7 +53,7 @@ class FusedTrainer:
         self.k = len(cfgs)
         self.device = resolve_device(cfg.device)
         self.dtype = getattr(torch, cfg.dtype)
-        self.data = _data_on(cfg.dataset, self.device, cfg.num_workers)
+        self.data = data_on_device(cfg.dataset, self.device, cfg.num_workers)
         self.num_classes = self.data.num_classes
         models = []
         for member in cfgs:
@@ -221,7 +221,6 @@ def measure_fusion(model: str, optimizer: str, batch_size: int, image_size: int,
             "n_val": batch_size, "num_classes": 10}
     base = dict(model=model, optimizer=optimizer, epochs=2, lr=1e-3, wd=1e-4, batch_size=batch_size,
                 dataset=data, device=device, dtype=dtype)
-    from trainers.trial import Trainer
 
     def timed(trainer) -> float:
         trainer.train_epoch()                       # warm-up: allocations, kernel selection

@@ -38,7 +38,7 @@ def resolve_device(name: str) -> torch.device:
 
 
 @lru_cache(maxsize=2)
-def _data_on(spec: DataSpec, device: torch.device, num_workers: int):
+def data_on_device(spec: DataSpec, device: torch.device, num_workers: int):
     """The dataset on `device`, cached per worker process so reused Ray actors load it once."""
     return load_data(spec, num_workers).to(device)
 
@@ -69,7 +69,7 @@ class Trainer:
         on_cuda = self.device.type == "cuda"
         self.amp = on_cuda if cfg.amp is None else cfg.amp
         channels_last = on_cuda if cfg.channels_last is None else cfg.channels_last
-        self.data = _data_on(cfg.dataset, self.device, cfg.num_workers)
+        self.data = data_on_device(cfg.dataset, self.device, cfg.num_workers)
         self.num_classes = self.data.num_classes
 
         torch.manual_seed(cfg.seed)
