@@ -1,4 +1,5 @@
-"""Ray Tune wiring: one Tune trial per study trial (or per fused group of K), rows written to the
+"""Ray Tune wiring: one Tune trial per study trial (or per fused group of K), handed out by a queue
+searcher; rows are written to the
 store as trials finish."""
 
 import json
@@ -19,6 +20,7 @@ os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # our ProgressPrinter replaces
 import ray  # noqa: E402
 import torch  # noqa: E402
 from ray import tune  # noqa: E402
+from ray.tune.search import Searcher  # noqa: E402
 
 from study.progress import ProgressPrinter  # noqa: E402
 from study.sampling import Trial, expand  # noqa: E402
@@ -47,10 +49,10 @@ def _inject_crash(key: str) -> None:
             os._exit(1)
 
 
-def run_tune_trial(config: Dict) -> None:
+def run_tune_trial(config: Dict, groups: List[Dict]) -> None:
     """Tune function trainable: train a group of trials (one, or K fused), report each epoch, then
     report the final rows."""
-    group = config["trial"]
+    group = groups[config["group"]]
     for key in group["keys"]:
         _inject_crash(key)
     # One intra-op thread per CPU the trial holds: an inherited OMP_NUM_THREADS would oversubscribe
@@ -88,12 +90,34 @@ def failed_row(trial: Trial, error: str) -> Dict:
     }
 
 
+class GroupQueue(Searcher):
+    """Hands out the study's trial groups in order, one index per Tune trial.
+
+    Tune's grid_search deep-copies the whole value list for every variant, which is quadratic in
+    the number of trials (5,000 trials never started); this is linear.
+    """
+
+    def __init__(self, n_groups: int):
+        super().__init__()
+        self.n_groups, self.next_group = n_groups, 0
+
+    def suggest(self, trial_id: str):
+        if self.next_group >= self.n_groups:
+            return Searcher.FINISHED
+        self.next_group += 1
+        return {"group": self.next_group - 1}
+
+    def on_trial_complete(self, trial_id: str, result=None, error: bool = False) -> None:
+        pass
+
+
 class StoreWriter(tune.Callback):
     """Writes each finished trial (and its epochs) to the store from the driver, exactly once."""
 
-    def __init__(self, store: str, study: str, trials: List[Trial]):
+    def __init__(self, store: str, study: str, trials: List[Trial], groups: List[Dict]):
         self.store, self.study = store, study
         self.by_key = {t.key: t for t in trials}
+        self.groups = groups
         self.finished: List[Dict] = []       # small summaries, for progress and the final report
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
@@ -107,7 +131,7 @@ class StoreWriter(tune.Callback):
     def on_trial_error(self, iteration, trials, trial, **info):
         stored = {r["trial_key"] for r in self.finished}
         error = _error_text(trial)
-        for key in trial.config["trial"]["keys"]:
+        for key in self.groups[trial.config["group"]]["keys"]:
             if key not in stored:  # a group that crashed after its rows were stored keeps them
                 row = failed_row(self.by_key[key], error)
                 write_trial(self.store, self.study, row)
@@ -128,9 +152,7 @@ def _error_text(trial) -> str:
 
 
 def _trial_name(trial) -> str:
-    group = trial.config["trial"]
-    fused = f"-x{len(group['keys'])}" if len(group["keys"]) > 1 else ""
-    return f"{group['configs'][0]['model']}{fused}-{group['keys'][0]}"
+    return f"group-{trial.config['group']:06d}"
 
 
 def _ray_init(address: Optional[str], num_cpus: Optional[int]) -> bool:
@@ -164,17 +186,17 @@ def run_trials(study: str, trials: List[Trial], store: str, resources: Dict[str,
     """Run `trials` on Ray Tune (K of a cell per Tune trial where `fusion` says so) and store each
     as it ends; returns summaries of what was stored."""
     started_ray = _ray_init(address, num_cpus)
-    writer = StoreWriter(store, study, trials)
-    groups = fusion_groups(trials, fusion or {})
+    groups = [{"keys": [t.key for t in g], "configs": [t.config for t in g]}
+              for g in fusion_groups(trials, fusion or {})]
+    writer = StoreWriter(store, study, trials, groups)
     progress = ProgressPrinter(writer, len(trials), progress_interval)
     storage = os.path.join(tempfile.gettempdir(), "hpstudy-tune")
     try:
         tuner = tune.Tuner(
-            tune.with_resources(run_tune_trial, {"cpu": resources["cpu"], "gpu": resources["gpu"]}),
-            param_space={"trial": tune.grid_search([{"keys": [t.key for t in g],
-                                                     "configs": [t.config for t in g]}
-                                                    for g in groups])},
-            tune_config=tune.TuneConfig(reuse_actors=True, max_concurrent_trials=max_concurrent,
+            tune.with_resources(tune.with_parameters(run_tune_trial, groups=groups),
+                                {"cpu": resources["cpu"], "gpu": resources["gpu"]}),
+            tune_config=tune.TuneConfig(search_alg=GroupQueue(len(groups)), num_samples=len(groups),
+                                        reuse_actors=True, max_concurrent_trials=max_concurrent,
                                         trial_name_creator=_trial_name,
                                         trial_dirname_creator=_trial_name),
             run_config=tune.RunConfig(
