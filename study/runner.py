@@ -1,6 +1,5 @@
 """Ray Tune wiring: one Tune trial per study trial (or per fused group of K), handed out by a queue
-searcher; rows are written to the
-store as trials finish."""
+searcher; rows are written to the store as trials finish."""
 
 import json
 import logging
