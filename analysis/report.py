@@ -9,7 +9,7 @@ from typing import Dict, List, Tuple
 import numpy as np
 import pandas as pd
 
-from analysis.edf import EDF_CONVENTION, bootstrap_band, edf_table
+from analysis.edf import EDF_CONVENTION, bootstrap_band, dkw_epsilon, edf_table
 from analysis.figures import (delta_edf_figure, delta_error_vs_epochs_figure, error_vs_epochs_figure,
                               expected_best_figure, hp_scatter_figure, save_figure)
 from analysis.gaps import length_gap, optimizer_gap, peak_table
@@ -47,7 +47,7 @@ def summary_table(trials: pd.DataFrame) -> pd.DataFrame:
                      "diverged_share": status.get("diverged", 0) / max(1, len(usable)),
                      "best": usable.min() if len(usable) else np.nan,
                      "median": np.median(usable) if len(usable) else np.nan,
-                     "dkw_eps_95": np.sqrt(np.log(2 / 0.05) / (2 * len(usable))) if len(usable) else np.nan,
+                     "dkw_eps_95": float(dkw_epsilon(len(usable))) if len(usable) else np.nan,
                      "bootstrap_eps_95": bootstrap_band(usable, n_boot=300) if len(usable) > 1 else np.nan})
     return pd.DataFrame(rows)
 
