@@ -2,6 +2,9 @@
 
     python -m analysis report --store results --study demo_digits --out report/
     python -m analysis query --store results "model == 'vit_c_tiny' and top1_err < 5"
+
+This is the command-line layer: it loads from the store (study.store) and hands DataFrames to the
+analysis library, which itself never reads a store.
 """
 
 import argparse
@@ -9,32 +12,43 @@ import sys
 
 import pandas as pd
 
-from study.cli import add_store_args
+from study.cli import add_store_args, write_report
+from study.store import load_trials
+from trainers.errors import HpstudyError, exits_on_user_error
 
 
+class QueryError(HpstudyError):
+    """A query expression or column list that pandas cannot use on the trials table."""
+
+
+def query(store: str, study: str, expr: str, columns: str) -> str:
+    """The rows of the trials table matching a DataFrame.query expression, as text."""
+    trials = load_trials(store, study)
+    try:
+        frame = trials.query(expr)[columns.split(",")]
+    except Exception as exc:   # pandas raises many types for a bad expression; all are the user's
+        raise QueryError(f"query: bad expression or column in {expr!r} / {columns!r} ({exc}); "
+                         f"columns: {', '.join(trials.columns)}")
+    with pd.option_context("display.max_rows", 200, "display.width", 200):
+        return frame.to_string(index=False)
+
+
+@exits_on_user_error
 def main(argv=None) -> int:
-    """Entry point; exit 2 on a bad store or study."""
+    """Entry point; exit 2 on a bad store, study or query."""
     parser = argparse.ArgumentParser(prog="python -m analysis", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     add_store_args(sub.add_parser("report", help="figures, tables and index.html for a study"),
                    study_required=True, out=True)
-    query = add_store_args(sub.add_parser("query", help="rows of the trials table matching a pandas query"))
-    query.add_argument("expr", help="a DataFrame.query expression, e.g. \"status == 'diverged'\"")
-    query.add_argument("--columns", default="study,model,optimizer,epochs,lr,wd,status,top1_err")
+    parsed = add_store_args(sub.add_parser("query", help="rows of the trials table matching a pandas query"))
+    parsed.add_argument("expr", help="a DataFrame.query expression, e.g. \"status == 'diverged'\"")
+    parsed.add_argument("--columns", default="study,model,optimizer,epochs,lr,wd,status,top1_err")
     args = parser.parse_args(argv)
-    from study.store import load_trials
-    try:
-        if args.command == "report":
-            from study.cli import write_report
-            write_report(args.store, args.study, args.out)
-            return 0
-        frame = load_trials(args.store, args.study).query(args.expr)
-        with pd.option_context("display.max_rows", 200, "display.width", 200):
-            print(frame[args.columns.split(",")].to_string(index=False))
-        return 0
-    except (ValueError, KeyError, pd.errors.UndefinedVariableError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    if args.command == "report":
+        write_report(args.store, args.study, args.out)
+    else:
+        print(query(args.store, args.study, args.expr, args.columns))
+    return 0
 
 
 if __name__ == "__main__":

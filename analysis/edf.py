@@ -2,13 +2,15 @@
 
 Conventions (recorded in every output): F(e) = fraction of a group's trials with error <= e, a
 right-continuous step function; diverged trials are in the table at chance error and count;
-failed trials are excluded (and counted by `analysis.table.split_failed`).
+failed trials are excluded by the caller (and counted by `analysis.report.split_failed`).
 """
 
 from typing import Dict, Optional, Sequence, Union
 
 import numpy as np
 import pandas as pd
+
+from trainers.schema import DIVERGED
 
 EDF_CONVENTION = "F(e) = #{trials with error <= e} / n (right-continuous step); diverged at chance error"
 
@@ -86,7 +88,7 @@ def edf_table(frame: pd.DataFrame, by: Sequence[str] = ("model",), error: str = 
     data["F"] = grouped[error].rank(method="max").to_numpy() / n
     data["n"] = n
     data["dkw_eps"] = dkw_epsilon(n, alpha)
-    data["diverged_share"] = grouped["status"].transform(lambda s: (s == "diverged").mean())
+    data["diverged_share"] = grouped["status"].transform(lambda s: (s == DIVERGED).mean())
     data["delta"] = data[error] - data["reference"]
     data["reference_kind"] = kind
     return data.drop(columns="status").rename(columns={error: "error"}).reset_index(drop=True)

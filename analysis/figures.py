@@ -16,7 +16,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from analysis.stats import expected_best, expected_best_band
-from trainers.models import get_spec, list_models
+from trainers.schema import DIVERGED
+from trainers.zoo import SIZE_ORDER, get_spec, list_models
 
 PANEL = (3.0, 2.0)   # inches per panel
 OKABE_ITO = {"blue": "#0072B2", "sky": "#56B4E9", "vermillion": "#D55E00", "orange": "#E69F00",
@@ -24,7 +25,6 @@ OKABE_ITO = {"blue": "#0072B2", "sky": "#56B4E9", "vermillion": "#D55E00", "oran
 FAMILY_COLOURS = {"vit_p": ["blue", "sky"], "vit_c": ["vermillion", "orange"],
                   "cnn": ["green", "purple", "black"]}
 FAMILY_LINES = {"vit_p": "-", "vit_c": "--", "cnn": ":"}
-SIZE_ORDER = ["tiny", "1gf", "4gf", "18gf", "36gf"]
 STYLE = {"pdf.fonttype": 42, "ps.fonttype": 42, "svg.hashsalt": "hpstudy", "svg.fonttype": "path",
          "font.size": 7, "axes.titlesize": 7, "axes.labelsize": 7, "legend.fontsize": 6,
          "xtick.labelsize": 6, "ytick.labelsize": 6, "lines.linewidth": 1.2, "axes.linewidth": 0.6,
@@ -136,7 +136,7 @@ def hp_scatter_figure(frame: pd.DataFrame, ranges: Dict[str, pd.DataFrame], erro
 def error_vs_epochs_figure(frame: pd.DataFrame, error: str = "top1_err") -> Figure:
     """Best error against training epochs per model, AdamW and SGD, diverged runs dashed (Fig 3)."""
     best = frame.groupby(["model", "optimizer", "epochs"]).agg(
-        err=(error, "min"), diverged=("status", lambda s: (s == "diverged").all())).reset_index()
+        err=(error, "min"), diverged=("status", lambda s: (s == DIVERGED).all())).reset_index()
     with style():
         sizes = _sizes(best["model"].unique())
         fig, axes = _grid(len(sizes))

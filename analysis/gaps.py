@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.stats import expected_best
+from trainers.schema import DIVERGED
 
 
 def bootstrap_min(errors: np.ndarray, rng: np.random.Generator, n_boot: int) -> np.ndarray:
@@ -53,7 +54,7 @@ def length_gap(frame: pd.DataFrame, by: Sequence[str] = ("model", "optimizer"),
     rows = []
     for key, group in frame.groupby(list(by), sort=True):
         per_epoch = group.groupby("epochs").agg(err=(error, "min"),
-                                                all_diverged=("status", lambda s: (s == "diverged").all()))
+                                                all_diverged=("status", lambda s: (s == DIVERGED).all()))
         e_max = per_epoch.index.max()
         usable = per_epoch[~per_epoch["all_diverged"]]
         fallback = bool(per_epoch.loc[e_max, "all_diverged"]) and len(usable) > 0

@@ -4,7 +4,7 @@ import html
 import itertools
 import json
 import os
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 import pandas as pd
@@ -15,16 +15,16 @@ from analysis.figures import (delta_edf_figure, delta_error_vs_epochs_figure, er
 from analysis.gaps import length_gap, optimizer_gap, peak_table
 from analysis.stats import (ad_compare, effect_sizes, good_ranges, hp_importance, ks_compare,
                             min_detectable_d)
-from study.store import load_spec_record, load_trials
+from trainers.schema import DIVERGED, FAILED, FINISHED, STATUSES
 
 ERROR = "top1_err"
 
 
 def split_failed(trials: pd.DataFrame) -> Tuple[pd.DataFrame, pd.DataFrame]:
     """(trials that count in EDFs: ok and diverged at chance error, failed trials per cell)."""
-    failed = trials[trials["status"] == "failed"]
-    counts = failed.groupby(["model", "optimizer", "epochs"]).size().rename("failed").reset_index()
-    return trials[trials["status"] != "failed"].copy(), counts
+    failed = trials[trials["status"] == FAILED]
+    counts = failed.groupby(["model", "optimizer", "epochs"]).size().rename(FAILED).reset_index()
+    return trials[trials["status"] != FAILED].copy(), counts
 
 
 def equalize_counts(frame: pd.DataFrame, by: List[str], seed: int = 0) -> pd.DataFrame:
@@ -39,12 +39,11 @@ def summary_table(trials: pd.DataFrame) -> pd.DataFrame:
     """Per (model, optimizer, epochs): counts by status, best/median error, diverged share, bands."""
     rows = []
     for (model, opt, epochs), group in trials.groupby(["model", "optimizer", "epochs"], sort=True):
-        usable = group[group["status"] != "failed"][ERROR].to_numpy(float)
+        usable = group[group["status"] != FAILED][ERROR].to_numpy(float)
         status = group["status"].value_counts()
         rows.append({"model": model, "optimizer": opt, "epochs": epochs, "n": len(usable),
-                     "ok": status.get("ok", 0), "diverged": status.get("diverged", 0),
-                     "failed": status.get("failed", 0),
-                     "diverged_share": status.get("diverged", 0) / max(1, len(usable)),
+                     **{s: status.get(s, 0) for s in STATUSES},
+                     "diverged_share": status.get(DIVERGED, 0) / max(1, len(usable)),
                      "best": usable.min() if len(usable) else np.nan,
                      "median": np.median(usable) if len(usable) else np.nan,
                      "dkw_eps_95": float(dkw_epsilon(len(usable))) if len(usable) else np.nan,
@@ -136,16 +135,17 @@ def _table_html(frame: pd.DataFrame) -> str:
     return frame.to_html(index=False, float_format=lambda v: f"{v:.4g}", border=0, classes="t")
 
 
-def build_report(store: str, study: str, out: str) -> str:
-    """Write figures, JSON tables and index.html for a study (complete or still running)."""
-    trials = load_trials(store, study)
-    if trials.empty:
-        raise ValueError(f"--study: no trials of study {study!r} in store {store!r}")
+def build_report(trials: pd.DataFrame, epochs: pd.DataFrame, record: Optional[Dict], out: str) -> str:
+    """Write figures, JSON tables and index.html for one study's trials (complete or still running).
+
+    `trials` and `epochs` are the study's rows (trainers.schema), `record` its spec record (the
+    spec and its trial count, or None); returns the path of index.html.
+    """
+    study = str(trials["study"].iloc[0]) if "study" in trials and len(trials) else "study"
     os.makedirs(out, exist_ok=True)
     usable, failed = split_failed(trials)
-    record = load_spec_record(store, study)
     expected = record["n_trials"] if record else None
-    finished = int(trials["status"].isin(["ok", "diverged"]).sum())
+    finished = int(trials["status"].isin(FINISHED).sum())
     ranges_table, ranges = ranges_and_importance(usable)
     tables = {"summary": summary_table(trials), "comparisons": comparison_table(usable),
               "optimizer_gap": optimizer_gap(usable) if usable["optimizer"].nunique() > 1 else pd.DataFrame(),
@@ -157,7 +157,7 @@ def build_report(store: str, study: str, out: str) -> str:
                     f"({100 * finished / expected:.0f}%)" if expected else f"{finished} trials stored")
     with open(os.path.join(out, "report.json"), "w") as f:
         json.dump({"study": study, "completeness": completeness, "n_finished": finished,
-                   "n_expected": expected, "n_failed": int((trials["status"] == "failed").sum()),
+                   "n_expected": expected, "n_failed": int((trials["status"] == FAILED).sum()),
                    "edf_convention": EDF_CONVENTION,
                    "tables": {k: json.loads(v.to_json(orient="records")) for k, v in tables.items()},
                    "spec": record["spec"] if record else None}, f, indent=1, sort_keys=True)

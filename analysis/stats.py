@@ -121,7 +121,15 @@ def good_ranges(frame: pd.DataFrame, error: str = "top1_err", n_boot: int = 2500
 def hp_importance(frame: pd.DataFrame, error: str = "top1_err", seed: int = 0) -> Dict[str, float]:
     """fANOVA importance of lr and wd (optuna's evaluator fed with the trials as a finished study)."""
     import optuna
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    verbosity = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)   # one "trial added" line per row otherwise
+    try:
+        return _fanova(optuna, frame, error, seed)
+    finally:
+        optuna.logging.set_verbosity(verbosity)
+
+
+def _fanova(optuna, frame: pd.DataFrame, error: str, seed: int) -> Dict[str, float]:
     distributions = {
         name: optuna.distributions.FloatDistribution(frame[name].min(), frame[name].max(), log=True)
         for name in ("lr", "wd")}

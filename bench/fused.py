@@ -17,7 +17,7 @@ import sys
 import torch
 
 from trainers.fused import measure_fusion
-from trainers.trial import resolve_device
+from trainers.loop import resolve_device
 
 
 def main() -> None:

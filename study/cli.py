@@ -2,11 +2,15 @@
 
 import argparse
 import os
-import sys
 from collections import Counter
 from typing import List, Optional
 
+from analysis.report import build_report
+from study.sampling import expand
 from study.spec import SpecError, StudySpec, load_spec, resolve_config
+from study.store import compact, load_study, load_trials, stored_keys
+from trainers.errors import exits_on_user_error
+from trainers.schema import FAILED, FINISHED
 
 DEFAULT_CONFIG = "demo_digits"
 # Nominal training-set sizes for the dry-run estimate (imagefolder: ImageNet-1k is assumed).
@@ -44,11 +48,6 @@ def add_store_args(p: argparse.ArgumentParser, study_required: bool = False,
     if out:
         p.add_argument("--out", default=None, help="report folder (default: <store>/report/<study>)")
     return p
-
-
-def _fail(message: str) -> int:
-    print(f"error: {message}", file=sys.stderr)
-    return 2
 
 
 def check_local_resources(spec: StudySpec, num_cpus: Optional[int]) -> None:
@@ -110,7 +109,7 @@ def print_summary(trials_frame) -> None:
     print(f"{'model':<14} {'n':>5} {'ok':>5} {'div':>5} {'fail':>5} {'best':>8} {'median':>8}")
     for model, group in trials_frame.groupby("model", sort=True):
         counts = group["status"].value_counts()
-        errs = group.loc[group["status"] != "failed", "top1_err"]
+        errs = group.loc[group["status"] != FAILED, "top1_err"]
         best = f"{errs.min():.2f}" if len(errs) else "-"
         median = f"{errs.median():.2f}" if len(errs) else "-"
         print(f"{model:<14} {len(group):>5} {counts.get('ok', 0):>5} {counts.get('diverged', 0):>5} "
@@ -122,16 +121,11 @@ def run(args: argparse.Namespace) -> int:
     if not args.address:
         # A local Ray binds to loopback only (read when ray is first imported).
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-    try:
-        check_run_args(args)
-        spec = load_spec(resolve_config(args.config))
-        if not args.address:
-            check_local_resources(spec, args.num_cpus)
-    except SpecError as exc:
-        return _fail(str(exc))
+    check_run_args(args)
+    spec = load_spec(resolve_config(args.config))
+    if not args.address:
+        check_local_resources(spec, args.num_cpus)
     if args.dry_run:
-        from study.sampling import expand
-        from study.store import stored_keys
         trials = expand(spec)
         done = stored_keys(args.store, spec.name)
         print_plan(spec, trials, [t for t in trials if t.key not in done], args.assume_tflops)
@@ -143,17 +137,17 @@ def run(args: argparse.Namespace) -> int:
     print_summary(stored)
     if args.report != "none":
         write_report(args.store, spec.name, args.report)
-    return 1 if (stored["status"] == "failed").any() else 0
+    return 1 if (stored["status"] == FAILED).any() else 0
 
 
 def write_report(store: str, study: str, out: Optional[str]) -> None:
-    """The analysis report (figures, tables, HTML) of a study."""
-    from analysis.report import build_report
+    """Load a study from the store and write its analysis report (figures, tables, HTML)."""
+    trials, epochs, record = load_study(store, study)
     out = out or os.path.join(store if "://" not in store else ".", "report", study)
-    path = build_report(store, study, out)
-    print(f"report: {path}")
+    print(f"report: {build_report(trials, epochs, record, out)}")
 
 
+@exits_on_user_error
 def run_edf_main(argv: Optional[List[str]] = None) -> int:
     """Entry point of study/run_edf.py and `python -m study.run_edf`."""
     parser = argparse.ArgumentParser(prog="run_edf.py", description="Run an hpstudy study on Ray Tune.")
@@ -163,18 +157,17 @@ def run_edf_main(argv: Optional[List[str]] = None) -> int:
 
 def status(args: argparse.Namespace) -> int:
     """Counts per model and status of a stored study (and how much of its spec is done)."""
-    from study.store import load_trials
     trials = load_trials(args.store, args.study)
     if args.config:
-        from study.sampling import expand
         spec = load_spec(resolve_config(args.config), check_paths=False)
         expected = {t.key for t in expand(spec)}
-        finished = trials["trial_key"].isin(expected) & trials["status"].isin(["ok", "diverged"])
+        finished = trials["trial_key"].isin(expected) & trials["status"].isin(FINISHED)
         print(f"{int(finished.sum())}/{len(expected)} trials of the spec stored as ok/diverged")
     print_summary(trials)
     return 0
 
 
+@exits_on_user_error
 def hpstudy_main(argv: Optional[List[str]] = None) -> int:
     """The `hpstudy` console script: run | status | report | compact."""
     parser = argparse.ArgumentParser(prog="hpstudy", description="Hyperparameter-robustness studies.")
@@ -186,16 +179,12 @@ def hpstudy_main(argv: Optional[List[str]] = None) -> int:
                    study_required=True, out=True)
     add_store_args(sub.add_parser("compact", help="merge a study's per-trial files"), study_required=True)
     args = parser.parse_args(argv)
-    try:
-        if args.command == "run":
-            return run(args)
-        if args.command == "status":
-            return status(args)
-        if args.command == "report":
-            write_report(args.store, args.study, args.out)
-            return 0
-        from study.store import compact
-        print(compact(args.store, args.study))
+    if args.command == "run":
+        return run(args)
+    if args.command == "status":
+        return status(args)
+    if args.command == "report":
+        write_report(args.store, args.study, args.out)
         return 0
-    except SpecError as exc:
-        return _fail(str(exc))
+    print(compact(args.store, args.study))
+    return 0

@@ -5,6 +5,8 @@ from collections import Counter
 
 from ray import tune
 
+from trainers.schema import FAILED, STATUSES
+
 
 def _minutes(seconds: float) -> str:
     return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s"
@@ -28,11 +30,11 @@ class ProgressPrinter(tune.Callback):
         eta = elapsed / done * (self.total - done) if done else float("nan")
         best = {}
         for r in finished:
-            if r["status"] != "failed":
+            if r["status"] != FAILED:
                 best[r["model"]] = min(best.get(r["model"], float("inf")), r["top1_err"])
         pending = self.total - done - self.running
-        parts = [f"[{_minutes(elapsed)}] {done}/{self.total} done "
-                 f"(ok {statuses['ok']}, diverged {statuses['diverged']}, failed {statuses['failed']}), "
+        counts = ", ".join(f"{s} {statuses[s]}" for s in STATUSES)
+        parts = [f"[{_minutes(elapsed)}] {done}/{self.total} done ({counts}), "
                  f"{self.running} running, {max(0, pending)} pending",
                  f"ETA {_minutes(eta)}" if done else "ETA -"]
         if best:

@@ -8,13 +8,13 @@ from typing import Any, Dict, List, Tuple
 import numpy as np
 from scipy.stats import qmc
 
-from study.spec import Box, StudySpec
+from study.spec import Box, SpecError, StudySpec
 from trainers.config import TrialConfig
 
 
 @dataclass(frozen=True)
-class Trial:
-    """One trial of a study: its key, its cell, and the full trial config."""
+class PlannedTrial:
+    """One trial of a study before it runs: its key, its cell, and the full trial config."""
 
     key: str
     model: str
@@ -44,7 +44,7 @@ def unit_points(sampler: str, n: int, seed: int) -> np.ndarray:
         axis = np.linspace(0.0, 1.0, k) if k > 1 else np.array([0.5])
         lr, wd = np.meshgrid(axis, axis, indexing="ij")
         return np.stack([lr.ravel(), wd.ravel()], axis=1)
-    raise ValueError(f"sampler: unknown {sampler!r}")
+    raise SpecError(f"sampler: bad value {sampler!r}; allowed: random, sobol, grid")
 
 
 def scale_to_box(points: np.ndarray, box: Box) -> List[Tuple[float, float]]:
@@ -68,12 +68,7 @@ def sample_box(spec: StudySpec, model: str, optimizer: str, epochs: int) -> List
     return scale_to_box(points, box)
 
 
-def trial_key(config: Dict[str, Any]) -> str:
-    """The idempotency key: a hash of the canonical (defaults filled, sorted) trial config."""
-    return hashlib.sha256(TrialConfig.from_dict(config).to_json().encode()).hexdigest()[:20]
-
-
-def expand(spec: StudySpec) -> List[Trial]:
+def expand(spec: StudySpec) -> List[PlannedTrial]:
     """All trials of the spec, in a fixed order: models x optimizers x epochs x samples x seeds."""
     trials = []
     dataset = asdict(spec.dataset)
@@ -84,6 +79,6 @@ def expand(spec: StudySpec) -> List[Trial]:
                     for seed in spec.seeds:
                         config = dict(spec.recipe, model=model, optimizer=optimizer, epochs=epochs,
                                       lr=lr, wd=wd, seed=seed, dataset=dataset)
-                        config = TrialConfig.from_dict(config).to_dict()
-                        trials.append(Trial(trial_key(config), model, optimizer, epochs, i, seed, config))
+                        cfg = TrialConfig.from_dict(config)
+                        trials.append(PlannedTrial(cfg.key, model, optimizer, epochs, i, seed, cfg.to_dict()))
     return trials

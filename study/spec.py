@@ -7,10 +7,11 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import yaml
 
-from trainers.config import ConfigError, TrialConfig
-from trainers.data import DATASETS, DataError, DataSpec, check_data_path
-from trainers.models import FAMILIES, get_spec, list_models
+from trainers.config import TrialConfig
+from trainers.data import DATASETS, DataSpec, check_data_path
+from trainers.errors import ConfigError, DataError, HpstudyError
 from trainers.optim import OPTIMIZERS
+from trainers.zoo import FAMILIES, get_spec, list_models
 
 SAMPLERS = ("random", "sobol", "grid")
 FUSE_MODES = ("off", "auto")
@@ -19,7 +20,7 @@ PER_TRIAL_FIELDS = ("model", "optimizer", "epochs", "lr", "wd", "seed", "dataset
 RECIPE_FIELDS = tuple(f.name for f in dataclasses.fields(TrialConfig) if f.name not in PER_TRIAL_FIELDS)
 
 
-class SpecError(ValueError):
+class SpecError(HpstudyError):
     """A study spec field has a bad value; the message names the field, the value and what is allowed."""
 
 
@@ -70,22 +71,23 @@ class StudySpec:
 _KEYS = {f.name for f in dataclasses.fields(StudySpec)} - {"family_space", "source"}
 
 
-def _fail(field_name: str, value: Any, allowed: str):
+def _reject(field_name: str, value: Any, allowed: str):
+    """Raise SpecError naming the field, the bad value and what is allowed."""
     raise SpecError(f"{field_name}: bad value {value!r}; allowed: {allowed}")
 
 
 def _nonempty_list(raw: Mapping, key: str, allowed_values=None, kind=str) -> Tuple:
     value = raw.get(key)
     if not isinstance(value, list) or not value:
-        _fail(key, value, f"a non-empty list" + (f" of {', '.join(map(str, allowed_values))}"
+        _reject(key, value, f"a non-empty list" + (f" of {', '.join(map(str, allowed_values))}"
                                                  if allowed_values else ""))
     for item in value:
         if not isinstance(item, kind) or isinstance(item, bool):
-            _fail(f"{key}[{value.index(item)}]", item, f"a {kind.__name__}")
+            _reject(f"{key}[{value.index(item)}]", item, f"a {kind.__name__}")
         if allowed_values is not None and item not in allowed_values:
-            _fail(key, item, ", ".join(map(str, allowed_values)))
+            _reject(key, item, ", ".join(map(str, allowed_values)))
     if len(set(value)) != len(value):
-        _fail(key, value, "a list without repeats")
+        _reject(key, value, "a list without repeats")
     return tuple(value)
 
 
@@ -94,40 +96,40 @@ def _range(where: str, value: Any) -> Tuple[float, float]:
         value = [value, value]
     if (not isinstance(value, list) or len(value) != 2
             or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)):
-        _fail(where, value, "[low, high] with 0 < low <= high (a single number fixes the value)")
+        _reject(where, value, "[low, high] with 0 < low <= high (a single number fixes the value)")
     low, high = float(value[0]), float(value[1])
     if low <= 0:
-        _fail(where, value, "low > 0 (the box is log-uniform)")
+        _reject(where, value, "low > 0 (the box is log-uniform)")
     if low > high:
-        _fail(where, value, "low <= high")
+        _reject(where, value, "low <= high")
     return low, high
 
 
 def _box(where: str, value: Any) -> Box:
     if not isinstance(value, dict) or set(value) != {"lr", "wd"}:
-        _fail(where, value, "a mapping with exactly the keys lr and wd")
+        _reject(where, value, "a mapping with exactly the keys lr and wd")
     return Box(lr=_range(f"{where}.lr", value["lr"]), wd=_range(f"{where}.wd", value["wd"]))
 
 
 def _space(raw: Any, optimizers: Tuple[str, ...]):
     if not isinstance(raw, dict):
-        _fail("space", raw, f"a mapping of optimizer -> {{lr, wd}} (and family -> optimizer -> box)")
+        _reject("space", raw, f"a mapping of optimizer -> {{lr, wd}} (and family -> optimizer -> box)")
     space, family_space = {}, {}
     for key, value in raw.items():
         if key in OPTIMIZERS:
             space[key] = _box(f"space.{key}", value)
         elif key in FAMILIES:
             if not isinstance(value, dict):
-                _fail(f"space.{key}", value, "a mapping of optimizer -> {lr, wd}")
+                _reject(f"space.{key}", value, "a mapping of optimizer -> {lr, wd}")
             for opt, box in value.items():
                 if opt not in OPTIMIZERS:
-                    _fail(f"space.{key}", opt, ", ".join(OPTIMIZERS))
+                    _reject(f"space.{key}", opt, ", ".join(OPTIMIZERS))
             family_space[key] = {opt: _box(f"space.{key}.{opt}", box) for opt, box in value.items()}
         else:
-            _fail("space", key, f"optimizer names {OPTIMIZERS} or family names {FAMILIES}")
+            _reject("space", key, f"optimizer names {OPTIMIZERS} or family names {FAMILIES}")
     for opt in optimizers:
         if opt not in space:
-            _fail("space", sorted(raw), f"a box for every listed optimizer; missing {opt!r}")
+            _reject("space", sorted(raw), f"a box for every listed optimizer; missing {opt!r}")
     return space, family_space
 
 
@@ -135,26 +137,26 @@ def _recipe(raw: Any) -> Dict[str, Any]:
     if raw is None:
         return {}
     if not isinstance(raw, dict):
-        _fail("recipe", raw, f"a mapping with keys from {', '.join(RECIPE_FIELDS)}")
+        _reject("recipe", raw, f"a mapping with keys from {', '.join(RECIPE_FIELDS)}")
     for key in raw:
         if key not in RECIPE_FIELDS:
-            _fail("recipe", key, ", ".join(RECIPE_FIELDS))
+            _reject("recipe", key, ", ".join(RECIPE_FIELDS))
     return dict(raw)
 
 
 def _resources(raw: Any) -> Resources:
     raw = raw or {}
     if not isinstance(raw, dict) or set(raw) - {"cpu", "gpu"}:
-        _fail("resources", raw, "a mapping with keys cpu and gpu")
+        _reject("resources", raw, "a mapping with keys cpu and gpu")
     res = Resources(**raw)
     for name in ("cpu", "gpu"):
         value = getattr(res, name)
         if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
-            _fail(f"resources.{name}", value, "a number >= 0 (fractions allowed)")
+            _reject(f"resources.{name}", value, "a number >= 0 (fractions allowed)")
     if res.cpu == 0 and res.gpu == 0:
-        _fail("resources", raw, "at least some cpu or gpu per trial")
+        _reject("resources", raw, "at least some cpu or gpu per trial")
     if res.gpu > 1 and res.gpu != int(res.gpu):
-        _fail("resources.gpu", res.gpu, "a fraction <= 1 or a whole number")
+        _reject("resources.gpu", res.gpu, "a fraction <= 1 or a whole number")
     return res
 
 
@@ -164,10 +166,10 @@ def parse_spec(raw: Any, check_paths: bool = True) -> StudySpec:
         raise SpecError(f"spec: bad value {type(raw).__name__}; allowed: a YAML mapping")
     unknown = sorted(set(raw) - _KEYS)
     if unknown:
-        _fail("spec", unknown[0], f"the keys {', '.join(sorted(_KEYS))} (unknown keys are errors)")
+        _reject("spec", unknown[0], f"the keys {', '.join(sorted(_KEYS))} (unknown keys are errors)")
     name = raw.get("name")
     if not isinstance(name, str) or not name or not all(c.isalnum() or c in "-_." for c in name):
-        _fail("name", name, "a non-empty string of letters, digits, '-', '_' or '.'")
+        _reject("name", name, "a non-empty string of letters, digits, '-', '_' or '.'")
     try:
         dataset = DataSpec.from_config(raw.get("dataset", "digits"))
     except (DataError, TypeError) as exc:
@@ -177,25 +179,25 @@ def parse_spec(raw: Any, check_paths: bool = True) -> StudySpec:
     epochs = _nonempty_list(raw, "epochs", kind=int)
     for e in epochs:
         if e < 1:
-            _fail("epochs", e, "integers >= 1")
+            _reject("epochs", e, "integers >= 1")
     seeds = _nonempty_list(raw, "seeds", kind=int) if "seeds" in raw else (0,)
     samples = raw.get("samples")
     if not isinstance(samples, int) or isinstance(samples, bool) or samples < 1:
-        _fail("samples", samples, "an integer >= 1")
+        _reject("samples", samples, "an integer >= 1")
     sampler = raw.get("sampler", "random")
     if sampler not in SAMPLERS:
-        _fail("sampler", sampler, ", ".join(SAMPLERS))
+        _reject("sampler", sampler, ", ".join(SAMPLERS))
     if sampler == "grid" and round(samples ** 0.5) ** 2 != samples:
-        _fail("samples", samples, "a perfect square with sampler: grid (k x k log grid)")
+        _reject("samples", samples, "a perfect square with sampler: grid (k x k log grid)")
     paired = raw.get("paired", True)
     if not isinstance(paired, bool):
-        _fail("paired", paired, "true or false")
+        _reject("paired", paired, "true or false")
     max_retries = raw.get("max_retries", 2)
     if not isinstance(max_retries, int) or max_retries < 0:
-        _fail("max_retries", max_retries, "an integer >= 0")
+        _reject("max_retries", max_retries, "an integer >= 0")
     fuse = raw.get("fuse", "auto")
     if not (fuse in FUSE_MODES or (isinstance(fuse, int) and not isinstance(fuse, bool) and fuse >= 1)):
-        _fail("fuse", fuse, "off, auto or an integer K >= 1")
+        _reject("fuse", fuse, "off, auto or an integer K >= 1")
     space, family_space = _space(raw.get("space"), optimizers)
     spec = StudySpec(name=name, dataset=dataset, models=models, optimizers=optimizers, epochs=epochs,
                      samples=samples, space=space, family_space=family_space,

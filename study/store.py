@@ -13,7 +13,7 @@ import json
 import os
 import uuid
 import warnings
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import pandas as pd
@@ -22,25 +22,14 @@ import pyarrow.dataset as pads
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-TRIAL_SCHEMA = pa.schema([
-    ("trial_key", pa.string()), ("model", pa.string()), ("family", pa.string()),
-    ("flops", pa.int64()), ("params", pa.int64()), ("optimizer", pa.string()),
-    ("epochs", pa.int32()), ("lr", pa.float64()), ("wd", pa.float64()), ("seed", pa.int64()),
-    ("dataset", pa.string()), ("batch_size", pa.int32()), ("status", pa.string()),
-    ("top1_err", pa.float64()), ("top5_err", pa.float64()), ("best_top1_err", pa.float64()),
-    ("ema_top1_err", pa.float64()), ("train_loss", pa.float64()), ("epochs_done", pa.int32()),
-    ("wall_s", pa.float64()), ("device", pa.string()), ("hostname", pa.string()),
-    ("node", pa.string()), ("versions", pa.string()), ("config_json", pa.string()),
-    ("error", pa.string()), ("finished_at", pa.timestamp("ms", tz="UTC")),
-])
-EPOCH_SCHEMA = pa.schema([
-    ("trial_key", pa.string()), ("model", pa.string()), ("optimizer", pa.string()),
-    ("epoch", pa.int32()), ("train_loss", pa.float64()), ("train_top1_err", pa.float64()),
-    ("top1_err", pa.float64()), ("top5_err", pa.float64()), ("ema_top1_err", pa.float64()),
-    ("lr", pa.float64()), ("seconds", pa.float64()),
-])
-STATUSES = ("ok", "diverged", "failed")
+from trainers.errors import HpstudyError
+from trainers.schema import EPOCH_SCHEMA, FINISHED, TRIAL_SCHEMA, check_keys
+
 TABLES = {"trials": TRIAL_SCHEMA, "epochs": EPOCH_SCHEMA}
+
+
+class StoreError(HpstudyError):
+    """A store path or study that cannot be used (e.g. no rows of the study)."""
 
 
 def open_root(root: str) -> Tuple[pafs.FileSystem, str]:
@@ -52,12 +41,16 @@ def open_root(root: str) -> Tuple[pafs.FileSystem, str]:
 
 
 def partition_dir(root: str, table: str, study: str) -> Tuple[pafs.FileSystem, str]:
+    """(filesystem, folder) of one study's partition of a table."""
     fs, base = open_root(root)
     return fs, f"{base}/{table}/study={study}"
 
 
-def _to_table(rows: Sequence[Dict], schema: pa.Schema) -> pa.Table:
-    columns = {name: [row.get(name) for row in rows] for name in schema.names}
+def _to_table(rows: Sequence[Dict], schema: pa.Schema, what: str) -> pa.Table:
+    """Rows as an Arrow table of `schema`; SchemaError names an unknown or missing key."""
+    for row in rows:
+        check_keys(row, schema.names, what)
+    columns = {name: [row[name] for row in rows] for name in schema.names}
     if "finished_at" in columns:
         columns["finished_at"] = [datetime.fromisoformat(v) if isinstance(v, str) else v
                                   for v in columns["finished_at"]]
@@ -82,10 +75,10 @@ def write_trial(root: str, study: str, row: Dict, epoch_rows: Iterable[Dict] = (
                   for e in epoch_rows]
     if epoch_rows:
         fs, directory = partition_dir(root, "epochs", study)
-        _write_atomic(fs, directory, f"{key}.parquet", _to_table(epoch_rows, EPOCH_SCHEMA))
+        _write_atomic(fs, directory, f"{key}.parquet", _to_table(epoch_rows, EPOCH_SCHEMA, "epoch row"))
     # the trial file goes last: its presence is what marks the trial as stored
     fs, directory = partition_dir(root, "trials", study)
-    return _write_atomic(fs, directory, f"{key}.parquet", _to_table([row], TRIAL_SCHEMA))
+    return _write_atomic(fs, directory, f"{key}.parquet", _to_table([row], TRIAL_SCHEMA, "trial row"))
 
 
 def _list_files(fs: pafs.FileSystem, path: str) -> List[str]:
@@ -154,10 +147,25 @@ def load_epochs(root: str, study: Optional[str] = None) -> pd.DataFrame:
     return _load(root, "epochs", study)
 
 
-def stored_keys(root: str, study: str, statuses: Sequence[str] = ("ok", "diverged")) -> set:
+def load_study(root: str, study: str) -> Tuple[pd.DataFrame, pd.DataFrame, Optional[Dict]]:
+    """(trials, epochs, spec record) of one study; StoreError if it has no trials."""
+    trials = load_trials(root, study)
+    if trials.empty:
+        raise StoreError(f"--study: no trials of study {study!r} in store {root!r}")
+    return trials, load_epochs(root, study), load_spec_record(root, study)
+
+
+def stored_keys(root: str, study: str, statuses: Sequence[str] = FINISHED) -> set:
     """trial_keys already stored with one of `statuses` (resume skips these)."""
     trials = load_trials(root, study)
     return set(trials.loc[trials["status"].isin(statuses), "trial_key"])
+
+
+def delete_study(root: str, study: str) -> None:
+    """Delete a study's trial and epoch rows (its spec record stays until the next run writes it)."""
+    for table in TABLES:
+        fs, directory = partition_dir(root, table, study)
+        fs.delete_dir_contents(directory, missing_dir_ok=True)
 
 
 def compact(root: str, study: str) -> Dict[str, int]:

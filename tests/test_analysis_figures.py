@@ -12,8 +12,8 @@ from analysis.figures import (delta_edf_figure, delta_error_vs_epochs_figure, er
 from analysis.gaps import length_gap
 from analysis.report import build_report
 from analysis.stats import good_ranges
-from study.store import write_spec_record, write_trial
-from tables import make_trials
+from study.store import load_study, write_spec_record, write_trial
+from tests.helpers import make_trials, stored_row
 
 
 def test_importing_and_plotting_leave_global_rcparams_alone(tmp_path):
@@ -55,9 +55,8 @@ def test_every_figure_renders_with_its_numbers(tmp_path):
 
 
 def _fill_store(root, trials, expected):
-    for row in trials.to_dict("records"):
-        row["finished_at"] = "2026-11-29T10:00:00+00:00"
-        write_trial(root, "gen", row)
+    for row in trials.drop(columns="study").to_dict("records"):
+        write_trial(root, "gen", stored_row(**row))
     write_spec_record(root, "gen", {"name": "gen", "samples": 12}, expected)
 
 
@@ -66,8 +65,8 @@ def test_report_is_complete_reproducible_and_says_how_complete(tmp_path, monkeyp
     store = str(tmp_path / "store")
     trials = make_trials(models=("vit_p_tiny", "vit_c_tiny"), epochs=(5, 10), n=10, fail_share=0.1, seed=7)
     _fill_store(store, trials, expected=len(trials) + 20)   # a partial, still-running study
-    first = build_report(store, "gen", str(tmp_path / "r1"))
-    second = build_report(store, "gen", str(tmp_path / "r2"))
+    first = build_report(*load_study(store, "gen"), str(tmp_path / "r1"))
+    second = build_report(*load_study(store, "gen"), str(tmp_path / "r2"))
     html = open(first).read()
     finished = int(trials["status"].isin(["ok", "diverged"]).sum())
     assert f"{finished} of {len(trials) + 20} trials stored" in html

@@ -11,7 +11,7 @@ from analysis.gaps import length_gap, optimizer_gap, peak_table
 from analysis.report import split_failed
 from analysis.stats import (ad_compare, area_between, effect_sizes, expected_best, good_ranges,
                             hp_importance, ks_compare, min_detectable_d, trials_for_dkw, trials_for_ks)
-from tables import make_trials
+from tests.helpers import make_trials
 
 
 def test_edf_is_the_exact_right_continuous_step():

@@ -4,7 +4,7 @@ import pytest
 
 from study.cli import hpstudy_main, run_edf_main
 from study.store import load_trials, write_spec_record, write_trial
-from studyutil import small_spec, write_spec
+from tests.helpers import small_spec, stored_row, write_spec
 
 
 def test_dry_run_prints_the_plan(tmp_path, capsys):
@@ -41,9 +41,8 @@ def test_store_that_is_a_file_is_rejected(tmp_path, capsys):
 def test_hpstudy_status_and_compact(tmp_path, capsys):
     store = str(tmp_path)
     for i, status in enumerate(["ok", "ok", "diverged", "failed"]):
-        write_trial(store, "s", {"trial_key": f"k{i}", "model": "cnn_tiny", "optimizer": "sgd",
-                                 "status": status, "top1_err": None if status == "failed" else 10.0 + i,
-                                 "finished_at": "2026-11-29T10:00:00+00:00"})
+        write_trial(store, "s", stored_row(trial_key=f"k{i}", model="cnn_tiny", optimizer="sgd", status=status,
+                                           top1_err=None if status == "failed" else 10.0 + i))
     write_spec_record(store, "s", {"name": "s"}, 4)
     assert hpstudy_main(["status", "--store", store, "--study", "s"]) == 0
     out = capsys.readouterr().out

@@ -12,7 +12,7 @@ from ray.cluster_utils import Cluster
 
 from study.runner import run_study
 from study.spec import parse_spec
-from studyutil import REPO, small_spec
+from tests.helpers import REPO, small_spec
 
 
 def test_cluster_yaml_matches_rays_schema_and_installs_hpstudy():
@@ -39,6 +39,7 @@ def two_node_cluster():
     cluster.shutdown()
 
 
+@pytest.mark.slow
 def test_study_spreads_over_two_nodes_and_stores_once(two_node_cluster, tmp_path):
     spec = parse_spec(small_spec(name="multi", models=["cnn_tiny"], samples=3))
     rows = run_study(spec, str(tmp_path))

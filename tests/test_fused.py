@@ -27,6 +27,7 @@ def members(model, optimizer, lrs, wds):
             for i, (lr, wd) in enumerate(zip(lrs, wds))]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", ["vit_p_tiny", "vit_c_tiny", "cnn_tiny"])
 @pytest.mark.parametrize("optimizer,lrs,wds", [("adamw", [1e-3, 4e-3, 2e-4], [0.05, 0.3, 0.0]),
                                                 ("sgd", [0.05, 0.2, 0.01], [1e-4, 1e-5, 0.0])])

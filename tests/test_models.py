@@ -1,8 +1,10 @@
 import pytest
 import torch
 
+from trainers.errors import ConfigError
 from trainers.flops import model_profile
-from trainers.models import ConvStem, build_model, get_spec, list_models
+from trainers.models import ConvStem, build_model
+from trainers.zoo import get_spec, list_models
 
 # Table 1 of Xiao et al. 2021: (GFLOPs, M params).
 TABLE_1 = {
@@ -74,7 +76,7 @@ def test_every_model_runs_forward_at_its_resolution(name):
 
 
 def test_unknown_model_names_the_choices():
-    with pytest.raises(KeyError, match="unknown model 'vit_x'.*vit_p_1gf"):
+    with pytest.raises(ConfigError, match="unknown model 'vit_x'.*vit_p_1gf"):
         build_model("vit_x")
 
 

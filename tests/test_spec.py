@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 import yaml
 
-from study.sampling import expand, sample_box, trial_key
+from study.sampling import expand, sample_box
+from trainers.config import TrialConfig
 from study.spec import SpecError, bundled_configs, load_spec, parse_spec, resolve_config
 
 BASE = {
@@ -114,6 +115,10 @@ def test_single_value_range_fixes_the_value():
     spec = parse_spec(with_(samples=1, space={"adamw": {"lr": 1e-3, "wd": 0.05},
                                               "sgd": {"lr": 0.1, "wd": 1e-5}}))
     assert sample_box(spec, "vit_p_tiny", "adamw", 2) == [pytest.approx((1e-3, 0.05))]
+
+
+def trial_key(config):
+    return TrialConfig.from_dict(config).key
 
 
 def test_trial_key_is_a_hash_of_the_canonical_config():

@@ -4,20 +4,21 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from study.store import (EPOCH_SCHEMA, TRIAL_SCHEMA, compact, load_epochs, load_trials, stored_keys,
-                         write_trial)
+from study.store import compact, load_epochs, load_trials, stored_keys, write_trial
+from tests.helpers import epoch_row, stored_row
+from trainers.schema import EPOCH_SCHEMA, TRIAL_SCHEMA
 
 
 def row(key, status="ok", err=10.0, model="vit_p_tiny", when="2026-11-29T10:00:00+00:00"):
-    return {"trial_key": key, "model": model, "family": "vit_p", "optimizer": "adamw", "epochs": 2,
+    return stored_row(**{"trial_key": key, "model": model, "family": "vit_p", "optimizer": "adamw", "epochs": 2,
             "lr": 1e-3, "wd": 0.05, "seed": 0, "status": status, "top1_err": err,
             "flops": None if status == "failed" else 1000, "error": "boom" if status == "failed" else None,
-            "finished_at": when}
+            "finished_at": when})
 
 
 def test_layout_and_pandas_reads_the_hive_tree(tmp_path):
     root = str(tmp_path / "store")
-    write_trial(root, "s1", row("a"), [{"epoch": 1, "train_loss": 2.0}, {"epoch": 2, "train_loss": 1.0}])
+    write_trial(root, "s1", row("a"), [epoch_row(epoch=1, train_loss=2.0), epoch_row(epoch=2, train_loss=1.0)])
     write_trial(root, "s1", row("b", "diverged", 90.0))
     write_trial(root, "s2", row("c", "failed", None))
     assert sorted(p.name for p in (tmp_path / "store/trials/study=s1").iterdir()) == ["a.parquet", "b.parquet"]
@@ -66,7 +67,7 @@ def test_corrupt_and_truncated_files_are_skipped_with_a_warning(tmp_path):
 def test_compact_keeps_what_readers_see(tmp_path):
     root = str(tmp_path)
     for i in range(6):
-        write_trial(root, "s", row(f"k{i}", err=float(i)), [{"epoch": 1, "train_loss": float(i)}])
+        write_trial(root, "s", row(f"k{i}", err=float(i)), [epoch_row(epoch=1, train_loss=float(i))])
     write_trial(root, "other", row("x"))
     before, before_epochs = load_trials(root), load_epochs(root)
     merged = compact(root, "s")
@@ -92,7 +93,7 @@ def _free_port():
 @pytest.fixture
 def s3_root(monkeypatch):
     """A real S3 API on loopback (moto's server mode) and a bucket in it."""
-    boto3 = pytest.importorskip("boto3")
+    import boto3   # a declared test dependency: a missing install fails, never skips
     from moto.server import ThreadedMotoServer
     port = _free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port)
@@ -105,8 +106,9 @@ def s3_root(monkeypatch):
     server.stop()
 
 
+@pytest.mark.slow
 def test_s3_store_round_trip(s3_root):
-    write_trial(s3_root, "s", row("a"), [{"epoch": 1, "train_loss": 1.0}])
+    write_trial(s3_root, "s", row("a"), [epoch_row(epoch=1, train_loss=1.0)])
     write_trial(s3_root, "s", row("b", "diverged", 90.0))
     trials = load_trials(s3_root)
     assert sorted(trials["trial_key"]) == ["a", "b"] and set(trials["study"]) == {"s"}

@@ -11,11 +11,15 @@ import pyarrow.parquet as pq
 import pytest
 import ray
 
-from study.runner import CRASH_DIR_ENV, run_study
+from study.faults import CRASH_DIR_ENV
+from study.runner import run_study
 from study.sampling import expand
 from study.spec import parse_spec
-from study.store import TRIAL_SCHEMA, load_epochs, load_trials
-from studyutil import REPO, run_edf, run_edf_command, small_spec, write_spec
+from study.store import load_epochs, load_trials
+from tests.helpers import REPO, run_edf, run_edf_command, small_spec, stored_row, write_spec
+from trainers.schema import TRIAL_SCHEMA
+
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
@@ -126,15 +130,15 @@ def test_worker_crash_is_retried_then_failed_trials_rerun(tmp_path):
 
 
 def test_fused_groups_store_k_rows_and_resume_per_member(local_ray, tmp_path, capsys):
-    from study.runner import fusion_groups, fusion_sizes
+    from study.fusion import fusion_groups, fusion_sizes
     from study.store import write_trial
     spec = parse_spec(small_spec(name="fused", models=["cnn_tiny"], optimizers=["adamw"], samples=4, fuse=2))
     trials = expand(spec)
     assert [len(g) for g in fusion_groups(trials, {"cnn_tiny": 2})] == [2, 2]
     store = str(tmp_path)
     # one member of the first group is already stored, as after a crash mid-study
-    write_trial(store, "fused", {"trial_key": trials[0].key, "model": "cnn_tiny", "optimizer": "adamw",
-                                 "status": "ok", "top1_err": 1.0, "finished_at": "2026-11-29T10:00:00+00:00"})
+    write_trial(store, "fused", stored_row(trial_key=trials[0].key, model="cnn_tiny", optimizer="adamw",
+                                           status="ok", top1_err=1.0))
     rows = run_study(spec, store).set_index("trial_key")
     assert len(rows) == 4 and rows.loc[trials[0].key, "top1_err"] == 1.0   # not trained again
     trained = rows.drop(trials[0].key)

@@ -2,9 +2,10 @@ import json
 
 import pytest
 
-from trainers.config import ConfigError
+from trainers.errors import ConfigError
 from trainers.train import main as train_cli
-from trainers.trial import chance_error, train_trial
+from trainers.loop import chance_error
+from trainers.trial import train_trial
 
 BASE = dict(dataset={"name": "digits", "image_size": 16}, batch_size=64, warmup_epochs=1)
 
@@ -72,9 +73,10 @@ def test_bad_config_names_the_field():
 
 
 def test_cli_prints_progress_and_result(capsys):
-    assert train_cli(["--model", "cnn_tiny", "--epochs", "1", "--lr", "5e-3", "--wd", "0.05"]) == 0
+    assert train_cli(["--model", "cnn_tiny", "--optimizer", "adamw", "--epochs", "1", "--lr", "5e-3",
+                      "--wd", "0.05", "--batch-size", "64"]) == 0
     out = capsys.readouterr().out
     assert "epoch   1/1" in out and out.strip().splitlines()[-1].startswith("ok: top-1")
     assert train_cli(["--model", "cnn_tiny", "--dataset", "cifar10", "--data-path", "/no/such",
-                      "--lr", "1", "--wd", "0"]) == 2
+                      "--optimizer", "sgd", "--epochs", "1", "--lr", "1", "--wd", "0"]) == 2
     assert "/no/such" in capsys.readouterr().err

@@ -1,46 +1,51 @@
 """The one-trial config: a plain dict checked into a typed, validated dataclass."""
 
 import dataclasses
+import hashlib
 import json
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional
 
 from trainers.data import DataSpec
-from trainers.models import get_spec
-from trainers.optim import OPTIMIZERS
+from trainers.errors import ConfigError
+from trainers.optim import OPTIMIZERS, scaled_lr
+from trainers.zoo import get_spec
 
 
-class ConfigError(ValueError):
-    """A trial config field has a bad value."""
+def _doc(text: str, default: Any = dataclasses.MISSING, **kwargs) -> Any:
+    """A dataclass field whose help text is kept in its metadata (the CLI reads it)."""
+    return field(default=default, metadata={"doc": text}, **kwargs)
 
 
 @dataclass(frozen=True)
 class TrialConfig:
     """Everything that determines one training trial (model, data, optimizer, recipe, seed)."""
 
-    model: str
-    optimizer: str
-    epochs: int
-    lr: float
-    wd: float
-    dataset: DataSpec = field(default_factory=lambda: DataSpec("digits"))
-    seed: int = 0
-    batch_size: int = 128
-    reference_batch_size: Optional[int] = None   # lr is given for this batch; default: batch_size
-    warmup_epochs: float = 0.0
-    min_lr_ratio: float = 0.0                     # cosine floor as a fraction of the peak lr
-    label_smoothing: float = 0.0
-    mixup: float = 0.0                            # mixup alpha (0 = off)
-    cutmix: float = 0.0                           # CutMix alpha (0 = off)
-    auto_augment: Optional[str] = None            # imagefolder only, e.g. "original"
-    ema_decay: Optional[float] = None             # EMA of weights (None = off)
-    grad_clip: Optional[float] = None             # max grad norm (None = off)
-    divergence_loss: float = 100.0                # a loss above this (or non-finite) diverges
-    amp: Optional[bool] = None                    # bf16 autocast; None = on for CUDA only
-    channels_last: Optional[bool] = None          # None = on for CUDA only
-    device: str = "auto"                          # auto | cpu | cuda | cuda:N
-    dtype: str = "float32"                        # float32 | float64 (exactness tests)
-    num_workers: int = 4                          # DataLoader workers (imagefolder)
+    model: str = _doc("registered model name (trainers.zoo)")
+    optimizer: str = _doc("adamw or sgd")
+    epochs: int = _doc("training epochs")
+    lr: float = _doc("peak learning rate, given for reference_batch_size")
+    wd: float = _doc("weight decay (not applied to 1-D parameters)")
+    dataset: DataSpec = field(default_factory=lambda: DataSpec("digits"),
+                              metadata={"doc": "dataset name and options (trainers.data.DataSpec)"})
+    seed: int = _doc("seed of the initial weights and the data order", 0)
+    batch_size: int = _doc("training batch size", 128)
+    reference_batch_size: Optional[int] = _doc("lr is given for this batch and scaled linearly "
+                                               "(none: batch_size, no scaling)", None)
+    warmup_epochs: float = _doc("linear warmup from 0, in epochs (per step)", 0.0)
+    min_lr_ratio: float = _doc("cosine floor as a fraction of the peak lr", 0.0)
+    label_smoothing: float = _doc("label smoothing", 0.0)
+    mixup: float = _doc("mixup alpha (0 = off)", 0.0)
+    cutmix: float = _doc("CutMix alpha (0 = off)", 0.0)
+    auto_augment: Optional[str] = _doc("AutoAugment policy, imagefolder only (e.g. original)", None)
+    ema_decay: Optional[float] = _doc("EMA of weights with this decay (none = off)", None)
+    grad_clip: Optional[float] = _doc("max gradient norm (none = off)", None)
+    divergence_loss: float = _doc("a loss above this (or non-finite) ends the trial as diverged", 100.0)
+    amp: Optional[bool] = _doc("bf16 autocast (default: on for CUDA only)", None)
+    channels_last: Optional[bool] = _doc("channels_last memory format (default: on for CUDA only)", None)
+    device: str = _doc("auto, cpu, cuda or cuda:N", "auto")
+    dtype: str = _doc("float32, or float64 for exactness tests", "float32")
+    num_workers: int = _doc("DataLoader workers (imagefolder)", 4)
 
     @classmethod
     def from_dict(cls, config: Dict[str, Any]) -> "TrialConfig":
@@ -62,10 +67,7 @@ class TrialConfig:
 
     def validate(self) -> None:
         """Raise ConfigError for the first bad field."""
-        try:
-            get_spec(self.model)
-        except KeyError as exc:
-            raise ConfigError(f"model: {exc.args[0]}")
+        get_spec(self.model)
         checks = [
             ("optimizer", self.optimizer in OPTIMIZERS, f"one of {OPTIMIZERS}"),
             ("epochs", isinstance(self.epochs, int) and self.epochs >= 1, "an integer >= 1"),
@@ -87,6 +89,11 @@ class TrialConfig:
         if (self.mixup or self.cutmix) and self.batch_size % 2:
             raise ConfigError(f"batch_size: {self.batch_size} is odd; mixup/CutMix need an even batch")
 
+    @property
+    def peak_lr(self) -> float:
+        """The lr actually used: `lr` scaled linearly from reference_batch_size to batch_size."""
+        return scaled_lr(self.lr, self.batch_size, self.reference_batch_size or self.batch_size)
+
     def to_dict(self) -> Dict[str, Any]:
         """A plain, JSON-serialisable dict that `from_dict` turns back into this config."""
         return dataclasses.asdict(self)
@@ -94,3 +101,15 @@ class TrialConfig:
     def to_json(self) -> str:
         """Canonical JSON (sorted keys): equal configs give equal strings."""
         return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+
+    @property
+    def key(self) -> str:
+        """The idempotency key: a hash of the canonical config (defaults filled, keys sorted)."""
+        return hashlib.sha256(self.to_json().encode()).hexdigest()[:20]
+
+    def row_fields(self) -> Dict[str, Any]:
+        """The trial row's `config` columns (trainers.schema), known before training."""
+        return {"model": self.model, "family": get_spec(self.model).family,
+                "optimizer": self.optimizer, "epochs": self.epochs, "lr": self.lr, "wd": self.wd,
+                "seed": self.seed, "dataset": self.dataset.name, "batch_size": self.batch_size,
+                "config_json": self.to_json()}

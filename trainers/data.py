@@ -5,15 +5,18 @@ indexing, without a DataLoader worker round trip; `imagefolder` uses a multi-wor
 timm's training transforms. Nothing downloads.
 """
 
+import copy
 import os
 import pickle
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Iterator, Optional, Tuple
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+from trainers.errors import DataError
 
 DATASETS = ("digits", "cifar10", "cifar100", "imagefolder", "synthetic")
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -27,21 +30,17 @@ _CIFAR_LAYOUT = {
 }
 
 
-class DataError(ValueError):
-    """A dataset path is missing or malformed."""
-
-
 @dataclass(frozen=True)
 class DataSpec:
     """What to load: a dataset name and its options (hashable, so loads are cached per process)."""
 
-    name: str
-    path: Optional[str] = None
-    image_size: Optional[int] = None
-    num_classes: int = 10       # synthetic only
-    n_train: int = 512          # synthetic only
-    n_val: int = 256            # synthetic only
-    seed: int = 0               # synthetic only
+    name: str = field(metadata={"doc": "dataset name"})
+    path: Optional[str] = field(default=None, metadata={"doc": "folder of cifar10/cifar100/imagefolder data"})
+    image_size: Optional[int] = field(default=None, metadata={"doc": "image side in pixels (default per dataset)"})
+    num_classes: int = field(default=10, metadata={"doc": "classes (synthetic only)"})
+    n_train: int = field(default=512, metadata={"doc": "training images (synthetic only)"})
+    n_val: int = field(default=256, metadata={"doc": "validation images (synthetic only)"})
+    seed: int = field(default=0, metadata={"doc": "seed of the images (synthetic only)"})
 
     @classmethod
     def from_config(cls, value) -> "DataSpec":
@@ -151,8 +150,10 @@ class LoaderData:
         return len(self.train_set)
 
     def to(self, device) -> "LoaderData":
-        self.pin_memory = torch.device(device).type == "cuda"
-        return self
+        """A copy that pins memory when training on CUDA (the cached original is left unchanged)."""
+        moved = copy.copy(self)
+        moved.pin_memory = torch.device(device).type == "cuda"
+        return moved
 
     def steps_per_epoch(self, batch_size: int) -> int:
         return max(1, self.num_train // batch_size)

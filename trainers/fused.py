@@ -13,6 +13,7 @@ parameters stop changing) and reported `diverged`; the others go on unchanged.
 """
 
 import copy
+import gc
 import math
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence
@@ -22,10 +23,11 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call, grad_and_value, stack_module_state, vmap
 
-from trainers.config import ConfigError, TrialConfig
+from trainers.config import TrialConfig
+from trainers.errors import ConfigError
+from trainers.loop import MemberRecords, data_on_device, diverged_mask, fit, resolve_device, trial_schedule
 from trainers.models import build_model, set_fused_attention
-from trainers.optim import build_schedule, scaled_lr
-from trainers.trial import Trainer, chance_error, data_on_device, resolve_device, trial_row
+from trainers.trial import Trainer
 
 PER_MEMBER = ("lr", "wd", "seed")
 UNSUPPORTED = ("mixup", "cutmix", "ema_decay", "grad_clip", "amp")  # must be off (0 / None / False)
@@ -67,13 +69,10 @@ class FusedTrainer:
         self.base = copy.deepcopy(models[0]).to("meta")
         self.generators = [torch.Generator().manual_seed(m.seed) for m in cfgs]
         self.steps_per_epoch = self.data.steps_per_epoch(cfg.batch_size)
-        total = cfg.epochs * self.steps_per_epoch
-        warmup = round(cfg.warmup_epochs * self.steps_per_epoch)
         self.schedules = []
         for member in cfgs:  # timm's schedule on a stand-in optimizer gives each member's lr per step
-            lr = scaled_lr(member.lr, cfg.batch_size, cfg.reference_batch_size or cfg.batch_size)
-            stand_in = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=lr)
-            self.schedules.append((stand_in, build_schedule(stand_in, total, warmup, cfg.min_lr_ratio)))
+            stand_in = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=member.peak_lr)
+            self.schedules.append((stand_in, trial_schedule(stand_in, member, self.steps_per_epoch)))
         shape = lambda p: (self.k,) + (1,) * (p.ndim - 1)
         wd = torch.tensor([m.wd for m in cfgs], dtype=self.dtype, device=self.device)
         # no decay on 1-D parameters of the member model (2-D once stacked)
@@ -140,7 +139,7 @@ class FusedTrainer:
             y = torch.stack([b[1] for b in batches]).to(self.device)
             lrs = self._lrs()
             grads, losses = self.grad_fn(self.params, self.buffers, x, y)
-            bad = ~torch.isfinite(losses) | (losses > cfg.divergence_loss)
+            bad = diverged_mask(losses, cfg)
             for k in torch.nonzero(bad & self.alive).flatten().tolist():
                 self.diverged_at[k] = self.step
             self.alive &= ~bad
@@ -166,49 +165,36 @@ class FusedTrainer:
         return {"top1_err": (100 * (1 - correct1 / total)).cpu().numpy(),
                 "top5_err": (100 * (1 - correct5 / total)).cpu().numpy()}
 
+    def run_epoch(self) -> Dict[int, Dict[str, Any]]:
+        """Train and evaluate one epoch (trainers.loop.EpochTrainer): metrics of the live members."""
+        train = self.train_epoch()
+        if not self.alive.any():
+            return {}
+        metrics = self.evaluate()
+        return {k: {"train_loss": float(train["train_loss"][k]), "train_top1_err": None,
+                    "lr": float(train["lr"][k]), "top1_err": float(metrics["top1_err"][k]),
+                    "top5_err": float(metrics["top5_err"][k]), "ema_top1_err": None}
+                for k in torch.nonzero(self.alive).flatten().tolist()}
+
+    def diverged(self, member: int) -> bool:
+        """Whether the member diverged (and was masked out)."""
+        return self.diverged_at[member] is not None
+
+    def release(self) -> None:
+        """Free the stacked parameters, buffers and optimizer state."""
+        del self.params, self.buffers, self.state
+        gc.collect()
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
 
 def train_fused(configs: Sequence[Dict[str, Any]],
-                on_epoch: Optional[Callable[[Dict[int, Dict[str, Any]]], None]] = None) -> List[Dict[str, Any]]:
+                on_epoch: Optional[Callable[[MemberRecords], None]] = None) -> List[Dict[str, Any]]:
     """Train K trial configs of one cell fused; return K trial rows as `train_trial` would.
 
     on_epoch({k: record}) is called after each epoch with the records of the live members.
     """
-    cfgs = [TrialConfig.from_dict(c) for c in configs]
-    started = time.time()
-    trainer = FusedTrainer(cfgs)
-    logs: List[List[Dict[str, Any]]] = [[] for _ in cfgs]
-    best = np.full(len(cfgs), np.inf)
-    last: Dict[str, np.ndarray] = {}
-    for epoch in range(1, cfgs[0].epochs + 1):
-        t0 = time.time()
-        train = trainer.train_epoch()
-        if not trainer.alive.any():
-            break
-        metrics = trainer.evaluate()
-        last = {**train, **metrics}
-        records = {}
-        for k in torch.nonzero(trainer.alive).flatten().tolist():
-            best[k] = min(best[k], metrics["top1_err"][k])
-            record = {"epoch": epoch, "train_loss": float(train["train_loss"][k]), "train_top1_err": None,
-                      "lr": float(train["lr"][k]), "top1_err": float(metrics["top1_err"][k]),
-                      "top5_err": float(metrics["top5_err"][k]), "ema_top1_err": None,
-                      "seconds": time.time() - t0}
-            logs[k].append(record)
-            records[k] = record
-        if on_epoch is not None:
-            on_epoch(records)
-    rows = []
-    wall = time.time() - started
-    for k, cfg in enumerate(cfgs):
-        if trainer.diverged_at[k] is not None:
-            chance = chance_error(trainer.num_classes)
-            metrics = {"top1_err": chance, "top5_err": chance_error(trainer.num_classes, 5)}
-            rows.append(trial_row(cfg, "diverged", metrics, chance, None, logs[k], wall, trainer))
-        else:
-            metrics = {"top1_err": float(last["top1_err"][k]), "top5_err": float(last["top5_err"][k])}
-            rows.append(trial_row(cfg, "ok", metrics, float(best[k]), float(last["train_loss"][k]),
-                                  logs[k], wall, trainer))
-    return rows
+    return fit(FusedTrainer([TrialConfig.from_dict(c) for c in configs]), on_epoch)
 
 
 def measure_fusion(model: str, optimizer: str, batch_size: int, image_size: int, k: int, steps: int = 3,

@@ -2,77 +2,96 @@
 
     python -m trainers.train --model vit_c_tiny --dataset digits --epochs 10 \
         --optimizer adamw --lr 1e-3 --wd 0.05
+
+Every flag comes from a field of `TrialConfig` (and `DataSpec`, as --data-*): same names, same
+defaults, help from the field's doc. Flags left out take the config's default.
 """
 
 import argparse
+import dataclasses
 import json
 import sys
+import typing
+from typing import Any, Callable, Dict, Optional
 
-from trainers.config import ConfigError, TrialConfig
-from trainers.data import DATASETS, DataError
-from trainers.models import list_models
+from trainers.config import TrialConfig
+from trainers.data import DATASETS, DataSpec
+from trainers.errors import exits_on_user_error
+from trainers.optim import OPTIMIZERS
 from trainers.trial import train_trial
+from trainers.zoo import list_models
+
+CHOICES = {"model": list_models(), "optimizer": OPTIMIZERS, "dataset": DATASETS}
 
 
-def parse_args(argv=None) -> argparse.Namespace:
-    """Command-line flags for one trial; recipe flags default to TrialConfig's defaults."""
-    p = argparse.ArgumentParser(prog="python -m trainers.train", description=__doc__.splitlines()[0])
-    p.add_argument("--model", required=True, choices=list_models())
-    p.add_argument("--dataset", default="digits", choices=DATASETS)
-    p.add_argument("--data-path", default=None, help="folder of cifar/imagefolder data")
-    p.add_argument("--image-size", type=int, default=None)
-    p.add_argument("--optimizer", default="adamw", choices=["adamw", "sgd"])
-    p.add_argument("--epochs", type=int, default=10)
-    p.add_argument("--lr", type=float, required=True)
-    p.add_argument("--wd", type=float, required=True)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--reference-batch-size", type=int, default=None)
-    p.add_argument("--warmup-epochs", type=float, default=1.0)
-    p.add_argument("--label-smoothing", type=float, default=0.0)
-    p.add_argument("--mixup", type=float, default=0.0)
-    p.add_argument("--cutmix", type=float, default=0.0)
-    p.add_argument("--ema-decay", type=float, default=None)
-    p.add_argument("--grad-clip", type=float, default=None)
-    p.add_argument("--device", default="auto")
-    p.add_argument("--json", action="store_true", help="print only the result row as JSON")
-    return p.parse_args(argv)
+def _bool(text: str) -> bool:
+    if text.lower() in ("true", "1", "yes", "on"):
+        return True
+    if text.lower() in ("false", "0", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"bad value {text!r}; allowed: true or false")
 
 
-def config_from_args(args: argparse.Namespace) -> dict:
-    """The trial config dict the flags describe."""
-    dataset = {"name": args.dataset, "path": args.data_path, "image_size": args.image_size}
-    return {
-        "model": args.model, "dataset": dataset, "optimizer": args.optimizer, "epochs": args.epochs,
-        "lr": args.lr, "wd": args.wd, "seed": args.seed, "batch_size": args.batch_size,
-        "reference_batch_size": args.reference_batch_size, "warmup_epochs": args.warmup_epochs,
-        "label_smoothing": args.label_smoothing, "mixup": args.mixup, "cutmix": args.cutmix,
-        "ema_decay": args.ema_decay, "grad_clip": args.grad_clip, "device": args.device,
-    }
+def _parser_of(annotation) -> Callable[[str], Any]:
+    """A flag parser for a field type; Optional[T] also takes 'none'."""
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    base = args[0] if args else annotation
+    parse = _bool if base is bool else base
+    if not args:
+        return parse
+    return lambda text: None if text.lower() == "none" else parse(text)
 
 
-def main(argv=None) -> int:
+def _add_field(parser: argparse.ArgumentParser, field: dataclasses.Field, flag: str, hints: Dict) -> None:
+    required = field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
+    default = "" if required else f" (default: {field.default})"
+    parser.add_argument(flag, dest=flag[2:].replace("-", "_"), required=required,
+                        type=_parser_of(hints[field.name]), choices=CHOICES.get(field.name),
+                        default=argparse.SUPPRESS, help=field.metadata.get("doc", "") + default)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Flags for every TrialConfig field (dataset as --dataset NAME plus --data-* options)."""
+    parser = argparse.ArgumentParser(prog="python -m trainers.train", description=__doc__.splitlines()[0])
+    hints = typing.get_type_hints(TrialConfig)
+    for field in dataclasses.fields(TrialConfig):
+        if field.name != "dataset":
+            _add_field(parser, field, "--" + field.name.replace("_", "-"), hints)
+    parser.add_argument("--dataset", default="digits", choices=DATASETS, help="dataset name (default: digits)")
+    data_hints = typing.get_type_hints(DataSpec)
+    for field in dataclasses.fields(DataSpec):
+        if field.name != "name":
+            _add_field(parser, field, "--data-" + field.name.replace("_", "-"), data_hints)
+    parser.add_argument("--json", action="store_true", help="print only the result row as JSON")
+    return parser
+
+
+def config_from_args(args: argparse.Namespace) -> Dict[str, Any]:
+    """The trial config dict the flags describe (flags not given are left to the config's defaults)."""
+    values = vars(args).copy()
+    values.pop("json")
+    data_fields = {f.name for f in dataclasses.fields(DataSpec)}
+    dataset = {"name": values.pop("dataset")}
+    for name in list(values):
+        if name.startswith("data_") and name[5:] in data_fields:
+            dataset[name[5:]] = values.pop(name)
+    return dict(values, dataset=dataset)
+
+
+def _print_epoch(epochs: int) -> Callable[[Dict[str, Any]], None]:
+    def show(epoch: Dict[str, Any]) -> None:
+        print(f"epoch {epoch['epoch']:>3}/{epochs}  loss {epoch['train_loss']:.4f}  "
+              f"train err {epoch['train_top1_err']:6.2f}%  val top-1 {epoch['top1_err']:6.2f}%  "
+              f"top-5 {epoch['top5_err']:6.2f}%  lr {epoch['lr']:.3g}  {epoch['seconds']:.1f}s", flush=True)
+    return show
+
+
+@exits_on_user_error
+def main(argv: Optional[list] = None) -> int:
     """Run one trial; exit 2 on a bad config or data path."""
-    args = parse_args(argv)
+    args = build_parser().parse_args(argv)
     config = config_from_args(args)
-    try:
-        TrialConfig.from_dict(config)
-    except (ConfigError, DataError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-
-    def show(epoch):
-        if not args.json:
-            print(f"epoch {epoch['epoch']:>3}/{args.epochs}  loss {epoch['train_loss']:.4f}  "
-                  f"train err {epoch['train_top1_err']:6.2f}%  val top-1 {epoch['top1_err']:6.2f}%  "
-                  f"top-5 {epoch['top5_err']:6.2f}%  lr {epoch['lr']:.3g}  {epoch['seconds']:.1f}s",
-                  flush=True)
-
-    try:
-        row = train_trial(config, on_epoch=show)
-    except DataError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    row = train_trial(config, on_epoch=None if args.json else _print_epoch(args.epochs))
     row.pop("epoch_log")
     if args.json:
         print(json.dumps(row))

@@ -1,0 +1,124 @@
+"""The layering of docs/architecture.md, and one error type turned into exit code 2 everywhere."""
+
+import ast
+import os
+import subprocess
+import sys
+
+import pytest
+
+from analysis.__main__ import main as analysis_main
+from study.cli import hpstudy_main, run_edf_main
+from tests.helpers import REPO
+from trainers.train import main as train_main
+
+PACKAGES = ("trainers", "study", "analysis")
+CLI_MODULES = {"study.cli", "study.run_edf", "analysis.__main__", "trainers.train"}
+TORCH_FREE_TRAINERS = {"trainers.errors", "trainers.schema", "trainers.zoo"}
+
+
+def _module_files():
+    """{module name: source path} of every module of the three packages."""
+    files = {}
+    for package in PACKAGES:
+        for name in sorted(os.listdir(os.path.join(REPO, package))):
+            if name.endswith(".py"):
+                files[package if name == "__init__.py" else f"{package}.{name[:-3]}"] = \
+                    os.path.join(REPO, package, name)
+    return files
+
+
+def import_graph():
+    """{module: (hpstudy modules it imports, other top-level packages it imports)}, counting imports
+    inside functions too."""
+    files = _module_files()
+    graph = {}
+    for module, path in files.items():
+        names = set()
+        for node in ast.walk(ast.parse(open(path).read())):
+            if isinstance(node, ast.Import):
+                names |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names |= {node.module} | {f"{node.module}.{alias.name}" for alias in node.names}
+        graph[module] = ({n for n in names if n in files}, {n.split(".")[0] for n in names} - set(PACKAGES))
+    return graph
+
+
+def test_layers_point_one_way():
+    allowed = {"trainers": {"trainers"}, "study": {"trainers", "study"}, "analysis": {"analysis"}}
+    for module, (internal, external) in import_graph().items():
+        if module in CLI_MODULES:
+            continue
+        layer = module.split(".")[0]
+        outside = {m for m in internal if m.split(".")[0] not in allowed[layer]}
+        if layer == "analysis":   # the library: DataFrames in, tables and figures out
+            outside -= TORCH_FREE_TRAINERS
+            assert not external & {"torch", "timm", "ray"}, (module, external)
+        assert not outside, f"{module} imports {sorted(outside)}"
+
+
+def test_no_import_cycles():
+    graph = {module: internal for module, (internal, _) in import_graph().items()}
+    state = {}
+
+    def visit(module, path):
+        state[module] = "open"
+        for dep in sorted(graph[module]):
+            if state.get(dep) == "open":
+                raise AssertionError(f"import cycle: {' -> '.join(path + [dep])}")
+            if dep not in state:
+                visit(dep, path + [dep])
+        state[module] = "done"
+
+    for module in graph:
+        if module not in state:
+            visit(module, [module])
+
+
+@pytest.mark.parametrize("modules,banned", [
+    (["analysis.edf", "analysis.stats", "analysis.gaps", "analysis.figures", "analysis.report"],
+     ["torch", "timm", "ray", "study"]),
+    (["trainers.schema", "trainers.zoo", "trainers.errors"], ["torch", "timm", "ray", "study", "analysis"]),
+    (["trainers.trial", "trainers.fused", "trainers.train", "trainers.flops"], ["ray", "study", "analysis"]),
+])
+def test_what_a_layer_loads_at_run_time(modules, banned):
+    code = (f"import sys\nfor m in {modules!r}: __import__(m)\n"
+            f"print(sorted({{m.split('.')[0] for m in sys.modules}} & {set(banned)!r}))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
+
+
+def _store_without_study(tmp_path):
+    return ["--store", str(tmp_path / "empty")]
+
+
+@pytest.mark.parametrize("entry,argv,message", [
+    (hpstudy_main, ["report", "--study", "nope"], "--study: no trials of study 'nope'"),
+    (hpstudy_main, ["run", "--config", "/no/such.yaml"], "--config: '/no/such.yaml' is not a file"),
+    (run_edf_main, ["--max-concurrent", "0", "--dry-run"], "--max-concurrent: bad value 0"),
+    (analysis_main, ["report", "--study", "nope"], "--study: no trials of study 'nope'"),
+    (analysis_main, ["query", "no_such_column > 1"], "query: bad expression or column"),
+    (train_main, ["--model", "cnn_tiny", "--optimizer", "adamw", "--epochs", "1", "--lr", "-1", "--wd", "0"],
+     "lr: bad value -1.0; allowed: > 0"),
+    (train_main, ["--model", "cnn_tiny", "--optimizer", "adamw", "--epochs", "1", "--lr", "1", "--wd", "0",
+                  "--dataset", "cifar10", "--data-path", "/no/such"], "/no/such"),
+])
+def test_every_entry_point_turns_a_user_error_into_exit_2(entry, argv, message, tmp_path, capsys):
+    if entry is not train_main:
+        argv = argv + _store_without_study(tmp_path)
+    assert entry(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("command", [
+    ["hpstudy", "report", "--study", "nope"],
+    [sys.executable, os.path.join(REPO, "study", "run_edf.py"), "--config", "/no/such.yaml", "--dry-run"],
+    [sys.executable, "-m", "study.run_edf", "--num-cpus", "0", "--dry-run"],
+])
+def test_installed_commands_exit_2_without_a_traceback(command, tmp_path):
+    if command[0] == "hpstudy":
+        command = [os.path.join(os.path.dirname(sys.executable), "hpstudy")] + command[1:]
+    out = subprocess.run(command + ["--store", str(tmp_path)], cwd=tmp_path, capture_output=True, text=True)
+    assert out.returncode == 2, out.stderr
+    assert "Traceback" not in out.stderr and out.stderr.startswith("error: "), out.stderr

@@ -1,0 +1,119 @@
+"""The one training driver: the epoch loop, epoch records and trial rows shared by the solo trainer
+(`trainers.trial.Trainer`) and the fused one (`trainers.fused.FusedTrainer`).
+
+A trainer trains K >= 1 members (K = 1 alone) and implements `EpochTrainer`; `fit` runs its epochs,
+builds each member's epoch records and, at the end, one trial row per member: `ok` with the last
+epoch's errors, or `diverged` at chance error. In the spirit of pycls's train_epoch/test_epoch.
+"""
+
+import time
+from datetime import datetime, timezone
+from functools import lru_cache
+from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence
+
+import torch
+
+from trainers import schema
+from trainers.config import TrialConfig
+from trainers.data import DataSpec, load_data
+from trainers.flops import model_profile
+from trainers.optim import build_schedule
+from trainers.provenance import run_info
+
+MemberRecords = Dict[int, Dict[str, Any]]     # member index -> epoch record
+
+
+class EpochTrainer(Protocol):
+    """What `fit` needs of a trainer of K members (K = len(cfgs))."""
+
+    cfgs: Sequence[TrialConfig]
+    device: torch.device
+    num_classes: int
+
+    def run_epoch(self) -> Dict[int, Dict[str, Any]]:
+        """Train and evaluate one epoch; metrics (EPOCH_COLUMNS but epoch/seconds) of live members."""
+
+    def diverged(self, member: int) -> bool:
+        """Whether the member diverged (and stopped training)."""
+
+    def release(self) -> None:
+        """Free models and optimizer state."""
+
+
+def resolve_device(name: str) -> torch.device:
+    """'auto' picks CUDA when present, else CPU."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+@lru_cache(maxsize=2)
+def data_on_device(spec: DataSpec, device: torch.device, num_workers: int):
+    """The dataset on `device`, cached per worker process so reused Ray actors load it once."""
+    return load_data(spec, num_workers).to(device)
+
+
+def chance_error(num_classes: int, k: int = 1) -> float:
+    """Top-k error (%) of uniform guessing over num_classes."""
+    return 100.0 * (1.0 - min(k, num_classes) / num_classes)
+
+
+def diverged_mask(losses: torch.Tensor, cfg: TrialConfig) -> torch.Tensor:
+    """True where a loss is non-finite or above the config's `divergence_loss`."""
+    return ~torch.isfinite(losses) | (losses > cfg.divergence_loss)
+
+
+def trial_schedule(optimizer: torch.optim.Optimizer, cfg: TrialConfig, steps_per_epoch: int):
+    """The trial's per-step warmup + cosine schedule on `optimizer` (whose lr is cfg.peak_lr)."""
+    return build_schedule(optimizer, cfg.epochs * steps_per_epoch,
+                          round(cfg.warmup_epochs * steps_per_epoch), cfg.min_lr_ratio)
+
+
+def fit(trainer: EpochTrainer, on_epoch: Optional[Callable[[MemberRecords], None]] = None) -> List[Dict]:
+    """Run every epoch of `trainer`; return one trial row per member (with its `epoch_log`).
+
+    on_epoch({member: record}) is called after each epoch with the records of the live members.
+    The trainer is released at the end, also when an error (e.g. out of memory) escapes.
+    """
+    started = time.time()
+    logs: List[List[Dict[str, Any]]] = [[] for _ in trainer.cfgs]
+    try:
+        for epoch in range(1, trainer.cfgs[0].epochs + 1):
+            t0 = time.time()
+            metrics = trainer.run_epoch()
+            if not metrics:
+                break
+            if trainer.device.type == "cuda":
+                torch.cuda.synchronize(trainer.device)
+            records = {k: schema.epoch_record(epoch=epoch, seconds=time.time() - t0, **m)
+                       for k, m in metrics.items()}
+            for k, record in records.items():
+                logs[k].append(record)
+            if on_epoch is not None:
+                on_epoch(records)
+    finally:
+        trainer.release()
+    wall_s = time.time() - started
+    return [trial_row(cfg, logs[k], trainer.diverged(k), trainer, wall_s)
+            for k, cfg in enumerate(trainer.cfgs)]
+
+
+def trial_row(cfg: TrialConfig, epoch_log: List[Dict[str, Any]], diverged: bool, trainer: EpochTrainer,
+              wall_s: float) -> Dict[str, Any]:
+    """The trial row (trainers.schema, all but the study's columns) plus `epoch_log`."""
+    last = epoch_log[-1] if epoch_log else {}
+    if diverged:
+        chance = chance_error(trainer.num_classes)
+        errors = {"top1_err": chance, "top5_err": chance_error(trainer.num_classes, 5),
+                  "best_top1_err": chance, "ema_top1_err": chance if cfg.ema_decay else None}
+    else:
+        errors = {"top1_err": last["top1_err"], "top5_err": last["top5_err"],
+                  "best_top1_err": min(e["top1_err"] for e in epoch_log),
+                  "ema_top1_err": last["ema_top1_err"]}
+    flops, params = model_profile(cfg.model, trainer.num_classes, cfg.dataset.size)
+    row = schema.trainer_row(
+        **cfg.row_fields(), **errors, **run_info(trainer.device),
+        flops=flops, params=params, status=schema.DIVERGED if diverged else schema.OK,
+        train_loss=last.get("train_loss"), epochs_done=len(epoch_log), wall_s=wall_s,
+        finished_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    return dict(row, epoch_log=epoch_log)
