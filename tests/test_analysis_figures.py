@@ -2,7 +2,6 @@ import json
 import os
 
 import matplotlib
-import numpy as np
 import pytest
 
 from analysis.__main__ import main as analysis_cli
@@ -60,6 +59,7 @@ def _fill_store(root, trials, expected):
     write_spec_record(root, "gen", {"name": "gen", "samples": 12}, expected)
 
 
+@pytest.mark.slow
 def test_report_is_complete_reproducible_and_says_how_complete(tmp_path, monkeypatch):
     monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
     store = str(tmp_path / "store")

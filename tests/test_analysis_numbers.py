@@ -184,3 +184,14 @@ def test_bootstrap_min_matches_resampling():
     resampled = v[rng.integers(0, 5, size=(200_000, 5))].min(axis=1)
     for value in v:
         assert np.mean(exact == value) == pytest.approx(np.mean(resampled == value), abs=0.005)
+
+
+def test_importance_leaves_optuna_logging_as_it_was():
+    import optuna
+    before = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.DEBUG)
+    try:
+        hp_importance(make_trials(models=("cnn_tiny",), optimizers=("adamw",), n=12))
+        assert optuna.logging.get_verbosity() == optuna.logging.DEBUG
+    finally:
+        optuna.logging.set_verbosity(before)

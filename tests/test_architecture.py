@@ -114,7 +114,6 @@ def test_every_entry_point_turns_a_user_error_into_exit_2(entry, argv, message, 
 @pytest.mark.parametrize("command", [
     ["hpstudy", "report", "--study", "nope"],
     [sys.executable, os.path.join(REPO, "study", "run_edf.py"), "--config", "/no/such.yaml", "--dry-run"],
-    [sys.executable, "-m", "study.run_edf", "--num-cpus", "0", "--dry-run"],
 ])
 def test_installed_commands_exit_2_without_a_traceback(command, tmp_path):
     if command[0] == "hpstudy":
@@ -122,3 +121,10 @@ def test_installed_commands_exit_2_without_a_traceback(command, tmp_path):
     out = subprocess.run(command + ["--store", str(tmp_path)], cwd=tmp_path, capture_output=True, text=True)
     assert out.returncode == 2, out.stderr
     assert "Traceback" not in out.stderr and out.stderr.startswith("error: "), out.stderr
+
+
+def test_importing_the_study_runner_changes_no_environment():
+    code = ("import os\nbefore = dict(os.environ)\nimport study.runner, study.cli, study.trainable\n"
+            "print(sorted(set(os.environ.items()) ^ set(before.items())))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout

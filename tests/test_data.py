@@ -78,6 +78,10 @@ def test_imagefolder_loads_with_paper_transforms(tmp_path):
     assert x.shape == (4, 3, 32, 32)
     vx, _ = next(data.val_batches(8))
     assert vx.shape == (8, 3, 32, 32)
+    # moving to a device returns a new object: the cached load stays as it was
+    moved = data.to("meta")
+    assert moved is not data and moved.pin_memory is False and data.pin_memory is torch.cuda.is_available()
+    assert load_data(DataSpec("imagefolder", path=str(tmp_path), image_size=32), num_workers=0) is data
 
 
 def test_synthetic_is_seeded():

@@ -6,6 +6,7 @@ import pytest
 
 from study.store import compact, load_epochs, load_trials, stored_keys, write_trial
 from tests.helpers import epoch_row, stored_row
+from trainers.errors import SchemaError
 from trainers.schema import EPOCH_SCHEMA, TRIAL_SCHEMA
 
 
@@ -116,3 +117,18 @@ def test_s3_store_round_trip(s3_root):
     assert stored_keys(s3_root, "s") == {"a", "b"}
     assert compact(s3_root, "s")["trials"] == 2
     assert sorted(load_trials(s3_root)["trial_key"]) == ["a", "b"]
+
+
+@pytest.mark.parametrize("change,message", [
+    ({"top1_error": 1.0}, "trial row: unknown key 'top1_error'"),
+    ({"drop": "wall_s"}, "trial row: missing key 'wall_s'"),
+])
+def test_a_row_with_an_unknown_or_missing_key_is_refused_naming_it(change, message, tmp_path):
+    bad = row("a")
+    bad.pop(change.pop("drop", None), None)
+    bad.update(change)
+    with pytest.raises(SchemaError, match=message):
+        write_trial(str(tmp_path), "s", bad)
+    with pytest.raises(SchemaError, match="epoch row: unknown key 'loss'"):
+        write_trial(str(tmp_path), "s", row("b"), [dict(epoch_row(epoch=1), loss=1.0)])
+    assert not (tmp_path / "trials").exists()   # nothing half-stored

@@ -80,3 +80,28 @@ def test_cli_prints_progress_and_result(capsys):
     assert train_cli(["--model", "cnn_tiny", "--dataset", "cifar10", "--data-path", "/no/such",
                       "--optimizer", "sgd", "--epochs", "1", "--lr", "1", "--wd", "0"]) == 2
     assert "/no/such" in capsys.readouterr().err
+
+
+def test_cli_flags_are_the_config_fields_with_their_defaults():
+    import dataclasses
+
+    from trainers.config import TrialConfig
+    from trainers.data import DataSpec
+    from trainers.train import build_parser, config_from_args
+    parser = build_parser()
+    flags = {a.dest for a in parser._actions}
+    assert {f.name for f in dataclasses.fields(TrialConfig)} <= flags
+    assert {f"data_{f.name}" for f in dataclasses.fields(DataSpec) if f.name != "name"} <= flags
+    required = ["--model", "cnn_tiny", "--optimizer", "sgd", "--epochs", "3", "--lr", "0.1", "--wd", "0"]
+    # flags left out take exactly TrialConfig's defaults
+    assert TrialConfig.from_dict(config_from_args(parser.parse_args(required))) == \
+        TrialConfig(model="cnn_tiny", optimizer="sgd", epochs=3, lr=0.1, wd=0.0)
+    # every recipe field can be set, including the optional and boolean ones
+    cfg = TrialConfig.from_dict(config_from_args(parser.parse_args(required + [
+        "--batch-size", "32", "--warmup-epochs", "0", "--min-lr-ratio", "0.1", "--amp", "false",
+        "--channels-last", "true", "--dtype", "float64", "--ema-decay", "none", "--grad-clip", "2",
+        "--reference-batch-size", "256", "--data-image-size", "24"])))
+    assert (cfg.batch_size, cfg.warmup_epochs, cfg.min_lr_ratio, cfg.amp, cfg.channels_last, cfg.dtype,
+            cfg.ema_decay, cfg.grad_clip, cfg.reference_batch_size, cfg.dataset.image_size) == \
+        (32, 0.0, 0.1, False, True, "float64", None, 2.0, 256, 24)
+    assert "training batch size (default: 128)" in " ".join(parser.format_help().split())
