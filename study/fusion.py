@@ -6,9 +6,11 @@ from typing import Dict, List
 import ray
 
 from study.sampling import PlannedTrial
-from study.spec import StudySpec
-from study.trainable import use_assigned_cpus
-from trainers.fused import measure_fusion
+from study.spec import SpecError, StudySpec
+from study.trainable import use_assigned_cpus, use_assigned_gpus
+from trainers.config import TrialConfig
+from trainers.errors import ConfigError
+from trainers.fused import check_fusable, measure_fusion
 
 AUTO_FUSE_K = 8
 AUTO_FUSE_MIN_SPEEDUP = 1.2
@@ -32,10 +34,16 @@ def fusion_sizes(spec: StudySpec, pending: List[PlannedTrial], resources: Dict[s
     `auto` times K = 8 members fused against one alone on a worker with the trial's resources
     (so on the device the trials will use) and fuses where that is at least 1.2x faster.
     """
-    if spec.fuse == "off":
+    if spec.fuse == "off" or not pending:
         return {}
+    unfusable = _unfusable_reason(pending)
     if spec.fuse != "auto":
+        if unfusable:
+            raise SpecError(f"fuse: bad value {spec.fuse!r} for this recipe ({unfusable}); allowed: off or auto")
         return {m: int(spec.fuse) for m in spec.models}
+    if unfusable:
+        print(f"fuse auto: no fusion: {unfusable}", flush=True)
+        return {}
     measure = ray.remote(num_cpus=resources["cpu"], num_gpus=resources["gpu"])(_measure_fusion)
     sizes = {}
     for model in sorted({t.model for t in pending}):
@@ -44,7 +52,11 @@ def fusion_sizes(spec: StudySpec, pending: List[PlannedTrial], resources: Dict[s
         if k < 2:
             continue
         cfg = next(t for t in pending if t.model == model).config
-        result = ray.get(measure.remote(model, cfg["optimizer"], cfg["batch_size"], spec.dataset.size, k))
+        try:
+            result = ray.get(measure.remote(model, cfg["optimizer"], cfg["batch_size"], spec.dataset.size, k))
+        except ray.exceptions.RayError as exc:   # e.g. out of memory: K members do not fit
+            print(f"fuse auto: {model}: no fusion: measuring {k} fused failed ({_first_line(exc)})", flush=True)
+            continue
         fuse = result["speedup"] >= AUTO_FUSE_MIN_SPEEDUP
         print(f"fuse auto: {model}: {k} fused run {result['speedup']:.2f}x the speed of {k} alone "
               f"-> {'fuse ' + str(k) if fuse else 'no fusion'}", flush=True)
@@ -53,7 +65,22 @@ def fusion_sizes(spec: StudySpec, pending: List[PlannedTrial], resources: Dict[s
     return sizes
 
 
+def _unfusable_reason(pending: List[PlannedTrial]) -> str:
+    """Why the study's recipe cannot train fused (check_fusable's message), or ''."""
+    try:
+        check_fusable([TrialConfig.from_dict(t.config) for t in pending[:1]])
+    except ConfigError as exc:
+        return str(exc)
+    return ""
+
+
+def _first_line(exc: Exception) -> str:
+    lines = [line for line in str(exc).splitlines() if line.strip()]
+    return lines[-1][:200] if lines else type(exc).__name__
+
+
 def _measure_fusion(*args) -> Dict[str, float]:
     """trainers.fused.measure_fusion on a Ray worker, with as many torch threads as a trial would have."""
     use_assigned_cpus()
+    use_assigned_gpus()
     return measure_fusion(*args)

@@ -1,6 +1,7 @@
 """What runs on a Ray worker: the Tune function trainable that trains one group of trials."""
 
 import json
+import os
 from typing import Any, Dict, List
 
 import ray
@@ -19,6 +20,17 @@ def use_assigned_cpus() -> None:
     torch.set_num_threads(max(1, int(cpus)))
 
 
+def use_assigned_gpus() -> None:
+    """Keep a trial on the GPUs Ray gave it: none visible when it holds no GPU (Ray leaves
+    CUDA_VISIBLE_DEVICES as it was for such workers, so `device: auto` would pick GPU 0), and a
+    memory cap of its share when it holds a fraction of one (`gpu: 0.25` trials share a GPU)."""
+    share = ray.get_runtime_context().get_assigned_resources().get("GPU", 0)
+    if not share:
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    elif share < 1 and torch.cuda.is_available():
+        torch.cuda.set_per_process_memory_fraction(share)
+
+
 def _reported(record: Dict[str, Any]) -> Dict[str, Any]:
     """An epoch record as Tune metrics (Tune wants numbers, not None)."""
     return {k: v for k, v in record.items() if v is not None}
@@ -33,6 +45,7 @@ def run_tune_trial(config: Dict, groups: List[Dict]) -> None:
     for key in group["keys"]:
         crash_if_asked(key)
     use_assigned_cpus()
+    use_assigned_gpus()
     if len(group["configs"]) == 1:
         rows = [train_trial(group["configs"][0], on_epoch=lambda r: tune.report(_reported(r)))]
     else:

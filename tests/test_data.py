@@ -3,9 +3,11 @@ import pickle
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from PIL import Image
 
-from trainers.data import DataError, DataSpec, load_data, random_crop_flip
+from trainers.data import DataSpec, DeviceBatches, TensorData, TensorEpochs, load_data, random_crop
+from trainers.errors import DataError
 
 
 def _write_fake_cifar10(folder, n_per_batch=20):
@@ -36,7 +38,7 @@ def test_cifar10_reads_the_real_pickle_format(tmp_path):
     expected = torch.from_numpy(last[b"data"].reshape(-1, 3, 32, 32))
     assert torch.equal(data.val_x, expected)
     assert data.val_y.tolist() == last[b"labels"]
-    x, y = next(data.train_batches(8, torch.Generator().manual_seed(0)))
+    x, y = next(DeviceBatches(data, torch.device("cpu"), torch.float32).train(8, torch.Generator().manual_seed(0)))
     assert x.shape == (8, 3, 32, 32) and x.dtype == torch.float32 and y.shape == (8,)
 
 
@@ -74,13 +76,11 @@ def test_imagefolder_loads_with_paper_transforms(tmp_path):
                 Image.fromarray(pixels).save(tmp_path / split / cls / f"{i}.JPEG")
     data = load_data(DataSpec("imagefolder", path=str(tmp_path), image_size=32), num_workers=0)
     assert data.num_classes == 2 and data.num_train == 8
-    x, y = next(data.train_batches(4, torch.Generator().manual_seed(0)))
+    x, y = next(iter(data.train_loader(4, torch.Generator().manual_seed(0))))
     assert x.shape == (4, 3, 32, 32)
-    vx, _ = next(data.val_batches(8))
+    vx, _ = next(iter(data.val_loader(8)))
     assert vx.shape == (8, 3, 32, 32)
-    # moving to a device returns a new object: the cached load stays as it was
-    moved = data.to("meta")
-    assert moved is not data and moved.pin_memory is False and data.pin_memory is torch.cuda.is_available()
+    assert x.dtype == torch.uint8 and vx.dtype == torch.uint8   # workers send uint8, not float32
     assert load_data(DataSpec("imagefolder", path=str(tmp_path), image_size=32), num_workers=0) is data
 
 
@@ -99,10 +99,39 @@ def test_unknown_dataset_and_keys_are_rejected():
         DataSpec.from_config({"name": "digits", "img_size": 8})
 
 
-def test_random_crop_flip_moves_pixels_within_the_pad():
+def test_random_crop_takes_the_window_at_each_samples_offset():
     x = torch.arange(2 * 1 * 4 * 4, dtype=torch.float32).view(2, 1, 4, 4)
-    out = random_crop_flip(x, 1, True, torch.Generator().manual_seed(0))
-    assert out.shape == x.shape
-    # every output pixel is either padding (0) or a value from the same image
-    for i in range(2):
-        assert set(out[i].flatten().tolist()) <= set(x[i].flatten().tolist()) | {0.0}
+    out = random_crop(x, 1, torch.tensor([0, 2]), torch.tensor([2, 1]))
+    padded = F.pad(x, (1, 1, 1, 1))
+    assert torch.equal(out[0], padded[0, :, 0:4, 2:6]) and torch.equal(out[1], padded[1, :, 2:6, 1:5])
+
+
+def test_epochs_flip_each_sample_independently_and_reproducibly():
+    n = 64
+    x = torch.randint(0, 256, (n, 3, 6, 6), dtype=torch.uint8)
+    y = torch.arange(n)   # the label names the image
+    data = TensorData(x, y, x[:4], y[:4], n, (0.5,) * 3, (0.25,) * 3, flip=True)
+    batches = list(TensorEpochs(data, 16, torch.Generator().manual_seed(0)))
+    assert len(batches) == 4 and sorted(torch.cat([b[1] for b in batches]).tolist()) == list(range(n))
+    flipped = []
+    for xb, yb in batches:
+        for image, label in zip(xb, yb):
+            same, mirrored = torch.equal(image, x[label]), torch.equal(image, x[label].flip(2))
+            assert same or mirrored
+            flipped.append(mirrored and not same)
+    assert 16 < sum(flipped) < 48          # about half, drawn per sample
+    again = list(TensorEpochs(data, 16, torch.Generator().manual_seed(0)))
+    assert all(torch.equal(a[0], b[0]) for a, b in zip(batches, again))
+
+
+def test_device_batches_normalise_on_the_device_and_leave_the_data_alone():
+    x = torch.randint(0, 256, (32, 3, 8, 8), dtype=torch.uint8)
+    y = torch.arange(32)   # the label names the image
+    data = TensorData(x, y, x[:8], y[:8], 32, (0.4, 0.5, 0.6), (0.2, 0.25, 0.3))
+    view = DeviceBatches(data, torch.device("cpu"), torch.float64)
+    xb, yb = next(view.train(8, torch.Generator().manual_seed(0)))
+    mean = torch.tensor(data.mean, dtype=torch.float64).view(1, -1, 1, 1)
+    std = torch.tensor(data.std, dtype=torch.float64).view(1, -1, 1, 1)
+    assert xb.dtype == torch.float64
+    torch.testing.assert_close(xb, (x[yb].double() / 255 - mean) / std)
+    assert torch.equal(data.train_x, x) and data.train_x.dtype == torch.uint8

@@ -3,13 +3,40 @@
 import dataclasses
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, Dict, Optional
 
-from trainers.data import DataSpec
+from trainers.data import MAX_SEED, DataSpec, finite_in, raise_first_bad, whole_in
 from trainers.errors import ConfigError
 from trainers.optim import OPTIMIZERS, scaled_lr
 from trainers.zoo import get_spec
+
+MAX_EPOCHS = 100_000
+MAX_BATCH = 1_048_576
+DEVICE = re.compile(r"auto|cpu|cuda(:[0-9]+)?")
+AUTO_AUGMENT = re.compile(r"(original|originalr|v0|v0r|3a|rand|augmix)(-[A-Za-z0-9.]+)*")
+
+
+@lru_cache(maxsize=None)
+def model_input_error(model: str, image_size: int, batch: int) -> Optional[str]:
+    """Why a registered model cannot train on a batch of `batch` images of `image_size` px, or None:
+    one training-mode forward pass on the meta device (no memory, a fraction of a second)."""
+    import torch
+    from trainers.models import build_model
+    try:
+        with torch.device("meta"):
+            net = build_model(model, num_classes=10, image_size=image_size)
+            net.train()(torch.zeros(batch, 3, image_size, image_size))
+    except (RuntimeError, ValueError, AssertionError) as exc:
+        return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return None
+
+
+# Fields added after stores of version 0.1 existed, with their defaults: left out of the canonical
+# JSON while at the default, so resuming an old study finds its trials under the same keys.
+ADDED_SINCE_0_1 = {"accum_steps": 1, "grad_checkpointing": False}
 
 
 def _doc(text: str, default: Any = dataclasses.MISSING, **kwargs) -> Any:
@@ -46,6 +73,10 @@ class TrialConfig:
     device: str = _doc("auto, cpu, cuda or cuda:N", "auto")
     dtype: str = _doc("float32, or float64 for exactness tests", "float32")
     num_workers: int = _doc("DataLoader workers (imagefolder)", 4)
+    accum_steps: int = _doc("split each batch into this many micro-batches and accumulate their "
+                            "gradients (same batch, lr and schedule; less memory)", 1)
+    grad_checkpointing: bool = _doc("recompute activations in the backward pass (timm's gradient "
+                                    "checkpointing: less memory, ~30% more compute)", False)
 
     @classmethod
     def from_dict(cls, config: Dict[str, Any]) -> "TrialConfig":
@@ -66,28 +97,72 @@ class TrialConfig:
         return cfg
 
     def validate(self) -> None:
-        """Raise ConfigError for the first bad field."""
+        """Raise ConfigError (DataError for `dataset`) naming the first bad field: every field has
+        its type, every number is finite and in range, and the model can train on these batches."""
+        if not isinstance(self.model, str):
+            raise ConfigError(f"model: bad value {self.model!r}; allowed: a registered model name")
         get_spec(self.model)
-        checks = [
-            ("optimizer", self.optimizer in OPTIMIZERS, f"one of {OPTIMIZERS}"),
-            ("epochs", isinstance(self.epochs, int) and self.epochs >= 1, "an integer >= 1"),
-            ("lr", self.lr > 0, "> 0"),
-            ("wd", self.wd >= 0, ">= 0"),
-            ("batch_size", isinstance(self.batch_size, int) and self.batch_size >= 1, "an integer >= 1"),
-            ("warmup_epochs", 0 <= self.warmup_epochs, ">= 0"),
-            ("min_lr_ratio", 0 <= self.min_lr_ratio <= 1, "in [0, 1]"),
-            ("label_smoothing", 0 <= self.label_smoothing < 1, "in [0, 1)"),
-            ("mixup", self.mixup >= 0, ">= 0"),
-            ("cutmix", self.cutmix >= 0, ">= 0"),
-            ("ema_decay", self.ema_decay is None or 0 < self.ema_decay < 1, "null or in (0, 1)"),
-            ("dtype", self.dtype in ("float32", "float64"), "float32 or float64"),
-            ("divergence_loss", self.divergence_loss > 0, "> 0"),
-        ]
-        for name, ok, allowed in checks:
-            if not ok:
-                raise ConfigError(f"{name}: bad value {getattr(self, name)!r}; allowed: {allowed}")
+        if not isinstance(self.dataset, DataSpec):
+            raise ConfigError(f"dataset: bad value {self.dataset!r}; allowed: a DataSpec")
+        self.dataset.validate()
+        optional = lambda value, ok: value is None or ok
+        raise_first_bad([
+            ("optimizer", self.optimizer, self.optimizer in OPTIMIZERS, f"one of {OPTIMIZERS}"),
+            ("epochs", self.epochs, whole_in(self.epochs, 1, MAX_EPOCHS), f"an integer in [1, {MAX_EPOCHS}]"),
+            ("lr", self.lr, finite_in(self.lr, 0, open_low=True), "> 0 (a finite number)"),
+            ("wd", self.wd, finite_in(self.wd, 0), ">= 0 (a finite number)"),
+            ("seed", self.seed, whole_in(self.seed, 0, MAX_SEED), "an integer in [0, 2**63)"),
+            ("batch_size", self.batch_size, whole_in(self.batch_size, 1, MAX_BATCH),
+             f"an integer in [1, {MAX_BATCH}]"),
+            ("reference_batch_size", self.reference_batch_size,
+             optional(self.reference_batch_size, whole_in(self.reference_batch_size, 1, MAX_BATCH)),
+             f"null (no lr scaling) or an integer in [1, {MAX_BATCH}]"),
+            ("warmup_epochs", self.warmup_epochs, finite_in(self.warmup_epochs, 0), ">= 0 (a finite number)"),
+            ("min_lr_ratio", self.min_lr_ratio, finite_in(self.min_lr_ratio, 0, 1), "in [0, 1]"),
+            ("label_smoothing", self.label_smoothing, finite_in(self.label_smoothing, 0, 1, open_high=True),
+             "in [0, 1)"),
+            ("mixup", self.mixup, finite_in(self.mixup, 0), ">= 0 (a finite number; 0 = off)"),
+            ("cutmix", self.cutmix, finite_in(self.cutmix, 0), ">= 0 (a finite number; 0 = off)"),
+            ("auto_augment", self.auto_augment,
+             optional(self.auto_augment, isinstance(self.auto_augment, str)
+                      and AUTO_AUGMENT.fullmatch(self.auto_augment) is not None),
+             "null (off) or a timm policy: original, originalr, v0, v0r, 3a, rand-..., augmix-..."),
+            ("ema_decay", self.ema_decay, optional(self.ema_decay, finite_in(self.ema_decay, 0, 1, True, True)),
+             "null (off) or in (0, 1)"),
+            ("grad_clip", self.grad_clip, optional(self.grad_clip, finite_in(self.grad_clip, 0, open_low=True)),
+             "null (off) or a finite max norm > 0"),
+            ("divergence_loss", self.divergence_loss, finite_in(self.divergence_loss, 0, open_low=True),
+             "> 0 (a finite number)"),
+            ("amp", self.amp, optional(self.amp, isinstance(self.amp, bool)), "null (auto), true or false"),
+            ("channels_last", self.channels_last, optional(self.channels_last, isinstance(self.channels_last, bool)),
+             "null (auto), true or false"),
+            ("device", self.device, isinstance(self.device, str) and DEVICE.fullmatch(self.device) is not None,
+             "auto, cpu, cuda or cuda:N"),
+            ("dtype", self.dtype, self.dtype in ("float32", "float64"), "float32 or float64"),
+            ("num_workers", self.num_workers, whole_in(self.num_workers, 0, 1024), "an integer in [0, 1024]"),
+        ], ConfigError)
         if (self.mixup or self.cutmix) and self.batch_size % 2:
             raise ConfigError(f"batch_size: {self.batch_size} is odd; mixup/CutMix need an even batch")
+        self._check_model_input()
+
+    def _check_model_input(self) -> None:
+        """ConfigError if the model cannot take the dataset's image size, or cannot train on the
+        smallest batch it will see (BatchNorm needs more than one value per channel)."""
+        size = self.dataset.size
+        reason = model_input_error(self.model, size, 2)
+        if reason:
+            raise ConfigError(f"dataset.image_size: bad value {size} for model {self.model}; "
+                              f"allowed: a size the model can take ({reason})")
+        smallest = min(self.batch_size, self.dataset.n_train) if self.dataset.name == "synthetic" \
+            else self.batch_size
+        if smallest == 1 and model_input_error(self.model, size, 1):
+            field_name = "batch_size" if self.batch_size == 1 else "dataset.n_train"
+            raise ConfigError(f"{field_name}: bad value 1 for model {self.model}; allowed: >= 2 (its "
+                              f"BatchNorm layers cannot train on batches of one image at {size} px)")
+        if not (isinstance(self.accum_steps, int) and 1 <= self.accum_steps <= self.batch_size
+                and self.batch_size % self.accum_steps == 0):
+            raise ConfigError(f"accum_steps: bad value {self.accum_steps!r}; allowed: an integer >= 1 that "
+                              f"divides batch_size ({self.batch_size})")
 
     @property
     def peak_lr(self) -> float:
@@ -99,8 +174,11 @@ class TrialConfig:
         return dataclasses.asdict(self)
 
     def to_json(self) -> str:
-        """Canonical JSON (sorted keys): equal configs give equal strings."""
-        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        """Canonical JSON (sorted keys, fields added since 0.1 left out at their default): equal
+        configs give equal strings, and a config of 0.1 keeps its string (and trial key)."""
+        values = {k: v for k, v in self.to_dict().items()
+                  if not (k in ADDED_SINCE_0_1 and v == ADDED_SINCE_0_1[k])}
+        return json.dumps(values, sort_keys=True, separators=(",", ":"))
 
     @property
     def key(self) -> str:

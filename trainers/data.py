@@ -1,16 +1,19 @@
 """Datasets: digits (embedded default), CIFAR from local pickles, ImageNet-style folders, synthetic.
 
-Small datasets are held as uint8 tensors (moved to the GPU when training there) and batched by
-indexing, without a DataLoader worker round trip; `imagefolder` uses a multi-worker DataLoader with
-timm's training transforms. Nothing downloads.
+Every dataset yields uint8 batches; `DeviceBatches` moves them to the training device and
+normalises them there (no float32 images cross a process boundary or the PCIe bus). Small datasets
+are held as uint8 tensors on the training device and batched by indexing, with their random
+crops and flips drawn once per epoch; `imagefolder` uses multi-worker DataLoaders (built once per
+trial, persistent workers) with timm's training transforms. Nothing downloads.
 """
 
 import copy
+import math
 import os
 import pickle
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Iterator, Optional, Tuple
+from typing import Any, Iterable, Iterator, Optional, Tuple
 
 import numpy as np
 import torch
@@ -22,12 +25,37 @@ DATASETS = ("digits", "cifar10", "cifar100", "imagefolder", "synthetic")
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 DEFAULT_IMAGE_SIZE = {"digits": 16, "cifar10": 32, "cifar100": 32, "imagefolder": 224, "synthetic": 32}
+MAX_IMAGE_SIZE = 4096
+MAX_IMAGES = 10_000_000            # synthetic n_train / n_val
+MAX_CLASSES = 100_000
+MAX_SEED = 2**63 - 1               # seeds are stored as int64
 
 _CIFAR_LAYOUT = {
     "cifar10": ("cifar-10-batches-py", [f"data_batch_{i}" for i in range(1, 6)], ["test_batch"],
                 b"labels", 10),
     "cifar100": ("cifar-100-python", ["train"], ["test"], b"fine_labels", 100),
 }
+
+
+def whole_in(value: Any, low: int, high: int) -> bool:
+    """Whether `value` is an int (not a bool) in [low, high]."""
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+
+
+def finite_in(value: Any, low: float = -math.inf, high: float = math.inf,
+              open_low: bool = False, open_high: bool = False) -> bool:
+    """Whether `value` is a finite int or float (not a bool) between low and high (ends open if asked)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return False
+    return (value > low if open_low else value >= low) and (value < high if open_high else value <= high)
+
+
+def raise_first_bad(checks: Iterable[Tuple[str, Any, bool, str]], error: type) -> None:
+    """Raise `error` for the first (field, value, allowed?, what is allowed) check that fails,
+    naming the field, the value and what is allowed."""
+    for name, value, ok, allowed in checks:
+        if not ok:
+            raise error(f"{name}: bad value {value!r}; allowed: {allowed}")
 
 
 @dataclass(frozen=True)
@@ -49,14 +77,33 @@ class DataSpec:
             return value
         if isinstance(value, str):
             value = {"name": value}
+        if not isinstance(value, dict) or "name" not in value:
+            raise DataError(f"dataset: bad value {value!r}; allowed: a dataset name or a mapping with "
+                            f"`name` and options from {sorted(cls.__dataclass_fields__)}")
         unknown = set(value) - set(cls.__dataclass_fields__)
         if unknown:
             raise DataError(f"dataset: unknown key(s) {sorted(unknown)}; allowed: "
                             f"{sorted(cls.__dataclass_fields__)}")
         spec = cls(**value)
-        if spec.name not in DATASETS:
-            raise DataError(f"dataset.name: unknown dataset {spec.name!r}; allowed: {', '.join(DATASETS)}")
+        spec.validate()
         return spec
+
+    def validate(self) -> None:
+        """Raise DataError naming the first field whose value is not allowed."""
+        if not isinstance(self.name, str) or self.name not in DATASETS:
+            raise DataError(f"dataset.name: unknown dataset {self.name!r}; allowed: {', '.join(DATASETS)}")
+        raise_first_bad([
+            ("dataset.path", self.path, self.path is None or (isinstance(self.path, str) and self.path != ""),
+             "null or a folder path"),
+            ("dataset.image_size", self.image_size,
+             self.image_size is None or whole_in(self.image_size, 1, MAX_IMAGE_SIZE),
+             f"null (the dataset's default) or an integer in [1, {MAX_IMAGE_SIZE}]"),
+            ("dataset.num_classes", self.num_classes, whole_in(self.num_classes, 2, MAX_CLASSES),
+             f"an integer in [2, {MAX_CLASSES}]"),
+            ("dataset.n_train", self.n_train, whole_in(self.n_train, 1, MAX_IMAGES), f"an integer in [1, {MAX_IMAGES}]"),
+            ("dataset.n_val", self.n_val, whole_in(self.n_val, 1, MAX_IMAGES), f"an integer in [1, {MAX_IMAGES}]"),
+            ("dataset.seed", self.seed, whole_in(self.seed, 0, MAX_SEED), "an integer in [0, 2**63)"),
+        ], DataError)
 
     @property
     def size(self) -> int:
@@ -64,14 +111,13 @@ class DataSpec:
 
 
 class TensorData:
-    """A dataset held as uint8 NCHW tensors, normalised per batch on the device it lives on."""
+    """A dataset held as uint8 NCHW tensors on one device, batched by indexing (no DataLoader)."""
 
     def __init__(self, train_x, train_y, val_x, val_y, num_classes: int, mean, std,
                  flip: bool = False, pad_crop: int = 0):
         self.train_x, self.train_y, self.val_x, self.val_y = train_x, train_y, val_x, val_y
         self.num_classes = num_classes
-        self.mean = torch.as_tensor(mean, dtype=torch.float32).view(1, -1, 1, 1)
-        self.std = torch.as_tensor(std, dtype=torch.float32).view(1, -1, 1, 1)
+        self.mean, self.std = tuple(mean), tuple(std)      # per channel, in [0, 1] units
         self.flip, self.pad_crop = flip, pad_crop
 
     @property
@@ -79,98 +125,142 @@ class TensorData:
         return len(self.train_y)
 
     def to(self, device) -> "TensorData":
-        """The same data on `device` (a no-op when it is already there)."""
+        """The same data on `device` (a new object; a no-op when it is already there)."""
         if self.train_x.device == torch.device(device):
             return self
         moved = [t.to(device) for t in (self.train_x, self.train_y, self.val_x, self.val_y)]
-        return TensorData(*moved, self.num_classes, self.mean.flatten(), self.std.flatten(),
-                          self.flip, self.pad_crop)
-
-    def _normalize(self, x: torch.Tensor, dtype) -> torch.Tensor:
-        x = x.to(dtype).div_(255.0)
-        return (x - self.mean.to(x)) / self.std.to(x)
+        return TensorData(*moved, self.num_classes, self.mean, self.std, self.flip, self.pad_crop)
 
     def steps_per_epoch(self, batch_size: int) -> int:
         return max(1, self.num_train // batch_size)
 
-    def train_batches(self, batch_size: int, generator: torch.Generator,
-                      dtype=torch.float32) -> Iterator[Tuple[torch.Tensor, torch.Tensor]]:
-        """One epoch of shuffled, augmented batches (last partial batch dropped)."""
-        order = torch.randperm(self.num_train, generator=generator).to(self.train_x.device)
-        for step in range(self.steps_per_epoch(batch_size)):
-            idx = order[step * batch_size:(step + 1) * batch_size]
-            x = self.train_x[idx]
-            if self.pad_crop or self.flip:
-                x = random_crop_flip(x, self.pad_crop, self.flip, generator)
-            yield self._normalize(x, dtype), self.train_y[idx]
+    def train_loader(self, batch_size: int, generator: torch.Generator, pin_memory: bool = False) -> "TensorEpochs":
+        """An iterable whose every pass is one epoch of shuffled, augmented uint8 batches."""
+        return TensorEpochs(self, batch_size, generator)
 
-    def val_batches(self, batch_size: int, dtype=torch.float32):
-        """The validation set in order."""
-        for start in range(0, len(self.val_y), batch_size):
-            yield (self._normalize(self.val_x[start:start + batch_size], dtype),
-                   self.val_y[start:start + batch_size])
+    def val_loader(self, batch_size: int, pin_memory: bool = False):
+        """The validation set in order, as uint8 batches (an iterable: one pass per evaluation)."""
+        return [(self.val_x[start:start + batch_size], self.val_y[start:start + batch_size])
+                for start in range(0, len(self.val_y), batch_size)]
 
 
-def random_crop_flip(x: torch.Tensor, pad: int, flip: bool, generator: torch.Generator):
-    """Per-sample random crop after zero padding and random horizontal flip, batched by indexing."""
+class TensorEpochs:
+    """Epochs of a TensorData: each pass draws its order, crops and flips at once from the CPU
+    generator (the same numbers on every device) and moves them to the data's device in one copy."""
+
+    def __init__(self, data: TensorData, batch_size: int, generator: torch.Generator):
+        self.data, self.batch_size, self.generator = data, batch_size, generator
+
+    def __iter__(self) -> Iterator[Tuple[torch.Tensor, torch.Tensor]]:
+        data, b = self.data, self.batch_size
+        steps = data.steps_per_epoch(b)
+        device = data.train_x.device
+        order = torch.randperm(data.num_train, generator=self.generator)
+        shifts = torch.randint(0, 2 * data.pad_crop + 1, (2, steps * b), generator=self.generator) \
+            if data.pad_crop else None
+        mirrored = (torch.rand(steps * b, generator=self.generator) < 0.5) if data.flip else None
+        order, shifts, mirrored = (t.to(device, non_blocking=True) if t is not None else None
+                                   for t in (order, shifts, mirrored))
+        for step in range(steps):
+            window = slice(step * b, (step + 1) * b)
+            idx = order[window]
+            x = data.train_x[idx]
+            if shifts is not None:
+                x = random_crop(x, data.pad_crop, shifts[0, window], shifts[1, window])
+            if mirrored is not None:
+                x = torch.where(mirrored[window, None, None, None], x.flip(3), x)
+            yield x, data.train_y[idx]
+
+
+def random_crop(x: torch.Tensor, pad: int, dy: torch.Tensor, dx: torch.Tensor) -> torch.Tensor:
+    """Per-sample crop of x's size at offsets (dy, dx) of the zero-padded batch, by indexing."""
     n, c, h, w = x.shape
-    if pad:
-        padded = F.pad(x, (pad, pad, pad, pad))
-        dy = torch.randint(0, 2 * pad + 1, (n, 1), generator=generator).to(x.device)
-        dx = torch.randint(0, 2 * pad + 1, (n, 1), generator=generator).to(x.device)
-        rows = (dy + torch.arange(h, device=x.device))[:, None, :, None]
-        cols = (dx + torch.arange(w, device=x.device))[:, None, None, :]
-        batch = torch.arange(n, device=x.device)[:, None, None, None]
-        chan = torch.arange(c, device=x.device)[None, :, None, None]
-        x = padded[batch, chan, rows, cols]
-    if flip:
-        mirrored = (torch.rand(n, generator=generator) < 0.5).to(x.device)
-        x = torch.where(mirrored[:, None, None, None], x.flip(3), x)
-    return x
+    padded = F.pad(x, (pad, pad, pad, pad))
+    rows = (dy[:, None] + torch.arange(h, device=x.device))[:, None, :, None]
+    cols = (dx[:, None] + torch.arange(w, device=x.device))[:, None, None, :]
+    batch = torch.arange(n, device=x.device)[:, None, None, None]
+    chan = torch.arange(c, device=x.device)[None, :, None, None]
+    return padded[batch, chan, rows, cols]
 
 
 class LoaderData:
-    """An ImageNet-layout folder read by multi-worker DataLoaders with the paper's transforms."""
+    """An ImageNet-layout folder, decoded and augmented (timm's transforms: random-resized crop,
+    flip, AutoAugment) by DataLoader workers, which send uint8 batches; normalisation happens on
+    the training device."""
 
-    def __init__(self, root: str, image_size: int, num_workers: int, pin_memory: bool,
-                 auto_augment: Optional[str] = "original"):
+    def __init__(self, root: str, image_size: int, num_workers: int, auto_augment: Optional[str]):
         from timm.data import create_transform
         from torchvision.datasets import ImageFolder
         train_tf = create_transform(image_size, is_training=True, auto_augment=auto_augment,
-                                    interpolation="bicubic", mean=IMAGENET_MEAN, std=IMAGENET_STD)
+                                    interpolation="bicubic", use_prefetcher=True)
         val_tf = create_transform(image_size, is_training=False, interpolation="bicubic",
-                                  crop_pct=0.875, mean=IMAGENET_MEAN, std=IMAGENET_STD)
+                                  crop_pct=0.875, use_prefetcher=True)
         self.train_set = ImageFolder(os.path.join(root, "train"), transform=train_tf)
         self.val_set = ImageFolder(os.path.join(root, "val"), transform=val_tf)
         self.num_classes = len(self.train_set.classes)
-        self.num_workers, self.pin_memory = num_workers, pin_memory
+        self.num_workers = num_workers
+        self.mean, self.std = IMAGENET_MEAN, IMAGENET_STD
 
     @property
     def num_train(self) -> int:
         return len(self.train_set)
 
     def to(self, device) -> "LoaderData":
-        """A copy that pins memory when training on CUDA (the cached original is left unchanged)."""
-        moved = copy.copy(self)
-        moved.pin_memory = torch.device(device).type == "cuda"
-        return moved
+        """Images are decoded on the CPU by workers; batches move to the device per trial."""
+        return self
 
     def steps_per_epoch(self, batch_size: int) -> int:
         return max(1, self.num_train // batch_size)
 
-    def _loader(self, dataset, batch_size, shuffle, generator=None):
+    def _loader(self, dataset, batch_size: int, shuffle: bool, pin_memory: bool, generator=None):
+        # built once per trial: persistent workers then serve every epoch
         return torch.utils.data.DataLoader(
             dataset, batch_size=batch_size, shuffle=shuffle, drop_last=shuffle, generator=generator,
-            num_workers=self.num_workers, pin_memory=self.pin_memory,
-            persistent_workers=self.num_workers > 0)
+            num_workers=self.num_workers, pin_memory=pin_memory, persistent_workers=self.num_workers > 0)
 
-    def train_batches(self, batch_size, generator, dtype=torch.float32):
-        for x, y in self._loader(self.train_set, batch_size, True, generator):
-            yield x.to(dtype), y
+    def train_loader(self, batch_size: int, generator: torch.Generator, pin_memory: bool = False):
+        """A DataLoader whose every pass is one shuffled epoch of uint8 batches."""
+        return self._loader(self.train_set, batch_size, True, pin_memory, generator)
 
-    def val_batches(self, batch_size, dtype=torch.float32):
-        for x, y in self._loader(self.val_set, batch_size, False):
-            yield x.to(dtype), y
+    def val_loader(self, batch_size: int, pin_memory: bool = False):
+        """A DataLoader over the validation set in order (uint8 batches)."""
+        return self._loader(self.val_set, batch_size, False, pin_memory)
+
+
+class DeviceBatches:
+    """One trial's view of a dataset: uint8 batches moved to `device` and normalised there to
+    `dtype` (channels_last when asked). Loaders are built once per trial (per generator) and reused
+    every epoch; the cached dataset itself is never changed."""
+
+    def __init__(self, data, device: torch.device, dtype: torch.dtype, channels_last: bool = False):
+        self.data, self.device, self.dtype, self.channels_last = data, device, dtype, channels_last
+        self.pin_memory = device.type == "cuda"
+        self.mean = torch.tensor(data.mean, dtype=dtype).view(1, -1, 1, 1).to(device)
+        self.std = torch.tensor(data.std, dtype=dtype).view(1, -1, 1, 1).to(device)
+        self._train = {}
+        self._val = {}
+
+    def prepare(self, x: torch.Tensor, y: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """A uint8 batch as normalised `dtype` on the device (labels too)."""
+        x = x.to(self.device, non_blocking=True).to(self.dtype).div_(255.0).sub_(self.mean).div_(self.std)
+        if self.channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        return x, y.to(self.device, non_blocking=True)
+
+    def train(self, batch_size: int, generator: torch.Generator) -> Iterator[Tuple[torch.Tensor, torch.Tensor]]:
+        """One epoch of training batches drawn with `generator`."""
+        key = (batch_size, id(generator))
+        if key not in self._train:
+            self._train[key] = self.data.train_loader(batch_size, generator, self.pin_memory)
+        for x, y in self._train[key]:
+            yield self.prepare(x, y)
+
+    def val(self, batch_size: int) -> Iterator[Tuple[torch.Tensor, torch.Tensor]]:
+        """The validation set in order."""
+        if batch_size not in self._val:
+            self._val[batch_size] = self.data.val_loader(batch_size, self.pin_memory)
+        for x, y in self._val[batch_size]:
+            yield self.prepare(x, y)
 
 
 def _require_dir(path: Optional[str], name: str, layout: str) -> str:
@@ -273,8 +363,9 @@ def check_data_path(spec: DataSpec) -> None:
 
 
 @lru_cache(maxsize=4)
-def load_data(spec: DataSpec, num_workers: int = 4):
-    """Load a dataset once per process (trials reusing a Ray actor share it)."""
+def load_data(spec: DataSpec, num_workers: int = 4, auto_augment: Optional[str] = None):
+    """Load a dataset once per process (trials reusing a Ray actor share it); `auto_augment` is
+    timm's AutoAugment policy for image folders (None: off)."""
     check_data_path(spec)
     if spec.name == "digits":
         return load_digits_data(spec.size)
@@ -282,4 +373,4 @@ def load_data(spec: DataSpec, num_workers: int = 4):
         return load_cifar_data(spec.name, spec.path, spec.size)
     if spec.name == "synthetic":
         return load_synthetic_data(spec)
-    return LoaderData(spec.path, spec.size, num_workers, pin_memory=torch.cuda.is_available())
+    return LoaderData(spec.path, spec.size, num_workers, auto_augment)

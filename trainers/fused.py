@@ -25,12 +25,15 @@ from torch.func import functional_call, grad_and_value, stack_module_state, vmap
 
 from trainers.config import TrialConfig
 from trainers.errors import ConfigError
+from trainers.data import DeviceBatches
 from trainers.loop import MemberRecords, data_on_device, diverged_mask, fit, resolve_device, trial_schedule
 from trainers.models import build_model, set_fused_attention
 from trainers.trial import Trainer
 
 PER_MEMBER = ("lr", "wd", "seed")
-UNSUPPORTED = ("mixup", "cutmix", "ema_decay", "grad_clip", "amp")  # must be off (0 / None / False)
+# recipe options fusion does not implement, with the values that mean "off"
+UNSUPPORTED = {"mixup": (0,), "cutmix": (0,), "ema_decay": (None,), "grad_clip": (None,), "amp": (None, False),
+               "accum_steps": (1,), "grad_checkpointing": (False,)}
 
 
 def check_fusable(cfgs: Sequence[TrialConfig]) -> None:
@@ -40,8 +43,8 @@ def check_fusable(cfgs: Sequence[TrialConfig]) -> None:
         diff = [k for k, v in cfg.to_dict().items() if k not in PER_MEMBER and v != first[k]]
         if diff:
             raise ConfigError(f"fused members differ in {diff}; only {PER_MEMBER} may differ")
-    for name in UNSUPPORTED:
-        if first[name]:
+    for name, off in UNSUPPORTED.items():
+        if first[name] not in off:
             raise ConfigError(f"{name}: {first[name]!r} is not supported in fused training; train alone")
 
 
@@ -55,8 +58,9 @@ class FusedTrainer:
         self.k = len(cfgs)
         self.device = resolve_device(cfg.device)
         self.dtype = getattr(torch, cfg.dtype)
-        self.data = data_on_device(cfg.dataset, self.device, cfg.num_workers)
-        self.num_classes = self.data.num_classes
+        data = data_on_device(cfg.dataset, self.device, cfg.num_workers, cfg.auto_augment)
+        self.batches = DeviceBatches(data, self.device, self.dtype)
+        self.num_classes = data.num_classes
         models = []
         for member in cfgs:
             torch.manual_seed(member.seed)
@@ -68,11 +72,10 @@ class FusedTrainer:
         self.buffers = buffers
         self.base = copy.deepcopy(models[0]).to("meta")
         self.generators = [torch.Generator().manual_seed(m.seed) for m in cfgs]
-        self.steps_per_epoch = self.data.steps_per_epoch(cfg.batch_size)
-        self.schedules = []
-        for member in cfgs:  # timm's schedule on a stand-in optimizer gives each member's lr per step
-            stand_in = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=member.peak_lr)
-            self.schedules.append((stand_in, trial_schedule(stand_in, member, self.steps_per_epoch)))
+        self.steps_per_epoch = data.steps_per_epoch(cfg.batch_size)
+        # every member's lr at every step, computed once and kept on the device (no copy per step)
+        self.lr_table = torch.tensor([_lr_per_step(m, self.steps_per_epoch) for m in cfgs],
+                                     dtype=self.dtype).T.contiguous().to(self.device)
         shape = lambda p: (self.k,) + (1,) * (p.ndim - 1)
         wd = torch.tensor([m.wd for m in cfgs], dtype=self.dtype, device=self.device)
         # no decay on 1-D parameters of the member model (2-D once stacked)
@@ -81,7 +84,7 @@ class FusedTrainer:
         self.state = {n: {} for n in self.params}
         self.step = 0
         self.alive = torch.ones(self.k, dtype=torch.bool, device=self.device)
-        self.diverged_at: List[Optional[int]] = [None] * self.k
+        self.diverged_step = torch.full((self.k,), -1, dtype=torch.int64, device=self.device)
         self.grad_fn = vmap(grad_and_value(self._loss), in_dims=(0, 0, 0, 0))
         self.forward = vmap(self._logits, in_dims=(0, 0, None))
 
@@ -92,12 +95,10 @@ class FusedTrainer:
         logits = self._logits(params, buffers, x)
         return F.cross_entropy(logits, y, label_smoothing=self.cfgs[0].label_smoothing)
 
-    def _lrs(self) -> torch.Tensor:
-        values = []
-        for stand_in, schedule in self.schedules:
-            schedule.step_update(self.step)
-            values.append(stand_in.param_groups[0]["lr"])
-        return torch.tensor(values, dtype=self.dtype, device=self.device)
+    @property
+    def diverged_at(self) -> List[Optional[int]]:
+        """Per member: the step at which it diverged, or None (reads the device: one sync)."""
+        return [None if s < 0 else s for s in self.diverged_step.tolist()]
 
     def _update(self, grads: Dict[str, torch.Tensor], lrs: torch.Tensor) -> None:
         """One AdamW or SGD-Nesterov step on every stacked parameter, dead members left as they are."""
@@ -132,17 +133,16 @@ class FusedTrainer:
         self.base.train()
         cfg = self.cfgs[0]
         loss_sum = torch.zeros(self.k, dtype=torch.float64, device=self.device)
-        iterators = [self.data.train_batches(cfg.batch_size, g, self.dtype) for g in self.generators]
-        lrs = torch.zeros(self.k)
+        iterators = [self.batches.train(cfg.batch_size, g) for g in self.generators]
+        lrs = self.lr_table[min(self.step, len(self.lr_table) - 1)]
         for batches in zip(*iterators):
-            x = torch.stack([b[0] for b in batches]).to(self.device)
-            y = torch.stack([b[1] for b in batches]).to(self.device)
-            lrs = self._lrs()
+            x = torch.stack([b[0] for b in batches])
+            y = torch.stack([b[1] for b in batches])
+            lrs = self.lr_table[self.step]
             grads, losses = self.grad_fn(self.params, self.buffers, x, y)
-            bad = diverged_mask(losses, cfg)
-            for k in torch.nonzero(bad & self.alive).flatten().tolist():
-                self.diverged_at[k] = self.step
-            self.alive &= ~bad
+            newly = diverged_mask(losses, cfg) & self.alive
+            self.diverged_step = torch.where(newly, self.step, self.diverged_step)
+            self.alive &= ~newly
             self._update(grads, lrs)
             loss_sum += torch.where(self.alive, losses.detach().double(), torch.zeros_like(loss_sum))
             self.step += 1
@@ -155,10 +155,10 @@ class FusedTrainer:
         correct1 = torch.zeros(self.k, device=self.device)
         correct5 = torch.zeros(self.k, device=self.device)
         total = 0
-        for x, y in self.data.val_batches(max(self.cfgs[0].batch_size, 256), self.dtype):
-            logits = self.forward(self.params, self.buffers, x.to(self.device))
+        for x, y in self.batches.val(max(self.cfgs[0].batch_size, 256)):
+            logits = self.forward(self.params, self.buffers, x)
             top = logits.topk(min(5, logits.shape[-1]), dim=-1).indices
-            hits = top == y.to(self.device)[None, :, None]
+            hits = top == y[None, :, None]
             correct1 += hits[..., 0].sum(1)
             correct5 += hits.any(-1).sum(1)
             total += len(y)
@@ -178,14 +178,25 @@ class FusedTrainer:
 
     def diverged(self, member: int) -> bool:
         """Whether the member diverged (and was masked out)."""
-        return self.diverged_at[member] is not None
+        return bool(self.diverged_step[member] >= 0)
 
     def release(self) -> None:
         """Free the stacked parameters, buffers and optimizer state."""
-        del self.params, self.buffers, self.state
+        del self.params, self.buffers, self.state, self.batches
         gc.collect()
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
+
+
+def _lr_per_step(cfg: TrialConfig, steps_per_epoch: int) -> List[float]:
+    """The member's lr at every step: timm's schedule run on a stand-in optimizer."""
+    stand_in = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=cfg.peak_lr)
+    schedule = trial_schedule(stand_in, cfg, steps_per_epoch)
+    lrs = []
+    for step in range(cfg.epochs * steps_per_epoch):
+        schedule.step_update(step)
+        lrs.append(stand_in.param_groups[0]["lr"])
+    return lrs
 
 
 def train_fused(configs: Sequence[Dict[str, Any]],

@@ -47,10 +47,19 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def configure_device(device: torch.device) -> None:
+    """On CUDA: let cuDNN pick the fastest kernels for fixed shapes and use TF32 for float32
+    matmuls and convolutions (Ampere and later); nothing on other devices."""
+    if device.type == "cuda":
+        torch.backends.cudnn.benchmark = True
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+
+
 @lru_cache(maxsize=2)
-def data_on_device(spec: DataSpec, device: torch.device, num_workers: int):
+def data_on_device(spec: DataSpec, device: torch.device, num_workers: int, auto_augment: Optional[str] = None):
     """The dataset on `device`, cached per worker process so reused Ray actors load it once."""
-    return load_data(spec, num_workers).to(device)
+    return load_data(spec, num_workers, auto_augment).to(device)
 
 
 def chance_error(num_classes: int, k: int = 1) -> float:
@@ -104,12 +113,14 @@ def trial_row(cfg: TrialConfig, epoch_log: List[Dict[str, Any]], diverged: bool,
     last = epoch_log[-1] if epoch_log else {}
     if diverged:
         chance = chance_error(trainer.num_classes)
+        ema = chance if cfg.ema_decay else None
         errors = {"top1_err": chance, "top5_err": chance_error(trainer.num_classes, 5),
-                  "best_top1_err": chance, "ema_top1_err": chance if cfg.ema_decay else None}
+                  "best_top1_err": chance, "ema_top1_err": ema, "best_ema_top1_err": ema}
     else:
+        ema = [e["ema_top1_err"] for e in epoch_log if e["ema_top1_err"] is not None]
         errors = {"top1_err": last["top1_err"], "top5_err": last["top5_err"],
                   "best_top1_err": min(e["top1_err"] for e in epoch_log),
-                  "ema_top1_err": last["ema_top1_err"]}
+                  "ema_top1_err": last["ema_top1_err"], "best_ema_top1_err": min(ema) if ema else None}
     flops, params = model_profile(cfg.model, trainer.num_classes, cfg.dataset.size)
     row = schema.trainer_row(
         **cfg.row_fields(), **errors, **run_info(trainer.device),

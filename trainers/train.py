@@ -47,7 +47,7 @@ def _add_field(parser: argparse.ArgumentParser, field: dataclasses.Field, flag: 
     default = "" if required else f" (default: {field.default})"
     parser.add_argument(flag, dest=flag[2:].replace("-", "_"), required=required,
                         type=_parser_of(hints[field.name]), choices=CHOICES.get(field.name),
-                        default=argparse.SUPPRESS, help=field.metadata.get("doc", "") + default)
+                        default=argparse.SUPPRESS, help=(field.metadata.get("doc", "") + default).replace("%", "%%"))
 
 
 def build_parser() -> argparse.ArgumentParser:

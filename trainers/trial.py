@@ -12,27 +12,34 @@ from timm.loss import SoftTargetCrossEntropy
 from timm.utils import ModelEmaV3
 
 from trainers.config import TrialConfig
-from trainers.loop import data_on_device, diverged_mask, fit, resolve_device, trial_schedule
+from trainers.data import DeviceBatches
+from trainers.loop import configure_device, data_on_device, diverged_mask, fit, resolve_device, trial_schedule
 from trainers.models import build_model
 from trainers.optim import build_optimizer
 
 EpochCallback = Callable[[Dict[str, Any]], None]
+# Steps between checks of the divergence flag: each check is one host sync; a diverged trial
+# trains at most this many wasted steps before it stops.
+DIVERGENCE_CHECK_EVERY = 16
 
 
 @torch.no_grad()
-def evaluate(model: torch.nn.Module, data, batch_size: int, dtype, autocast) -> Dict[str, float]:
-    """Top-1 and top-5 error (%) on the validation set."""
-    model.eval()
-    correct1 = correct5 = total = 0
-    for x, y in data.val_batches(batch_size, dtype):
-        with autocast():
-            logits = model(x)
-        top = logits.topk(min(5, logits.shape[1]), dim=1).indices
-        hits = top == y[:, None]
-        correct1 += hits[:, 0].sum().item()
-        correct5 += hits.any(dim=1).sum().item()
+def evaluate(models: Dict[str, torch.nn.Module], batches, autocast) -> Dict[str, float]:
+    """Top-1 and top-5 error (%) of each model on the validation batches, in one pass over them."""
+    counts = {}
+    for model in models.values():
+        model.eval()
+    total = 0
+    for x, y in batches:
+        for name, model in models.items():
+            with autocast():
+                logits = model(x)
+            hits = logits.topk(min(5, logits.shape[1]), dim=1).indices == y[:, None]
+            top1, top5 = counts.get(name, (0, 0))
+            counts[name] = (top1 + hits[:, 0].sum(), top5 + hits.any(dim=1).sum())   # on the device
         total += len(y)
-    return {"top1_err": 100.0 * (1 - correct1 / total), "top5_err": 100.0 * (1 - correct5 / total)}
+    return {name: {"top1_err": 100.0 * (1 - float(top1) / total), "top5_err": 100.0 * (1 - float(top5) / total)}
+            for name, (top1, top5) in counts.items()}
 
 
 class Trainer:
@@ -43,12 +50,14 @@ class Trainer:
         self.cfgs = [cfg]
         self._diverged = False
         self.device = resolve_device(cfg.device)
+        configure_device(self.device)
         self.dtype = getattr(torch, cfg.dtype)
         on_cuda = self.device.type == "cuda"
         self.amp = on_cuda if cfg.amp is None else cfg.amp
         channels_last = on_cuda if cfg.channels_last is None else cfg.channels_last
-        self.data = data_on_device(cfg.dataset, self.device, cfg.num_workers)
-        self.num_classes = self.data.num_classes
+        data = data_on_device(cfg.dataset, self.device, cfg.num_workers, cfg.auto_augment)
+        self.batches = DeviceBatches(data, self.device, self.dtype, channels_last)
+        self.num_classes = data.num_classes
 
         torch.manual_seed(cfg.seed)
         np.random.seed(cfg.seed % 2**32)  # timm's Mixup draws from numpy's global generator
@@ -56,8 +65,10 @@ class Trainer:
         self.model = build_model(cfg.model, self.num_classes, cfg.dataset.size).to(self.device, self.dtype)
         if channels_last:
             self.model = self.model.to(memory_format=torch.channels_last)
+        if cfg.grad_checkpointing:
+            self.model.set_grad_checkpointing(True)
         self.optimizer = build_optimizer(cfg.optimizer, self.model, cfg.peak_lr, cfg.wd)
-        self.steps_per_epoch = self.data.steps_per_epoch(cfg.batch_size)
+        self.steps_per_epoch = data.steps_per_epoch(cfg.batch_size)
         self.schedule = trial_schedule(self.optimizer, cfg, self.steps_per_epoch)
         self.ema = ModelEmaV3(self.model, decay=cfg.ema_decay, use_warmup=True) if cfg.ema_decay else None
         self.mixup = None
@@ -65,7 +76,6 @@ class Trainer:
             self.mixup = Mixup(mixup_alpha=cfg.mixup, cutmix_alpha=cfg.cutmix,
                                label_smoothing=cfg.label_smoothing, num_classes=self.num_classes)
         self.step = 0
-        self.channels_last = channels_last
 
     def autocast(self):
         """bf16 autocast when AMP is on (CUDA by default; CPU autocast also works), else a no-op."""
@@ -79,48 +89,64 @@ class Trainer:
             return SoftTargetCrossEntropy()(logits, target)
         return F.cross_entropy(logits, target, label_smoothing=self.cfg.label_smoothing)
 
+    def _train_step(self, x: torch.Tensor, y: torch.Tensor):
+        """Forward and backward of one batch in `accum_steps` micro-batches, then one optimizer
+        step; returns (loss, correct predictions), both on the device."""
+        target = y
+        if self.mixup is not None:
+            x, target = self.mixup(x, y)
+        self.optimizer.zero_grad(set_to_none=True)
+        accum = self.cfg.accum_steps
+        loss = torch.zeros((), device=self.device, dtype=torch.float64)
+        correct = torch.zeros((), device=self.device, dtype=torch.int64)
+        for xm, tm, ym in zip(x.chunk(accum), target.chunk(accum), y.chunk(accum)):
+            with self.autocast():
+                logits = self.model(xm)
+            micro = self._loss(logits, tm) / accum
+            micro.backward()
+            loss += micro.detach()
+            correct += (logits.argmax(1) == ym).sum()
+        if self.cfg.grad_clip:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
+        self.optimizer.step()
+        if self.ema is not None:
+            self.ema.update(self.model, step=self.step)
+        return loss, correct
+
     def train_epoch(self) -> Dict[str, float]:
-        """One epoch; returns mean train loss, train top-1 error and last lr, or {"diverged": True}."""
+        """One epoch; returns mean train loss, train top-1 error and last lr, or {"diverged": True}.
+
+        Everything stays on the device during the epoch; the divergence flag is read every
+        DIVERGENCE_CHECK_EVERY steps and at the end (one host sync each).
+        """
         self.model.train()
         loss_sum = torch.zeros((), device=self.device, dtype=torch.float64)
         correct = torch.zeros((), device=self.device, dtype=torch.int64)
-        total = 0
-        lr = self.optimizer.param_groups[0]["lr"]
-        for x, y in self.data.train_batches(self.cfg.batch_size, self.generator, self.dtype):
-            x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
-            if self.channels_last:
-                x = x.contiguous(memory_format=torch.channels_last)
+        bad = torch.zeros((), device=self.device, dtype=torch.bool)
+        total, lr = 0, self.optimizer.param_groups[0]["lr"]
+        for i, (x, y) in enumerate(self.batches.train(self.cfg.batch_size, self.generator)):
             self.schedule.step_update(self.step)
             lr = self.optimizer.param_groups[0]["lr"]
-            target = y
-            if self.mixup is not None:
-                x, target = self.mixup(x, y)
-            with self.autocast():
-                logits = self.model(x)
-            loss = self._loss(logits, target)
-            if diverged_mask(loss.detach(), self.cfg).item():
+            loss, hits = self._train_step(x, y)
+            bad |= diverged_mask(loss, self.cfg)
+            if (i + 1) % DIVERGENCE_CHECK_EVERY == 0 and bad.item():
                 return {"diverged": True}
-            self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            if self.cfg.grad_clip:
-                torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
-            self.optimizer.step()
-            if self.ema is not None:
-                self.ema.update(self.model, step=self.step)
             self.step += 1
-            loss_sum += loss.detach()
-            correct += (logits.argmax(1) == y).sum()  # stays on the device: no second sync per step
+            loss_sum += loss
+            correct += hits
             total += len(y)
+        if bad.item():
+            return {"diverged": True}
         return {"diverged": False, "train_loss": loss_sum.item() / self.steps_per_epoch,
                 "train_top1_err": 100.0 * (1 - correct.item() / max(1, total)), "lr": lr}
 
     def evaluate(self) -> Dict[str, float]:
-        """Validation errors of the model (and of its EMA when on)."""
-        batch = max(self.cfg.batch_size, 256)
-        metrics = evaluate(self.model, self.data, batch, self.dtype, self.autocast)
+        """Validation errors of the model (and of its EMA when on), in one pass over the data."""
+        models = {"model": self.model, **({"ema": self.ema.module} if self.ema is not None else {})}
+        errors = evaluate(models, self.batches.val(max(self.cfg.batch_size, 256)), self.autocast)
+        metrics = errors["model"]
         if self.ema is not None:
-            metrics["ema_top1_err"] = evaluate(self.ema.module, self.data, batch, self.dtype,
-                                               self.autocast)["top1_err"]
+            metrics["ema_top1_err"] = errors["ema"]["top1_err"]
         return metrics
 
     def run_epoch(self) -> Dict[int, Dict[str, Any]]:
@@ -136,8 +162,9 @@ class Trainer:
         return self._diverged
 
     def release(self) -> None:
-        """Free the model, optimizer and schedule (and cached GPU memory) so a reused actor starts clean."""
-        del self.model, self.optimizer, self.schedule, self.ema
+        """Free model, optimizer, schedule, EMA and loaders (and cached GPU memory) so a reused
+        actor starts the next trial clean."""
+        del self.model, self.optimizer, self.schedule, self.ema, self.mixup, self.batches
         gc.collect()
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
