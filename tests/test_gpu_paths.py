@@ -128,3 +128,41 @@ def test_activation_estimate_matches_measured_regnety_and_scales_with_the_micro_
     quarter = peak_memory_gb(TrialConfig.from_dict(dict(paper, accum_steps=4)), 1000)
     assert full > 141 > quarter            # does not fit an H200 whole; fits in 4 micro-batches
     assert full - quarter == pytest.approx(0.75 * activation_bytes_per_image("vit_p_18gf", 1000, 224) * 2048 / 1e9)
+
+
+def test_unfusable_recipe_is_never_measured_and_fuse_k_is_refused(capsys):
+    import ray
+
+    from study.fusion import fusion_sizes
+    from study.sampling import expand
+    from study.spec import SpecError, parse_spec
+    from tests.helpers import SMALL, small_spec
+    recipe = dict(SMALL["recipe"], mixup=0.8)
+    auto = parse_spec(small_spec(name="mix", models=["cnn_tiny"], recipe=recipe, fuse="auto"))
+    assert fusion_sizes(auto, expand(auto), {"cpu": 1, "gpu": 0}) == {}
+    assert "fuse auto: no fusion: mixup: 0.8 is not supported" in capsys.readouterr().out
+    assert not ray.is_initialized()          # nothing was measured
+    fixed = parse_spec(small_spec(name="mix", models=["cnn_tiny"], recipe=recipe, fuse=2))
+    with pytest.raises(SpecError, match="fuse: bad value 2 for this recipe"):
+        fusion_sizes(fixed, expand(fixed), {"cpu": 1, "gpu": 0})
+
+
+@pytest.mark.slow
+def test_a_trial_without_a_gpu_sees_none_even_if_the_node_sets_cuda_visible_devices():
+    """Ray leaves CUDA_VISIBLE_DEVICES as it is for workers that hold no GPU."""
+    import os
+
+    import ray
+
+    from study.trainable import use_assigned_gpus
+    ray.init(num_cpus=1, include_dashboard=False, logging_level="WARNING")
+    try:
+        @ray.remote(num_cpus=1, num_gpus=0, runtime_env={"env_vars": {"CUDA_VISIBLE_DEVICES": "0"}})
+        def probe():
+            before = os.environ.get("CUDA_VISIBLE_DEVICES")
+            use_assigned_gpus()
+            return before, os.environ["CUDA_VISIBLE_DEVICES"]
+
+        assert ray.get(probe.remote()) == ("0", "")
+    finally:
+        ray.shutdown()
