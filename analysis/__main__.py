@@ -1,6 +1,6 @@
 """python -m analysis report|query: a study's report, or a pandas query over the store.
 
-    python -m analysis report --store results --study demo_digits --out report/
+    python -m analysis report --store results --study demo_digits --out report/ [--metric paper]
     python -m analysis query --store results "model == 'vit_c_tiny' and top1_err < 5"
 
 This is the command-line layer: it loads from the store (study.store) and hands DataFrames to the
@@ -45,7 +45,7 @@ def main(argv=None) -> int:
     parsed.add_argument("--columns", default="study,model,optimizer,epochs,lr,wd,status,top1_err")
     args = parser.parse_args(argv)
     if args.command == "report":
-        write_report(args.store, args.study, args.out)
+        write_report(args.store, args.study, args.out, args.metric)
     else:
         print(query(args.store, args.study, args.expr, args.columns))
     return 0

@@ -1,5 +1,8 @@
 """Paper figures (Xiao et al. 2021 layouts), saved as PDF/SVG/PNG with their numbers as CSV/JSON.
 
+Every figure is drawn on the error of a stated metric (`analysis.metric`; failed rows and
+non-finite errors left out) and says which in its title, its CSV (a `metric` column) and its JSON.
+
 Figures are built on `matplotlib.figure.Figure` (no pyplot, no global backend or rcParams change);
 style settings apply inside `rc_context` only. Output is byte-for-byte reproducible: PDF/SVG dates
 are omitted unless SOURCE_DATE_EPOCH is set (then matplotlib uses it), and SVG ids are salted.
@@ -8,13 +11,14 @@ are omitted unless SOURCE_DATE_EPOCH is set (then matplotlib uses it), and SVG i
 import json
 import os
 from contextlib import contextmanager
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Sequence
 
 import matplotlib
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from analysis.metric import DEFAULT_METRIC, ERR, usable
 from analysis.stats import expected_best, expected_best_band
 from trainers.schema import DIVERGED
 from trainers.zoo import SIZE_ORDER, get_spec, list_models
@@ -62,7 +66,15 @@ def _sizes(models: Sequence[str]) -> List[str]:
 
 
 def save_figure(fig: Figure, out_dir: str, name: str, data: pd.DataFrame, meta: Dict) -> Dict[str, str]:
-    """Write name.{pdf,svg,png} and the plotted numbers as name.csv plus name.json (with meta)."""
+    """Write name.{pdf,svg,png} and the plotted numbers as name.csv plus name.json (with meta).
+
+    meta must state the metric (`meta["metric"]`); the CSV gets it as a `metric` column if the data
+    has none.
+    """
+    if "metric" not in meta:
+        raise ValueError(f"save_figure {name}: meta must state the metric the figure is drawn on")
+    if "metric" not in data:
+        data = data.assign(metric=meta["metric"])
     os.makedirs(out_dir, exist_ok=True)
     stem = os.path.join(out_dir, name)
     dated = "SOURCE_DATE_EPOCH" in os.environ
@@ -103,12 +115,14 @@ def delta_edf_figure(table: pd.DataFrame, band: bool = True) -> Figure:
                                     color=st["color"], alpha=0.15, linewidth=0)
             ax.set(title=size, xlabel="Δ top-1 error (points)", ylabel="cumulative prob.", ylim=(0, 1))
             ax.legend(loc="lower right", frameon=False)
-        fig.suptitle(f"Δ-EDF, reference: {table['reference_kind'].iloc[0]}")
+        fig.suptitle(f"Δ-EDF, reference: {table['reference_kind'].iloc[0]}; metric: {table['metric'].iloc[0]}")
     return fig
 
 
-def hp_scatter_figure(frame: pd.DataFrame, ranges: Dict[str, pd.DataFrame], error: str = "top1_err") -> Figure:
+def hp_scatter_figure(frame: pd.DataFrame, ranges: Dict[str, pd.DataFrame], metric: str = DEFAULT_METRIC) -> Figure:
     """Error against log10 lr, log10 wd and log10 lr·wd per model, good ranges shaded (Fig 4)."""
+    rows = usable(frame, metric, "hp_scatter_figure")
+    frame = rows.kept
     models = sorted(frame["model"].unique(), key=list_models().index)
     columns = [("log10_lr", "log10 lr"), ("log10_wd", "log10 wd"), ("log10_lr_wd", "log10 lr·wd")]
     with style():
@@ -123,20 +137,22 @@ def hp_scatter_figure(frame: pd.DataFrame, ranges: Dict[str, pd.DataFrame], erro
                 for opt, marker in (("adamw", "o"), ("sgd", "s")):
                     sel = (group["optimizer"] == opt).to_numpy()
                     if sel.any():
-                        ax.scatter(logs[key][sel], group[error][sel], s=6, marker=marker,
+                        ax.scatter(logs[key][sel], group[ERR][sel], s=6, marker=marker,
                                    color=st["color"], label=opt, linewidths=0)
                 if model in ranges:
                     lo, hi = ranges[model].loc["p2.5", key], ranges[model].loc["p97.5", key]
                     ax.axvspan(lo, hi, color=st["color"], alpha=0.12, linewidth=0)
                 ax.set(xlabel=label, ylabel=f"{model} top-1 err (%)")
             row[0].legend(frameon=False)
+        fig.suptitle(f"metric: {rows.metric}")
     return fig
 
 
-def error_vs_epochs_figure(frame: pd.DataFrame, error: str = "top1_err") -> Figure:
+def error_vs_epochs_figure(frame: pd.DataFrame, metric: str = DEFAULT_METRIC) -> Figure:
     """Best error against training epochs per model, AdamW and SGD, diverged runs dashed (Fig 3)."""
-    best = frame.groupby(["model", "optimizer", "epochs"]).agg(
-        err=(error, "min"), diverged=("status", lambda s: (s == DIVERGED).all())).reset_index()
+    rows = usable(frame, metric, "error_vs_epochs_figure")
+    best = rows.kept.groupby(["model", "optimizer", "epochs"]).agg(
+        err=(ERR, "min"), diverged=("status", lambda s: (s == DIVERGED).all())).reset_index()
     with style():
         sizes = _sizes(best["model"].unique())
         fig, axes = _grid(len(sizes))
@@ -151,6 +167,7 @@ def error_vs_epochs_figure(frame: pd.DataFrame, error: str = "top1_err") -> Figu
                                                                   markerfacecolor="none", label=None))
             ax.set(title=size, xscale="log", xlabel="epochs", ylabel="top-1 error (%)")
             ax.legend(frameon=False)
+        fig.suptitle(f"metric: {rows.metric}")
     return fig
 
 
@@ -165,19 +182,22 @@ def delta_error_vs_epochs_figure(gaps: pd.DataFrame) -> Figure:
         ax.axhline(0, color="0.6", linewidth=0.5)
         ax.set(xscale="log", xlabel="epochs", ylabel="Δ top-1 error vs longest (points)")
         ax.legend(frameon=False)
+        fig.suptitle(f"metric: {gaps['metric'].iloc[0]}")
     return fig
 
 
-def expected_best_figure(frame: pd.DataFrame, error: str = "top1_err", estimator: str = "unbiased",
+def expected_best_figure(frame: pd.DataFrame, metric: str = DEFAULT_METRIC, estimator: str = "unbiased",
                          n_boot: int = 200) -> (Figure, pd.DataFrame):
-    """Expected best error after k random trials per model and optimizer, bootstrap band."""
+    """Expected best error after k random trials per model and optimizer, bootstrap band; returns
+    the figure and its curves (with `metric`)."""
+    used = usable(frame, metric, "expected_best_figure")
     rows = []
     with style():
-        optimizers = sorted(frame["optimizer"].unique())
+        optimizers = sorted(used.kept["optimizer"].unique())
         fig, axes = _grid(len(optimizers))
         for ax, opt in zip(axes, optimizers):
-            for model, group in frame[frame["optimizer"] == opt].groupby("model"):
-                errors = group[error].to_numpy(float)
+            for model, group in used.kept[used.kept["optimizer"] == opt].groupby("model"):
+                errors = group[ERR].to_numpy(float)
                 ks = np.arange(1, len(errors) + 1)
                 curve = expected_best(errors, ks, estimator)
                 lo, hi = expected_best_band(errors, ks, estimator, n_boot=n_boot)
@@ -188,4 +208,5 @@ def expected_best_figure(frame: pd.DataFrame, error: str = "top1_err", estimator
                           "lo": l, "hi": h} for k, c, l, h in zip(ks, curve, lo, hi)]
             ax.set(title=opt, xscale="log", xlabel="trials k", ylabel="expected best top-1 err (%)")
             ax.legend(frameon=False)
-    return fig, pd.DataFrame(rows)
+        fig.suptitle(f"metric: {used.metric}")
+    return fig, pd.DataFrame(rows).assign(metric=used.metric)

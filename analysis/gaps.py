@@ -1,83 +1,121 @@
-"""Optimizer gaps, training-length gaps and the peak-performance table."""
+"""Optimizer gaps, training-length gaps, the EMA gain and the peak-performance table.
+
+Each function takes the trial table and a metric (`analysis.metric`), leaves out failed rows and
+non-finite errors itself, and reports how many per row of its result (`n_left_out`).
+"""
 
 from typing import Optional, Sequence
 
 import numpy as np
 import pandas as pd
 
+from analysis.metric import DEFAULT_METRIC, ERR, METRIC_COLUMNS, finite, left_out_per, usable
 from analysis.stats import expected_best
 from trainers.schema import DIVERGED
 
 
 def bootstrap_min(errors: np.ndarray, rng: np.random.Generator, n_boot: int) -> np.ndarray:
-    """Bootstrap draws of the best (minimum) error of n trials resampled with replacement.
+    """Bootstrap draws of the best (minimum) of n finite errors resampled with replacement.
 
     Sampled exactly from its distribution instead of by resampling (O(n log n), not O(n_boot n)):
     with v sorted ascending, P(min* >= v_(i)) = ((n - i + 1) / n)^n.
     """
-    v = np.sort(np.asarray(errors, dtype=float))
+    v = np.sort(finite(errors, "bootstrap_min")[0])
     n = len(v)
     survival = ((n - np.arange(n)) / n) ** n          # P(min* >= v_(i)), i = 1..n
     cdf = 1.0 - np.append(survival[1:], 0.0)          # P(min* <= v_(i))
     return v[np.searchsorted(cdf, rng.random(n_boot), side="left").clip(0, n - 1)]
 
 
-def optimizer_gap(frame: pd.DataFrame, by: Sequence[str] = ("model", "epochs"), error: str = "top1_err",
+def _keys(by: Sequence[str], key) -> dict:
+    return dict(zip(by, key if isinstance(key, tuple) else (key,)))
+
+
+def _finish(table: pd.DataFrame, rows, by: Sequence[str]) -> pd.DataFrame:
+    """A result table with its `n_left_out` per `by` group and the metric used."""
+    if table.empty:
+        return table
+    return table.assign(n_left_out=left_out_per(rows, by, table), metric=rows.metric)
+
+
+def optimizer_gap(frame: pd.DataFrame, by: Sequence[str] = ("model", "epochs"), metric: str = DEFAULT_METRIC,
                   n_boot: int = 1000, seed: int = 0, budget: Optional[int] = None) -> pd.DataFrame:
     """Per (model, epochs): best SGD error - best AdamW error (positive = AdamW better), a bootstrap
     95% CI, and the gap at an equal budget of k trials from the unbiased expected-best estimator
     (k = `budget`, default the smaller sample)."""
+    by = list(by)
+    rows = usable(frame, metric, "optimizer_gap")
     rng = np.random.default_rng(seed)
-    rows = []
-    for key, group in frame.groupby(list(by), sort=True):
-        sgd = group.loc[group["optimizer"] == "sgd", error].to_numpy(float)
-        adamw = group.loc[group["optimizer"] == "adamw", error].to_numpy(float)
+    out = []
+    for key, group in rows.kept.groupby(by, sort=True, observed=True):
+        sgd = group.loc[group["optimizer"] == "sgd", ERR].to_numpy(float)
+        adamw = group.loc[group["optimizer"] == "adamw", ERR].to_numpy(float)
         if not len(sgd) or not len(adamw):
             continue
         k = min(budget or min(len(sgd), len(adamw)), len(sgd), len(adamw))
         draws = bootstrap_min(sgd, rng, n_boot) - bootstrap_min(adamw, rng, n_boot)
-        rows.append(dict(zip(by, key if isinstance(key, tuple) else (key,)),
-                         best_sgd=sgd.min(), best_adamw=adamw.min(), gap=sgd.min() - adamw.min(),
-                         gap_lo=np.quantile(draws, 0.025), gap_hi=np.quantile(draws, 0.975),
-                         n_sgd=len(sgd), n_adamw=len(adamw), budget_k=k,
-                         gap_at_k=expected_best(sgd, [k])[0] - expected_best(adamw, [k])[0]))
-    return pd.DataFrame(rows)
+        out.append(dict(_keys(by, key), best_sgd=sgd.min(), best_adamw=adamw.min(), gap=sgd.min() - adamw.min(),
+                        gap_lo=np.quantile(draws, 0.025), gap_hi=np.quantile(draws, 0.975),
+                        n_sgd=len(sgd), n_adamw=len(adamw), budget_k=k,
+                        gap_at_k=expected_best(sgd, [k])[0] - expected_best(adamw, [k])[0]))
+    return _finish(pd.DataFrame(out), rows, by)
 
 
 def length_gap(frame: pd.DataFrame, by: Sequence[str] = ("model", "optimizer"),
-               error: str = "top1_err") -> pd.DataFrame:
+               metric: str = DEFAULT_METRIC) -> pd.DataFrame:
     """Per model (and optimizer): error(E) - error(E_max) for each training length E.
 
-    error(E) is the best trial at E. Paper rule: if every run at E_max diverged, the reference is
-    the best shorter schedule, and the row is flagged `reference_fallback`.
+    error(E) is the best trial at E; E_max the longest schedule with a trial that counts. Paper
+    rule: if every run at E_max diverged, the reference is the best shorter schedule, and the row
+    is flagged `reference_fallback`.
     """
-    rows = []
-    for key, group in frame.groupby(list(by), sort=True):
-        per_epoch = group.groupby("epochs").agg(err=(error, "min"),
+    by = list(by)
+    rows = usable(frame, metric, "length_gap")
+    out = []
+    for key, group in rows.kept.groupby(by, sort=True, observed=True):
+        per_epoch = group.groupby("epochs").agg(err=(ERR, "min"),
                                                 all_diverged=("status", lambda s: (s == DIVERGED).all()))
         e_max = per_epoch.index.max()
-        usable = per_epoch[~per_epoch["all_diverged"]]
-        fallback = bool(per_epoch.loc[e_max, "all_diverged"]) and len(usable) > 0
-        reference = usable["err"].min() if fallback else per_epoch.loc[e_max, "err"]
-        ref_epochs = usable["err"].idxmin() if fallback else e_max
+        usable_epochs = per_epoch[~per_epoch["all_diverged"]]
+        fallback = bool(per_epoch.loc[e_max, "all_diverged"]) and len(usable_epochs) > 0
+        reference = usable_epochs["err"].min() if fallback else per_epoch.loc[e_max, "err"]
+        ref_epochs = usable_epochs["err"].idxmin() if fallback else e_max
         for epochs, rec in per_epoch.iterrows():
-            rows.append(dict(zip(by, key if isinstance(key, tuple) else (key,)), epochs=epochs,
-                             error=rec["err"], diverged=bool(rec["all_diverged"]),
-                             reference=reference, reference_epochs=ref_epochs,
-                             gap=rec["err"] - reference, reference_fallback=fallback))
-    return pd.DataFrame(rows)
+            out.append(dict(_keys(by, key), epochs=epochs, error=rec["err"], diverged=bool(rec["all_diverged"]),
+                            reference=reference, reference_epochs=ref_epochs,
+                            gap=rec["err"] - reference, reference_fallback=fallback))
+    return _finish(pd.DataFrame(out), rows, by + ["epochs"])
 
 
-def peak_table(frame: pd.DataFrame, error: str = "top1_err") -> pd.DataFrame:
+def ema_gain(frame: pd.DataFrame, by: Sequence[str] = ("model",)) -> pd.DataFrame:
+    """Per group where EMA was on: pycls's EMA gain per trial, max(0, best - ema_best) (its mean and
+    median), and the gain of the bests, min best - min ema_best. Diverged trials count (gain 0);
+    failed rows and rows without a finite EMA error are left out (`n_left_out`)."""
+    by = list(by)
+    ema = METRIC_COLUMNS["ema_best"]
+    if ema not in frame or not frame[ema].notna().any():
+        return pd.DataFrame()
+    with_ema = frame.groupby(by, observed=True)[ema].transform(lambda s: s.notna().any()).astype(bool)
+    rows = usable(frame[with_ema], "ema_best", "ema_gain")
+    raw = rows.kept[METRIC_COLUMNS["best"]].astype(float)
+    kept = rows.kept.assign(_gain=(raw - rows.kept[ERR]).clip(lower=0), _raw=raw)
+    table = kept.groupby(by, sort=True, observed=True).agg(
+        n=(ERR, "size"), gain_mean=("_gain", "mean"), gain_median=("_gain", "median"),
+        best=("_raw", "min"), best_ema=(ERR, "min")).reset_index()
+    return table.assign(gain_of_best=table["best"] - table["best_ema"], n_left_out=left_out_per(rows, by, table))
+
+
+def peak_table(frame: pd.DataFrame, metric: str = DEFAULT_METRIC) -> pd.DataFrame:
     """Best error per model with n, seeds and a noise floor (std over seeds of the same lr/wd/epochs
     config, pooled; NaN where no config ran with more than one seed)."""
-    rows = []
-    for model, group in frame.groupby("model", sort=True):
-        best = group.loc[group[error].idxmin()]
-        repeats = group.groupby(["optimizer", "epochs", "lr", "wd"])[error]
+    rows = usable(frame, metric, "peak_table")
+    out = []
+    for model, group in rows.kept.groupby("model", sort=True, observed=True):
+        best = group.loc[group[ERR].idxmin()]
+        repeats = group.groupby(["optimizer", "epochs", "lr", "wd"])[ERR]
         stds = repeats.std(ddof=1).dropna()
-        rows.append({"model": model, "best_err": best[error], "optimizer": best["optimizer"],
-                     "epochs": best["epochs"], "lr": best["lr"], "wd": best["wd"], "n": len(group),
-                     "seeds": group["seed"].nunique(),
-                     "noise_floor": float(np.sqrt((stds ** 2).mean())) if len(stds) else np.nan})
-    return pd.DataFrame(rows)
+        out.append({"model": model, "best_err": best[ERR], "optimizer": best["optimizer"],
+                    "epochs": best["epochs"], "lr": best["lr"], "wd": best["wd"], "n": len(group),
+                    "seeds": group["seed"].nunique(),
+                    "noise_floor": float(np.sqrt((stds ** 2).mean())) if len(stds) else np.nan})
+    return _finish(pd.DataFrame(out), rows, ["model"])

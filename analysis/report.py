@@ -4,6 +4,7 @@ import html
 import itertools
 import json
 import os
+import warnings
 from typing import Dict, List, Optional, Tuple
 
 import numpy as np
@@ -12,164 +13,195 @@ import pandas as pd
 from analysis.edf import EDF_CONVENTION, bootstrap_band, dkw_epsilon, edf_table
 from analysis.figures import (delta_edf_figure, delta_error_vs_epochs_figure, error_vs_epochs_figure,
                               expected_best_figure, hp_scatter_figure, save_figure)
-from analysis.gaps import length_gap, optimizer_gap, peak_table
+from analysis.gaps import ema_gain, length_gap, optimizer_gap, peak_table
+from analysis.metric import DEFAULT_METRIC, ERR, METRIC_DOCS, LeftOutWarning, Rows, left_out_per, usable
 from analysis.stats import (ad_compare, effect_sizes, good_ranges, hp_importance, ks_compare,
                             min_detectable_d)
 from trainers.schema import DIVERGED, FAILED, FINISHED, STATUSES
 
-ERROR = "top1_err"
+CELL = ["model", "optimizer", "epochs"]
 
 
-def split_failed(trials: pd.DataFrame) -> Tuple[pd.DataFrame, pd.DataFrame]:
-    """(trials that count in EDFs: ok and diverged at chance error, failed trials per cell)."""
-    failed = trials[trials["status"] == FAILED]
-    counts = failed.groupby(["model", "optimizer", "epochs"]).size().rename(FAILED).reset_index()
-    return trials[trials["status"] != FAILED].copy(), counts
+def left_out_table(rows: Rows) -> pd.DataFrame:
+    """Per cell: the trials left out of every number (failed, or no finite error under the metric)."""
+    left = rows.left_out.assign(failed=rows.left_out["status"] == FAILED)
+    return left.groupby(CELL, sort=True, observed=True).agg(
+        failed=("failed", "sum"), no_finite_error=("failed", lambda f: int((~f).sum()))).reset_index()
 
 
-def equalize_counts(frame: pd.DataFrame, by: List[str], seed: int = 0) -> pd.DataFrame:
-    """Subsample every group to the smallest group's size (models compared at equal n)."""
-    n_min = frame.groupby(by).size().min()
-    shuffled = frame.sample(frac=1.0, random_state=seed)
-    kept = shuffled[shuffled.groupby(by).cumcount() < n_min]
-    return kept.sort_values(by + [ERROR], kind="stable")
+def equalize_counts(frame: pd.DataFrame, by: List[str], metric: str = DEFAULT_METRIC, seed: int = 0) -> pd.DataFrame:
+    """Subsample every group's counted trials to the smallest group's count (models compared at
+    equal n); the rows that do not count are kept, for the next function to leave out and count."""
+    rows = usable(frame, metric)
+    n_min = rows.kept.groupby(by, observed=True).size().min()
+    shuffled = rows.kept.sample(frac=1.0, random_state=seed)
+    kept = shuffled[shuffled.groupby(by, observed=True).cumcount() < n_min].drop(columns=ERR)
+    return pd.concat([kept, rows.left_out]).sort_values(by, kind="stable")
 
 
-def summary_table(trials: pd.DataFrame) -> pd.DataFrame:
-    """Per (model, optimizer, epochs): counts by status, best/median error, diverged share, bands."""
-    rows = []
-    for (model, opt, epochs), group in trials.groupby(["model", "optimizer", "epochs"], sort=True):
-        usable = group[group["status"] != FAILED][ERROR].to_numpy(float)
+def summary_table(trials: pd.DataFrame, metric: str = DEFAULT_METRIC) -> pd.DataFrame:
+    """Per (model, optimizer, epochs): counts by status, trials counted and left out, best/median
+    error under `metric`, diverged share, DKW and bootstrap band half-widths."""
+    rows = usable(trials, metric, "summary_table")
+    kept = dict(list(rows.kept.groupby(CELL, sort=True, observed=True)))
+    out = []
+    for key, group in trials.groupby(CELL, sort=True, observed=True):
+        counted = kept.get(key, rows.kept.iloc[:0])
+        errors = counted[ERR].to_numpy(float)
         status = group["status"].value_counts()
-        rows.append({"model": model, "optimizer": opt, "epochs": epochs, "n": len(usable),
-                     **{s: status.get(s, 0) for s in STATUSES},
-                     "diverged_share": status.get(DIVERGED, 0) / max(1, len(usable)),
-                     "best": usable.min() if len(usable) else np.nan,
-                     "median": np.median(usable) if len(usable) else np.nan,
-                     "dkw_eps_95": float(dkw_epsilon(len(usable))) if len(usable) else np.nan,
-                     "bootstrap_eps_95": bootstrap_band(usable, n_boot=300) if len(usable) > 1 else np.nan})
-    return pd.DataFrame(rows)
+        out.append({**dict(zip(CELL, key)), "n": len(errors), "n_left_out": len(group) - len(errors),
+                    **{s: int(status.get(s, 0)) for s in STATUSES},
+                    "diverged_share": float((counted["status"] == DIVERGED).mean()) if len(errors) else np.nan,
+                    "best": errors.min() if len(errors) else np.nan,
+                    "median": np.median(errors) if len(errors) else np.nan,
+                    "dkw_eps_95": float(dkw_epsilon(len(errors))) if len(errors) else np.nan,
+                    "bootstrap_eps_95": bootstrap_band(errors, n_boot=300) if len(errors) > 1 else np.nan})
+    return pd.DataFrame(out).assign(metric=rows.metric)
 
 
-def comparison_table(usable: pd.DataFrame) -> pd.DataFrame:
-    """Pairwise model comparisons within each (optimizer, epochs) cell: KS, AD, D_min, effect sizes."""
-    rows = []
-    for (opt, epochs), cell in usable.groupby(["optimizer", "epochs"], sort=True):
+def comparison_table(trials: pd.DataFrame, metric: str = DEFAULT_METRIC) -> pd.DataFrame:
+    """Pairwise model comparisons within each (optimizer, epochs) cell on the `metric` error: KS,
+    AD, D_min, effect sizes; the trials left out of each model are counted."""
+    rows = usable(trials, metric, "comparison_table")
+    out = []
+    for (opt, epochs), cell in rows.kept.groupby(["optimizer", "epochs"], sort=True, observed=True):
         models = sorted(cell["model"].unique())
         for a, b in itertools.combinations(models, 2):
-            ea = cell.loc[cell["model"] == a, ERROR].to_numpy(float)
-            eb = cell.loc[cell["model"] == b, ERROR].to_numpy(float)
+            ea = cell.loc[cell["model"] == a, ERR].to_numpy(float)
+            eb = cell.loc[cell["model"] == b, ERR].to_numpy(float)
             if len(ea) < 2 or len(eb) < 2:
                 continue
             effects = effect_sizes(ea, eb, n_boot=300)
-            rows.append({"optimizer": opt, "epochs": epochs, "a": a, "b": b, "n_a": len(ea), "n_b": len(eb),
-                         **ks_compare(ea, eb), **ad_compare([ea, eb], n_resamples=299),
-                         "ks_d_min": min_detectable_d(len(ea), len(eb)),
-                         "area": effects["area"], "area_lo": effects["area_lo"], "area_hi": effects["area_hi"],
-                         "within2_a": effects["within2_a"], "within2_b": effects["within2_b"]})
-    return pd.DataFrame(rows)
+            out.append({"optimizer": opt, "epochs": epochs, "a": a, "b": b, "n_a": len(ea), "n_b": len(eb),
+                        **ks_compare(ea, eb), **ad_compare([ea, eb], n_resamples=299),
+                        "ks_d_min": min_detectable_d(len(ea), len(eb)),
+                        "area": effects["area"], "area_lo": effects["area_lo"], "area_hi": effects["area_hi"],
+                        "within2_a": effects["within2_a"], "within2_b": effects["within2_b"]})
+    table = pd.DataFrame(out)
+    if table.empty:
+        return table
+    for side in ("a", "b"):
+        table[f"n_left_out_{side}"] = left_out_per(rows, CELL, table.assign(model=table[side]))
+    return table.drop(columns="n_left_out").assign(metric=rows.metric)
 
 
-def ranges_and_importance(usable: pd.DataFrame) -> Tuple[pd.DataFrame, Dict]:
-    """Good lr/wd ranges and fANOVA importance per (model, optimizer) with >= 8 trials."""
-    rows, ranges = [], {}
-    for (model, opt), group in usable.groupby(["model", "optimizer"], sort=True):
+def ranges_and_importance(trials: pd.DataFrame, metric: str = DEFAULT_METRIC) -> Tuple[pd.DataFrame, Dict]:
+    """Good lr/wd ranges and fANOVA importance per (model, optimizer) with >= 8 counted trials."""
+    counted = usable(trials, metric, "ranges_and_importance").kept
+    out, ranges = [], {}
+    for (model, opt), group in counted.groupby(["model", "optimizer"], sort=True, observed=True):
         if len(group) < 8 or group["lr"].nunique() < 2 or group["wd"].nunique() < 2:
             continue
-        r = good_ranges(group)
+        cell = trials[(trials["model"] == model) & (trials["optimizer"] == opt)]
+        r = good_ranges(cell, metric)
         ranges[(model, opt)] = r
-        importance = hp_importance(group)
+        importance = hp_importance(cell, metric)
         for q in r.index:
-            rows.append({"model": model, "optimizer": opt, "percentile": q, **r.loc[q].to_dict(),
-                         "importance_lr": importance.get("lr"), "importance_wd": importance.get("wd")})
-    return pd.DataFrame(rows), ranges
+            out.append({"model": model, "optimizer": opt, "percentile": q, **r.loc[q].to_dict(),
+                        "importance_lr": importance.get("lr"), "importance_wd": importance.get("wd")})
+    return pd.DataFrame(out), ranges
 
 
-def _figures(usable: pd.DataFrame, ranges: Dict, out: str) -> List[Tuple[str, str, Dict]]:
+def _figures(trials: pd.DataFrame, rows: Rows, ranges: Dict, out: str, metric: str) -> List[Tuple[str, str, Dict]]:
     """Render every figure the data supports; returns (name, caption, paths)."""
     made = []
-    for (opt, epochs), cell in usable.groupby(["optimizer", "epochs"], sort=True):
+    stated = {"metric": rows.metric, "metric_definition": METRIC_DOCS[metric]}
+    usable_rows = rows.kept
+    for (opt, epochs), cell in usable_rows.groupby(["optimizer", "epochs"], sort=True, observed=True):
         if cell.groupby("model").size().min() < 2:
             continue
-        cell = equalize_counts(cell, ["model"])
-        table = edf_table(cell, by=["model"], reference="min")
+        whole = trials[(trials["optimizer"] == opt) & (trials["epochs"] == epochs)]
+        table = edf_table(equalize_counts(whole, ["model"], metric), by=["model"], metric=metric, reference="min")
         name = f"delta_edf_{opt}_{epochs}ep"
-        meta = {"n_per_model": int(table.groupby("model")["n"].first().min()), "reference": "group minimum",
-                "edf_convention": EDF_CONVENTION, "band": "DKW 95% simultaneous", "optimizer": opt,
-                "epochs": int(epochs), "error": ERROR}
-        made.append((name, f"Δ-EDF of top-1 error, {opt}, {epochs} epochs (equal n per model)",
+        meta = {**stated, "n_per_model": int(table.groupby("model")["n"].first().min()),
+                "reference": "group minimum", "edf_convention": EDF_CONVENTION, "band": "DKW 95% simultaneous",
+                "optimizer": opt, "epochs": int(epochs)}
+        made.append((name, f"Δ-EDF of top-1 error ({rows.metric}), {opt}, {epochs} epochs (equal n per model)",
                      save_figure(delta_edf_figure(table), out, name, table, meta)))
-    for opt in sorted(usable["optimizer"].unique()):
-        cell = usable[usable["optimizer"] == opt]
+    for opt in sorted(usable_rows["optimizer"].unique()):
+        cell = usable_rows[usable_rows["optimizer"] == opt]
+        whole = trials[trials["optimizer"] == opt]
         by_model = {m: r for (m, o), r in ranges.items() if o == opt}
         if cell["lr"].nunique() > 1:
             name = f"hp_scatter_{opt}"
-            data = cell[["model", "optimizer", "epochs", "lr", "wd", ERROR, "status"]]
-            meta = {"good_ranges": "bootstrap (2500 x 25%) of the best trial's log10 values, 2.5-97.5%",
+            data = cell[["model", "optimizer", "epochs", "lr", "wd", ERR, "status"]].rename(columns={ERR: "error"})
+            meta = {**stated, "good_ranges": "bootstrap (2500 x max(1, int(25% n))) of the best trial's log10 "
+                                              "values, 2.5-97.5%",
                     "ranges": {m: r.to_dict() for m, r in by_model.items()}}
-            made.append((name, f"Top-1 error against lr, wd and lr·wd ({opt}); shaded: good ranges",
-                         save_figure(hp_scatter_figure(cell, by_model), out, name, data, meta)))
-    if usable["epochs"].nunique() > 1:
+            made.append((name, f"Top-1 error ({rows.metric}) against lr, wd and lr·wd ({opt}); shaded: good ranges",
+                         save_figure(hp_scatter_figure(whole, by_model, metric), out, name, data, meta)))
+    if usable_rows["epochs"].nunique() > 1:
         name = "error_vs_epochs"
-        made.append((name, "Best top-1 error against training length (diverged runs dashed)",
-                     save_figure(error_vs_epochs_figure(usable), out, name,
-                                 usable[["model", "optimizer", "epochs", ERROR, "status"]],
-                                 {"aggregate": "best trial per (model, optimizer, epochs)"})))
-        gaps = length_gap(usable)
+        data = usable_rows[["model", "optimizer", "epochs", ERR, "status"]].rename(columns={ERR: "error"})
+        made.append((name, f"Best top-1 error ({rows.metric}) against training length (diverged runs dashed)",
+                     save_figure(error_vs_epochs_figure(trials, metric), out, name, data,
+                                 {**stated, "aggregate": "best trial per (model, optimizer, epochs)"})))
+        gaps = length_gap(trials, metric=metric)
         name = "delta_error_vs_epochs"
-        made.append((name, "Training-length gap: error(E) - error(E_max)",
+        made.append((name, f"Training-length gap: error(E) - error(E_max), {rows.metric}",
                      save_figure(delta_error_vs_epochs_figure(gaps), out, name, gaps,
-                                 {"rule": "E_max all diverged -> best shorter schedule, flagged"})))
-    if usable.groupby(["model", "optimizer"]).size().max() >= 2:
-        fig, curves = expected_best_figure(usable)
+                                 {**stated, "rule": "E_max all diverged -> best shorter schedule, flagged"})))
+    if usable_rows.groupby(["model", "optimizer"]).size().max() >= 2:
+        fig, curves = expected_best_figure(trials, metric)
         name = "expected_best"
-        made.append((name, "Expected best top-1 error after k random trials (unbiased estimator)",
-                     save_figure(fig, out, name, curves,
-                                 {"estimator": "unbiased, Tang et al. 2020", "band": "bootstrap 95% pointwise"})))
+        made.append((name, f"Expected best top-1 error ({rows.metric}) after k random trials (unbiased estimator)",
+                     save_figure(fig, out, name, curves, {**stated, "estimator": "unbiased, Tang et al. 2020",
+                                                          "band": "bootstrap 95% pointwise"})))
     return made
 
 
-def _table_html(frame: pd.DataFrame) -> str:
+def _table_html(frame: pd.DataFrame, empty: str) -> str:
     if frame is None or frame.empty:
-        return "<p><em>not enough trials for this table yet</em></p>"
+        return f"<p><em>{html.escape(empty)}</em></p>"
     return frame.to_html(index=False, float_format=lambda v: f"{v:.4g}", border=0, classes="t")
 
 
-def build_report(trials: pd.DataFrame, epochs: pd.DataFrame, record: Optional[Dict], out: str) -> str:
+def build_report(trials: pd.DataFrame, epochs: pd.DataFrame, record: Optional[Dict], out: str,
+                 metric: str = DEFAULT_METRIC) -> str:
     """Write figures, JSON tables and index.html for one study's trials (complete or still running).
 
     `trials` and `epochs` are the study's rows (trainers.schema), `record` its spec record (the
-    spec and its trial count, or None); returns the path of index.html.
+    spec and its trial count, or None); every number is on the `metric` error, which the page,
+    report.json and every figure state (with any fallback). Returns the path of index.html.
     """
     study = str(trials["study"].iloc[0]) if "study" in trials and len(trials) else "study"
+    rows = usable(trials, metric)
     os.makedirs(out, exist_ok=True)
-    usable, failed = split_failed(trials)
     expected = record["n_trials"] if record else None
     finished = int(trials["status"].isin(FINISHED).sum())
-    ranges_table, ranges = ranges_and_importance(usable)
-    tables = {"summary": summary_table(trials), "comparisons": comparison_table(usable),
-              "optimizer_gap": optimizer_gap(usable) if usable["optimizer"].nunique() > 1 else pd.DataFrame(),
-              "length_gap": length_gap(usable) if usable["epochs"].nunique() > 1 else pd.DataFrame(),
-              "good_ranges": ranges_table, "peak": peak_table(usable),
-              "failed": failed}
-    figures = _figures(usable, ranges, out)
+    with warnings.catch_warnings():   # the report counts what it leaves out in its tables instead
+        warnings.simplefilter("ignore", LeftOutWarning)
+        ranges_table, ranges = ranges_and_importance(trials, metric)
+        tables = {"summary": summary_table(trials, metric), "comparisons": comparison_table(trials, metric),
+                  "optimizer_gap": optimizer_gap(trials, metric=metric) if rows.kept["optimizer"].nunique() > 1
+                  else pd.DataFrame(),
+                  "length_gap": length_gap(trials, metric=metric) if rows.kept["epochs"].nunique() > 1
+                  else pd.DataFrame(),
+                  "good_ranges": ranges_table, "ema_gain": ema_gain(trials), "peak": peak_table(trials, metric),
+                  "left_out": left_out_table(rows)}
+        figures = _figures(trials, rows, ranges, out, metric)
     completeness = (f"{finished} of {expected} trials stored as ok/diverged "
                     f"({100 * finished / expected:.0f}%)" if expected else f"{finished} trials stored")
+    stated = {"requested": metric, "used": rows.metric, "definition": METRIC_DOCS[metric]}
     with open(os.path.join(out, "report.json"), "w") as f:
         json.dump({"study": study, "completeness": completeness, "n_finished": finished,
                    "n_expected": expected, "n_failed": int((trials["status"] == FAILED).sum()),
-                   "edf_convention": EDF_CONVENTION,
+                   "n_left_out": len(rows.left_out), "metric": stated, "edf_convention": EDF_CONVENTION,
                    "tables": {k: json.loads(v.to_json(orient="records")) for k, v in tables.items()},
                    "spec": record["spec"] if record else None}, f, indent=1, sort_keys=True)
     page = os.path.join(out, "index.html")
     with open(page, "w") as f:
-        f.write(_html(study, completeness, tables, figures, record))
+        f.write(_html(study, completeness, stated, tables, figures, record))
     return page
 
 
-def _html(study: str, completeness: str, tables: Dict[str, pd.DataFrame], figures, record) -> str:
-    sections = [("status", "Status", f"<p>{html.escape(completeness)}. {html.escape(EDF_CONVENTION)}; "
-                                     f"failed trials are left out of EDFs and listed below.</p>")]
+def _html(study: str, completeness: str, metric: Dict[str, str], tables: Dict[str, pd.DataFrame],
+          figures, record) -> str:
+    status = (f"<p>{html.escape(completeness)}. Metric: <b>{html.escape(metric['used'])}</b> "
+              f"(requested {html.escape(metric['requested'])}: {html.escape(metric['definition'])}); every "
+              f"number, table and figure below is on this error. {html.escape(EDF_CONVENTION)}; failed trials "
+              f"and trials without a finite error are left out of every number and counted below.</p>")
+    sections = [("status", "Status", status)]
     for name, caption, paths in figures:
         with open(paths["svg"]) as f:
             svg = f.read()
@@ -179,10 +211,13 @@ def _html(study: str, completeness: str, tables: Dict[str, pd.DataFrame], figure
                                         f"</figcaption></figure>"))
     titles = {"summary": "Summary per cell", "comparisons": "Model comparisons (KS, Anderson-Darling, effect sizes)",
               "optimizer_gap": "Optimizer gap (best SGD - best AdamW)", "length_gap": "Training-length gap",
-              "good_ranges": "Good lr/wd ranges and fANOVA importance", "peak": "Peak performance",
-              "failed": "Failed trials (excluded from EDFs)"}
+              "good_ranges": "Good lr/wd ranges and fANOVA importance",
+              "ema_gain": "EMA gain (best - EMA best, per trial as pycls, and of the bests)",
+              "peak": "Peak performance", "left_out": "Trials left out (failed, or no finite error under the metric)"}
+    empty = {"ema_gain": "no trial has an EMA error: EMA was off (or the store predates best_ema_top1_err)",
+             "left_out": "none"}
     for key, title in titles.items():
-        sections.append((key, title, _table_html(tables[key])))
+        sections.append((key, title, _table_html(tables[key], empty.get(key, "not enough trials for this table yet"))))
     spec_text = json.dumps(record["spec"], indent=1, sort_keys=True) if record else "(no spec record in the store)"
     sections.append(("spec", "Spec", f"<pre>{html.escape(spec_text)}</pre>"))
     toc = "".join(f'<li><a href="#{k}">{html.escape(t)}</a></li>' for k, t, _ in sections)

@@ -1,29 +1,37 @@
-"""Statistics on trial errors: EDF comparisons, expected best-of-k, good lr/wd ranges, importance."""
+"""Statistics on trial errors: EDF comparisons, expected best-of-k, good lr/wd ranges, importance.
+
+Functions on arrays of errors leave out non-finite values (a failed trial's null error) and say how
+many (`analysis.metric.finite`); functions on tables leave out failed rows and non-finite errors
+under the chosen metric (`analysis.metric.usable`). Both report the count as `n_left_out`.
+"""
 
 import math
-from typing import Dict, Iterable, Optional, Sequence
+from typing import Dict, Iterable, Sequence
 
 import numpy as np
 import pandas as pd
 from scipy import stats
 from scipy.special import gammaln
 
+from analysis.metric import DEFAULT_METRIC, ERR, finite, finite_samples, usable
+
 
 def ks_compare(a: np.ndarray, b: np.ndarray) -> Dict[str, float]:
     """Two-sample KS: two-sided, and one-sided with H1 'a is stochastically smaller (better) than b'."""
+    (a, b), n_left_out = finite_samples((a, b), "ks_compare")
     two = stats.ks_2samp(a, b, alternative="two-sided")
     # scipy's 'greater' means F_a(x) > F_b(x) for some x, i.e. a tends to be smaller.
     one = stats.ks_2samp(a, b, alternative="greater")
     return {"ks_d": float(two.statistic), "ks_p": float(two.pvalue),
-            "ks_d_a_better": float(one.statistic), "ks_p_a_better": float(one.pvalue)}
+            "ks_d_a_better": float(one.statistic), "ks_p_a_better": float(one.pvalue), "n_left_out": n_left_out}
 
 
 def ad_compare(samples: Sequence[np.ndarray], n_resamples: int = 999, seed: int = 0) -> Dict[str, float]:
     """Anderson-Darling k-sample test with a permutation p-value (scipy.stats.anderson_ksamp)."""
+    samples, n_left_out = finite_samples(samples, "ad_compare")
     method = stats.PermutationMethod(n_resamples=n_resamples, rng=np.random.default_rng(seed))
-    result = stats.anderson_ksamp([np.asarray(s, float) for s in samples], variant="midrank",
-                                  method=method)
-    return {"ad_stat": float(result.statistic), "ad_p": float(result.pvalue)}
+    result = stats.anderson_ksamp(samples, variant="midrank", method=method)
+    return {"ad_stat": float(result.statistic), "ad_p": float(result.pvalue), "n_left_out": n_left_out}
 
 
 def ks_critical_c(alpha: float) -> float:
@@ -37,13 +45,14 @@ def min_detectable_d(n: int, m: int, alpha: float = 0.05) -> float:
 
 
 def area_between(a: np.ndarray, b: np.ndarray) -> float:
-    """Area between the two EDFs, integral |F_a - F_b| de (the 1-Wasserstein distance), in points."""
-    return float(stats.wasserstein_distance(a, b))
+    """Area between the two EDFs of the finite errors, integral |F_a - F_b| de (the 1-Wasserstein
+    distance), in points."""
+    return float(stats.wasserstein_distance(*finite_samples((a, b), "area_between")[0]))
 
 
 def share_within(errors: np.ndarray, best: float, points: float) -> float:
-    """Fraction of trials within `points` of `best`."""
-    return float(np.mean(np.asarray(errors) <= best + points))
+    """Fraction of the finite errors within `points` of `best`."""
+    return float(np.mean(finite(errors, "share_within")[0] <= best + points))
 
 
 def _bootstrap_ci(statistic, samples, n_boot: int, seed: int, alpha: float = 0.05):
@@ -55,10 +64,10 @@ def _bootstrap_ci(statistic, samples, n_boot: int, seed: int, alpha: float = 0.0
 
 def effect_sizes(a: np.ndarray, b: np.ndarray, n_boot: int = 1000, seed: int = 0) -> Dict[str, float]:
     """Area between EDFs and the share of trials within 1/2/4 points of the pooled best, with
-    bootstrap 95% CIs (each sample resampled with replacement)."""
-    a, b = np.asarray(a, float), np.asarray(b, float)
+    bootstrap 95% CIs (each sample resampled with replacement); non-finite errors left out."""
+    (a, b), n_left_out = finite_samples((a, b), "effect_sizes")
     best = min(a.min(), b.min())
-    out = {"area": area_between(a, b)}
+    out = {"area": area_between(a, b), "n_left_out": n_left_out}
     out["area_lo"], out["area_hi"] = _bootstrap_ci(area_between, (a, b), n_boot, seed)
     for points in (1, 2, 4):
         for name, sample in (("a", a), ("b", b)):
@@ -70,17 +79,19 @@ def effect_sizes(a: np.ndarray, b: np.ndarray, n_boot: int = 1000, seed: int = 0
 
 
 def expected_best(errors: np.ndarray, ks: Iterable[int], estimator: str = "unbiased") -> np.ndarray:
-    """Expected minimum error over k random trials from the n observed, for each k.
+    """Expected minimum error over k random trials from the n observed (finite errors), for each k.
 
     plugin (Dodge et al. 2019), k draws with replacement: sum_i v_(i) [(i/n)^k - ((i-1)/n)^k];
     unbiased (Tang et al. 2020), k draws without replacement: sum_i v_(i) C(i-1, k-1) / C(n, k).
     Here v_(1) >= ... >= v_(n) are the errors from worst to best, so both give the expected *best*.
+    k > n is a ValueError naming n for both: neither estimator extrapolates beyond the trials run.
     """
-    v = np.sort(np.asarray(errors, dtype=float))[::-1]
+    v = np.sort(finite(errors, "expected_best")[0])[::-1]
     n = len(v)
     ks = np.asarray(list(ks), dtype=int)
-    if ks.min() < 1 or (estimator == "unbiased" and ks.max() > n):
-        raise ValueError(f"k must be in [1, {n}] for n = {n} trials; got {ks.min()}..{ks.max()}")
+    if not n or ks.min() < 1 or ks.max() > n:
+        raise ValueError(f"k must be in [1, {n}] for n = {n} trials (finite errors); got {ks.min()}..{ks.max()}; "
+                         f"the expected best is not extrapolated beyond the trials observed")
     i = np.arange(1, n + 1, dtype=float)
     if estimator == "plugin":
         weights = (i[None, :] / n) ** ks[:, None] - ((i[None, :] - 1) / n) ** ks[:, None]
@@ -95,46 +106,56 @@ def expected_best(errors: np.ndarray, ks: Iterable[int], estimator: str = "unbia
 
 def expected_best_band(errors: np.ndarray, ks: Sequence[int], estimator: str = "unbiased",
                        n_boot: int = 500, seed: int = 0, alpha: float = 0.05):
-    """Pointwise bootstrap (1 - alpha) band of the expected-best curve: (low, high) arrays."""
-    errors = np.asarray(errors, float)
+    """Pointwise bootstrap (1 - alpha) band of the expected-best curve of the finite errors:
+    (low, high) arrays."""
+    errors, _ = finite(errors, "expected_best_band")
     rng = np.random.default_rng(seed)
     curves = np.stack([expected_best(rng.choice(errors, len(errors)), ks, estimator) for _ in range(n_boot)])
     return np.quantile(curves, alpha / 2, axis=0), np.quantile(curves, 1 - alpha / 2, axis=0)
 
 
-def good_ranges(frame: pd.DataFrame, error: str = "top1_err", n_boot: int = 2500, frac: float = 0.25,
+def good_ranges(frame: pd.DataFrame, metric: str = DEFAULT_METRIC, n_boot: int = 2500, frac: float = 0.25,
                 seed: int = 0) -> pd.DataFrame:
-    """pycls/RegNet good ranges: bootstrap (n_boot draws of frac*n with replacement) of the best
-    trial's log10 lr, log10 wd and log10 lr*wd; rows are the 2.5/50/97.5 percentiles."""
-    rng = np.random.default_rng(seed)
-    n = len(frame)
-    size = max(1, int(round(frac * n)))
-    draws = rng.integers(0, n, size=(n_boot, size))
-    errors = frame[error].to_numpy()
-    best = draws[np.arange(n_boot), np.argmin(errors[draws], axis=1)]
-    logs = {"log10_lr": np.log10(frame["lr"].to_numpy()), "log10_wd": np.log10(frame["wd"].to_numpy())}
+    """pycls/RegNet good ranges (`get_filters`): n_boot bootstrap samples of max(1, int(frac * n))
+    trials drawn with replacement (`default_rng(seed).integers(0, n, (n_boot, size))`), the best
+    trial of each (first on ties), and the 2.5/50/97.5 percentiles of its log10 lr, log10 wd and
+    log10 lr*wd (rows). n counts the trials left under `metric` (failed rows and non-finite errors
+    left out); the columns `n`, `sample_size`, `n_left_out` and `metric` say so."""
+    rows = usable(frame, metric, "good_ranges")
+    n = len(rows.kept)
+    if not n:
+        raise ValueError("good_ranges: no trial counts (all failed or without a finite error)")
+    size = max(1, int(frac * n))
+    draws = np.random.default_rng(seed).integers(0, n, size=(n_boot, size))
+    best = draws[np.arange(n_boot), np.argmin(rows.kept[ERR].to_numpy()[draws], axis=1)]
+    logs = {"log10_lr": np.log10(rows.kept["lr"].to_numpy(float)),
+            "log10_wd": np.log10(rows.kept["wd"].to_numpy(float))}
     logs["log10_lr_wd"] = logs["log10_lr"] + logs["log10_wd"]
-    return pd.DataFrame({name: np.percentile(values[best], [2.5, 50, 97.5]) for name, values in logs.items()},
-                        index=["p2.5", "p50", "p97.5"])
+    table = pd.DataFrame({name: np.percentile(values[best], [2.5, 50, 97.5]) for name, values in logs.items()},
+                         index=["p2.5", "p50", "p97.5"])
+    return table.assign(n=n, sample_size=size, n_left_out=len(rows.left_out), metric=rows.metric)
 
 
-def hp_importance(frame: pd.DataFrame, error: str = "top1_err", seed: int = 0) -> Dict[str, float]:
-    """fANOVA importance of lr and wd (optuna's evaluator fed with the trials as a finished study)."""
+def hp_importance(frame: pd.DataFrame, metric: str = DEFAULT_METRIC, seed: int = 0) -> Dict:
+    """fANOVA importance of lr and wd (optuna's evaluator fed with the trials as a finished study),
+    on the `metric` error; failed rows and non-finite errors left out (`n_left_out`)."""
     import optuna
+    rows = usable(frame, metric, "hp_importance")
     verbosity = optuna.logging.get_verbosity()
     optuna.logging.set_verbosity(optuna.logging.WARNING)   # one "trial added" line per row otherwise
     try:
-        return _fanova(optuna, frame, error, seed)
+        importance = _fanova(optuna, rows.kept, seed)
     finally:
         optuna.logging.set_verbosity(verbosity)
+    return {**importance, "n_left_out": len(rows.left_out), "metric": rows.metric}
 
 
-def _fanova(optuna, frame: pd.DataFrame, error: str, seed: int) -> Dict[str, float]:
+def _fanova(optuna, kept: pd.DataFrame, seed: int) -> Dict[str, float]:
     distributions = {
-        name: optuna.distributions.FloatDistribution(frame[name].min(), frame[name].max(), log=True)
+        name: optuna.distributions.FloatDistribution(kept[name].min(), kept[name].max(), log=True)
         for name in ("lr", "wd")}
     study = optuna.create_study(direction="minimize")
-    for lr, wd, value in frame[["lr", "wd", error]].itertuples(index=False):
+    for lr, wd, value in kept[["lr", "wd", ERR]].itertuples(index=False):
         study.add_trial(optuna.trial.create_trial(params={"lr": lr, "wd": wd},
                                                   distributions=distributions, value=value))
     evaluator = optuna.importance.FanovaImportanceEvaluator(seed=seed)

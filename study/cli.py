@@ -5,6 +5,7 @@ import os
 from collections import Counter
 from typing import List, Optional
 
+from analysis.metric import DEFAULT_METRIC, METRIC_DOCS, METRICS, usable
 from analysis.report import build_report
 from study.sampling import expand
 from study.spec import SpecError, StudySpec, load_spec, resolve_config
@@ -47,6 +48,10 @@ def add_store_args(p: argparse.ArgumentParser, study_required: bool = False,
     p.add_argument("--study", required=study_required, default=None)
     if out:
         p.add_argument("--out", default=None, help="report folder (default: <store>/report/<study>)")
+        p.add_argument("--metric", choices=METRICS, default=DEFAULT_METRIC,
+                       help="the error every number is built on: "
+                            + "; ".join(f"{m}: {doc}" for m, doc in METRIC_DOCS.items())
+                            + f" (default: {DEFAULT_METRIC})")
     return p
 
 
@@ -140,11 +145,13 @@ def run(args: argparse.Namespace) -> int:
     return 1 if (stored["status"] == FAILED).any() else 0
 
 
-def write_report(store: str, study: str, out: Optional[str]) -> None:
-    """Load a study from the store and write its analysis report (figures, tables, HTML)."""
+def write_report(store: str, study: str, out: Optional[str], metric: str = DEFAULT_METRIC) -> None:
+    """Load a study from the store and write its analysis report (figures, tables, HTML) on the
+    `metric` error; prints where, and which metric was used (naming any fallback)."""
     trials, epochs, record = load_study(store, study)
     out = out or os.path.join(store if "://" not in store else ".", "report", study)
-    print(f"report: {build_report(trials, epochs, record, out)}")
+    page = build_report(trials, epochs, record, out, metric)
+    print(f"report: {page}\nmetric: {usable(trials, metric).metric}")
 
 
 @exits_on_user_error
@@ -184,7 +191,7 @@ def hpstudy_main(argv: Optional[List[str]] = None) -> int:
     if args.command == "status":
         return status(args)
     if args.command == "report":
-        write_report(args.store, args.study, args.out)
+        write_report(args.store, args.study, args.out, args.metric)
         return 0
     print(compact(args.store, args.study))
     return 0

@@ -27,9 +27,14 @@ def epoch_row(**values) -> dict:
 
 
 def make_trials(models=("vit_p_tiny", "vit_c_tiny", "cnn_tiny"), optimizers=("adamw", "sgd"),
-                epochs=(10,), n=24, seed=0, diverge_share=0.1, fail_share=0.0) -> pd.DataFrame:
-    """Trials whose error is a bowl in log lr / log wd, plus noise; some diverged at chance (90%)."""
+                epochs=(10,), n=24, seed=0, diverge_share=0.1, fail_share=0.0, ema=False) -> pd.DataFrame:
+    """Trials whose error is a bowl in log lr / log wd, plus noise; some diverged at chance (90%).
+
+    `top1_err` is the final error; `best_top1_err` lies up to 2 points below it, and with `ema`
+    `best_ema_top1_err` up to 1 point below that (diverged at chance, failed null, as stored).
+    """
     rng = np.random.default_rng(seed)
+    gains = np.random.default_rng(seed + 1)    # its own stream: top1_err does not depend on `ema`
     rows = []
     for m_index, model in enumerate(models):
         for opt in optimizers:
@@ -43,10 +48,13 @@ def make_trials(models=("vit_p_tiny", "vit_c_tiny", "cnn_tiny"), optimizers=("ad
                 failed = rng.random(n) < fail_share
                 status[failed] = "failed"
                 err = np.where(failed, np.nan, err)
+                best = np.where(status == "ok", err - gains.uniform(0, 2, n), err)
+                best_ema = np.where(status == "ok", best - gains.uniform(0, 1, n), best)
                 for i in range(n):
                     rows.append({"study": "gen", "trial_key": f"{model}-{opt}-{e}-{i}", "model": model,
                                  "optimizer": opt, "epochs": e, "lr": 10 ** log_lr[i], "wd": 10 ** log_wd[i],
-                                 "seed": 0, "status": status[i], "top1_err": err[i], "wall_s": 30.0})
+                                 "seed": 0, "status": status[i], "top1_err": err[i], "best_top1_err": best[i],
+                                 **({"best_ema_top1_err": best_ema[i]} if ema else {}), "wall_s": 30.0})
     return pd.DataFrame(rows)
 
 

@@ -1,7 +1,11 @@
 import json
 import os
+from datetime import datetime
 
 import matplotlib
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from analysis.__main__ import main as analysis_cli
@@ -11,14 +15,16 @@ from analysis.figures import (delta_edf_figure, delta_error_vs_epochs_figure, er
 from analysis.gaps import length_gap
 from analysis.report import build_report
 from analysis.stats import good_ranges
-from study.store import load_study, write_spec_record, write_trial
+from study.cli import hpstudy_main
+from study.store import load_study, load_trials, write_spec_record, write_trial
 from tests.helpers import make_trials, stored_row
+from trainers.schema import TRIAL_SCHEMA
 
 
 def test_importing_and_plotting_leave_global_rcparams_alone(tmp_path):
     before = dict(matplotlib.rcParams)
     trials = make_trials(n=8)
-    save_figure(delta_edf_figure(edf_table(trials)), str(tmp_path), "x", trials.head(), {})
+    save_figure(delta_edf_figure(edf_table(trials)), str(tmp_path), "x", trials.head(), {"metric": "paper"})
     assert dict(matplotlib.rcParams) == before
 
 
@@ -30,8 +36,8 @@ def test_model_styles_are_fixed_distinct_and_grayscale_safe():
     assert len(set(tiny)) == 3
 
 
-def test_every_figure_renders_with_its_numbers(tmp_path):
-    trials = make_trials(epochs=(5, 10, 20), n=12)
+def test_every_figure_renders_with_its_numbers_and_states_the_metric(tmp_path):
+    trials = make_trials(epochs=(5, 10, 20), n=12, ema=True)
     trials.loc[(trials["model"] == "vit_p_tiny") & (trials["epochs"] == 20), "status"] = "diverged"
     ranges = {m: good_ranges(g) for m, g in trials[trials["optimizer"] == "adamw"].groupby("model")}
     curves_fig, curves = expected_best_figure(trials, n_boot=20)
@@ -43,14 +49,18 @@ def test_every_figure_renders_with_its_numbers(tmp_path):
         "best": (curves_fig, curves),
     }
     for name, (fig, data) in figures.items():
-        paths = save_figure(fig, str(tmp_path), name, data, {"n": len(data), "reference": "min"})
+        assert "metric: paper = ema_best" in fig.get_suptitle(), name
+        paths = save_figure(fig, str(tmp_path), name, data, {"n": len(data), "reference": "min", "metric": "paper"})
         for ext in ("pdf", "svg", "png", "csv", "json"):
             assert os.path.getsize(paths[ext]) > 200, (name, ext)
         meta = json.load(open(paths["json"]))
-        assert meta["n"] == len(data) and len(meta["data"]) == len(data)
+        assert meta["n"] == len(data) and len(meta["data"]) == len(data) and meta["metric"] == "paper"
+        assert "metric" in pd.read_csv(paths["csv"]).columns
         assert b"/FontType /Type3" not in open(paths["pdf"], "rb").read()  # Type-42, not Type-3
     assert set(curves["model"]) == {"vit_p_tiny", "vit_c_tiny", "cnn_tiny"}
     assert (curves.groupby(["model", "optimizer"])["expected_best"].apply(lambda s: s.is_monotonic_decreasing)).all()
+    with pytest.raises(ValueError, match="meta must state the metric"):
+        save_figure(curves_fig, str(tmp_path), "unstated", curves, {})
 
 
 def _fill_store(root, trials, expected):
@@ -63,7 +73,8 @@ def _fill_store(root, trials, expected):
 def test_report_is_complete_reproducible_and_says_how_complete(tmp_path, monkeypatch):
     monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
     store = str(tmp_path / "store")
-    trials = make_trials(models=("vit_p_tiny", "vit_c_tiny"), epochs=(5, 10), n=10, fail_share=0.1, seed=7)
+    trials = make_trials(models=("vit_p_tiny", "vit_c_tiny"), epochs=(5, 10), n=10, fail_share=0.1, seed=7,
+                         ema=True)
     _fill_store(store, trials, expected=len(trials) + 20)   # a partial, still-running study
     first = build_report(*load_study(store, "gen"), str(tmp_path / "r1"))
     second = build_report(*load_study(store, "gen"), str(tmp_path / "r2"))
@@ -71,7 +82,8 @@ def test_report_is_complete_reproducible_and_says_how_complete(tmp_path, monkeyp
     finished = int(trials["status"].isin(["ok", "diverged"]).sum())
     assert f"{finished} of {len(trials) + 20} trials stored" in html
     for section in ("Δ-EDF", "Optimizer gap", "Training-length gap", "Good lr/wd ranges",
-                    "Model comparisons", "Failed trials", "Spec", "<svg"):
+                    "Model comparisons", "Trials left out", "EMA gain", "Spec", "<svg",
+                    "Metric: <b>paper = ema_best</b>"):
         assert section in html, section
     files = sorted(f for f in os.listdir(tmp_path / "r1") if f.endswith((".pdf", ".svg")))
     assert len(files) >= 16
@@ -80,22 +92,66 @@ def test_report_is_complete_reproducible_and_says_how_complete(tmp_path, monkeyp
     assert open(first).read() == open(second).read()
     report = json.load(open(tmp_path / "r1" / "report.json"))
     assert report["n_failed"] == int((trials["status"] == "failed").sum()) > 0
+    assert report["metric"] == {"requested": "paper", "used": "paper = ema_best",
+                                "definition": "ema_best where EMA was on, else best (pycls's "
+                                              "test_ema_epoch.min_top1_err)"}
+    assert report["tables"]["ema_gain"] and all(r["gain_mean"] >= 0 for r in report["tables"]["ema_gain"])
+    for name in files:   # every figure's numbers state the metric
+        meta = json.load(open(tmp_path / "r1" / (name.rsplit(".", 1)[0] + ".json")))
+        assert meta["metric"] == "paper = ema_best", name
 
 
 def test_source_date_epoch_is_honoured(tmp_path, monkeypatch):
     trials = make_trials(n=6)
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
-    paths = save_figure(delta_edf_figure(edf_table(trials)), str(tmp_path), "d", trials, {})
+    paths = save_figure(delta_edf_figure(edf_table(trials)), str(tmp_path), "d", trials, {"metric": "paper"})
     assert b"D:20231114" in open(paths["pdf"], "rb").read()
 
 
 def test_analysis_cli_report_and_query(tmp_path, capsys):
     store = str(tmp_path / "store")
-    _fill_store(store, make_trials(models=("vit_c_tiny",), optimizers=("adamw",), n=6, seed=1), expected=6)
-    assert analysis_cli(["report", "--store", store, "--study", "gen", "--out", str(tmp_path / "rep")]) == 0
-    assert os.path.exists(tmp_path / "rep" / "index.html")
+    trials = make_trials(models=("vit_c_tiny",), optimizers=("adamw",), n=6, seed=1)
+    _fill_store(store, trials, expected=6)
+    assert hpstudy_main(["report", "--store", store, "--study", "gen", "--out", str(tmp_path / "rep"),
+                         "--metric", "final"]) == 0
+    assert capsys.readouterr().out.strip().endswith("metric: final")
+    summary = json.load(open(tmp_path / "rep" / "report.json"))["tables"]["summary"][0]
+    assert summary["best"] == pytest.approx(trials["top1_err"].min()) and summary["metric"] == "final"
     assert analysis_cli(["query", "--store", store, "top1_err < 100 and model == 'vit_c_tiny'"]) == 0
     out = capsys.readouterr().out
     assert "vit_c_tiny" in out and len(out.strip().splitlines()) >= 2
     assert analysis_cli(["report", "--store", store, "--study", "nope"]) == 2
     assert "no trials of study 'nope'" in capsys.readouterr().err
+
+
+def _write_old_store(root, trials):
+    """Trial files as written before best_ema_top1_err existed (the old schema), EMA on."""
+    old = pa.schema([f for f in TRIAL_SCHEMA if f.name != "best_ema_top1_err"])
+    directory = os.path.join(root, "trials", "study=gen")
+    os.makedirs(directory)
+    for row in trials.drop(columns="study").to_dict("records"):
+        row = stored_row(**row, ema_top1_err=row["best_top1_err"] - 0.5)
+        row["finished_at"] = datetime.fromisoformat(row["finished_at"])
+        pq.write_table(pa.Table.from_pylist([{f.name: row[f.name] for f in old}], schema=old),
+                       os.path.join(directory, f"{row['trial_key']}.parquet"))
+    return directory
+
+
+def test_a_store_written_before_best_ema_still_reports_and_says_which_metric(tmp_path, capsys):
+    store = str(tmp_path / "store")
+    trials = make_trials(models=("vit_c_tiny",), optimizers=("adamw",), n=6, seed=1, fail_share=0.2)
+    directory = _write_old_store(store, trials)
+    assert "best_ema_top1_err" not in pq.read_schema(os.path.join(directory, os.listdir(directory)[0])).names
+    loaded = load_trials(store, "gen")
+    assert loaded["best_ema_top1_err"].isna().all() and len(loaded) == len(trials)
+    assert analysis_cli(["report", "--store", store, "--study", "gen", "--out", str(tmp_path / "rep")]) == 0
+    fallback = "paper = best (EMA ran but best_ema_top1_err is missing: a store written before that column existed)"
+    assert f"metric: {fallback}" in capsys.readouterr().out
+    assert json.load(open(tmp_path / "rep" / "report.json"))["metric"]["used"] == fallback
+    assert fallback in open(tmp_path / "rep" / "index.html").read()
+    summary = json.load(open(tmp_path / "rep" / "report.json"))["tables"]["summary"][0]
+    counted = trials[trials["status"] != "failed"]
+    assert summary["best"] == pytest.approx(counted["best_top1_err"].min()) and summary["metric"] == fallback
+    assert summary["n_left_out"] == (trials["status"] == "failed").sum() > 0
+    assert analysis_cli(["report", "--store", store, "--study", "gen", "--metric", "ema_best"]) == 2
+    assert "error: metric ema_best: no trial has a value" in capsys.readouterr().err

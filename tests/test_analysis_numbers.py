@@ -1,17 +1,26 @@
+import ast
+import importlib
 import itertools
+import os
+import re
+import warnings
 
 import numpy as np
 import pandas as pd
 import pytest
 from scipy import stats
 
-from analysis.edf import (dkw_epsilon, edf_at, edf_table, effective_sample_size, normalized_weights,
-                          step_points, weighted_edf_at)
-from analysis.gaps import length_gap, optimizer_gap, peak_table
-from analysis.report import split_failed
-from analysis.stats import (ad_compare, area_between, effect_sizes, expected_best, good_ranges,
-                            hp_importance, ks_compare, min_detectable_d, trials_for_dkw, trials_for_ks)
-from tests.helpers import make_trials
+from analysis.edf import (bootstrap_band, dkw_epsilon, edf_at, edf_table, effective_sample_size,
+                          normalized_weights, step_points, weighted_edf_at)
+from analysis.figures import expected_best_figure
+from analysis.gaps import bootstrap_min, ema_gain, length_gap, optimizer_gap, peak_table
+from analysis.metric import ERR, LeftOutWarning, MetricError, usable
+from analysis.report import (comparison_table, equalize_counts, left_out_table, ranges_and_importance,
+                             summary_table)
+from analysis.stats import (ad_compare, area_between, effect_sizes, expected_best, expected_best_band,
+                            good_ranges, hp_importance, ks_compare, min_detectable_d, share_within,
+                            trials_for_dkw, trials_for_ks)
+from tests.helpers import REPO, make_trials
 
 
 def test_edf_is_the_exact_right_continuous_step():
@@ -50,10 +59,174 @@ def test_diverged_trials_sit_at_chance_and_lower_the_plateau():
 
 def test_failed_trials_are_excluded_and_counted():
     trials = make_trials(n=50, fail_share=0.2, seed=2)
-    usable, failed = split_failed(trials)
-    assert (usable["status"] != "failed").all()
-    assert failed["failed"].sum() == (trials["status"] == "failed").sum() > 0
-    assert set(failed.columns) == {"model", "optimizer", "epochs", "failed"}
+    rows = usable(trials)
+    assert (rows.kept["status"] != "failed").all() and np.isfinite(rows.kept[ERR]).all()
+    table = left_out_table(rows)
+    assert table["failed"].sum() == (trials["status"] == "failed").sum() > 0
+    assert list(table.columns) == ["model", "optimizer", "epochs", "failed", "no_finite_error"]
+    assert (table["no_finite_error"] == 0).all()
+
+
+def test_the_issues_minimal_case_failed_rows_leave_the_edf_and_the_good_range():
+    frame = pd.DataFrame({"model": "vit_p_tiny", "optimizer": "adamw", "epochs": 10, "seed": 0,
+                          "status": ["ok", "ok", "failed"], "top1_err": [10.0, 11.0, np.nan],
+                          "lr": [1e-3, 1e-2, 1.0], "wd": [0.1, 0.05, 0.3]})
+    with pytest.warns(LeftOutWarning, match="edf_table: left out 1 of 3 rows: 1 failed"):
+        table = edf_table(frame, metric="final")
+    assert table["n"].tolist() == [2, 2] and table["F"].tolist() == [0.5, 1.0]
+    assert (table["n_left_out"] == 1).all() and (table["diverged_share"] == 0).all()
+    assert table["dkw_eps"].iloc[0] == pytest.approx(dkw_epsilon(2))
+    with pytest.warns(LeftOutWarning):
+        ranges = good_ranges(frame, metric="final")
+    # the failed trial's lr (log10 = 0) never wins: only the two trials that count can be best
+    assert set(ranges["log10_lr"]) <= {-3.0, -2.0} and ranges.loc["p97.5", "log10_lr"] < 0
+    assert ranges["n"].iloc[0] == 2 and ranges["n_left_out"].iloc[0] == 1
+
+
+def _metric_frame():
+    """Four trials: EMA on in the first two (one diverged), off in the third, failed fourth."""
+    return pd.DataFrame({"model": "vit_c_tiny", "status": ["ok", "diverged", "ok", "failed"],
+                         "top1_err": [12.0, 90.0, 15.0, np.nan], "best_top1_err": [11.0, 90.0, 14.0, np.nan],
+                         "ema_top1_err": [10.5, 90.0, np.nan, np.nan],
+                         "best_ema_top1_err": [10.0, 90.0, np.nan, np.nan]})
+
+
+def test_metric_choice_and_the_papers_convention():
+    frame = _metric_frame()
+    values = {m: usable(frame, m).kept[ERR].tolist() for m in ("final", "best", "ema_best", "paper")}
+    assert values == {"final": [12.0, 90.0, 15.0], "best": [11.0, 90.0, 14.0], "ema_best": [10.0, 90.0],
+                      "paper": [10.0, 90.0, 14.0]}     # EMA best where EMA was on, else raw best
+    assert usable(frame, "paper").metric == "paper = ema_best for 2 trials with EMA, best for 1 without"
+    assert len(usable(frame, "ema_best").left_out) == 2   # the failed trial and the one without EMA
+    assert usable(frame.iloc[:2], "paper").metric == "paper = ema_best"
+    with pytest.raises(MetricError, match="metric: bad value 'top5'"):
+        usable(frame, "top5")
+    no_ema = frame.drop(columns="best_ema_top1_err")
+    with pytest.raises(MetricError, match="no column 'best_ema_top1_err'"):
+        usable(no_ema, "ema_best")
+    with pytest.raises(MetricError, match="metric ema_best: no trial has a value"):
+        usable(frame.assign(best_ema_top1_err=np.nan), "ema_best")
+    # a store written before best_ema_top1_err existed: paper falls back to best, and says why
+    old = usable(no_ema, "paper")
+    assert old.kept[ERR].tolist() == values["best"]
+    assert old.metric == ("paper = best (EMA ran but best_ema_top1_err is missing: a store written "
+                          "before that column existed)")
+    assert usable(no_ema.drop(columns="ema_top1_err"), "paper").metric == "paper = best (no trial used EMA)"
+    assert usable(no_ema.drop(columns=["ema_top1_err", "best_top1_err"]), "paper").metric == \
+        "paper = final (the table has no best_top1_err) (no trial used EMA)"
+
+
+def _flops(trials):
+    """A FLOPs column as a study stores it: one value per model, null for failed trials."""
+    per_model = trials["model"].map({"vit_p_tiny": 4.1e7, "vit_c_tiny": 4.0e7, "cnn_tiny": 2.0e6})
+    return trials.assign(flops=per_model.where(trials["status"] != "failed"))
+
+
+def _without_counts(result):
+    """A result without what says how much was left out (the one thing allowed to differ)."""
+    if isinstance(result, pd.DataFrame):
+        return result.drop(columns=[c for c in result.columns if c.startswith("n_left_out")])
+    if isinstance(result, dict):
+        return {k: v for k, v in result.items() if not k.startswith("n_left_out")}
+    return result
+
+
+def _assert_same(a, b):
+    if isinstance(a, pd.DataFrame):
+        pd.testing.assert_frame_equal(a, b)
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys()
+        for key in a:
+            _assert_same(a[key], b[key])
+    elif isinstance(a, tuple):
+        for x, y in zip(a, b, strict=True):
+            _assert_same(x, y)
+    else:
+        np.testing.assert_array_equal(a, b)
+
+
+def _count(result):
+    """How many rows a result says were left out (None if it has no room to say)."""
+    if isinstance(result, dict) or "n_left_out" not in result:
+        return result.get("n_left_out") if isinstance(result, dict) else None
+    groups = [c for c in ("model", "optimizer", "epochs") if c in result]
+    return int(result.drop_duplicates(groups)["n_left_out"].sum() if groups else result["n_left_out"].iloc[0])
+
+
+TABLE_CALLS = {
+    "edf_table": lambda t: edf_table(t, by=["model", "optimizer", "epochs"]),
+    "edf_table_matched": lambda t: edf_table(t, reference="matched", match=["optimizer"]),
+    "normalized_weights": lambda t: normalized_weights(t, bins=3),
+    "good_ranges": lambda t: good_ranges(t[t["model"] == "vit_p_tiny"], n_boot=200),
+    "hp_importance": lambda t: hp_importance(t[(t["model"] == "cnn_tiny") & (t["optimizer"] == "adamw")]),
+    "optimizer_gap": lambda t: optimizer_gap(t, n_boot=200),
+    "length_gap": lambda t: length_gap(t),
+    "peak_table": lambda t: peak_table(t),
+    "ema_gain": lambda t: ema_gain(t),
+    "expected_best_figure": lambda t: expected_best_figure(t, n_boot=10)[1],
+    "equalize_counts+edf_table": lambda t: edf_table(equalize_counts(t, ["model"])),
+}
+ARRAY_CALLS = {
+    "edf_at": lambda a, b: edf_at(a, [20.0, 40.0, 90.0]),
+    "step_points": lambda a, b: step_points(a),
+    "bootstrap_band": lambda a, b: bootstrap_band(a, n_boot=100),
+    "weighted_edf_at": lambda a, b: weighted_edf_at(a, np.ones_like(a), [20.0, 40.0]),
+    "ks_compare": lambda a, b: ks_compare(a, b),
+    "ad_compare": lambda a, b: ad_compare([a, b], n_resamples=99),
+    "effect_sizes": lambda a, b: effect_sizes(a, b, n_boot=50),
+    "area_between": lambda a, b: area_between(a, b),
+    "share_within": lambda a, b: share_within(a, 15.0, 2.0),
+    "expected_best": lambda a, b: expected_best(a, [1, 2, 5], "plugin"),
+    "expected_best_band": lambda a, b: expected_best_band(a, [1, 3], n_boot=50),
+    "bootstrap_min": lambda a, b: bootstrap_min(a, np.random.default_rng(0), 100),
+}
+
+
+@pytest.fixture(scope="module")
+def dirty_and_clean():
+    """Trials with failed rows (null errors) and one ok row with an infinite error, and the same
+    table without them."""
+    trials = _flops(make_trials(epochs=(5, 10), n=16, fail_share=0.2, seed=11, ema=True))
+    trials.loc[trials.index[3], "best_ema_top1_err"] = np.inf
+    clean = trials[(trials["status"] != "failed") & np.isfinite(trials["best_ema_top1_err"])]
+    assert 0 < len(clean) < len(trials) - 1
+    return trials, clean
+
+
+@pytest.mark.parametrize("name", sorted(TABLE_CALLS))
+def test_table_functions_leave_out_failed_rows_themselves(name, dirty_and_clean):
+    dirty, clean = dirty_and_clean
+    with pytest.warns(LeftOutWarning, match="left out"):
+        result = TABLE_CALLS[name](dirty)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", LeftOutWarning)     # nothing to leave out: no warning
+        expected = TABLE_CALLS[name](clean)
+    _assert_same(_without_counts(result), _without_counts(expected))
+    assert _count(expected) in (0, None) and _count(result) != 0
+
+
+@pytest.mark.parametrize("name", sorted(ARRAY_CALLS))
+def test_array_functions_leave_out_non_finite_errors_themselves(name, dirty_and_clean):
+    dirty, _ = dirty_and_clean
+    a = dirty.loc[dirty["optimizer"] == "adamw", "best_ema_top1_err"].to_numpy()
+    b = dirty.loc[dirty["optimizer"] == "sgd", "best_ema_top1_err"].to_numpy()
+    with pytest.warns(LeftOutWarning, match="not finite"):
+        result = ARRAY_CALLS[name](a, b)
+    expected = ARRAY_CALLS[name](a[np.isfinite(a)], b[np.isfinite(b)])
+    _assert_same(_without_counts(result), _without_counts(expected))
+    if isinstance(result, dict):
+        assert result["n_left_out"] == (~np.isfinite(a)).sum() + (~np.isfinite(b)).sum() > 0
+
+
+@pytest.mark.slow
+def test_report_tables_leave_out_failed_rows_themselves(dirty_and_clean):
+    dirty, clean = dirty_and_clean
+    stored_counts = ["ok", "diverged", "failed"]   # the summary counts what is stored, by status
+    for table in (lambda t: summary_table(t).drop(columns=stored_counts), comparison_table,
+                  lambda t: ranges_and_importance(t)[0]):
+        with pytest.warns(LeftOutWarning):
+            result = table(dirty)
+        _assert_same(_without_counts(result), _without_counts(table(clean)))
 
 
 def test_dkw_epsilon_and_planner():
@@ -113,8 +286,11 @@ def test_expected_best_estimators_match_enumeration():
         assert p == pytest.approx(_brute_force(v, k, replace=True))
         assert u == pytest.approx(_brute_force(v, k, replace=False))
     assert unbiased[0] == pytest.approx(v.mean()) and unbiased[-1] == pytest.approx(v.min())
-    with pytest.raises(ValueError, match=r"k must be in \[1, 6\]"):
-        expected_best(v, [7], "unbiased")
+    for estimator in ("unbiased", "plugin"):   # neither extrapolates beyond the n trials run
+        with pytest.raises(ValueError, match=r"k must be in \[1, 6\] for n = 6 trials"):
+            expected_best(v, [7], estimator)
+    with pytest.warns(LeftOutWarning), pytest.raises(ValueError, match="n = 5 trials"):
+        expected_best(np.append(v[:5], np.nan), [6], "plugin")
 
 
 def test_unbiased_estimator_is_unbiased_in_simulation():
@@ -130,15 +306,19 @@ def test_unbiased_estimator_is_unbiased_in_simulation():
 
 def test_normalized_weights_sum_to_one_and_equalise_bins():
     flops = np.array([1e6] * 10 + [1e7] * 3 + [1e8] * 1)
-    w = normalized_weights(flops, bins=3)
-    assert w.sum() == pytest.approx(1.0)
+    frame = pd.DataFrame({"status": "ok", "top1_err": np.arange(14, dtype=float), "flops": flops})
+    weights = normalized_weights(frame, metric="final")
+    w = weights["weight"].to_numpy()
+    assert w.sum() == pytest.approx(1.0) and (weights["metric"] == "final").all()
     for value in (1e6, 1e7, 1e8):
         assert w[flops == value].sum() == pytest.approx(1 / 3)
     assert effective_sample_size(w) == pytest.approx(1 / (w ** 2).sum())
     assert 1 < effective_sample_size(w) < len(w)
-    errors = np.arange(14, dtype=float)
+    errors = weights["error"].to_numpy()
     assert weighted_edf_at(errors, w, [13.0])[0] == pytest.approx(1.0)
     assert weighted_edf_at(errors, w, [9.0])[0] == pytest.approx(1 / 3)
+    with pytest.raises(ValueError, match="covariate 'flops' must be finite and > 0"):
+        normalized_weights(frame.assign(flops=0.0), metric="final")
 
 
 def test_optimizer_and_length_gaps_on_a_hand_made_table():
@@ -148,11 +328,11 @@ def test_optimizer_and_length_gaps_on_a_hand_made_table():
         "epochs": [50, 50, 50, 50, 100, 200, 400, 400],
         "top1_err": [20.0, 22.0, 25.0, 21.5, 18.0, 17.0, 90.0, 90.0],
         "lr": 1e-3, "wd": 0.1, "seed": 0})
-    gap = optimizer_gap(frame, n_boot=200)
+    gap = optimizer_gap(frame, metric="final", n_boot=200)
     assert len(gap) == 1 and gap.loc[0, "gap"] == pytest.approx(1.5)
     assert gap.loc[0, "best_sgd"] == 21.5 and gap.loc[0, "best_adamw"] == 20.0
     assert gap.loc[0, "gap_at_k"] == pytest.approx(min(25, 21.5) - min(20, 22))  # k = 2: all trials
-    lengths = length_gap(frame[frame["optimizer"] == "adamw"]).set_index("epochs")
+    lengths = length_gap(frame[frame["optimizer"] == "adamw"], metric="final").set_index("epochs")
     # every 400-epoch run diverged: the reference is the best shorter schedule (200 epochs), flagged
     assert lengths["reference_fallback"].all() and (lengths["reference_epochs"] == 200).all()
     assert lengths.loc[50, "gap"] == pytest.approx(3.0) and lengths.loc[200, "gap"] == 0.0
@@ -162,7 +342,7 @@ def test_optimizer_and_length_gaps_on_a_hand_made_table():
 def test_peak_table_reports_noise_floor_from_seeds():
     frame = pd.DataFrame({"model": "m", "optimizer": "adamw", "epochs": 10, "lr": [1e-3, 1e-3, 2e-3],
                           "wd": 0.1, "seed": [0, 1, 0], "top1_err": [10.0, 12.0, 15.0], "status": "ok"})
-    peak = peak_table(frame).iloc[0]
+    peak = peak_table(frame, metric="final").iloc[0]
     assert peak["best_err"] == 10.0 and peak["n"] == 3 and peak["seeds"] == 2
     assert peak["noise_floor"] == pytest.approx(np.std([10.0, 12.0], ddof=1))
 
@@ -170,6 +350,7 @@ def test_peak_table_reports_noise_floor_from_seeds():
 def test_good_ranges_find_the_bowl_and_importance_finds_lr():
     trials = make_trials(models=("vit_p_tiny",), optimizers=("adamw",), n=300, diverge_share=0, seed=5)
     ranges = good_ranges(trials)
+    assert ranges["metric"].iloc[0] == "paper = best (no trial used EMA)"
     assert ranges.loc["p2.5", "log10_lr"] < -3 < ranges.loc["p97.5", "log10_lr"]
     assert abs(ranges.loc["p50", "log10_lr"] + 3) < 0.3
     importance = hp_importance(trials)
@@ -195,3 +376,52 @@ def test_importance_leaves_optuna_logging_as_it_was():
         assert optuna.logging.get_verbosity() == optuna.logging.DEBUG
     finally:
         optuna.logging.set_verbosity(before)
+
+
+@pytest.mark.parametrize("n,size", [(6, 1), (63, 15), (64, 16), (4, 1), (3, 1)])
+def test_good_ranges_sample_size_is_pycls(n, size):
+    """pycls get_filters: max(1, int(0.25 n)) per sample (round() would give 2 at n = 6, 16 at 63)."""
+    trials = make_trials(models=("cnn_tiny",), optimizers=("adamw",), n=n, diverge_share=0, seed=n)
+    ranges = good_ranges(trials, n_boot=500)
+    assert ranges["sample_size"].iloc[0] == size and ranges["n"].iloc[0] == n
+    if size == 1:   # each sample's best is one uniformly drawn trial: the range spans nearly all lrs
+        lrs = np.log10(trials["lr"])
+        assert ranges.loc["p2.5", "log10_lr"] <= np.quantile(lrs, 0.1)
+        assert ranges.loc["p97.5", "log10_lr"] >= np.quantile(lrs, 0.9)
+
+
+def test_ema_gain_per_model_is_pyclss():
+    frame = _metric_frame()
+    gain = ema_gain(frame).iloc[0]
+    # pycls: max(0, min raw - min EMA) per trial; the diverged trial gains 0 (both at chance)
+    assert gain["n"] == 2 and gain["gain_mean"] == pytest.approx(0.5) and gain["gain_median"] == 0.5
+    assert gain["best"] == 11.0 and gain["best_ema"] == 10.0 and gain["gain_of_best"] == 1.0
+    assert gain["n_left_out"] == 2
+    assert ema_gain(frame.drop(columns="best_ema_top1_err")).empty
+
+
+def _backticked_names(path):
+    """Dotted hpstudy names in backticks in a module's docstrings (module, class and function)."""
+    tree = ast.parse(open(path).read())
+    docs = [ast.get_docstring(node) or "" for node in ast.walk(tree)
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef))]
+    return set(re.findall(r"`((?:analysis|trainers|study)\.[A-Za-z_][\w.]*)`", "\n".join(docs)))
+
+
+def test_analysis_docstrings_name_things_that_exist():
+    names = set()
+    for module in sorted(os.listdir(os.path.join(REPO, "analysis"))):
+        if module.endswith(".py"):
+            names |= _backticked_names(os.path.join(REPO, "analysis", module))
+    assert "analysis.metric.usable" in names
+    for name in names:
+        parts = name.split(".")
+        for cut in range(len(parts), 0, -1):
+            try:
+                obj = importlib.import_module(".".join(parts[:cut]))
+                break
+            except ImportError:
+                continue
+        for attr in parts[cut:]:
+            assert hasattr(obj, attr), f"docstring names {name}, which does not exist"
+            obj = getattr(obj, attr)

@@ -51,6 +51,8 @@ TRIAL_COLUMNS: Tuple[Column, ...] = (
     Column("top5_err", pa.float64(), "result", "top-5 error (%) after the last epoch; chance if diverged"),
     Column("best_top1_err", pa.float64(), "result", "lowest top-1 error (%) over epochs"),
     Column("ema_top1_err", pa.float64(), "result", "top-1 error (%) of the EMA weights (null without EMA)"),
+    Column("best_ema_top1_err", pa.float64(), "result",
+           "lowest top-1 error (%) of the EMA weights over epochs (null without EMA; chance if diverged)"),
     Column("train_loss", pa.float64(), "result", "mean training loss of the last completed epoch"),
     Column("epochs_done", pa.int32(), "result", "epochs completed"),
     Column("wall_s", pa.float64(), "result", "seconds of training (a fused group's wall time)"),
