@@ -10,6 +10,7 @@ are omitted unless SOURCE_DATE_EPOCH is set (then matplotlib uses it), and SVG i
 
 import json
 import os
+import textwrap
 from contextlib import contextmanager
 from typing import Dict, List, Sequence
 
@@ -65,6 +66,12 @@ def _sizes(models: Sequence[str]) -> List[str]:
     return [s for s in SIZE_ORDER if s in present]
 
 
+def _title(fig: Figure, *lines: str) -> None:
+    """The figure's title lines (what it shows, the metric), wrapped to the figure's width."""
+    width = int(fig.get_figwidth() * 14)     # characters of the title font per inch, about
+    fig.suptitle("\n".join(textwrap.fill(line, width) for line in lines))
+
+
 def save_figure(fig: Figure, out_dir: str, name: str, data: pd.DataFrame, meta: Dict) -> Dict[str, str]:
     """Write name.{pdf,svg,png} and the plotted numbers as name.csv plus name.json (with meta).
 
@@ -115,7 +122,7 @@ def delta_edf_figure(table: pd.DataFrame, band: bool = True) -> Figure:
                                     color=st["color"], alpha=0.15, linewidth=0)
             ax.set(title=size, xlabel="Δ top-1 error (points)", ylabel="cumulative prob.", ylim=(0, 1))
             ax.legend(loc="lower right", frameon=False)
-        fig.suptitle(f"Δ-EDF, reference: {table['reference_kind'].iloc[0]}; metric: {table['metric'].iloc[0]}")
+        _title(fig, f"Δ-EDF, reference: {table['reference_kind'].iloc[0]}", f"metric: {table['metric'].iloc[0]}")
     return fig
 
 
@@ -144,7 +151,7 @@ def hp_scatter_figure(frame: pd.DataFrame, ranges: Dict[str, pd.DataFrame], metr
                     ax.axvspan(lo, hi, color=st["color"], alpha=0.12, linewidth=0)
                 ax.set(xlabel=label, ylabel=f"{model} top-1 err (%)")
             row[0].legend(frameon=False)
-        fig.suptitle(f"metric: {rows.metric}")
+        _title(fig, f"metric: {rows.metric}")
     return fig
 
 
@@ -167,7 +174,7 @@ def error_vs_epochs_figure(frame: pd.DataFrame, metric: str = DEFAULT_METRIC) ->
                                                                   markerfacecolor="none", label=None))
             ax.set(title=size, xscale="log", xlabel="epochs", ylabel="top-1 error (%)")
             ax.legend(frameon=False)
-        fig.suptitle(f"metric: {rows.metric}")
+        _title(fig, f"metric: {rows.metric}")
     return fig
 
 
@@ -182,7 +189,7 @@ def delta_error_vs_epochs_figure(gaps: pd.DataFrame) -> Figure:
         ax.axhline(0, color="0.6", linewidth=0.5)
         ax.set(xscale="log", xlabel="epochs", ylabel="Δ top-1 error vs longest (points)")
         ax.legend(frameon=False)
-        fig.suptitle(f"metric: {gaps['metric'].iloc[0]}")
+        _title(fig, f"metric: {gaps['metric'].iloc[0]}")
     return fig
 
 
@@ -208,5 +215,5 @@ def expected_best_figure(frame: pd.DataFrame, metric: str = DEFAULT_METRIC, esti
                           "lo": l, "hi": h} for k, c, l, h in zip(ks, curve, lo, hi)]
             ax.set(title=opt, xscale="log", xlabel="trials k", ylabel="expected best top-1 err (%)")
             ax.legend(frameon=False)
-        fig.suptitle(f"metric: {used.metric}")
+        _title(fig, f"metric: {used.metric}")
     return fig, pd.DataFrame(rows).assign(metric=used.metric)
