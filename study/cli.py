@@ -1,19 +1,24 @@
 """Command lines: `run_edf.py` (run a study) and the `hpstudy` console script (run/status/report/compact)."""
 
 import argparse
+import json
 import os
-from collections import Counter
-from typing import List, Optional
+import sys
+import traceback
+from typing import Callable, Dict, List, Optional
 
 from analysis.metric import DEFAULT_METRIC, METRIC_DOCS, METRICS, usable
 from analysis.report import build_report
-from study.sampling import expand
+from study.gpu_plan import memory_plan
+from study.sampling import cells, expand, expand_cell, first_trials
 from study.spec import SpecError, StudySpec, load_spec, resolve_config
-from study.store import compact, load_study, load_trials, stored_keys
-from trainers.errors import exits_on_user_error
+from study.store import (StoreFault, compact, load_spec_record, load_study, load_trials, split_by_spec,
+                         stored_keys)
+from trainers.errors import HpstudyError, exits_on_user_error
 from trainers.schema import FAILED, FINISHED
 
 DEFAULT_CONFIG = "demo_digits"
+EXIT_STORE_FAULT = 3        # the store is full, unwritable or unreachable: fix it and rerun to resume
 # Nominal training-set sizes for the dry-run estimate (imagefolder: ImageNet-1k is assumed).
 TRAIN_SIZES = {"digits": 1437, "cifar10": 50000, "cifar100": 50000, "imagefolder": 1281167}
 
@@ -39,6 +44,14 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
                    help="effective TFLOP/s per trial for the dry-run time estimate "
                         "(default: 100 with a GPU per trial, 0.02 on CPU)")
     p.add_argument("--progress-interval", type=float, default=10.0, help="seconds between status lines")
+    p.add_argument("--gpu-memory-gb", type=float, default=None,
+                   help="GPU memory for the dry run's memory plan (default: 40, the A100s of cluster.yaml)")
+    add_debug_arg(p)
+
+
+def add_debug_arg(p: argparse.ArgumentParser) -> None:
+    """--debug: print the traceback of an error too (by default: one `error:` line)."""
+    p.add_argument("--debug", action="store_true", help="print the traceback of an error too")
 
 
 def add_store_args(p: argparse.ArgumentParser, study_required: bool = False,
@@ -76,31 +89,34 @@ def check_run_args(args: argparse.Namespace) -> None:
         raise SpecError(f"--num-cpus: bad value {args.num_cpus}; allowed: an integer >= 1")
     if "://" not in args.store and os.path.exists(args.store) and not os.path.isdir(args.store):
         raise SpecError(f"--store: {args.store!r} is a file; allowed: a folder or a URI")
+    if args.report not in (None, "none") and os.path.exists(args.report) and not os.path.isdir(args.report):
+        raise SpecError(f"--report: {args.report!r} is a file; allowed: a folder (created if missing) or none")
 
 
-def print_plan(spec: StudySpec, trials, pending, assume_tflops: Optional[float]) -> None:
-    """The dry-run plan: trials per cell, boxes, resources and estimated trial-hours."""
+def print_plan(spec: StudySpec, done: set, assume_tflops: Optional[float]) -> None:
+    """The dry-run plan: trials per cell, boxes, resources and estimated trial-hours. Trials are
+    counted, not expanded, unless some of the study is stored (then cell by cell, to match keys)."""
     from trainers.flops import model_profile
     n_train = spec.dataset.n_train if spec.dataset.name == "synthetic" else TRAIN_SIZES[spec.dataset.name]
     tflops = assume_tflops or (100.0 if spec.resources.gpu else 0.02)
-    pending_keys = {t.key for t in pending}
-    print(f"study {spec.name}: {len(trials)} trials, {len(pending)} to run "
-          f"({len(trials) - len(pending)} already stored); sampler {spec.sampler}, "
+    per_cell = spec.samples * len(spec.seeds)
+    plan = [(cell, sum(t.key not in done for t in expand_cell(spec, *cell)) if done else per_cell)
+            for cell in cells(spec)]
+    total, pending = per_cell * len(plan), sum(todo for _, todo in plan)
+    print(f"study {spec.name}: {total} trials, {pending} to run "
+          f"({total - pending} already stored); sampler {spec.sampler}, "
           f"{'paired' if spec.paired else 'unpaired'} samples; resources per trial {spec.resources}; "
           f"fuse {spec.fuse}")
     print(f"{'model':<14} {'optimizer':<9} {'epochs':>6} {'trials':>6} {'to run':>6}  "
           f"{'lr box':<22} {'wd box':<22} {'GFLOPs':>7} {'trial-h':>8}")
     total_hours = 0.0
-    cells = Counter((t.model, t.optimizer, t.epochs) for t in trials)
-    for (model, opt, epochs), n in cells.items():
-        todo = sum(1 for t in trials if (t.model, t.optimizer, t.epochs) == (model, opt, epochs)
-                   and t.key in pending_keys)
+    for (model, opt, epochs), todo in plan:
         box = spec.box(model, opt)
         flops = model_profile(model, 10, spec.dataset.size)[0]  # class count barely moves FLOPs
         hours = todo * 3 * 2 * flops * n_train * epochs / (tflops * 1e12) / 3600
         total_hours += hours
         lr_box, wd_box = (f"[{lo:.3g}, {hi:.3g}]" for lo, hi in (box.lr, box.wd))
-        print(f"{model:<14} {opt:<9} {epochs:>6} {n:>6} {todo:>6}  {lr_box:<22} {wd_box:<22} "
+        print(f"{model:<14} {opt:<9} {epochs:>6} {per_cell:>6} {todo:>6}  {lr_box:<22} {wd_box:<22} "
               f"{flops / 1e9:>7.3f} {hours:>8.2f}")
     print(f"estimated compute to run: {total_hours:.2f} trial-hours (3 x forward FLOPs x "
           f"{n_train} images x epochs at {tflops:g} effective TFLOP/s per trial)")
@@ -121,6 +137,25 @@ def print_summary(trials_frame) -> None:
               f"{counts.get('failed', 0):>5} {best:>8} {median:>8}")
 
 
+def spec_change_note(store: str, spec: StudySpec) -> Optional[str]:
+    """A note when the study already has a recorded spec whose trials differ from this spec's: how
+    many stored rows belong to the earlier spec (they stay, but status and the report leave them out).
+    None too when the store cannot be read: the store probe (or the plan) that follows reports that."""
+    try:
+        record = load_spec_record(store, spec.name)
+    except StoreFault:
+        return None
+    if record is None or record["spec"] == json.loads(json.dumps(spec.source)):
+        return None
+    keys = {t.key for t in expand(spec)}
+    if set(record.get("trial_keys", ())) == keys:
+        return None
+    earlier = len(set(load_trials(store, spec.name)["trial_key"]) - keys)
+    return (f"note: study {spec.name!r} in {store} was run with a different spec; {earlier} stored rows "
+            f"come from that earlier spec: they stay in the store, but this run's summary, `hpstudy status` "
+            f"and the report leave them out (--fresh deletes them; a new name keeps the studies apart)")
+
+
 def run(args: argparse.Namespace) -> int:
     """Run (or plan) a study; 0 when every trial is stored ok/diverged, 1 if some failed."""
     if not args.address:
@@ -130,10 +165,13 @@ def run(args: argparse.Namespace) -> int:
     spec = load_spec(resolve_config(args.config))
     if not args.address:
         check_local_resources(spec, args.num_cpus)
+    note = spec_change_note(args.store, spec)
+    if note:
+        print(note, flush=True)
     if args.dry_run:
-        trials = expand(spec)
-        done = stored_keys(args.store, spec.name)
-        print_plan(spec, trials, [t for t in trials if t.key not in done], args.assume_tflops)
+        print_plan(spec, stored_keys(args.store, spec.name), args.assume_tflops)
+        if spec.resources.gpu:
+            print("\n".join(memory_plan(spec, first_trials(spec), args.gpu_memory_gb)))
         return 0
     from study.runner import run_study
     stored = run_study(spec, args.store, fresh=args.fresh, address=args.address,
@@ -159,39 +197,95 @@ def run_edf_main(argv: Optional[List[str]] = None) -> int:
     """Entry point of study/run_edf.py and `python -m study.run_edf`."""
     parser = argparse.ArgumentParser(prog="run_edf.py", description="Run an hpstudy study on Ray Tune.")
     add_run_args(parser)
-    return run(parser.parse_args(argv))
+    return guarded(run, parser.parse_args(argv))
+
+
+def guarded(command: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    """Run a command: a store fault prints one `error:` line and returns EXIT_STORE_FAULT (3); a
+    user's error goes on to exits_on_user_error (2); with --debug both print their traceback first."""
+    try:
+        return command(args)
+    except HpstudyError as exc:
+        if args.debug:
+            traceback.print_exc()
+        if not isinstance(exc, StoreFault):
+            raise
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_STORE_FAULT
 
 
 def status(args: argparse.Namespace) -> int:
-    """Counts per model and status of a stored study (and how much of its spec is done)."""
-    trials = load_trials(args.store, args.study)
+    """Counts per model and status of the rows of a study's spec (--config's, else the recorded one)
+    and how much of it is done; rows of earlier versions of the spec are counted apart."""
+    record = None
     if args.config:
         spec = load_spec(resolve_config(args.config), check_paths=False)
-        expected = {t.key for t in expand(spec)}
-        finished = trials["trial_key"].isin(expected) & trials["status"].isin(FINISHED)
-        print(f"{int(finished.sum())}/{len(expected)} trials of the spec stored as ok/diverged")
-    print_summary(trials)
+        args.study = args.study or spec.name
+        record = {"trial_keys": [t.key for t in expand(spec)]}
+    elif args.study:
+        record = load_spec_record(args.store, args.study)
+    current, earlier = split_by_spec(load_trials(args.store, args.study), record)
+    if record and "trial_keys" in record:
+        finished = int(current["status"].isin(FINISHED).sum())
+        print(f"{finished}/{len(record['trial_keys'])} trials of the spec stored as ok/diverged")
+    print_summary(current)
+    if len(earlier):
+        print(f"{len(earlier)} rows from an earlier spec of study {args.study!r} (not counted above, "
+              f"not in the report):")
+        print_summary(earlier)
+    return 0
+
+
+def print_compaction(store: str, counts: Dict[str, Dict[str, int]]) -> None:
+    """One line per table: what compaction merged, kept apart, dropped and quarantined."""
+    for table, c in counts.items():
+        print(f"{table}: {c['files']} files read; {c['merged_rows']} rows of finished trials merged "
+              f"({c['deleted_files']} files deleted); {c['unfinished']} unfinished trials kept in their own "
+              f"file (a rerun replaces it); {c['dropped_rows']} superseded rows dropped; "
+              f"{c['quarantined']} unreadable files moved to {store}/quarantine/")
+
+
+def prepare_data(args: argparse.Namespace) -> int:
+    """`hpstudy prepare`: decode an image folder once (or find it already prepared) and say where."""
+    from trainers.prepared import prepare
+    for flag, value in (("--train-size", args.train_size), ("--image-size", args.image_size),
+                        ("--workers", args.workers)):
+        if value < 1:
+            raise SpecError(f"{flag}: bad value {value}; allowed: an integer >= 1")
+    meta = prepare(args.data, args.out, args.train_size, args.image_size, args.workers)
+    print(f"{'reused' if meta['reused'] else 'prepared'} {args.out}: {meta['n_train']} train images at "
+          f"{meta['train_size']} px, {meta['n_val']} val images at {meta['image_size']} px, "
+          f"{len(meta['classes'])} classes; use dataset: {{name: prepared, path: {args.out}}}")
     return 0
 
 
 @exits_on_user_error
 def hpstudy_main(argv: Optional[List[str]] = None) -> int:
-    """The `hpstudy` console script: run | status | report | compact."""
+    """The `hpstudy` console script: run | status | report | compact | prepare."""
     parser = argparse.ArgumentParser(prog="hpstudy", description="Hyperparameter-robustness studies.")
     sub = parser.add_subparsers(dest="command", required=True)
     add_run_args(sub.add_parser("run", help="run a study (same flags as run_edf.py)"))
     p_status = add_store_args(sub.add_parser("status", help="what a store holds for a study"))
     p_status.add_argument("--config", default=None, help="spec to compare against (how complete)")
-    add_store_args(sub.add_parser("report", help="write a study's report (see python -m analysis)"),
-                   study_required=True, out=True)
-    add_store_args(sub.add_parser("compact", help="merge a study's per-trial files"), study_required=True)
+    p_report = add_store_args(sub.add_parser("report", help="write a study's report (see python -m analysis)"),
+                              study_required=True, out=True)
+    p_compact = add_store_args(sub.add_parser("compact", help="merge a study's per-trial files"),
+                               study_required=True)
+    p_prepare = sub.add_parser("prepare", help="decode an image folder once into memory-mapped arrays "
+                                               "(dataset `prepared`), on this node's local disk")
+    p_prepare.add_argument("--data", required=True, help="image folder with train/<class>/ and val/<class>/")
+    p_prepare.add_argument("--out", required=True, help="output folder (local disk of the node)")
+    p_prepare.add_argument("--train-size", type=int, default=256, help="side of the stored training squares")
+    p_prepare.add_argument("--image-size", type=int, default=224, help="the trials' image size (validation "
+                                                                       "images are stored at it)")
+    p_prepare.add_argument("--workers", type=int, default=os.cpu_count(), help="decoding processes")
+    for p in (p_status, p_report, p_compact, p_prepare):
+        add_debug_arg(p)
     args = parser.parse_args(argv)
-    if args.command == "run":
-        return run(args)
-    if args.command == "status":
-        return status(args)
-    if args.command == "report":
-        write_report(args.store, args.study, args.out, args.metric)
-        return 0
-    print(compact(args.store, args.study))
-    return 0
+    commands = {
+        "run": run, "status": status,
+        "report": lambda a: write_report(a.store, a.study, a.out, a.metric) or 0,
+        "compact": lambda a: print_compaction(a.store, compact(a.store, a.study)) or 0,
+        "prepare": prepare_data,
+    }
+    return guarded(commands[args.command], args)

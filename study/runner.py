@@ -13,12 +13,14 @@ from typing import Dict, Iterator, List, Optional
 import ray
 from ray import tune
 from ray.tune.search import Searcher
+from ray.tune.stopper import Stopper
 
 from study.fusion import fusion_groups, fusion_sizes
 from study.progress import ProgressPrinter
 from study.sampling import PlannedTrial, expand
 from study.spec import StudySpec
-from study.store import delete_study, load_trials, stored_keys, write_spec_record, write_trial
+from study.store import (StoreFault, delete_study, load_trials, probe_store, stored_keys, write_spec_record,
+                         write_trial)
 from study.trainable import run_tune_trial
 from trainers import schema
 from trainers.config import TrialConfig
@@ -60,35 +62,63 @@ class GroupQueue(Searcher):
 
 
 class StoreWriter(tune.Callback):
-    """Writes each finished trial (and its epochs) to the store from the driver, exactly once."""
+    """Writes each finished trial (and its epochs) to the store from the driver, exactly once.
+
+    A store fault (full, unwritable, unreachable) is kept in `fault` and stops writing; the
+    `FaultStopper` then ends the run."""
 
     def __init__(self, store: str, study: str, trials: List[PlannedTrial], groups: List[Dict]):
         self.store, self.study = store, study
         self.by_key = {t.key: t for t in trials}
         self.groups = groups
         self.finished: List[Dict] = []       # small summaries, for progress and the final report
+        self.fault: Optional[StoreFault] = None
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
-        """Store the rows a group reports at its end."""
+        """Store the rows a group reports at its end (as failed when it reports a deterministic error)."""
+        if "trial_error" in result:
+            self._store_failed(trial.config["group"], result["trial_error"])
         if "rows_json" not in result:
             return
         for row in json.loads(result["rows_json"]):
             epochs = row.pop("epoch_log")
-            write_trial(self.store, self.study, row, epochs)
-            self._record(row)
+            self._write(row, epochs)
 
     def on_trial_error(self, iteration, trials, trial, **info):
-        """Store the group's trials as failed, except those it had already stored."""
-        stored = {r["trial_key"] for r in self.finished}
-        error = _error_text(trial)
-        for key in self.groups[trial.config["group"]]["keys"]:
-            if key not in stored:
-                row = failed_row(self.by_key[key], error)
-                write_trial(self.store, self.study, row)
-                self._record(row)
+        """Store the group's trials as failed (after Ray's retries)."""
+        self._store_failed(trial.config["group"], _error_text(trial))
 
-    def _record(self, row: Dict) -> None:
+    def _store_failed(self, group: int, error: str) -> None:
+        """Store a group's trials as failed, except those it had already stored."""
+        stored = {r["trial_key"] for r in self.finished}
+        for key in self.groups[group]["keys"]:
+            if key not in stored:
+                self._write(failed_row(self.by_key[key], error))
+
+    def _write(self, row: Dict, epochs=()) -> None:
+        if self.fault is not None:
+            return
+        try:
+            write_trial(self.store, self.study, row, epochs)
+        except StoreFault as exc:
+            self.fault = exc
+            return
         self.finished.append({k: row[k] for k in ("trial_key", "model", "status", "top1_err", "wall_s")})
+
+
+class FaultStopper(Stopper):
+    """Stops the whole run once the StoreWriter has met a store fault (nothing more can be stored)."""
+
+    def __init__(self, writer: StoreWriter):
+        self.writer = writer
+
+    def __call__(self, trial_id: str, result: Dict) -> bool:
+        """No single trial is stopped for its own results."""
+        return False
+
+    def stop_all(self) -> bool:
+        """True once a write to the store has failed."""
+        return self.writer.fault is not None
 
 
 def _error_text(trial) -> str:
@@ -155,7 +185,7 @@ def run_trials(study: str, trials: List[PlannedTrial], store: str, resources: Di
         run_config=tune.RunConfig(
             name=f"{study}-{time.strftime('%Y%m%d-%H%M%S')}",
             storage_path=os.path.join(tempfile.gettempdir(), "hpstudy-tune"),
-            failure_config=tune.FailureConfig(max_failures=max_retries),
+            failure_config=tune.FailureConfig(max_failures=max_retries), stop=FaultStopper(writer),
             callbacks=[writer, progress], verbose=0, log_to_file=False,
             checkpoint_config=tune.CheckpointConfig(num_to_keep=1)),
     )
@@ -166,26 +196,43 @@ def run_trials(study: str, trials: List[PlannedTrial], store: str, resources: Di
             tuner.fit()
     finally:
         progress.final()
+    if writer.fault is not None:
+        raise StoreFault(f"{writer.fault}; this run stored {len(writer.finished)} of its {len(trials)} "
+                         f"trials before that and stopped")
     return writer.finished
 
 
 def run_study(spec: StudySpec, store: str, fresh: bool = False, address: Optional[str] = None,
               max_concurrent: Optional[int] = None, num_cpus: Optional[int] = None,
               progress_interval: float = 10.0):
-    """Run every trial of `spec` not yet stored as ok/diverged; return the study's stored rows."""
+    """Run every trial of `spec` not yet stored as ok/diverged; return the study's stored rows.
+
+    The store is probed (a file written and deleted) before anything runs; a store fault at any
+    point raises StoreFault saying what is stored and that rerunning the same command resumes."""
     trials = expand(spec)
-    if fresh:
-        delete_study(store, spec.name)
-    write_spec_record(store, spec.name, spec.source, len(trials))
-    done = stored_keys(store, spec.name)
-    pending = [t for t in trials if t.key not in done]
-    print(f"study {spec.name}: {len(trials)} trials, {len(trials) - len(pending)} already stored, "
-          f"{len(pending)} to run; store {store}", flush=True)
-    if pending:
-        resources = {"cpu": spec.resources.cpu, "gpu": spec.resources.gpu}
-        with ray_session(address, num_cpus):
-            run_trials(spec.name, pending, store, resources, spec.max_retries,
-                       max_concurrent=max_concurrent, progress_interval=progress_interval,
-                       fusion=fusion_sizes(spec, pending, resources))
-    stored = load_trials(store, spec.name)
-    return stored[stored["trial_key"].isin({t.key for t in trials})].reset_index(drop=True)
+    keys = {t.key for t in trials}
+    try:
+        probe_store(store)
+    except StoreFault as exc:
+        raise StoreFault(f"{exc}; the store {store} must be writable: no trial was run; fix it and rerun "
+                         f"the same command") from exc
+    done = set()
+    try:
+        if fresh:
+            delete_study(store, spec.name)
+        write_spec_record(store, spec.name, spec.source, len(trials), keys)
+        done = stored_keys(store, spec.name)
+        pending = [t for t in trials if t.key not in done]
+        print(f"study {spec.name}: {len(trials)} trials, {len(trials) - len(pending)} already stored, "
+              f"{len(pending)} to run; store {store}", flush=True)
+        if pending:
+            resources = {"cpu": spec.resources.cpu, "gpu": spec.resources.gpu}
+            with ray_session(address, num_cpus):
+                run_trials(spec.name, pending, store, resources, spec.max_retries,
+                           max_concurrent=max_concurrent, progress_interval=progress_interval,
+                           fusion=fusion_sizes(spec, pending, resources))
+        stored = load_trials(store, spec.name)
+    except StoreFault as exc:
+        raise StoreFault(f"{exc}; {len(done & keys)} of the study's {len(trials)} trials were stored before "
+                         f"this run; rerun the same command to resume") from exc
+    return stored[stored["trial_key"].isin(keys)].reset_index(drop=True)

@@ -68,17 +68,32 @@ def sample_box(spec: StudySpec, model: str, optimizer: str, epochs: int) -> List
     return scale_to_box(points, box)
 
 
+def cells(spec: StudySpec) -> List[Tuple[str, str, int]]:
+    """The (model, optimizer, epochs) cells of the spec, in order."""
+    return [(m, o, e) for m in spec.models for o in spec.optimizers for e in spec.epochs]
+
+
+def _planned(spec: StudySpec, model: str, optimizer: str, epochs: int, sample: int, lr: float, wd: float,
+             seed: int) -> PlannedTrial:
+    """One trial of the spec, its config validated and keyed."""
+    cfg = TrialConfig.from_dict(dict(spec.recipe, model=model, optimizer=optimizer, epochs=epochs, lr=lr,
+                                     wd=wd, seed=seed, dataset=asdict(spec.dataset)))
+    return PlannedTrial(cfg.key, model, optimizer, epochs, sample, seed, cfg.to_dict())
+
+
+def expand_cell(spec: StudySpec, model: str, optimizer: str, epochs: int) -> List[PlannedTrial]:
+    """The trials of one cell, in order: samples x seeds."""
+    return [_planned(spec, model, optimizer, epochs, i, lr, wd, seed)
+            for i, (lr, wd) in enumerate(sample_box(spec, model, optimizer, epochs)) for seed in spec.seeds]
+
+
+def first_trials(spec: StudySpec) -> List[PlannedTrial]:
+    """Each model's first trial (first optimizer, schedule, sample and seed), nothing else expanded."""
+    return [_planned(spec, m, spec.optimizers[0], spec.epochs[0], 0,
+                     *sample_box(spec, m, spec.optimizers[0], spec.epochs[0])[0], spec.seeds[0])
+            for m in spec.models]
+
+
 def expand(spec: StudySpec) -> List[PlannedTrial]:
     """All trials of the spec, in a fixed order: models x optimizers x epochs x samples x seeds."""
-    trials = []
-    dataset = asdict(spec.dataset)
-    for model in spec.models:
-        for optimizer in spec.optimizers:
-            for epochs in spec.epochs:
-                for i, (lr, wd) in enumerate(sample_box(spec, model, optimizer, epochs)):
-                    for seed in spec.seeds:
-                        config = dict(spec.recipe, model=model, optimizer=optimizer, epochs=epochs,
-                                      lr=lr, wd=wd, seed=seed, dataset=dataset)
-                        cfg = TrialConfig.from_dict(config)
-                        trials.append(PlannedTrial(cfg.key, model, optimizer, epochs, i, seed, cfg.to_dict()))
-    return trials
+    return [trial for cell in cells(spec) for trial in expand_cell(spec, *cell)]

@@ -1,19 +1,24 @@
 """Study specs: YAML loaded into typed objects and validated before anything runs."""
 
 import dataclasses
+import math
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import yaml
 
-from trainers.config import TrialConfig
-from trainers.data import DATASETS, DataSpec, check_data_path
+from study.store import STUDY_NAME, STUDY_NAME_RULE
+from trainers.config import MAX_EPOCHS, TrialConfig
+from trainers.data import MAX_SEED, DataSpec, check_data_path, finite_in, whole_in
 from trainers.errors import ConfigError, DataError, HpstudyError
 from trainers.optim import OPTIMIZERS
 from trainers.zoo import FAMILIES, get_spec, list_models
 
 SAMPLERS = ("random", "sobol", "grid")
+MAX_TRIALS = 100_000        # per study: expansion, the plan and the store stay quick below this
+MAX_RETRIES = 100
 FUSE_MODES = ("off", "auto")
 # Recipe keys are the TrialConfig fields that are not set per trial by the study.
 PER_TRIAL_FIELDS = ("model", "optimizer", "epochs", "lr", "wd", "seed", "dataset")
@@ -81,9 +86,9 @@ def _nonempty_list(raw: Mapping, key: str, allowed_values=None, kind=str) -> Tup
     if not isinstance(value, list) or not value:
         _reject(key, value, f"a non-empty list" + (f" of {', '.join(map(str, allowed_values))}"
                                                  if allowed_values else ""))
-    for item in value:
+    for index, item in enumerate(value):
         if not isinstance(item, kind) or isinstance(item, bool):
-            _reject(f"{key}[{value.index(item)}]", item, f"a {kind.__name__}")
+            _reject(f"{key}[{index}]", item, f"a {kind.__name__}")
         if allowed_values is not None and item not in allowed_values:
             _reject(key, item, ", ".join(map(str, allowed_values)))
     if len(set(value)) != len(value):
@@ -98,6 +103,8 @@ def _range(where: str, value: Any) -> Tuple[float, float]:
             or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)):
         _reject(where, value, "[low, high] with 0 < low <= high (a single number fixes the value)")
     low, high = float(value[0]), float(value[1])
+    if not (math.isfinite(low) and math.isfinite(high)):
+        _reject(where, value, "finite numbers (no .nan or .inf)")
     if low <= 0:
         _reject(where, value, "low > 0 (the box is log-uniform)")
     if low > high:
@@ -151,8 +158,8 @@ def _resources(raw: Any) -> Resources:
     res = Resources(**raw)
     for name in ("cpu", "gpu"):
         value = getattr(res, name)
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
-            _reject(f"resources.{name}", value, "a number >= 0 (fractions allowed)")
+        if not finite_in(value, 0):
+            _reject(f"resources.{name}", value, "a finite number >= 0 (fractions allowed)")
     if res.cpu == 0 and res.gpu == 0:
         _reject("resources", raw, "at least some cpu or gpu per trial")
     if res.gpu > 1 and res.gpu != int(res.gpu):
@@ -168,22 +175,30 @@ def parse_spec(raw: Any, check_paths: bool = True) -> StudySpec:
     if unknown:
         _reject("spec", unknown[0], f"the keys {', '.join(sorted(_KEYS))} (unknown keys are errors)")
     name = raw.get("name")
-    if not isinstance(name, str) or not name or not all(c.isalnum() or c in "-_." for c in name):
-        _reject("name", name, "a non-empty string of letters, digits, '-', '_' or '.'")
+    if not isinstance(name, str) or not STUDY_NAME.fullmatch(name):
+        _reject("name", name, STUDY_NAME_RULE)
     try:
         dataset = DataSpec.from_config(raw.get("dataset", "digits"))
-    except (DataError, TypeError) as exc:
-        raise SpecError(f"dataset: {exc}; allowed datasets: {', '.join(DATASETS)}")
+    except DataError as exc:
+        raise SpecError(str(exc))
     models = _nonempty_list(raw, "models", list_models())
     optimizers = _nonempty_list(raw, "optimizers", OPTIMIZERS)
     epochs = _nonempty_list(raw, "epochs", kind=int)
     for e in epochs:
-        if e < 1:
-            _reject("epochs", e, "integers >= 1")
+        if not whole_in(e, 1, MAX_EPOCHS):
+            _reject("epochs", e, f"integers in [1, {MAX_EPOCHS}]")
     seeds = _nonempty_list(raw, "seeds", kind=int) if "seeds" in raw else (0,)
+    for s in seeds:
+        if not whole_in(s, 0, MAX_SEED):
+            _reject("seeds", s, "integers in [0, 2**63)")
     samples = raw.get("samples")
-    if not isinstance(samples, int) or isinstance(samples, bool) or samples < 1:
-        _reject("samples", samples, "an integer >= 1")
+    if not whole_in(samples, 1, MAX_TRIALS):
+        _reject("samples", samples, f"an integer in [1, {MAX_TRIALS}]")
+    n_trials = len(models) * len(optimizers) * len(epochs) * samples * len(seeds)
+    if n_trials > MAX_TRIALS:
+        _reject("samples", samples, f"at most {MAX_TRIALS} trials per study; this spec has {len(models)} "
+                                    f"models x {len(optimizers)} optimizers x {len(epochs)} epochs x "
+                                    f"{samples} samples x {len(seeds)} seeds = {n_trials} (split it into studies)")
     sampler = raw.get("sampler", "random")
     if sampler not in SAMPLERS:
         _reject("sampler", sampler, ", ".join(SAMPLERS))
@@ -193,8 +208,11 @@ def parse_spec(raw: Any, check_paths: bool = True) -> StudySpec:
     if not isinstance(paired, bool):
         _reject("paired", paired, "true or false")
     max_retries = raw.get("max_retries", 2)
-    if not isinstance(max_retries, int) or max_retries < 0:
-        _reject("max_retries", max_retries, "an integer >= 0")
+    if not whole_in(max_retries, 0, MAX_RETRIES):
+        _reject("max_retries", max_retries, f"an integer in [0, {MAX_RETRIES}]")
+    sampler_seed = raw.get("sampler_seed", 0)
+    if not whole_in(sampler_seed, 0, MAX_SEED):
+        _reject("sampler_seed", sampler_seed, "an integer in [0, 2**63)")
     fuse = raw.get("fuse", "auto")
     if not (fuse in FUSE_MODES or (isinstance(fuse, int) and not isinstance(fuse, bool) and fuse >= 1)):
         _reject("fuse", fuse, "off, auto or an integer K >= 1")
@@ -202,7 +220,7 @@ def parse_spec(raw: Any, check_paths: bool = True) -> StudySpec:
     spec = StudySpec(name=name, dataset=dataset, models=models, optimizers=optimizers, epochs=epochs,
                      samples=samples, space=space, family_space=family_space,
                      recipe=_recipe(raw.get("recipe")), sampler=sampler, paired=paired,
-                     sampler_seed=int(raw.get("sampler_seed", 0)), seeds=seeds,
+                     sampler_seed=sampler_seed, seeds=seeds,
                      resources=_resources(raw.get("resources")), max_retries=max_retries,
                      fuse=fuse, source=raw)
     _check_recipe_values(spec)
@@ -215,7 +233,8 @@ def parse_spec(raw: Any, check_paths: bool = True) -> StudySpec:
 
 
 def _check_recipe_values(spec: StudySpec) -> None:
-    """Build one TrialConfig per model so bad recipe values fail now, not in a worker."""
+    """Build one TrialConfig per model so bad recipe values fail now, not in a worker; an error
+    about a recipe field is named `recipe.<field>`."""
     for model in spec.models:
         box = spec.box(model, spec.optimizers[0])
         try:
@@ -223,7 +242,8 @@ def _check_recipe_values(spec: StudySpec) -> None:
                                        epochs=spec.epochs[0], lr=box.lr[0], wd=box.wd[0],
                                        dataset=spec.dataset))
         except ConfigError as exc:
-            raise SpecError(f"recipe.{exc}")
+            field_name = str(exc).split(":")[0]
+            raise SpecError(f"recipe.{exc}" if field_name in spec.recipe else str(exc))
 
 
 def load_spec(path: str, check_paths: bool = True) -> StudySpec:
@@ -233,10 +253,21 @@ def load_spec(path: str, check_paths: bool = True) -> StudySpec:
                         f"(bundled: {', '.join(bundled_configs())})")
     with open(path) as f:
         try:
-            raw = yaml.safe_load(f)
+            raw = yaml.load(f, Loader=SpecLoader)
         except yaml.YAMLError as exc:
             raise SpecError(f"{path}: not valid YAML ({exc})")
     return parse_spec(raw, check_paths=check_paths)
+
+
+class SpecLoader(yaml.SafeLoader):
+    """YAML's safe loader, except that `1e-4` and `1e7` are numbers: YAML 1.1 needs a dot in a
+    float (`1.0e-4`), so its loader leaves the common spelling as a string."""
+
+
+SpecLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?([0-9][0-9_]*(\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."))
 
 
 def configs_dir() -> str:

@@ -9,12 +9,14 @@ file. The `study` column comes from the partition directory, so
 `pd.read_parquet(f"{root}/trials")` returns every study's trials with a `study` column.
 """
 
+import contextlib
 import json
 import os
+import re
 import uuid
 import warnings
-from datetime import datetime
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from datetime import datetime, timezone
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import pandas as pd
 import pyarrow as pa
@@ -26,16 +28,50 @@ from trainers.errors import HpstudyError
 from trainers.schema import EPOCH_SCHEMA, FINISHED, TRIAL_SCHEMA, check_keys
 
 TABLES = {"trials": TRIAL_SCHEMA, "epochs": EPOCH_SCHEMA}
+QUARANTINE = "quarantine"          # <root>/quarantine/<table>/study=<name>/: files compaction could not read
+STUDY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+STUDY_NAME_RULE = "1 to 128 letters, digits, '-', '_' or '.', starting with a letter or digit"
 
 
 class StoreError(HpstudyError):
     """A store path or study that cannot be used (e.g. no rows of the study)."""
 
 
+class StoreFault(StoreError):
+    """The store cannot be written or reached (unwritable, full, unreachable): an infrastructure
+    fault, not a mistake in the input; what was stored before it stays stored."""
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+@contextlib.contextmanager
+def store_io(what: str) -> Iterator[None]:
+    """Turn an I/O error of the block (disk full, read-only, unreachable) into a StoreFault that
+    says what could not be done."""
+    try:
+        yield
+    except OSError as exc:
+        raise StoreFault(f"store: cannot {what} ({_first_line(exc)})") from exc
+
+
+def check_study_name(study: str) -> str:
+    """The study name, or StoreError if it cannot name a partition folder (e.g. '..' or 'a/b')."""
+    if not isinstance(study, str) or not STUDY_NAME.fullmatch(study):
+        raise StoreError(f"--study: bad value {study!r}; allowed: {STUDY_NAME_RULE}")
+    return study
+
+
 def open_root(root: str) -> Tuple[pafs.FileSystem, str]:
     """(filesystem, base path) for a local path or a pyarrow filesystem URI."""
     if "://" in root:
-        fs, path = pafs.FileSystem.from_uri(root)
+        try:
+            with store_io(f"open {root}"):
+                fs, path = pafs.FileSystem.from_uri(root)
+        except pa.ArrowInvalid as exc:
+            raise StoreError(f"--store: bad value {root!r}; allowed: a local path or a filesystem URI "
+                             f"such as s3://bucket/prefix ({_first_line(exc)})")
         return fs, path.rstrip("/")
     return pafs.LocalFileSystem(), os.path.abspath(root)
 
@@ -43,7 +79,7 @@ def open_root(root: str) -> Tuple[pafs.FileSystem, str]:
 def partition_dir(root: str, table: str, study: str) -> Tuple[pafs.FileSystem, str]:
     """(filesystem, folder) of one study's partition of a table."""
     fs, base = open_root(root)
-    return fs, f"{base}/{table}/study={study}"
+    return fs, f"{base}/{table}/study={check_study_name(study)}"
 
 
 def _to_table(rows: Sequence[Dict], schema: pa.Schema, what: str) -> pa.Table:
@@ -57,15 +93,35 @@ def _to_table(rows: Sequence[Dict], schema: pa.Schema, what: str) -> pa.Table:
     return pa.table(columns, schema=schema)
 
 
-def _write_atomic(fs: pafs.FileSystem, directory: str, name: str, table: pa.Table) -> str:
-    """Write `table` to directory/name via a dot-prefixed temporary file and a rename."""
-    fs.create_dir(directory, recursive=True)
+def _write_atomic(fs: pafs.FileSystem, directory: str, name: str, write: Callable) -> str:
+    """Write directory/name with `write(stream)` into a dot-prefixed temporary file and a rename;
+    if that fails, remove the temporary file and raise StoreFault."""
     final = f"{directory}/{name}"
     tmp = f"{directory}/.{name}.tmp-{uuid.uuid4().hex}"
-    with fs.open_output_stream(tmp) as out:
-        pq.write_table(table, out)
-    fs.move(tmp, final)
+    try:
+        with store_io(f"write {final}"):
+            fs.create_dir(directory, recursive=True)
+            with fs.open_output_stream(tmp) as out:
+                write(out)
+            fs.move(tmp, final)
+    except StoreFault:
+        with contextlib.suppress(OSError):
+            fs.delete_file(tmp)
+        raise
     return final
+
+
+def _write_table(fs: pafs.FileSystem, directory: str, name: str, table: pa.Table) -> str:
+    """Write `table` as Parquet to directory/name, atomically (see _write_atomic)."""
+    return _write_atomic(fs, directory, name, lambda out: pq.write_table(table, out))
+
+
+def probe_store(root: str) -> None:
+    """StoreFault unless a file can be written to the store and deleted again (run before any trial)."""
+    fs, base = open_root(root)
+    path = _write_atomic(fs, base, f".probe-{uuid.uuid4().hex}", lambda out: out.write(b"hpstudy"))
+    with store_io(f"delete {path}"):
+        fs.delete_file(path)
 
 
 def write_trial(root: str, study: str, row: Dict, epoch_rows: Iterable[Dict] = ()) -> str:
@@ -75,10 +131,10 @@ def write_trial(root: str, study: str, row: Dict, epoch_rows: Iterable[Dict] = (
                   for e in epoch_rows]
     if epoch_rows:
         fs, directory = partition_dir(root, "epochs", study)
-        _write_atomic(fs, directory, f"{key}.parquet", _to_table(epoch_rows, EPOCH_SCHEMA, "epoch row"))
+        _write_table(fs, directory, f"{key}.parquet", _to_table(epoch_rows, EPOCH_SCHEMA, "epoch row"))
     # the trial file goes last: its presence is what marks the trial as stored
     fs, directory = partition_dir(root, "trials", study)
-    return _write_atomic(fs, directory, f"{key}.parquet", _to_table([row], TRIAL_SCHEMA, "trial row"))
+    return _write_table(fs, directory, f"{key}.parquet", _to_table([row], TRIAL_SCHEMA, "trial row"))
 
 
 def _list_files(fs: pafs.FileSystem, path: str) -> List[str]:
@@ -100,7 +156,7 @@ def _read_files(fs: pafs.FileSystem, files: List[str], schema: pa.Schema) -> pd.
     tables = []
     for path in files:
         try:
-            table = pq.read_table(path, filesystem=fs, schema=schema)
+            table = _read_file(fs, path, schema)
         except (pa.ArrowException, OSError) as exc:
             warnings.warn(f"hpstudy store: skipping unreadable file {path}: {exc}")
             continue
@@ -108,6 +164,11 @@ def _read_files(fs: pafs.FileSystem, files: List[str], schema: pa.Schema) -> pd.
     if not tables:
         return _empty(schema)
     return pa.concat_tables(tables).to_pandas()
+
+
+def _read_file(fs: pafs.FileSystem, path: str, schema: pa.Schema) -> pa.Table:
+    """One Parquet file of the store as a table of `schema`."""
+    return pq.read_table(path, filesystem=fs, schema=schema)
 
 
 def _empty(schema: pa.Schema) -> pd.DataFrame:
@@ -139,20 +200,40 @@ def _load(root: str, table: str, study: Optional[str]) -> pd.DataFrame:
 
 def load_trials(root: str, study: Optional[str] = None) -> pd.DataFrame:
     """All stored trials (one row per trial_key per study), with a `study` column."""
-    return _load(root, "trials", study)
+    with store_io(f"read {root}"):
+        return _load(root, "trials", study and check_study_name(study))
 
 
 def load_epochs(root: str, study: Optional[str] = None) -> pd.DataFrame:
     """All stored epoch rows, with a `study` column."""
-    return _load(root, "epochs", study)
+    with store_io(f"read {root}"):
+        return _load(root, "epochs", study and check_study_name(study))
+
+
+def split_by_spec(trials: pd.DataFrame, record: Optional[Dict]) -> Tuple[pd.DataFrame, pd.DataFrame]:
+    """(rows of the spec recorded for the study, rows of earlier versions of it); without recorded
+    trial keys (no record, or one written before they were kept) every row counts as current."""
+    if not record or "trial_keys" not in record:
+        return trials, trials.iloc[:0]
+    current = trials["trial_key"].isin(set(record["trial_keys"]))
+    return trials[current].reset_index(drop=True), trials[~current].reset_index(drop=True)
 
 
 def load_study(root: str, study: str) -> Tuple[pd.DataFrame, pd.DataFrame, Optional[Dict]]:
-    """(trials, epochs, spec record) of one study; StoreError if it has no trials."""
+    """(trials, epochs, spec record) of one study's current spec: rows whose trial_key the recorded
+    spec does not produce (an earlier version of the spec) are left out, counted in the record's
+    `earlier_spec_rows` and named in a warning; StoreError if the study has no trials."""
     trials = load_trials(root, study)
     if trials.empty:
         raise StoreError(f"--study: no trials of study {study!r} in store {root!r}")
-    return trials, load_epochs(root, study), load_spec_record(root, study)
+    record = load_spec_record(root, study)
+    trials, earlier = split_by_spec(trials, record)
+    if len(earlier):
+        record = dict(record, earlier_spec_rows=len(earlier))
+        warnings.warn(f"hpstudy store: {len(earlier)} rows from an earlier spec of study {study!r} are "
+                      f"not in these figures (`hpstudy status --store {root} --study {study}` lists them)")
+    epochs = load_epochs(root, study)
+    return trials, epochs[epochs["trial_key"].isin(set(trials["trial_key"]))].reset_index(drop=True), record
 
 
 def stored_keys(root: str, study: str, statuses: Sequence[str] = FINISHED) -> set:
@@ -168,41 +249,113 @@ def delete_study(root: str, study: str) -> None:
         fs.delete_dir_contents(directory, missing_dir_ok=True)
 
 
-def compact(root: str, study: str) -> Dict[str, int]:
-    """Merge a study's per-trial files into one file per table; readers see the same rows."""
-    merged = {}
-    for table, schema in TABLES.items():
-        fs, directory = partition_dir(root, table, study)
-        files = _list_files(fs, directory)
-        if len(files) < 2:
-            merged[table] = 0
-            continue
-        frame = _load(root, table, study).drop(columns="study")
-        _write_atomic(fs, directory, f"compact-{uuid.uuid4().hex[:12]}.parquet",
-                      pa.Table.from_pandas(frame, schema=schema, preserve_index=False))
-        for path in files:
-            fs.delete_file(path)
-        merged[table] = len(files)
-    return merged
-
-
-def write_spec_record(root: str, study: str, spec_source: Dict, n_trials: int) -> None:
-    """Keep the spec that produced a study (and its trial count) beside the tables, for reports."""
+def compact(root: str, study: str) -> Dict[str, Dict[str, int]]:
+    """Merge the rows of a study's finished (ok/diverged) trials into one file per table, one row
+    per trial_key (ok/diverged beat failed, then the newest wins); rows of unfinished trials stay
+    in (or move to) their own `<trial_key>.parquet`, which a rerun replaces, so pandas sees one row
+    per trial_key. Unreadable files move to <root>/quarantine/ with a note. A file is deleted only
+    after the rows it holds are written elsewhere. Returns counts per table."""
     fs, base = open_root(root)
-    directory = f"{base}/specs"
-    fs.create_dir(directory, recursive=True)
-    tmp = f"{directory}/.{study}.json.tmp-{uuid.uuid4().hex}"
-    with fs.open_output_stream(tmp) as out:
-        out.write(json.dumps({"study": study, "n_trials": n_trials, "spec": spec_source},
-                             sort_keys=True, indent=1).encode())
-    fs.move(tmp, f"{directory}/{study}.json")
+    counts, finished = {}, set()
+    for table in TABLES:
+        _, directory = partition_dir(root, table, study)
+        frame, quarantined = _read_for_compaction(fs, base, directory, TABLES[table])
+        kept = _newest_per_key(frame, table)
+        if table == "trials":
+            finished = set(kept.loc[kept["status"].isin(FINISHED), "trial_key"])
+        merged = kept[kept["trial_key"].isin(finished)]
+        counts[table] = dict(_rewrite_partition(fs, directory, TABLES[table], frame, merged,
+                                                kept.drop(merged.index)), quarantined=quarantined)
+    return counts
+
+
+def _read_for_compaction(fs: pafs.FileSystem, base: str, directory: str,
+                         schema: pa.Schema) -> Tuple[pd.DataFrame, int]:
+    """Every row of a partition with its `_source` file and `_order` (files oldest first), and the
+    number of unreadable files moved to the quarantine."""
+    with store_io(f"list {directory}"):
+        infos = sorted(fs.get_file_info(_list_files(fs, directory)), key=lambda i: (i.mtime_ns or 0, i.path))
+    frames, quarantined = [_empty(schema).drop(columns="study").assign(_source="", _order=0)], 0
+    for order, info in enumerate(infos):
+        try:
+            with store_io(f"read {info.path}"):
+                table = _read_file(fs, info.path, schema)
+        except pa.ArrowException as exc:      # not an I/O fault (store_io turned those into StoreFault)
+            _quarantine(fs, base, info.path, exc)
+            quarantined += 1
+            continue
+        frames.append(table.to_pandas().assign(_source=info.path, _order=order))
+    return pd.concat(frames, ignore_index=True), quarantined
+
+
+def _quarantine(fs: pafs.FileSystem, base: str, path: str, exc: Exception) -> None:
+    """Move an unreadable file to <base>/quarantine/<its path under base>, with a .note.txt beside it."""
+    target = f"{base}/{QUARANTINE}/{path[len(base) + 1:]}"
+    directory, name = target.rsplit("/", 1)
+    note = (f"{path}: unreadable, moved here by hpstudy compact on "
+            f"{datetime.now(timezone.utc).isoformat(timespec='seconds')}: {_first_line(exc)}\n")
+    _write_atomic(fs, directory, f"{name}.note.txt", lambda out: out.write(note.encode()))
+    with store_io(f"move {path} to {target}"):
+        fs.move(path, target)
+    warnings.warn(f"hpstudy store: unreadable file {path} moved to {target} ({_first_line(exc)})")
+
+
+def _newest_per_key(frame: pd.DataFrame, table: str) -> pd.DataFrame:
+    """Trials: one row per trial_key, ok/diverged before failed, then the latest finished_at (then
+    the newest file). Epochs: each trial_key's rows from its newest file, one per epoch."""
+    if table == "trials":
+        ranked = frame.assign(_finished=frame["status"].isin(FINISHED))
+        order = ranked.sort_values(["_finished", "finished_at", "_order"], kind="stable", na_position="first")
+        return order.drop_duplicates("trial_key", keep="last").drop(columns="_finished")
+    newest = frame["_order"] == frame.groupby("trial_key")["_order"].transform("max")
+    return frame[newest].drop_duplicates(["trial_key", "epoch"], keep="last")
+
+
+def _rewrite_partition(fs: pafs.FileSystem, directory: str, schema: pa.Schema, frame: pd.DataFrame,
+                       merged: pd.DataFrame, unfinished: pd.DataFrame) -> Dict[str, int]:
+    """Write `merged` as one compact file and each unfinished trial's rows as its own file (unless
+    that file already holds exactly them), then delete the files whose rows now live elsewhere."""
+    as_table = lambda rows: pa.Table.from_pandas(rows[schema.names], schema=schema, preserve_index=False)
+    rows_per_file = frame["_source"].value_counts()
+    keep, written = set(), set()
+    for key, rows in unfinished.groupby("trial_key"):
+        own = f"{directory}/{key}.parquet"
+        if set(rows["_source"]) == {own} and rows_per_file[own] == len(rows):
+            keep.add(own)
+        else:
+            written.add(_write_table(fs, directory, f"{key}.parquet", as_table(rows)))
+    sources = set(merged["_source"])
+    if len(sources) == 1 and rows_per_file[next(iter(sources))] == len(merged):
+        keep |= sources                      # already one file holding exactly these rows
+    elif len(merged):
+        written.add(_write_table(fs, directory, f"compact-{uuid.uuid4().hex[:12]}.parquet", as_table(merged)))
+    merged_away = set(frame["_source"]) - keep - written
+    for path in sorted(merged_away):
+        with store_io(f"delete {path}"):
+            fs.delete_file(path)
+    return {"files": frame["_source"].nunique(), "merged_rows": len(merged),
+            "unfinished": unfinished["trial_key"].nunique(), "dropped_rows": len(frame) - len(merged) - len(unfinished),
+            "deleted_files": len(merged_away)}
+
+
+def write_spec_record(root: str, study: str, spec_source: Dict, n_trials: int,
+                      trial_keys: Optional[Sequence[str]] = None) -> None:
+    """Keep the spec that produced a study, its trial count and its trial keys beside the tables:
+    reports and `hpstudy status` cover the rows of this spec only."""
+    fs, base = open_root(root)
+    record = {"study": check_study_name(study), "n_trials": n_trials, "spec": spec_source}
+    if trial_keys is not None:
+        record["trial_keys"] = sorted(trial_keys)
+    text = json.dumps(record, sort_keys=True, indent=1).encode()
+    _write_atomic(fs, f"{base}/specs", f"{study}.json", lambda out: out.write(text))
 
 
 def load_spec_record(root: str, study: str) -> Optional[Dict]:
     """The spec record written by `write_spec_record`, or None."""
     fs, base = open_root(root)
-    path = f"{base}/specs/{study}.json"
-    if fs.get_file_info(path).type == pafs.FileType.NotFound:
-        return None
-    with fs.open_input_stream(path) as f:
-        return json.loads(f.read().decode())
+    path = f"{base}/specs/{check_study_name(study)}.json"
+    with store_io(f"read {path}"):
+        if fs.get_file_info(path).type == pafs.FileType.NotFound:
+            return None
+        with fs.open_input_stream(path) as f:
+            return json.loads(f.read().decode())

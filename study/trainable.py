@@ -2,6 +2,7 @@
 
 import json
 import os
+import traceback
 from typing import Any, Dict, List
 
 import ray
@@ -9,6 +10,7 @@ import torch
 from ray import tune
 
 from study.faults import crash_if_asked
+from trainers.errors import HpstudyError
 from trainers.fused import train_fused
 from trainers.trial import train_trial
 
@@ -36,23 +38,47 @@ def _reported(record: Dict[str, Any]) -> Dict[str, Any]:
     return {k: v for k, v in record.items() if v is not None}
 
 
+def _train_group(group: Dict) -> List[Dict]:
+    """The rows of a group's trials: one trained alone, or K fused; each epoch reported to Tune."""
+    if len(group["configs"]) == 1:
+        return [train_trial(group["configs"][0], on_epoch=lambda r: tune.report(_reported(r)))]
+
+    def report_best_member(records):
+        best = min(records.values(), key=lambda r: r["top1_err"])
+        tune.report({"epoch": best["epoch"], "top1_err": best["top1_err"], "members_alive": len(records)})
+    return train_fused(group["configs"], on_epoch=report_best_member)
+
+
 def run_tune_trial(config: Dict, groups: List[Dict]) -> None:
     """Train a group of trials (one, or K fused), report each epoch, then report the rows.
 
     The last report carries the rows as JSON in `rows_json`; the driver's StoreWriter writes them.
+    An error of the trial code is tried once more in this worker: if it repeats (same type and
+    message), or is a user error (HpstudyError), it is deterministic and is reported as
+    `trial_error` (stored as failed) instead of raised, since Ray's retries are for lost workers;
+    a different second error is raised for Ray to retry.
     """
     group = groups[config["group"]]
     for key in group["keys"]:
         crash_if_asked(key)
     use_assigned_cpus()
     use_assigned_gpus()
-    if len(group["configs"]) == 1:
-        rows = [train_trial(group["configs"][0], on_epoch=lambda r: tune.report(_reported(r)))]
-    else:
-        def report_best_member(records):
-            best = min(records.values(), key=lambda r: r["top1_err"])
-            tune.report({"epoch": best["epoch"], "top1_err": best["top1_err"], "members_alive": len(records)})
-        rows = train_fused(group["configs"], on_epoch=report_best_member)
+    first_error = None
+    for _ in range(2):
+        try:
+            rows = _train_group(group)
+            break
+        except HpstudyError:
+            tune.report({"final": 1, "trial_error": traceback.format_exc()})
+            return
+        except Exception as exc:            # the frames (and tensors) of a failed try are freed here
+            if first_error == (type(exc), str(exc)):
+                tune.report({"final": 1, "trial_error": "raised twice in a row, so not retried:\n"
+                                                       + traceback.format_exc()})
+                return
+            if first_error is not None:
+                raise
+            first_error = (type(exc), str(exc))
     node = ray.get_runtime_context().get_node_id()
     for key, row in zip(group["keys"], rows):
         row.update(trial_key=key, node=node, error=None)

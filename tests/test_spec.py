@@ -38,7 +38,7 @@ def with_(**changes):
     (with_(models=[]), "models: bad value []; allowed: a non-empty list"),
     (with_(optimizers=[]), "optimizers: bad value []"),
     (with_(epochs=[]), "epochs: bad value []"),
-    (with_(samples=0), "samples: bad value 0; allowed: an integer >= 1"),
+    (with_(samples=0), "samples: bad value 0; allowed: an integer in [1, 100000]"),
     (with_(space={"adamw": {"lr": [0, 1e-2], "wd": [0.01, 0.5]}, "sgd": BASE["space"]["sgd"]}),
      "space.adamw.lr: bad value [0, 0.01]; allowed: low > 0"),
     (with_(space={"adamw": {"lr": [1e-2, 1e-4], "wd": [0.01, 0.5]}, "sgd": BASE["space"]["sgd"]}),
