@@ -55,6 +55,8 @@ SPEC_CASES = [
     # values that cannot train are refused up front, not in a worker
     (dict(recipe="{grad_clip: -1}"), 2, "recipe.grad_clip: bad value -1; allowed: null (off) or a finite max norm > 0"),
     (dict(recipe="{batch_size: 1}"), 2, "recipe.batch_size: bad value 1 for model cnn_tiny; allowed: >= 2"),
+    (dict(recipe="{batch_size: 8, accum_steps: 8}"), 2, "recipe.accum_steps: bad value 8 for model cnn_tiny; "
+                                                         "allowed: fewer micro-batches"),
     (dict(recipe="{batch_size: -8}"), 2, "recipe.batch_size: bad value -8; allowed: an integer in [1, "),
     (dict(recipe="{reference_batch_size: -64}"), 2, "recipe.reference_batch_size: bad value -64; allowed: null"),
     (dict(dataset=synthetic(n_train=0)), 2, "dataset.n_train: bad value 0; allowed: an integer in [1, "),

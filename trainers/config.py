@@ -143,26 +143,29 @@ class TrialConfig:
         ], ConfigError)
         if (self.mixup or self.cutmix) and self.batch_size % 2:
             raise ConfigError(f"batch_size: {self.batch_size} is odd; mixup/CutMix need an even batch")
+        if not (isinstance(self.accum_steps, int) and 1 <= self.accum_steps <= self.batch_size
+                and self.batch_size % self.accum_steps == 0):
+            raise ConfigError(f"accum_steps: bad value {self.accum_steps!r}; allowed: an integer >= 1 that "
+                              f"divides batch_size ({self.batch_size})")
         self._check_model_input()
 
     def _check_model_input(self) -> None:
         """ConfigError if the model cannot take the dataset's image size, or cannot train on the
-        smallest batch it will see (BatchNorm needs more than one value per channel)."""
+        smallest micro-batch it will see (BatchNorm needs more than one value per channel)."""
         size = self.dataset.size
         reason = model_input_error(self.model, size, 2)
         if reason:
             raise ConfigError(f"dataset.image_size: bad value {size} for model {self.model}; "
                               f"allowed: a size the model can take ({reason})")
-        smallest = min(self.batch_size, self.dataset.n_train) if self.dataset.name == "synthetic" \
+        batch = min(self.batch_size, self.dataset.n_train) if self.dataset.name == "synthetic" \
             else self.batch_size
-        if smallest == 1 and model_input_error(self.model, size, 1):
-            field_name = "batch_size" if self.batch_size == 1 else "dataset.n_train"
-            raise ConfigError(f"{field_name}: bad value 1 for model {self.model}; allowed: >= 2 (its "
-                              f"BatchNorm layers cannot train on batches of one image at {size} px)")
-        if not (isinstance(self.accum_steps, int) and 1 <= self.accum_steps <= self.batch_size
-                and self.batch_size % self.accum_steps == 0):
-            raise ConfigError(f"accum_steps: bad value {self.accum_steps!r}; allowed: an integer >= 1 that "
-                              f"divides batch_size ({self.batch_size})")
+        chunk = -(-batch // self.accum_steps)           # trainers.trial splits a batch with Tensor.chunk
+        if (batch % chunk or chunk) == 1 and model_input_error(self.model, size, 1):
+            field_name, value, allowed = (("batch_size", 1, ">= 2") if self.batch_size == 1 else
+                                          ("dataset.n_train", 1, ">= 2") if batch == 1 else
+                                          ("accum_steps", self.accum_steps, "fewer micro-batches"))
+            raise ConfigError(f"{field_name}: bad value {value} for model {self.model}; allowed: {allowed} "
+                              f"(its BatchNorm layers cannot train on micro-batches of one image at {size} px)")
 
     @property
     def peak_lr(self) -> float:
