@@ -201,13 +201,13 @@ def _load(root: str, table: str, study: Optional[str]) -> pd.DataFrame:
 def load_trials(root: str, study: Optional[str] = None) -> pd.DataFrame:
     """All stored trials (one row per trial_key per study), with a `study` column."""
     with store_io(f"read {root}"):
-        return _load(root, "trials", study and check_study_name(study))
+        return _load(root, "trials", None if study is None else check_study_name(study))
 
 
 def load_epochs(root: str, study: Optional[str] = None) -> pd.DataFrame:
     """All stored epoch rows, with a `study` column."""
     with store_io(f"read {root}"):
-        return _load(root, "epochs", study and check_study_name(study))
+        return _load(root, "epochs", None if study is None else check_study_name(study))
 
 
 def split_by_spec(trials: pd.DataFrame, record: Optional[Dict]) -> Tuple[pd.DataFrame, pd.DataFrame]:
@@ -222,12 +222,15 @@ def split_by_spec(trials: pd.DataFrame, record: Optional[Dict]) -> Tuple[pd.Data
 def load_study(root: str, study: str) -> Tuple[pd.DataFrame, pd.DataFrame, Optional[Dict]]:
     """(trials, epochs, spec record) of one study's current spec: rows whose trial_key the recorded
     spec does not produce (an earlier version of the spec) are left out, counted in the record's
-    `earlier_spec_rows` and named in a warning; StoreError if the study has no trials."""
+    `earlier_spec_rows` and named in a warning; StoreError if the study has no trials (of that spec)."""
     trials = load_trials(root, study)
     if trials.empty:
         raise StoreError(f"--study: no trials of study {study!r} in store {root!r}")
     record = load_spec_record(root, study)
     trials, earlier = split_by_spec(trials, record)
+    if trials.empty:
+        raise StoreError(f"--study: none of the {len(earlier)} stored trials of study {study!r} in store "
+                         f"{root!r} belongs to the spec recorded last for it (`hpstudy status` lists them)")
     if len(earlier):
         record = dict(record, earlier_spec_rows=len(earlier))
         warnings.warn(f"hpstudy store: {len(earlier)} rows from an earlier spec of study {study!r} are "

@@ -151,6 +151,10 @@ def test_load_study_covers_the_recorded_spec_and_counts_earlier_rows_apart(tmp_p
         trials, epochs, record = load_study(root, "s")
     assert sorted(trials["trial_key"]) == ["a", "b"] and epochs["trial_key"].tolist() == ["a"]
     assert record["earlier_spec_rows"] == 1 and record["n_trials"] == 2
+    # a spec none of whose trials is stored yet has nothing to report
+    write_spec_record(root, "s", {"name": "s"}, 1, ["z"])
+    with pytest.raises(StoreError, match="none of the 3 stored trials of study 's'"):
+        load_study(root, "s")
     # a record written before trial keys were kept cannot tell: every row counts
     write_spec_record(root, "s", {"name": "s"}, 2)
     with warnings.catch_warnings():
