@@ -14,10 +14,10 @@ import time
 import torch
 import torch.nn.functional as F
 
+from trainers.config import TrialConfig
 from trainers.models import build_model
 from trainers.optim import build_optimizer
 from trainers.trial import Trainer
-from trainers.config import TrialConfig
 
 
 def plain_epoch(model, optimizer, data, batch_size: int, generator: torch.Generator) -> float:
@@ -25,7 +25,8 @@ def plain_epoch(model, optimizer, data, batch_size: int, generator: torch.Genera
     model.train()
     n = data.num_train
     order = torch.randperm(n, generator=generator)
-    mean, std = data.mean, data.std
+    mean = torch.tensor(data.mean).view(1, -1, 1, 1)
+    std = torch.tensor(data.std).view(1, -1, 1, 1)
     total = torch.zeros(())
     for step in range(n // batch_size):
         idx = order[step * batch_size:(step + 1) * batch_size]
@@ -53,13 +54,13 @@ def main() -> None:
     model = build_model(args.model, trainer.num_classes, 32)
     optimizer = build_optimizer("adamw", model, 1e-3, 0.05)
     generator = torch.Generator().manual_seed(0)
-    trainer.train_epoch(), plain_epoch(model, optimizer, trainer.data, args.batch_size, generator)  # warm up
+    trainer.train_epoch(), plain_epoch(model, optimizer, trainer.batches.data, args.batch_size, generator)  # warm up
     ours, plain = [], []
     for _ in range(args.reps):
         t0 = time.perf_counter()
         trainer.train_epoch()
         t1 = time.perf_counter()
-        plain_epoch(model, optimizer, trainer.data, args.batch_size, generator)
+        plain_epoch(model, optimizer, trainer.batches.data, args.batch_size, generator)
         t2 = time.perf_counter()
         ours.append(t1 - t0)
         plain.append(t2 - t1)

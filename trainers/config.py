@@ -34,9 +34,10 @@ def model_input_error(model: str, image_size: int, batch: int) -> Optional[str]:
     return None
 
 
+DECODE_MODES = ("auto", "workers", "device")
 # Fields added after stores of version 0.1 existed, with their defaults: left out of the canonical
 # JSON while at the default, so resuming an old study finds its trials under the same keys.
-ADDED_SINCE_0_1 = {"accum_steps": 1, "grad_checkpointing": False}
+ADDED_SINCE_0_1 = {"accum_steps": 1, "grad_checkpointing": False, "decode": "auto"}
 
 
 def _doc(text: str, default: Any = dataclasses.MISSING, **kwargs) -> Any:
@@ -77,6 +78,8 @@ class TrialConfig:
                             "gradients (same batch, lr and schedule; less memory)", 1)
     grad_checkpointing: bool = _doc("recompute activations in the backward pass (timm's gradient "
                                     "checkpointing: less memory, ~30% more compute)", False)
+    decode: str = _doc("where image-folder JPEGs are decoded: workers (CPU, PIL), device (batched "
+                       "torchvision.io.decode_jpeg) or auto (device on CUDA)", "auto")
 
     @classmethod
     def from_dict(cls, config: Dict[str, Any]) -> "TrialConfig":
@@ -143,6 +146,8 @@ class TrialConfig:
         ], ConfigError)
         if (self.mixup or self.cutmix) and self.batch_size % 2:
             raise ConfigError(f"batch_size: {self.batch_size} is odd; mixup/CutMix need an even batch")
+        if self.decode not in DECODE_MODES:
+            raise ConfigError(f"decode: bad value {self.decode!r}; allowed: {', '.join(DECODE_MODES)}")
         if not (isinstance(self.accum_steps, int) and 1 <= self.accum_steps <= self.batch_size
                 and self.batch_size % self.accum_steps == 0):
             raise ConfigError(f"accum_steps: bad value {self.accum_steps!r}; allowed: an integer >= 1 that "

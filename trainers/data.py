@@ -19,12 +19,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from trainers.device_decode import DeviceDecodeData
+from trainers.prepared import IMAGENET_MEAN, IMAGENET_STD, PreparedData
+
 from trainers.errors import DataError
 
-DATASETS = ("digits", "cifar10", "cifar100", "imagefolder", "synthetic")
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
-DEFAULT_IMAGE_SIZE = {"digits": 16, "cifar10": 32, "cifar100": 32, "imagefolder": 224, "synthetic": 32}
+DATASETS = ("digits", "cifar10", "cifar100", "imagefolder", "prepared", "synthetic")
+DEFAULT_IMAGE_SIZE = {"digits": 16, "cifar10": 32, "cifar100": 32, "imagefolder": 224, "prepared": 224,
+                      "synthetic": 32}
 MAX_IMAGE_SIZE = 4096
 MAX_IMAGES = 10_000_000            # synthetic n_train / n_val
 MAX_CLASSES = 100_000
@@ -134,11 +136,12 @@ class TensorData:
     def steps_per_epoch(self, batch_size: int) -> int:
         return max(1, self.num_train // batch_size)
 
-    def train_loader(self, batch_size: int, generator: torch.Generator, pin_memory: bool = False) -> "TensorEpochs":
+    def train_loader(self, batch_size: int, generator: torch.Generator, pin_memory: bool = False,
+                     device: Optional[torch.device] = None) -> "TensorEpochs":
         """An iterable whose every pass is one epoch of shuffled, augmented uint8 batches."""
         return TensorEpochs(self, batch_size, generator)
 
-    def val_loader(self, batch_size: int, pin_memory: bool = False):
+    def val_loader(self, batch_size: int, pin_memory: bool = False, device: Optional[torch.device] = None):
         """The validation set in order, as uint8 batches (an iterable: one pass per evaluation)."""
         return [(self.val_x[start:start + batch_size], self.val_y[start:start + batch_size])
                 for start in range(0, len(self.val_y), batch_size)]
@@ -218,11 +221,12 @@ class LoaderData:
             dataset, batch_size=batch_size, shuffle=shuffle, drop_last=shuffle, generator=generator,
             num_workers=self.num_workers, pin_memory=pin_memory, persistent_workers=self.num_workers > 0)
 
-    def train_loader(self, batch_size: int, generator: torch.Generator, pin_memory: bool = False):
+    def train_loader(self, batch_size: int, generator: torch.Generator, pin_memory: bool = False,
+                     device: Optional[torch.device] = None):
         """A DataLoader whose every pass is one shuffled epoch of uint8 batches."""
         return self._loader(self.train_set, batch_size, True, pin_memory, generator)
 
-    def val_loader(self, batch_size: int, pin_memory: bool = False):
+    def val_loader(self, batch_size: int, pin_memory: bool = False, device: Optional[torch.device] = None):
         """A DataLoader over the validation set in order (uint8 batches)."""
         return self._loader(self.val_set, batch_size, False, pin_memory)
 
@@ -251,14 +255,14 @@ class DeviceBatches:
         """One epoch of training batches drawn with `generator`."""
         key = (batch_size, id(generator))
         if key not in self._train:
-            self._train[key] = self.data.train_loader(batch_size, generator, self.pin_memory)
+            self._train[key] = self.data.train_loader(batch_size, generator, self.pin_memory, self.device)
         for x, y in self._train[key]:
             yield self.prepare(x, y)
 
     def val(self, batch_size: int) -> Iterator[Tuple[torch.Tensor, torch.Tensor]]:
         """The validation set in order."""
         if batch_size not in self._val:
-            self._val[batch_size] = self.data.val_loader(batch_size, self.pin_memory)
+            self._val[batch_size] = self.data.val_loader(batch_size, self.pin_memory, self.device)
         for x, y in self._val[batch_size]:
             yield self.prepare(x, y)
 
@@ -360,12 +364,19 @@ def check_data_path(spec: DataSpec) -> None:
             if not os.path.isdir(os.path.join(root, split)):
                 raise DataError(f"dataset 'imagefolder': {os.path.join(root, split)!r} is missing; "
                                 f"expected {layout}")
+    elif spec.name == "prepared":
+        root = _require_dir(spec.path, spec.name, "a folder made by `hpstudy prepare` (meta.json, *.npy)")
+        if not os.path.isfile(os.path.join(root, "meta.json")):
+            raise DataError(f"dataset 'prepared': {root!r} has no meta.json; make it with "
+                            f"`hpstudy prepare --data <image folder> --out {root}`")
 
 
 @lru_cache(maxsize=4)
-def load_data(spec: DataSpec, num_workers: int = 4, auto_augment: Optional[str] = None):
-    """Load a dataset once per process (trials reusing a Ray actor share it); `auto_augment` is
-    timm's AutoAugment policy for image folders (None: off)."""
+def load_data(spec: DataSpec, num_workers: int = 4, auto_augment: Optional[str] = None,
+              decode_on_device: bool = False):
+    """Load a dataset once per process (trials reusing a Ray actor share it). `auto_augment` is
+    the AutoAugment policy of image folders (None: off); `decode_on_device` makes an image folder
+    send JPEG bytes and decode them on the training device (trainers.device_decode)."""
     check_data_path(spec)
     if spec.name == "digits":
         return load_digits_data(spec.size)
@@ -373,4 +384,8 @@ def load_data(spec: DataSpec, num_workers: int = 4, auto_augment: Optional[str] 
         return load_cifar_data(spec.name, spec.path, spec.size)
     if spec.name == "synthetic":
         return load_synthetic_data(spec)
+    if spec.name == "prepared":
+        return PreparedData(spec.path, spec.size, auto_augment)
+    if decode_on_device:
+        return DeviceDecodeData(spec.path, spec.size, num_workers, auto_augment)
     return LoaderData(spec.path, spec.size, num_workers, auto_augment)

@@ -26,7 +26,7 @@ from torch.func import functional_call, grad_and_value, stack_module_state, vmap
 from trainers.config import TrialConfig
 from trainers.errors import ConfigError
 from trainers.data import DeviceBatches
-from trainers.loop import MemberRecords, data_on_device, diverged_mask, fit, resolve_device, trial_schedule
+from trainers.loop import MemberRecords, data_for, diverged_mask, fit, resolve_device, trial_schedule
 from trainers.models import build_model, set_fused_attention
 from trainers.trial import Trainer
 
@@ -58,7 +58,7 @@ class FusedTrainer:
         self.k = len(cfgs)
         self.device = resolve_device(cfg.device)
         self.dtype = getattr(torch, cfg.dtype)
-        data = data_on_device(cfg.dataset, self.device, cfg.num_workers, cfg.auto_augment)
+        data = data_for(cfg, self.device)
         self.batches = DeviceBatches(data, self.device, self.dtype)
         self.num_classes = data.num_classes
         models = []

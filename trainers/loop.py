@@ -56,10 +56,17 @@ def configure_device(device: torch.device) -> None:
         torch.backends.cudnn.allow_tf32 = True
 
 
+def data_for(cfg: TrialConfig, device: torch.device):
+    """The trial's dataset on `device` (image folders decode on CUDA devices under `decode: auto`)."""
+    on_device = cfg.decode == "device" or (cfg.decode == "auto" and device.type == "cuda")
+    return data_on_device(cfg.dataset, device, cfg.num_workers, cfg.auto_augment, on_device)
+
+
 @lru_cache(maxsize=2)
-def data_on_device(spec: DataSpec, device: torch.device, num_workers: int, auto_augment: Optional[str] = None):
+def data_on_device(spec: DataSpec, device: torch.device, num_workers: int, auto_augment: Optional[str],
+                   decode_on_device: bool):
     """The dataset on `device`, cached per worker process so reused Ray actors load it once."""
-    return load_data(spec, num_workers, auto_augment).to(device)
+    return load_data(spec, num_workers, auto_augment, decode_on_device).to(device)
 
 
 def chance_error(num_classes: int, k: int = 1) -> float:

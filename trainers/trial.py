@@ -13,7 +13,7 @@ from timm.utils import ModelEmaV3
 
 from trainers.config import TrialConfig
 from trainers.data import DeviceBatches
-from trainers.loop import configure_device, data_on_device, diverged_mask, fit, resolve_device, trial_schedule
+from trainers.loop import configure_device, data_for, diverged_mask, fit, resolve_device, trial_schedule
 from trainers.models import build_model
 from trainers.optim import build_optimizer
 
@@ -55,7 +55,7 @@ class Trainer:
         on_cuda = self.device.type == "cuda"
         self.amp = on_cuda if cfg.amp is None else cfg.amp
         channels_last = on_cuda if cfg.channels_last is None else cfg.channels_last
-        data = data_on_device(cfg.dataset, self.device, cfg.num_workers, cfg.auto_augment)
+        data = data_for(cfg, self.device)
         self.batches = DeviceBatches(data, self.device, self.dtype, channels_last)
         self.num_classes = data.num_classes
 

@@ -1,0 +1,108 @@
+"""Input pipelines for image folders, in images/s per CPU core, against plain torchvision on the
+same JPEGs and the same training transforms (random-resized crop to 224, flip, normalise):
+
+    python -m bench.data [--images 512] [--size 500x375] [--workers 1,2]
+
+- `torchvision`: ImageFolder + RandomResizedCrop + RandomHorizontalFlip + ToTensor + Normalize in
+  DataLoader workers (the baseline);
+- `workers` (path a): hpstudy's loader: timm's transforms in workers, uint8 batches, normalised by
+  the trainer (here on the CPU);
+- `device_decode` (path b): workers read bytes; decode_jpeg + crops on the "device" (here the CPU:
+  on a GPU this work leaves the CPU);
+- `prepared` (path c): `hpstudy prepare` once, then per batch a memory gather on the CPU and the
+  crops on the device. `prepared_cpu_side` is what the CPU does per image when the device is a GPU
+  (gather + pin), `prepared_on_cpu` runs the device half on the CPU too.
+"""
+
+import argparse
+import json
+import os
+import platform
+import tempfile
+import time
+
+import numpy as np
+import torch
+from PIL import Image
+
+from trainers.data import DeviceBatches, LoaderData
+from trainers.device_decode import DeviceDecodeData
+from trainers.prepared import IMAGENET_MEAN, IMAGENET_STD, PreparedData, prepare
+
+BATCH = 32
+
+
+def make_folder(root: str, n: int, width: int, height: int) -> None:
+    """n random-texture JPEGs (quality 90) in train/ and a few in val/, two classes."""
+    rng = np.random.default_rng(0)
+    for split, count in (("train", n), ("val", 2 * BATCH)):
+        for i in range(count):
+            folder = os.path.join(root, split, f"c{i % 2}")
+            os.makedirs(folder, exist_ok=True)
+            noise = rng.integers(0, 256, (height // 8, width // 8, 3), dtype=np.uint8)
+            Image.fromarray(noise).resize((width, height), Image.BILINEAR).save(f"{folder}/{i}.JPEG", quality=90)
+
+
+def rate(batches, n_images: int) -> float:
+    """Images per second of one pass over `batches` (after one warm-up batch)."""
+    iterator = iter(batches)
+    next(iterator)
+    start, seen = time.perf_counter(), 0
+    for x, _ in iterator:
+        seen += len(x)
+    return seen / (time.perf_counter() - start)
+
+
+def torchvision_loader(root: str, workers: int):
+    from torchvision import transforms
+    from torchvision.datasets import ImageFolder
+    tf = transforms.Compose([transforms.RandomResizedCrop(224), transforms.RandomHorizontalFlip(),
+                             transforms.ToTensor(), transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
+    return torch.utils.data.DataLoader(ImageFolder(os.path.join(root, "train"), tf), batch_size=BATCH,
+                                       shuffle=True, num_workers=workers, drop_last=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--images", type=int, default=512)
+    parser.add_argument("--size", default="500x375", help="JPEG width x height (ImageNet's typical size)")
+    parser.add_argument("--workers", default="1,2")
+    args = parser.parse_args()
+    width, height = (int(v) for v in args.size.split("x"))
+    cpu = torch.device("cpu")
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        root, prep = os.path.join(tmp, "imgs"), os.path.join(tmp, "prep")
+        make_folder(root, args.images, width, height)
+        start = time.perf_counter()
+        prepare(root, prep, 256, 224, workers=1, progress=None)
+        results["prepare_images_per_s_1_core"] = round((args.images + 2 * BATCH) / (time.perf_counter() - start), 1)
+        for workers in (int(w) for w in args.workers.split(",")):
+            torch.set_num_threads(workers)   # the device half of paths b and c gets the same cores
+            g = lambda: torch.Generator().manual_seed(0)
+            paths = {
+                "torchvision": torchvision_loader(root, workers),
+                "workers": DeviceBatches(LoaderData(root, 224, workers, None), cpu, torch.float32).train(BATCH, g()),
+                "device_decode": DeviceBatches(DeviceDecodeData(root, 224, workers, None), cpu,
+                                               torch.float32).train(BATCH, g()),
+                "prepared_on_cpu": DeviceBatches(PreparedData(prep, 224), cpu, torch.float32).train(BATCH, g()),
+            }
+            for name, batches in paths.items():
+                results[f"{name}_images_per_s_per_core_{workers}w"] = round(rate(batches, args.images) / workers, 1)
+        data = PreparedData(prep, 224)
+        order = np.random.default_rng(0).permutation(data.num_train)
+        torch.set_num_threads(1)
+        start = time.perf_counter()
+        for s in range(0, len(order) - BATCH + 1, BATCH):
+            x, y = data.gather(order[s:s + BATCH])
+            x.contiguous()
+        results["prepared_cpu_side_images_per_s_per_core"] = round((len(order) // BATCH * BATCH)
+                                                                   / (time.perf_counter() - start), 1)
+    base = results["torchvision_images_per_s_per_core_1w"]
+    results["prepared_cpu_side_vs_torchvision_per_core"] = round(results["prepared_cpu_side_images_per_s_per_core"] / base, 1)
+    print(json.dumps({"bench": "data", "images": args.images, "jpeg": args.size, "batch": BATCH, **results,
+                      "machine": f"{platform.machine()}, {os.cpu_count()} cores"}))
+
+
+if __name__ == "__main__":
+    main()

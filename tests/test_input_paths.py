@@ -1,0 +1,127 @@
+"""The three image-folder input paths: workers (exact), decode on the device, prepared arrays."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from trainers.augment import DeviceAutoAugment, crop_resize_flip, rrc_boxes
+from trainers.config import TrialConfig
+from trainers.data import DataSpec, DeviceBatches, load_data
+from trainers.errors import DataError
+from trainers.prepared import PreparedData, prepare
+from trainers.trial import train_trial
+
+
+@pytest.fixture
+def folder(tmp_path):
+    """Two classes of distinct, non-square JPEGs in train/ and val/."""
+    rng = np.random.default_rng(0)
+    for split in ("train", "val"):
+        for c, cls in enumerate(("cat", "dog")):
+            (tmp_path / "imgs" / split / cls).mkdir(parents=True)
+            for i in range(6):
+                pixels = np.clip(rng.normal(60 + 120 * c, 30, (40 + 2 * i, 56, 3)), 0, 255).astype(np.uint8)
+                Image.fromarray(pixels).save(tmp_path / "imgs" / split / cls / f"{i}.JPEG", quality=95)
+    return tmp_path / "imgs"
+
+
+def test_rrc_boxes_follow_torchvision_bounds():
+    g = torch.Generator().manual_seed(0)
+    heights, widths = torch.full((4000,), 300), torch.full((4000,), 400)
+    top, left, h, w = rrc_boxes(heights, widths, g).unbind(1)
+    area = h * w / (300 * 400)
+    assert (top >= 0).all() and (left >= 0).all() and (top + h <= 300).all() and (left + w <= 400).all()
+    assert area.min() >= 0.079 and area.max() <= 1.0 and (w / h).min() >= 0.74 and (w / h).max() <= 1.34
+    # the same distribution of areas and aspect ratios as torchvision's own RandomResizedCrop draws
+    from scipy import stats
+    from torchvision.transforms import RandomResizedCrop
+    torch.manual_seed(0)
+    ref = torch.tensor([RandomResizedCrop.get_params(torch.empty(3, 300, 400), [0.08, 1.0], [3 / 4, 4 / 3])
+                        for _ in range(4000)], dtype=torch.float64)
+    assert stats.ks_2samp(area, ref[:, 2] * ref[:, 3] / (300 * 400)).pvalue > 1e-3
+    assert stats.ks_2samp(w / h, ref[:, 3] / ref[:, 2]).pvalue > 1e-3
+    assert stats.ks_2samp(top / (300 - h + 1), ref[:, 0] / (300 - ref[:, 2] + 1)).pvalue > 1e-3
+    # a very flat image cannot fit most boxes: the centre-crop fallback clamps its ratio to 4/3
+    flat = rrc_boxes(torch.tensor([10]), torch.tensor([400]), torch.Generator().manual_seed(1))[0]
+    assert flat.tolist() == [0.0, (400 - 13) // 2, 10.0, 13.0]
+
+
+def test_crop_resize_flip_is_exact_on_whole_boxes_and_mirrors():
+    x = torch.randint(0, 256, (3, 3, 8, 8), dtype=torch.uint8)
+    whole = torch.tensor([[0, 0, 8, 8]] * 3)
+    out = crop_resize_flip(x, whole, torch.tensor([False, True, False]), 8)
+    assert torch.equal(out[0], x[0]) and torch.equal(out[1], x[1].flip(-1)) and torch.equal(out[2], x[2])
+    quarter = crop_resize_flip(x, torch.tensor([[4, 2, 4, 4]] * 3), torch.zeros(3, dtype=torch.bool), 4)
+    assert torch.equal(quarter, x[:, :, 4:8, 2:6])
+
+
+def test_device_auto_augment_changes_some_images_and_is_reproducible():
+    x = torch.randint(0, 256, (64, 3, 16, 16), dtype=torch.uint8)
+    aa = DeviceAutoAugment("original")
+    a, b = aa(x, torch.Generator().manual_seed(0)), aa(x, torch.Generator().manual_seed(0))
+    assert torch.equal(a, b) and a.dtype == torch.uint8 and a.shape == x.shape
+    changed = (a != x).flatten(1).any(1).float().mean()
+    assert 0.3 < changed < 1.0       # most sub-policies change an image; some draw no operation
+    with pytest.raises(Exception, match="auto_augment: bad value 'rand-m9'"):
+        DeviceAutoAugment("rand-m9")
+
+
+def test_prepare_writes_once_checksummed_and_reuses(folder, tmp_path):
+    out = str(tmp_path / "prep")
+    meta = prepare(str(folder), out, train_size=32, image_size=24, workers=1, progress=None)
+    assert not meta["reused"] and meta["n_train"] == 12 and meta["n_val"] == 12
+    assert not [p for p in tmp_path.iterdir() if ".tmp-" in p.name]     # written under a temp name, renamed
+    again = prepare(str(folder), out, train_size=32, image_size=24, workers=1, progress=None)
+    assert again["reused"] and again["sha256"] == meta["sha256"]
+    data = PreparedData(out, 24)
+    data.verify()
+    assert data.train_x.shape == (12, 32, 32, 3) and data.val_x.shape == (12, 24, 24, 3)
+    # validation images are exactly what the worker path's eval transform makes
+    workers = load_data(DataSpec("imagefolder", path=str(folder), image_size=24), num_workers=0)
+    vx, vy = next(iter(workers.val_loader(12)))
+    px, py = data.val_loader(12)[0]
+    assert torch.equal(px, vx) and torch.equal(py, vy)
+    # a damaged array fails its checksum
+    with open(f"{out}/train_x.npy", "r+b") as f:
+        f.seek(-1, 2)
+        f.write(b"\x00" if f.read(1) != b"\x00" else b"\x01")
+    with pytest.raises(DataError, match="train_x.npy fails its checksum"):
+        PreparedData(out, 24).verify()
+    with pytest.raises(DataError, match="prepared for 24 px"):
+        PreparedData(out, 32)
+
+
+def test_prepared_batches_are_augmented_crops_of_the_stored_squares(folder, tmp_path):
+    out = str(tmp_path / "prep")
+    prepare(str(folder), out, train_size=32, image_size=24, workers=1, progress=None)
+    data = PreparedData(out, 24, auto_augment=None)
+    view = DeviceBatches(data, torch.device("cpu"), torch.float32)
+    x, y = next(view.train(6, torch.Generator().manual_seed(0)))
+    assert x.shape == (6, 3, 24, 24) and x.dtype == torch.float32
+    # dark class 0 stays dark, bright class 1 stays bright after cropping and normalising
+    brightness = x.mean(dim=(1, 2, 3))
+    assert (brightness[y == 0].max() < brightness[y == 1].min()).item()
+
+
+@pytest.mark.parametrize("dataset", ["prepared", "imagefolder-device", "imagefolder"])
+def test_a_trial_trains_on_each_input_path(dataset, folder, tmp_path):
+    spec = {"name": "imagefolder", "path": str(folder), "image_size": 24}
+    extra = {"decode": "workers", "num_workers": 0}
+    if dataset == "prepared":
+        prepare(str(folder), str(tmp_path / "prep"), 32, 24, 1, progress=None)
+        spec = {"name": "prepared", "path": str(tmp_path / "prep"), "image_size": 24}
+    elif dataset == "imagefolder-device":
+        extra["decode"] = "device"
+    row = train_trial(dict(model="cnn_tiny", optimizer="adamw", epochs=2, lr=3e-3, wd=0.0, batch_size=4,
+                           auto_augment="original", dataset=spec, device="cpu", **extra))
+    assert row["status"] == "ok" and row["epochs_done"] == 2 and 0 <= row["top1_err"] <= 100
+    assert json.loads(row["config_json"])["dataset"]["name"] == spec["name"]
+
+
+def test_decode_is_left_out_of_the_key_at_auto_only():
+    base = dict(model="cnn_tiny", optimizer="sgd", epochs=1, lr=0.1, wd=0.0)
+    assert TrialConfig.from_dict(dict(base, decode="auto")).key == TrialConfig.from_dict(base).key
+    assert TrialConfig.from_dict(dict(base, decode="device")).key != TrialConfig.from_dict(base).key

@@ -1,0 +1,127 @@
+"""The paper's training augmentation applied to uint8 batches on the training device: random-resized
+crop + horizontal flip (one grid_sample for the whole batch) and AutoAugment's ImageNet policy
+(torchvision's implementation, applied to groups of images that drew the same operations).
+
+Every random number is drawn from the trial's CPU generator (the same draws on every device) and
+moved to the device once per batch. Written here because timm's and torchvision's transforms work
+on one image at a time on the CPU; the per-operation kernels are torchvision's.
+"""
+
+import math
+from collections import defaultdict
+from typing import Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+from torchvision.transforms.v2 import AutoAugment, AutoAugmentPolicy
+
+from trainers.errors import ConfigError
+
+RRC_SCALE = (0.08, 1.0)          # timm's / torchvision's RandomResizedCrop defaults
+RRC_RATIO = (3 / 4, 4 / 3)
+RRC_ATTEMPTS = 10
+
+
+def rrc_boxes(heights: torch.Tensor, widths: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """RandomResizedCrop boxes (top, left, height, width) per image, as torchvision draws them
+    (10 attempts at a random area and log-uniform aspect ratio, then a centre crop), vectorised."""
+    n = len(heights)
+    area = (heights * widths).double()
+    target = area[:, None] * torch.empty(n, RRC_ATTEMPTS, dtype=torch.float64).uniform_(*RRC_SCALE, generator=generator)
+    log_ratio = torch.empty(n, RRC_ATTEMPTS, dtype=torch.float64).uniform_(
+        math.log(RRC_RATIO[0]), math.log(RRC_RATIO[1]), generator=generator)
+    w = torch.round(torch.sqrt(target * torch.exp(log_ratio)))
+    h = torch.round(torch.sqrt(target / torch.exp(log_ratio)))
+    ok = (w > 0) & (h > 0) & (w <= widths[:, None]) & (h <= heights[:, None])
+    first = torch.where(ok.any(1), ok.double().argmax(1), torch.full((n,), -1))
+    rows = torch.arange(n)
+    crop_h = torch.where(first >= 0, h[rows, first.clamp(min=0)], torch.zeros(n, dtype=torch.float64))
+    crop_w = torch.where(first >= 0, w[rows, first.clamp(min=0)], torch.zeros(n, dtype=torch.float64))
+    # fallback: the whole image, its aspect ratio clamped into RRC_RATIO (a centre crop)
+    in_ratio = widths.double() / heights.double()
+    fb_w = torch.where(in_ratio < RRC_RATIO[0], widths.double(),
+                       torch.where(in_ratio > RRC_RATIO[1], torch.round(heights * RRC_RATIO[1]), widths.double()))
+    fb_h = torch.where(in_ratio < RRC_RATIO[0], torch.round(widths / RRC_RATIO[0]), heights.double())
+    fallback = first < 0
+    crop_h, crop_w = torch.where(fallback, fb_h, crop_h), torch.where(fallback, fb_w, crop_w)
+    u = torch.rand(2, n, dtype=torch.float64, generator=generator)
+    top = torch.where(fallback, (heights - crop_h) // 2, torch.floor(u[0] * (heights - crop_h + 1)))
+    left = torch.where(fallback, (widths - crop_w) // 2, torch.floor(u[1] * (widths - crop_w + 1)))
+    return torch.stack([top, left, crop_h, crop_w], 1)
+
+
+def crop_resize_flip(x: torch.Tensor, boxes: torch.Tensor, flips: torch.Tensor, size: int) -> torch.Tensor:
+    """Each image's box resized to size x size (bilinear) and mirrored where `flips`, as one
+    grid_sample over the batch; uint8 in, uint8 out."""
+    n, _, height, width = x.shape
+    top, left, h, w = boxes.to(x.device, torch.float32).unbind(1)
+    sign = 1.0 - 2.0 * flips.to(x.device, torch.float32)
+    theta = torch.zeros(n, 2, 3, device=x.device)
+    theta[:, 0, 0] = sign * w / width
+    theta[:, 0, 2] = (2 * left + w) / width - 1
+    theta[:, 1, 1] = h / height
+    theta[:, 1, 2] = (2 * top + h) / height - 1
+    grid = F.affine_grid(theta, (n, 3, size, size), align_corners=False)
+    out = F.grid_sample(x.float(), grid, mode="bilinear", padding_mode="border", align_corners=False)
+    return out.round_().clamp_(0, 255).to(torch.uint8)
+
+
+class DeviceAutoAugment:
+    """AutoAugment's ImageNet policy (timm's `original`) on a uint8 batch: each image draws a
+    sub-policy, whether each of its two operations applies and the sign of its magnitude; images
+    that drew the same are transformed together by torchvision's kernels."""
+
+    def __init__(self, policy: str = "original"):
+        if policy != "original":
+            raise ConfigError(f"auto_augment: bad value {policy!r} on a device pipeline; allowed: original "
+                              f"(or null), the ImageNet policy")
+        self.aa = AutoAugment(AutoAugmentPolicy.IMAGENET)
+
+    def __call__(self, x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        """The batch with each image's drawn operations applied."""
+        n, height, width = len(x), x.shape[-2], x.shape[-1]
+        policies = self.aa._policies
+        which = torch.randint(len(policies), (n,), generator=generator).tolist()
+        applies = (torch.rand(n, 2, generator=generator) <= torch.tensor(
+            [[p[0][1], p[1][1]] for p in policies])[which]).tolist()
+        signs = (torch.rand(n, 2, generator=generator) <= 0.5).tolist()
+        groups = defaultdict(list)
+        for i in range(n):
+            ops = tuple((policies[which[i]][j][0], policies[which[i]][j][2], signs[i][j])
+                        for j in range(2) if applies[i][j])
+            if ops:
+                groups[ops].append(i)
+        out = x.clone()
+        for ops, members in groups.items():
+            index = torch.tensor(members, device=x.device)
+            images = out[index]
+            for op, magnitude_idx, negative in ops:
+                images = self.aa._apply_image_or_video_transform(
+                    images, op, self._magnitude(op, magnitude_idx, negative, height, width),
+                    interpolation=self.aa.interpolation, fill=self.aa._fill)
+            out[index] = images
+        return out
+
+    def _magnitude(self, op: str, index: Optional[int], negative: bool, height: int, width: int) -> float:
+        magnitudes_fn, signed = self.aa._AUGMENTATION_SPACE[op]
+        magnitudes = magnitudes_fn(10, height, width)
+        if magnitudes is None:
+            return 0.0
+        value = float(magnitudes[index])
+        return -value if signed and negative else value
+
+
+def train_augment(x: torch.Tensor, size: int, generator: torch.Generator,
+                  auto_augment: Optional[DeviceAutoAugment]) -> torch.Tensor:
+    """Random-resized crop to `size`, flip and (optionally) AutoAugment of a same-size uint8 batch."""
+    n, _, height, width = x.shape
+    boxes = rrc_boxes(torch.full((n,), height), torch.full((n,), width), generator)
+    flips = torch.rand(n, generator=generator) < 0.5
+    x = crop_resize_flip(x, boxes, flips, size)
+    return auto_augment(x, generator) if auto_augment is not None else x
+
+
+def center_crop_box(height: int, width: int, crop_pct: float = 0.875) -> Tuple[int, int, int]:
+    """(top, left, side) of the centre square that timm's eval transform keeps (crop_pct of the short side)."""
+    side = round(min(height, width) * crop_pct)
+    return (height - side) // 2, (width - side) // 2, side

@@ -1,0 +1,107 @@
+"""An image folder decoded on the training device: DataLoader workers only read the JPEG bytes;
+each batch is decoded at once by torchvision.io.decode_jpeg (nvJPEG on CUDA) and cropped, resized,
+flipped and AutoAugmented there (trainers.augment). Selected by `decode: auto` on CUDA; on the CPU
+it runs too (torchvision's CPU decoder), for tests and benchmarks.
+
+Differences from the worker path: bilinear (antialiased) instead of PIL bicubic resizing; the crop
+boxes, flips and AutoAugment draws follow the same distributions.
+"""
+
+import math
+import os
+from typing import Iterator, List, Optional, Tuple
+
+import torch
+from torchvision.io import ImageReadMode, decode_jpeg, read_file
+from torchvision.transforms.v2 import functional as TF
+
+from trainers.augment import DeviceAutoAugment, rrc_boxes
+from trainers.prepared import IMAGENET_MEAN, IMAGENET_STD
+
+EVAL_CROP_PCT = 0.875
+
+
+def _bytes_and_label(batch) -> Tuple[List[torch.Tensor], torch.Tensor]:
+    return [item[0] for item in batch], torch.tensor([item[1] for item in batch])
+
+
+def decode(files: List[torch.Tensor], device: torch.device) -> List[torch.Tensor]:
+    """Decode a batch of JPEG byte tensors to RGB uint8 CHW images on `device`."""
+    return decode_jpeg(files, mode=ImageReadMode.RGB, device=device)
+
+
+def train_crops(images: List[torch.Tensor], size: int, generator: torch.Generator) -> torch.Tensor:
+    """Random-resized crops (bilinear, antialiased) of each decoded image, flipped at random."""
+    heights = torch.tensor([img.shape[-2] for img in images])
+    widths = torch.tensor([img.shape[-1] for img in images])
+    boxes = rrc_boxes(heights, widths, generator).long().tolist()
+    flips = (torch.rand(len(images), generator=generator) < 0.5).tolist()
+    crops = []
+    for img, (top, left, h, w), flip in zip(images, boxes, flips):
+        crop = TF.resized_crop(img, top, left, h, w, [size, size], antialias=True)
+        crops.append(crop.flip(-1) if flip else crop)
+    return torch.stack(crops)
+
+
+def eval_crops(images: List[torch.Tensor], size: int) -> torch.Tensor:
+    """timm's eval transform on decoded images: short side to size / 0.875, centre crop."""
+    scaled = math.floor(size / EVAL_CROP_PCT)
+    return torch.stack([TF.center_crop(TF.resize(img, scaled, antialias=True), [size, size]) for img in images])
+
+
+class DeviceDecodeData:
+    """An ImageNet-layout folder whose workers send JPEG bytes; decoding happens on the device."""
+
+    def __init__(self, root: str, image_size: int, num_workers: int, auto_augment: Optional[str]):
+        from torchvision.datasets import ImageFolder
+        self.train_set = ImageFolder(os.path.join(root, "train"), loader=read_file)
+        self.val_set = ImageFolder(os.path.join(root, "val"), loader=read_file)
+        self.num_classes = len(self.train_set.classes)
+        self.image_size, self.num_workers = image_size, num_workers
+        self.mean, self.std = IMAGENET_MEAN, IMAGENET_STD
+        self.auto_augment = DeviceAutoAugment(auto_augment) if auto_augment else None
+
+    @property
+    def num_train(self) -> int:
+        return len(self.train_set)
+
+    def to(self, device) -> "DeviceDecodeData":
+        """Bytes are read on the CPU; images are decoded on the device per batch."""
+        return self
+
+    def steps_per_epoch(self, batch_size: int) -> int:
+        return max(1, self.num_train // batch_size)
+
+    def _loader(self, dataset, batch_size: int, shuffle: bool, generator=None):
+        return torch.utils.data.DataLoader(
+            dataset, batch_size=batch_size, shuffle=shuffle, drop_last=shuffle, generator=generator,
+            num_workers=self.num_workers, collate_fn=_bytes_and_label, persistent_workers=self.num_workers > 0)
+
+    def train_loader(self, batch_size: int, generator: torch.Generator, pin_memory: bool = False,
+                     device: torch.device = torch.device("cpu")):
+        """An iterable whose every pass is one epoch of augmented uint8 batches decoded on `device`."""
+        return DecodedEpochs(self, self._loader(self.train_set, batch_size, True, generator), generator, device)
+
+    def val_loader(self, batch_size: int, pin_memory: bool = False, device: torch.device = torch.device("cpu")):
+        """The validation set in order, decoded and centre-cropped on `device`."""
+        return DecodedEpochs(self, self._loader(self.val_set, batch_size, False), None, device)
+
+
+class DecodedEpochs:
+    """Passes over a byte loader, decoding each batch on the device (training crops when a
+    generator is given, evaluation crops otherwise)."""
+
+    def __init__(self, data: DeviceDecodeData, loader, generator: Optional[torch.Generator], device: torch.device):
+        self.data, self.loader, self.generator, self.device = data, loader, generator, device
+
+    def __iter__(self) -> Iterator[Tuple[torch.Tensor, torch.Tensor]]:
+        size = self.data.image_size
+        for files, labels in self.loader:
+            images = decode(files, self.device)
+            if self.generator is None:
+                yield eval_crops(images, size), labels
+                continue
+            x = train_crops(images, size, self.generator)
+            if self.data.auto_augment is not None:
+                x = self.data.auto_augment(x, self.generator)
+            yield x, labels
