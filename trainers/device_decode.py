@@ -12,7 +12,7 @@ import os
 from typing import Iterator, List, Optional, Tuple
 
 import torch
-from torchvision.io import ImageReadMode, decode_jpeg, read_file
+from torchvision.io import ImageReadMode, decode_jpeg
 from torchvision.transforms.v2 import functional as TF
 
 from trainers.augment import DeviceAutoAugment, rrc_boxes
@@ -21,13 +21,21 @@ from trainers.prepared import IMAGENET_MEAN, IMAGENET_STD
 EVAL_CROP_PCT = 0.875
 
 
-def _bytes_and_label(batch) -> Tuple[List[torch.Tensor], torch.Tensor]:
+def _read_bytes(path: str) -> bytes:
+    # plain bytes cross the worker queue by pickling (torchvision's read_file tensors are shared
+    # through file descriptors, which fails for many small files)
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def _bytes_and_label(batch) -> Tuple[List[bytes], torch.Tensor]:
     return [item[0] for item in batch], torch.tensor([item[1] for item in batch])
 
 
-def decode(files: List[torch.Tensor], device: torch.device) -> List[torch.Tensor]:
-    """Decode a batch of JPEG byte tensors to RGB uint8 CHW images on `device`."""
-    return decode_jpeg(files, mode=ImageReadMode.RGB, device=device)
+def decode(files: List[bytes], device: torch.device) -> List[torch.Tensor]:
+    """Decode a batch of JPEG files (their bytes) to RGB uint8 CHW images on `device`."""
+    data = [torch.frombuffer(bytearray(f), dtype=torch.uint8) for f in files]
+    return decode_jpeg(data, mode=ImageReadMode.RGB, device=device)
 
 
 def train_crops(images: List[torch.Tensor], size: int, generator: torch.Generator) -> torch.Tensor:
@@ -54,8 +62,8 @@ class DeviceDecodeData:
 
     def __init__(self, root: str, image_size: int, num_workers: int, auto_augment: Optional[str]):
         from torchvision.datasets import ImageFolder
-        self.train_set = ImageFolder(os.path.join(root, "train"), loader=read_file)
-        self.val_set = ImageFolder(os.path.join(root, "val"), loader=read_file)
+        self.train_set = ImageFolder(os.path.join(root, "train"), loader=_read_bytes)
+        self.val_set = ImageFolder(os.path.join(root, "val"), loader=_read_bytes)
         self.num_classes = len(self.train_set.classes)
         self.image_size, self.num_workers = image_size, num_workers
         self.mean, self.std = IMAGENET_MEAN, IMAGENET_STD
