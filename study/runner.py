@@ -80,7 +80,8 @@ class StoreWriter(tune.Callback):
             self._store_failed(trial.config["group"], result["trial_error"])
         if "rows_json" not in result:
             return
-        for row in json.loads(result["rows_json"]):
+        # written, the rows leave the result: Tune keeps each trial's last result for the whole run
+        for row in json.loads(result.pop("rows_json")):
             epochs = row.pop("epoch_log")
             self._write(row, epochs)
 
