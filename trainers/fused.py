@@ -49,7 +49,13 @@ def check_fusable(cfgs: Sequence[TrialConfig]) -> None:
 
 
 class FusedTrainer:
-    """Trains K trial configs of one cell at once; `members[k]` mirrors `Trainer` for cfgs[k]."""
+    """Trains K trial configs of one cell at once; member k mirrors `Trainer` for cfgs[k].
+
+    The stacked parameters live in one flat (K, N) buffer (`params` holds per-parameter views into
+    it), so each optimizer step is a handful of large kernels rather than a Python loop over
+    parameters. `run_epoch` drops members that diverged from the stack at the end of an epoch, so
+    they stop costing compute; `members` maps stack positions to the original member indices.
+    """
 
     def __init__(self, cfgs: Sequence[TrialConfig]):
         check_fusable(cfgs)
@@ -68,7 +74,10 @@ class FusedTrainer:
             # torch's fused attention kernel has no vmap batching rule and would fall back to a loop
             models.append(set_fused_attention(model, False))
         params, buffers = stack_module_state(models)
-        self.params = {n: p.detach() for n, p in params.items()}
+        self.names = list(params)
+        self.shapes = [p.shape[1:] for p in params.values()]
+        self.sizes = [p[0].numel() for p in params.values()]
+        self.flat = torch.cat([p.detach().reshape(self.k, -1) for p in params.values()], 1)
         self.buffers = buffers
         self.base = copy.deepcopy(models[0]).to("meta")
         self.generators = [torch.Generator().manual_seed(m.seed) for m in cfgs]
@@ -76,17 +85,23 @@ class FusedTrainer:
         # every member's lr at every step, computed once and kept on the device (no copy per step)
         self.lr_table = torch.tensor([_lr_per_step(m, self.steps_per_epoch) for m in cfgs],
                                      dtype=self.dtype).T.contiguous().to(self.device)
-        shape = lambda p: (self.k,) + (1,) * (p.ndim - 1)
-        wd = torch.tensor([m.wd for m in cfgs], dtype=self.dtype, device=self.device)
-        # no decay on 1-D parameters of the member model (2-D once stacked)
-        self.wd = {n: (wd.view(shape(p)) if p.ndim > 2 else torch.zeros(shape(p), dtype=self.dtype, device=self.device))
-                   for n, p in self.params.items()}
-        self.state = {n: {} for n in self.params}
+        # weight decay per member and position; none on the member model's 1-D parameters
+        decays = torch.cat([torch.full((n,), float(len(shape) > 1), dtype=self.dtype)
+                            for shape, n in zip(self.shapes, self.sizes)]).to(self.device)
+        self.wd = torch.tensor([m.wd for m in cfgs], dtype=self.dtype, device=self.device)[:, None] * decays
+        self.state: Dict[str, torch.Tensor] = {}
         self.step = 0
         self.alive = torch.ones(self.k, dtype=torch.bool, device=self.device)
+        self.members = list(range(self.k))
         self.diverged_step = torch.full((self.k,), -1, dtype=torch.int64, device=self.device)
         self.grad_fn = vmap(grad_and_value(self._loss), in_dims=(0, 0, 0, 0))
         self.forward = vmap(self._logits, in_dims=(0, 0, None))
+        self._make_views()
+
+    def _make_views(self) -> None:
+        """`params`: a (K, *shape) view of the flat buffer per parameter name."""
+        parts = self.flat.split(self.sizes, dim=1)
+        self.params = {n: t.view(self.k, *shape) for n, t, shape in zip(self.names, parts, self.shapes)}
 
     def _logits(self, params, buffers, x):
         return functional_call(self.base, (params, buffers), (x,))
@@ -101,47 +116,43 @@ class FusedTrainer:
         return [None if s < 0 else s for s in self.diverged_step.tolist()]
 
     def _update(self, grads: Dict[str, torch.Tensor], lrs: torch.Tensor) -> None:
-        """One AdamW or SGD-Nesterov step on every stacked parameter, dead members left as they are."""
-        optimizer = self.cfgs[0].optimizer
-        step = self.step + 1  # torch.optim counts steps from 1
-        for name, p in self.params.items():
-            g = grads[name]
-            lr = lrs.view((self.k,) + (1,) * (p.ndim - 1))
-            wd, state = self.wd[name], self.state[name]
-            if optimizer == "adamw":
-                beta1, beta2, eps = 0.9, 0.999, 1e-8
-                new = p * (1 - lr * wd)
-                m = state.setdefault("exp_avg", torch.zeros_like(p))
-                v = state.setdefault("exp_avg_sq", torch.zeros_like(p))
-                m.lerp_(g, 1 - beta1)
-                v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
-                bias1 = 1 - beta1 ** step
-                bias2_sqrt = math.sqrt(1 - beta2 ** step)
-                new = new - (lr / bias1) * (m / ((v.sqrt() / bias2_sqrt) + eps))
-            else:
-                momentum = 0.9
-                d_p = g + wd * p
-                buf = state.get("momentum_buffer")
-                buf = d_p.clone() if buf is None else buf.mul_(momentum).add_(d_p)
-                state["momentum_buffer"] = buf
-                new = p - lr * (d_p + momentum * buf)
-            alive = self.alive.view((self.k,) + (1,) * (p.ndim - 1))
-            self.params[name] = torch.where(alive, new, p)
+        """One AdamW or SGD-Nesterov step on the flat buffer (the arithmetic of torch.optim's
+        single-tensor code), dead members left as they are."""
+        g = torch.cat([grads[n].reshape(self.k, -1) for n in self.names], 1)
+        p, lr, step = self.flat, lrs[:, None], self.step + 1   # torch.optim counts steps from 1
+        if self.cfgs[0].optimizer == "adamw":
+            beta1, beta2, eps = 0.9, 0.999, 1e-8
+            m = self.state.setdefault("exp_avg", torch.zeros_like(p))
+            v = self.state.setdefault("exp_avg_sq", torch.zeros_like(p))
+            new = p * (1 - lr * self.wd)
+            m.lerp_(g, 1 - beta1)
+            v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
+            bias1, bias2_sqrt = 1 - beta1 ** step, math.sqrt(1 - beta2 ** step)
+            new = new - (lr / bias1) * (m / ((v.sqrt() / bias2_sqrt) + eps))
+        else:
+            momentum = 0.9
+            d_p = g + self.wd * p
+            buf = self.state.get("momentum_buffer")
+            buf = d_p.clone() if buf is None else buf.mul_(momentum).add_(d_p)
+            self.state["momentum_buffer"] = buf
+            new = p - lr * (d_p + momentum * buf)
+        p.copy_(torch.where(self.alive[:, None], new, p))   # in place: the views stay valid
 
     def train_epoch(self) -> Dict[str, np.ndarray]:
-        """One epoch for all members; returns per-member mean train loss and last lr."""
+        """One epoch for the members in the stack; per stack position: mean train loss and last lr."""
         self.base.train()
         cfg = self.cfgs[0]
         loss_sum = torch.zeros(self.k, dtype=torch.float64, device=self.device)
         iterators = [self.batches.train(cfg.batch_size, g) for g in self.generators]
         lrs = self.lr_table[min(self.step, len(self.lr_table) - 1)]
+        positions = torch.tensor(self.members, device=self.device)
         for batches in zip(*iterators):
             x = torch.stack([b[0] for b in batches])
             y = torch.stack([b[1] for b in batches])
             lrs = self.lr_table[self.step]
             grads, losses = self.grad_fn(self.params, self.buffers, x, y)
             newly = diverged_mask(losses, cfg) & self.alive
-            self.diverged_step = torch.where(newly, self.step, self.diverged_step)
+            self.diverged_step[positions] = torch.where(newly, self.step, self.diverged_step[positions])
             self.alive &= ~newly
             self._update(grads, lrs)
             loss_sum += torch.where(self.alive, losses.detach().double(), torch.zeros_like(loss_sum))
@@ -150,7 +161,7 @@ class FusedTrainer:
 
     @torch.no_grad()
     def evaluate(self) -> Dict[str, np.ndarray]:
-        """Per-member top-1 and top-5 validation error (%)."""
+        """Per stack position: top-1 and top-5 validation error (%)."""
         self.base.eval()
         correct1 = torch.zeros(self.k, device=self.device)
         correct5 = torch.zeros(self.k, device=self.device)
@@ -165,16 +176,35 @@ class FusedTrainer:
         return {"top1_err": (100 * (1 - correct1 / total)).cpu().numpy(),
                 "top5_err": (100 * (1 - correct5 / total)).cpu().numpy()}
 
+    def drop_diverged(self) -> None:
+        """Remove diverged members from the stack (parameters, buffers, state, data, schedule)."""
+        keep = torch.nonzero(self.alive).flatten()
+        if len(keep) == self.k:
+            return
+        self.flat, self.wd = self.flat[keep], self.wd[keep]
+        self.state = {name: t[keep] for name, t in self.state.items()}
+        self.buffers = {name: b[keep] for name, b in self.buffers.items()}
+        self.lr_table, self.alive = self.lr_table[:, keep], self.alive[keep]
+        kept = keep.tolist()
+        self.generators = [self.generators[i] for i in kept]
+        self.members = [self.members[i] for i in kept]
+        self.k = len(kept)
+        self._make_views()
+
     def run_epoch(self) -> Dict[int, Dict[str, Any]]:
-        """Train and evaluate one epoch (trainers.loop.EpochTrainer): metrics of the live members."""
+        """Train and evaluate one epoch (trainers.loop.EpochTrainer): metrics of the live members,
+        by original member index; diverged members leave the stack first."""
         train = self.train_epoch()
         if not self.alive.any():
             return {}
+        alive = self.alive.cpu()
+        self.drop_diverged()
+        train = {name: values[alive.numpy()] for name, values in train.items()}
         metrics = self.evaluate()
-        return {k: {"train_loss": float(train["train_loss"][k]), "train_top1_err": None,
-                    "lr": float(train["lr"][k]), "top1_err": float(metrics["top1_err"][k]),
-                    "top5_err": float(metrics["top5_err"][k]), "ema_top1_err": None}
-                for k in torch.nonzero(self.alive).flatten().tolist()}
+        return {member: {"train_loss": float(train["train_loss"][i]), "train_top1_err": None,
+                         "lr": float(train["lr"][i]), "top1_err": float(metrics["top1_err"][i]),
+                         "top5_err": float(metrics["top5_err"][i]), "ema_top1_err": None}
+                for i, member in enumerate(self.members)}
 
     def diverged(self, member: int) -> bool:
         """Whether the member diverged (and was masked out)."""
@@ -182,7 +212,7 @@ class FusedTrainer:
 
     def release(self) -> None:
         """Free the stacked parameters, buffers and optimizer state."""
-        del self.params, self.buffers, self.state, self.batches
+        del self.params, self.flat, self.buffers, self.state, self.batches
         gc.collect()
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
