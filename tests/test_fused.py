@@ -78,3 +78,19 @@ def test_unfusable_members_are_rejected():
         FusedTrainer([TrialConfig.from_dict(configs[0]), TrialConfig.from_dict(dict(configs[1], batch_size=8))])
     with pytest.raises(ConfigError, match="mixup: 0.8 is not supported"):
         FusedTrainer([TrialConfig.from_dict(dict(c, mixup=0.8)) for c in configs])
+
+
+def test_a_diverged_member_leaves_the_stack_and_the_others_keep_their_numbers():
+    keep = members("cnn_tiny", "adamw", [1e-3, 4e-3], [0.05, 0.3])
+    bad = dict(keep[0], lr=1e6, seed=99)
+    trainer = FusedTrainer([TrialConfig.from_dict(c) for c in (keep[0], bad, keep[1])])
+    reference = FusedTrainer([TrialConfig.from_dict(c) for c in keep])
+    first, ref_first = trainer.run_epoch(), reference.run_epoch()
+    assert sorted(first) == [0, 2] and trainer.k == 2 and trainer.members == [0, 2]   # out of the stack
+    assert trainer.diverged(1) and not trainer.diverged(0) and not trainer.diverged(2)
+    second, ref_second = trainer.run_epoch(), reference.run_epoch()
+    for (member, ref) in ((0, 0), (2, 1)):
+        assert first[member]["top1_err"] == ref_first[ref]["top1_err"]
+        assert second[member]["train_loss"] == pytest.approx(ref_second[ref]["train_loss"], rel=1e-12)
+    for name in reference.params:   # a stack of 3 then 2 against one of 2: the same up to rounding
+        torch.testing.assert_close(trainer.params[name], reference.params[name], rtol=1e-10, atol=1e-13)
