@@ -23,7 +23,7 @@ from trainers.config import TrialConfig
 from trainers.data import DeviceBatches, load_data
 from trainers.loop import fit
 from trainers.memory import OVERHEAD_GB, peak_memory_gb
-from trainers.prepared import PreparedData, prepare
+from trainers.prepared import prepare
 from trainers.trial import Trainer, train_trial
 
 

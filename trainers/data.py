@@ -7,7 +7,6 @@ crops and flips drawn once per epoch; `imagefolder` uses multi-worker DataLoader
 trial, persistent workers) with timm's training transforms. Nothing downloads.
 """
 
-import copy
 import math
 import os
 import pickle
