@@ -3,7 +3,9 @@
 import argparse
 import json
 import os
+import socket
 import sys
+import tempfile
 import traceback
 from typing import Callable, Dict, List, Optional
 
@@ -13,7 +15,7 @@ from study.gpu_plan import memory_plan
 from study.sampling import cells, expand, expand_cell, first_trials
 from study.spec import SpecError, StudySpec, load_spec, resolve_config
 from study.store import (StoreFault, compact, load_spec_record, load_study, load_trials, split_by_spec,
-                         stored_keys)
+                         stored_keys, write_report_files)
 from trainers.errors import HpstudyError, exits_on_user_error
 from trainers.schema import FAILED, FINISHED
 
@@ -39,7 +41,7 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     mode.add_argument("--fresh", dest="fresh", action="store_true",
                       help="delete this study's stored rows first and run every trial")
     p.add_argument("--report", default=None,
-                   help="report folder (default: <store>/report/<study>); 'none' to skip")
+                   help="report folder (default: <store>/reports/<study>/, in the store); 'none' to skip")
     p.add_argument("--assume-tflops", type=float, default=None,
                    help="effective TFLOP/s per trial for the dry-run time estimate "
                         "(default: 100 with a GPU per trial, 0.02 on CPU)")
@@ -60,7 +62,7 @@ def add_store_args(p: argparse.ArgumentParser, study_required: bool = False,
     p.add_argument("--store", default="./results", help="store root: a path or a URI")
     p.add_argument("--study", required=study_required, default=None)
     if out:
-        p.add_argument("--out", default=None, help="report folder (default: <store>/report/<study>)")
+        p.add_argument("--out", default=None, help="report folder (default: <store>/reports/<study>/, in the store)")
         p.add_argument("--metric", choices=METRICS, default=DEFAULT_METRIC,
                        help="the error every number is built on: "
                             + "; ".join(f"{m}: {doc}" for m, doc in METRIC_DOCS.items())
@@ -157,7 +159,8 @@ def spec_change_note(store: str, spec: StudySpec) -> Optional[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run (or plan) a study; 0 when every trial is stored ok/diverged, 1 if some failed."""
+    """Run (or plan) a study; 0 when every trial is stored ok/diverged, 1 if some failed or were not
+    stored, 128 + the signal's number when SIGINT (130) or SIGTERM (143) stopped it."""
     if not args.address:
         # A local Ray binds to loopback only (read when ray is first imported).
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
@@ -173,23 +176,57 @@ def run(args: argparse.Namespace) -> int:
         if spec.resources.gpu:
             print("\n".join(memory_plan(spec, first_trials(spec), args.gpu_memory_gb)))
         return 0
-    from study.runner import run_study
-    stored = run_study(spec, args.store, fresh=args.fresh, address=args.address,
-                       max_concurrent=args.max_concurrent, num_cpus=args.num_cpus,
-                       progress_interval=args.progress_interval)
+    from study.runner import RunStopped, run_study
+    try:
+        stored = run_study(spec, args.store, fresh=args.fresh, address=args.address,
+                           max_concurrent=args.max_concurrent, num_cpus=args.num_cpus,
+                           progress_interval=args.progress_interval)
+    except RunStopped as stop:
+        print(stop, file=sys.stderr, flush=True)
+        return stop.exit_code
     print_summary(stored)
     if args.report != "none":
-        write_report(args.store, spec.name, args.report)
+        location = write_report(args.store, spec.name, args.report)
+        if args.address:
+            print(fetch_hint(location), flush=True)
+    return run_exit_code(stored, len(cells(spec)) * spec.samples * len(spec.seeds))
+
+
+def run_exit_code(stored, total: int) -> int:
+    """0 when every one of the spec's `total` trials is stored ok/diverged; 1 when some are stored
+    failed, or were not stored at all (the run ended early: says so, last)."""
+    missing = total - len(stored)
+    if missing:
+        finished = int(stored["status"].isin(FINISHED).sum())
+        print(f"incomplete: {finished}/{total} stored, {missing} not run to the end; rerun the same command "
+              f"to resume", file=sys.stderr, flush=True)
+        return 1
     return 1 if (stored["status"] == FAILED).any() else 0
 
 
-def write_report(store: str, study: str, out: Optional[str], metric: str = DEFAULT_METRIC) -> None:
+def write_report(store: str, study: str, out: Optional[str], metric: str = DEFAULT_METRIC) -> str:
     """Load a study from the store and write its analysis report (figures, tables, HTML) on the
-    `metric` error; prints where, and which metric was used (naming any fallback)."""
+    `metric` error into the folder `out`, or by default into the store (<store>/reports/<study>/,
+    through its filesystem, so the report lives as long as the rows); prints the full location of
+    its index.html, and which metric was used (naming any fallback). Returns that location."""
     trials, epochs, record = load_study(store, study)
-    out = out or os.path.join(store if "://" not in store else ".", "report", study)
-    page = build_report(trials, epochs, record, out, metric)
+    if out:
+        page = os.path.abspath(build_report(trials, epochs, record, out, metric))
+    else:
+        with tempfile.TemporaryDirectory(prefix="hpstudy-report-") as folder:
+            name = os.path.basename(build_report(trials, epochs, record, folder, metric))
+            page = f"{write_report_files(store, study, folder)}/{name}"
     print(f"report: {page}\nmetric: {usable(trials, metric).metric}")
+    return page
+
+
+def fetch_hint(page: str) -> str:
+    """For a cluster run: how to get the report (whose path is on the head node) onto your machine."""
+    folder = page.rsplit("/", 1)[0]
+    if "://" in folder:
+        return f"the report is in the store: {folder}/ (copy it with your storage's own tools)"
+    return (f"the report is on the head node ({socket.gethostname()}); fetch it with: ray rsync_down "
+            f"cluster.yaml {folder}/ ./{os.path.basename(folder)}-report/  (your cluster file for cluster.yaml)")
 
 
 @exits_on_user_error
@@ -284,7 +321,7 @@ def hpstudy_main(argv: Optional[List[str]] = None) -> int:
     args = parser.parse_args(argv)
     commands = {
         "run": run, "status": status,
-        "report": lambda a: write_report(a.store, a.study, a.out, a.metric) or 0,
+        "report": lambda a: write_report(a.store, a.study, a.out, a.metric) and 0,
         "compact": lambda a: print_compaction(a.store, compact(a.store, a.study)) or 0,
         "prepare": prepare_data,
     }

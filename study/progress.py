@@ -22,7 +22,8 @@ class ProgressPrinter(tune.Callback):
         self.running = 0
 
     def line(self) -> str:
-        """The status line: counts, ETA from the finishing rate, best top-1 error per model."""
+        """The status line: counts, ETA from the finishing rate, the devices finished trials trained on
+        (so a GPU study that trains on CPUs shows it), best top-1 error per model."""
         finished = self.writer.finished
         done = len(finished)
         statuses = Counter(r["status"] for r in finished)
@@ -37,6 +38,9 @@ class ProgressPrinter(tune.Callback):
         parts = [f"[{_minutes(elapsed)}] {done}/{self.total} done ({counts}), "
                  f"{self.running} running, {max(0, pending)} pending",
                  f"ETA {_minutes(eta)}" if done else "ETA -"]
+        devices = Counter(r["device"].split(":")[0].split(" ")[0] for r in finished if r.get("device"))
+        if devices:
+            parts.append("on " + ", ".join(f"{d} {n}" for d, n in sorted(devices.items())))
         if best:
             parts.append("best top-1: " + ", ".join(f"{m} {e:.2f}%" for m, e in sorted(best.items())))
         return " | ".join(parts)

@@ -5,7 +5,10 @@ import contextlib
 import json
 import logging
 import os
+import signal
+import sys
 import tempfile
+import threading
 import time
 from datetime import datetime, timezone
 from typing import Dict, Iterator, List, Optional
@@ -28,8 +31,69 @@ from trainers.provenance import versions
 
 # Read by Tune when a run starts (not at import): its JSON/CSV/TensorBoard loggers cost driver
 # memory and files per trial (the store is the record), and our ProgressPrinter replaces its tables.
+# Tune's own SIGINT handler is off: hpstudy's (Interruption) stops the run and says how to resume.
 TUNE_ENV = {"TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1", "TUNE_MAX_PENDING_TRIALS_PG": "16",
-            "RAY_AIR_NEW_OUTPUT": "0"}
+            "RAY_AIR_NEW_OUTPUT": "0", "TUNE_DISABLE_SIGINT_HANDLER": "1"}
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class RunStopped(Exception):
+    """The run ended before every trial was stored: interrupted by a signal, or stopped because a
+    node cannot run the trials. The message is the line to print; `exit_code` the command's status."""
+
+    def __init__(self, message: str, exit_code: int):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+class Interruption:
+    """SIGINT or SIGTERM during a run. The first one stops it: no new trial starts, running trials
+    are cancelled (a rerun trains them again), what finished stays stored. A second one raises
+    KeyboardInterrupt at once, except while a trial is being written to the store."""
+
+    def __init__(self):
+        self.signum: Optional[int] = None
+        self.noted = False
+        self._before: Optional[Dict] = None
+        self._writing = False
+        self._pending = False
+
+    def arm(self) -> None:
+        """Install the handlers (again after ray.init, which sets its own SIGTERM handler); only
+        the main thread can."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        before = {s: signal.signal(s, self._handle) for s in STOP_SIGNALS}
+        if self._before is None:
+            self._before = before
+
+    def __enter__(self) -> "Interruption":
+        self.arm()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for s, handler in (self._before or {}).items():
+            signal.signal(s, handler)
+        self._before = None
+
+    def _handle(self, signum: int, frame) -> None:
+        if self.signum is None:
+            self.signum = signum
+        elif self._writing:
+            self._pending = True
+        else:
+            raise KeyboardInterrupt
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[None]:
+        """A block a second signal does not cut short (it takes effect at the block's end)."""
+        self._writing = True
+        try:
+            yield
+        finally:
+            self._writing = False
+        if self._pending:
+            raise KeyboardInterrupt
 
 
 def failed_row(trial: PlannedTrial, error: str) -> Dict:
@@ -65,19 +129,25 @@ class StoreWriter(tune.Callback):
     """Writes each finished trial (and its epochs) to the store from the driver, exactly once.
 
     A store fault (full, unwritable, unreachable) is kept in `fault` and stops writing; the
-    `FaultStopper` then ends the run."""
+    `RunStopper` then ends the run."""
 
-    def __init__(self, store: str, study: str, trials: List[PlannedTrial], groups: List[Dict]):
+    def __init__(self, store: str, study: str, trials: List[PlannedTrial], groups: List[Dict],
+                 interruption: Optional[Interruption] = None):
         self.store, self.study = store, study
         self.by_key = {t.key: t for t in trials}
         self.groups = groups
+        self.interruption = interruption or Interruption()
         self.finished: List[Dict] = []       # small summaries, for progress and the final report
         self.fault: Optional[StoreFault] = None
+        self.stop_reason: Optional[str] = None   # a trial found its node unable to run any trial
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
-        """Store the rows a group reports at its end (as failed when it reports a deterministic error)."""
+        """Store the rows a group reports at its end (as failed when it reports a deterministic error;
+        a `stop_study` error also stops the whole run)."""
         if "trial_error" in result:
             self._store_failed(trial.config["group"], result["trial_error"])
+            if result.get("stop_study") and self.stop_reason is None:
+                self.stop_reason = result["trial_error"]
         if "rows_json" not in result:
             return
         # written, the rows leave the result: Tune keeps each trial's last result for the whole run
@@ -100,15 +170,18 @@ class StoreWriter(tune.Callback):
         if self.fault is not None:
             return
         try:
-            write_trial(self.store, self.study, row, epochs)
+            with self.interruption.writing():
+                write_trial(self.store, self.study, row, epochs)
         except StoreFault as exc:
             self.fault = exc
             return
-        self.finished.append({k: row[k] for k in ("trial_key", "model", "status", "top1_err", "wall_s")})
+        self.finished.append({k: row[k] for k in ("trial_key", "model", "status", "top1_err", "wall_s", "device")})
 
 
-class FaultStopper(Stopper):
-    """Stops the whole run once the StoreWriter has met a store fault (nothing more can be stored)."""
+class RunStopper(Stopper):
+    """Stops the whole run (no new trials; running ones cancelled) once the StoreWriter has met a
+    store fault (nothing more can be stored), a trial found its node unable to run trials, or a
+    stop signal came; says so once on stderr for a signal."""
 
     def __init__(self, writer: StoreWriter):
         self.writer = writer
@@ -118,8 +191,14 @@ class FaultStopper(Stopper):
         return False
 
     def stop_all(self) -> bool:
-        """True once a write to the store has failed."""
-        return self.writer.fault is not None
+        """True once a write has failed, a node cannot run trials, or a stop signal came."""
+        interruption = self.writer.interruption
+        if interruption.signum is not None and not interruption.noted:
+            interruption.noted = True
+            print(f"{signal.Signals(interruption.signum).name}: stopping: no new trial starts, running trials "
+                  f"are cancelled (a rerun trains them again), finished trials stay stored; send it again to "
+                  f"quit at once", file=sys.stderr, flush=True)
+        return self.writer.fault is not None or self.writer.stop_reason is not None or interruption.signum is not None
 
 
 def _error_text(trial) -> str:
@@ -170,12 +249,14 @@ def _quiet(logger_name: str, level: int = logging.ERROR) -> Iterator[None]:
 
 def run_trials(study: str, trials: List[PlannedTrial], store: str, resources: Dict[str, float],
                max_retries: int, max_concurrent: Optional[int] = None, progress_interval: float = 10.0,
-               fusion: Optional[Dict[str, int]] = None) -> List[Dict]:
+               fusion: Optional[Dict[str, int]] = None,
+               interruption: Optional[Interruption] = None) -> List[Dict]:
     """Run `trials` on the connected Ray with Tune (K of a cell per Tune trial where `fusion` says
-    so) and store each as it ends; returns summaries of what was stored."""
+    so) and store each as it ends; returns summaries of what was stored. Stops early on a store
+    fault (StoreFault), a node that cannot run trials (RunStopped) or `interruption`'s signal."""
     groups = [{"keys": [t.key for t in g], "configs": [t.config for t in g]}
               for g in fusion_groups(trials, fusion or {})]
-    writer = StoreWriter(store, study, trials, groups)
+    writer = StoreWriter(store, study, trials, groups, interruption)
     progress = ProgressPrinter(writer, len(trials), progress_interval)
     tuner = tune.Tuner(
         tune.with_resources(tune.with_parameters(run_tune_trial, groups=groups),
@@ -186,7 +267,7 @@ def run_trials(study: str, trials: List[PlannedTrial], store: str, resources: Di
         run_config=tune.RunConfig(
             name=f"{study}-{time.strftime('%Y%m%d-%H%M%S')}",
             storage_path=os.path.join(tempfile.gettempdir(), "hpstudy-tune"),
-            failure_config=tune.FailureConfig(max_failures=max_retries), stop=FaultStopper(writer),
+            failure_config=tune.FailureConfig(max_failures=max_retries), stop=RunStopper(writer),
             callbacks=[writer, progress], verbose=0, log_to_file=False,
             checkpoint_config=tune.CheckpointConfig(num_to_keep=1)),
     )
@@ -200,6 +281,8 @@ def run_trials(study: str, trials: List[PlannedTrial], store: str, resources: Di
     if writer.fault is not None:
         raise StoreFault(f"{writer.fault}; this run stored {len(writer.finished)} of its {len(trials)} "
                          f"trials before that and stopped")
+    if writer.stop_reason is not None:
+        raise RunStopped(writer.stop_reason.strip().splitlines()[-1], 1)
     return writer.finished
 
 
@@ -209,7 +292,9 @@ def run_study(spec: StudySpec, store: str, fresh: bool = False, address: Optiona
     """Run every trial of `spec` not yet stored as ok/diverged; return the study's stored rows.
 
     The store is probed (a file written and deleted) before anything runs; a store fault at any
-    point raises StoreFault saying what is stored and that rerunning the same command resumes."""
+    point raises StoreFault saying what is stored and that rerunning the same command resumes.
+    SIGINT or SIGTERM stops the run (see Interruption) and raises RunStopped with exit code 128 +
+    the signal's number; so does a node that cannot run the trials, with exit code 1."""
     trials = expand(spec)
     keys = {t.key for t in trials}
     try:
@@ -218,22 +303,42 @@ def run_study(spec: StudySpec, store: str, fresh: bool = False, address: Optiona
         raise StoreFault(f"{exc}; the store {store} must be writable: no trial was run; fix it and rerun "
                          f"the same command") from exc
     done = set()
+    interruption = Interruption()
     try:
-        if fresh:
-            delete_study(store, spec.name)
-        write_spec_record(store, spec.name, spec.source, len(trials), keys)
-        done = stored_keys(store, spec.name)
-        pending = [t for t in trials if t.key not in done]
-        print(f"study {spec.name}: {len(trials)} trials, {len(trials) - len(pending)} already stored, "
-              f"{len(pending)} to run; store {store}", flush=True)
-        if pending:
-            resources = {"cpu": spec.resources.cpu, "gpu": spec.resources.gpu}
-            with ray_session(address, num_cpus):
-                run_trials(spec.name, pending, store, resources, spec.max_retries,
-                           max_concurrent=max_concurrent, progress_interval=progress_interval,
-                           fusion=fusion_sizes(spec, pending, resources))
+        with interruption:
+            if fresh:
+                delete_study(store, spec.name)
+            write_spec_record(store, spec.name, spec.source, len(trials), keys)
+            done = stored_keys(store, spec.name)
+            pending = [t for t in trials if t.key not in done]
+            print(f"study {spec.name}: {len(trials)} trials, {len(trials) - len(pending)} already stored, "
+                  f"{len(pending)} to run; store {store}", flush=True)
+            if pending:
+                resources = {"cpu": spec.resources.cpu, "gpu": spec.resources.gpu}
+                with ray_session(address, num_cpus):
+                    interruption.arm()              # ray.init replaced the SIGTERM handler
+                    fusion = fusion_sizes(spec, pending, resources)
+                    if interruption.signum is None:
+                        run_trials(spec.name, pending, store, resources, spec.max_retries,
+                                   max_concurrent=max_concurrent, progress_interval=progress_interval,
+                                   fusion=fusion, interruption=interruption)
         stored = load_trials(store, spec.name)
     except StoreFault as exc:
         raise StoreFault(f"{exc}; {len(done & keys)} of the study's {len(trials)} trials were stored before "
                          f"this run; rerun the same command to resume") from exc
+    except KeyboardInterrupt:               # a second signal: quit at once
+        interruption.signum = interruption.signum or signal.SIGINT
+    except RunStopped as stop:
+        stored = load_trials(store, spec.name)
+        raise RunStopped(f"error: {stop}; the study stopped: {_count_finished(stored, keys)}/{len(trials)} "
+                         f"stored; fix that and rerun the same command to resume", stop.exit_code) from None
+    if interruption.signum is not None:
+        stored = load_trials(store, spec.name)
+        raise RunStopped(f"interrupted: {_count_finished(stored, keys)}/{len(trials)} stored; rerun the same "
+                         f"command to resume", 128 + interruption.signum)
     return stored[stored["trial_key"].isin(keys)].reset_index(drop=True)
+
+
+def _count_finished(stored, keys: set) -> int:
+    """How many of `keys` are stored as ok/diverged."""
+    return int((stored["trial_key"].isin(keys) & stored["status"].isin(schema.FINISHED)).sum())

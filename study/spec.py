@@ -214,6 +214,10 @@ def parse_spec(raw: Any, check_paths: bool = True) -> StudySpec:
     if not whole_in(sampler_seed, 0, MAX_SEED):
         _reject("sampler_seed", sampler_seed, "an integer in [0, 2**63)")
     fuse = raw.get("fuse", "auto")
+    if fuse is False:                  # YAML 1.1 reads an unquoted `off` (or `no`, `false`) as false
+        fuse = "off"
+    if fuse is True:
+        _reject("fuse", fuse, "off, auto or an integer K >= 1 (YAML reads on/yes/true as true: write auto or K)")
     if not (fuse in FUSE_MODES or (isinstance(fuse, int) and not isinstance(fuse, bool) and fuse >= 1)):
         _reject("fuse", fuse, "off, auto or an integer K >= 1")
     space, family_space = _space(raw.get("space"), optimizers)

@@ -2,6 +2,7 @@
 
     <root>/trials/study=<name>/<trial_key>.parquet   one row per finished trial
     <root>/epochs/study=<name>/<trial_key>.parquet   one row per epoch
+    <root>/reports/<name>/                           the study's report (index.html, figures, tables)
 
 `root` is a local path or a pyarrow filesystem URI (s3://bucket/prefix, gs://...). Files are written
 under a dot-prefixed temporary name and renamed, so readers (which skip dot files) never see half a
@@ -29,6 +30,7 @@ from trainers.schema import EPOCH_SCHEMA, FINISHED, TRIAL_SCHEMA, check_keys
 
 TABLES = {"trials": TRIAL_SCHEMA, "epochs": EPOCH_SCHEMA}
 QUARANTINE = "quarantine"          # <root>/quarantine/<table>/study=<name>/: files compaction could not read
+REPORTS = "reports"                # <root>/reports/<name>/: the study's report, as long-lived as its rows
 STUDY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 STUDY_NAME_RULE = "1 to 128 letters, digits, '-', '_' or '.', starting with a letter or digit"
 
@@ -362,3 +364,27 @@ def load_spec_record(root: str, study: str) -> Optional[Dict]:
             return None
         with fs.open_input_stream(path) as f:
             return json.loads(f.read().decode())
+
+
+def write_report_files(root: str, study: str, folder: str) -> str:
+    """Copy a report written to a local `folder` into <root>/reports/<study>/ through the store's
+    filesystem (local path or URI), each file atomically; files of an earlier report that this one
+    lacks are deleted. Returns the report folder's location (a path, or a URI without its query)."""
+    fs, base = open_root(root)
+    target = f"{base}/{REPORTS}/{check_study_name(study)}"
+    written = set()
+    for directory, _, names in os.walk(folder):
+        relative = os.path.relpath(directory, folder).replace(os.sep, "/")
+        destination = target if relative == "." else f"{target}/{relative}"
+        for name in sorted(names):
+            with open(os.path.join(directory, name), "rb") as f:
+                data = f.read()
+            written.add(_write_atomic(fs, destination, name, lambda out, data=data: out.write(data)))
+    with store_io(f"list {target}"):
+        present = {info.path for info in fs.get_file_info(pafs.FileSelector(target, recursive=True))
+                   if info.type == pafs.FileType.File}
+    for path in sorted(present - written):
+        with store_io(f"delete {path}"):
+            fs.delete_file(path)
+    where = root.split("?", 1)[0].rstrip("/") if "://" in root else base
+    return f"{where}/{REPORTS}/{study}"

@@ -2,8 +2,9 @@
 
 import json
 import os
+import socket
 import traceback
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 import ray
 import torch
@@ -12,6 +13,7 @@ from ray import tune
 from study.faults import crash_if_asked
 from trainers.errors import HpstudyError
 from trainers.fused import train_fused
+from trainers.provenance import cuda_unusable_reason
 from trainers.trial import train_trial
 
 
@@ -20,6 +22,15 @@ def use_assigned_cpus() -> None:
     oversubscribe the node when several trials share it (measured 5x slower on 2 cores)."""
     cpus = ray.get_runtime_context().get_assigned_resources().get("CPU", 1)
     torch.set_num_threads(max(1, int(cpus)))
+
+
+def unusable_gpu_reason() -> Optional[str]:
+    """Why a trial that holds GPUs cannot train on them (torch sees no usable CUDA: a CPU-only
+    torch, a driver older than torch's CUDA, no devices visible), or None. Such a trial must not
+    fall back to the CPU, as `device: auto` would, silently, for days."""
+    share = ray.get_runtime_context().get_assigned_resources().get("GPU", 0)
+    reason = cuda_unusable_reason() if share else None
+    return reason and f"a trial holds {share:g} GPU on {socket.gethostname()}, but {reason}"
 
 
 def use_assigned_gpus() -> None:
@@ -56,13 +67,19 @@ def run_tune_trial(config: Dict, groups: List[Dict]) -> None:
     An error of the trial code is tried once more in this worker: if it repeats (same type and
     message), or is a user error (HpstudyError), it is deterministic and is reported as
     `trial_error` (stored as failed) instead of raised, since Ray's retries are for lost workers;
-    a different second error is raised for Ray to retry.
+    a different second error is raised for Ray to retry. A trial that holds a GPU torch cannot
+    use reports why as `trial_error` with `stop_study`, at once: the driver stores it failed and
+    stops the study.
     """
     group = groups[config["group"]]
     for key in group["keys"]:
         crash_if_asked(key)
     use_assigned_cpus()
     use_assigned_gpus()
+    wrong_device = unusable_gpu_reason()
+    if wrong_device:                        # stored failed, and the driver stops the study
+        tune.report({"final": 1, "trial_error": wrong_device, "stop_study": 1})
+        return
     first_error = None
     for _ in range(2):
         try:

@@ -1,10 +1,18 @@
 """run_edf.py and hpstudy command lines that need no Ray: dry runs, bad flags, status, compact."""
 
-import pytest
+import socket
+from types import SimpleNamespace
 
-from study.cli import hpstudy_main, run_edf_main
-from study.store import load_trials, write_spec_record, write_trial
-from tests.helpers import small_spec, stored_row, write_spec
+import pandas as pd
+import pyarrow.fs as pafs
+import pytest
+import yaml
+
+from study.cli import fetch_hint, hpstudy_main, run_edf_main, run_exit_code
+from study.progress import ProgressPrinter
+from study.store import load_trials, open_root, write_report_files, write_spec_record, write_trial
+from tests.helpers import make_trials, small_spec, stored_row, write_spec
+from tests.test_store import s3_root  # noqa: F401  (a fixture)
 
 
 def test_dry_run_prints_the_plan(tmp_path, capsys):
@@ -52,3 +60,72 @@ def test_hpstudy_status_and_compact(tmp_path, capsys):
     assert "trials: 4 files read; 3 rows of finished trials merged (3 files deleted); 1 unfinished trials" in out
     assert "epochs: 0 files read" in out
     assert len(load_trials(store, "s")) == 4
+
+
+@pytest.mark.parametrize("value,code,message", [
+    ("off", 0, "fuse off"), ("false", 0, "fuse off"), ("no", 0, "fuse off"), ("'off'", 0, "fuse off"),
+    ("on", 2, "error: fuse: bad value True; allowed: off, auto or an integer K >= 1 (YAML reads on/yes/true as "
+              "true: write auto or K)"),
+    ("true", 2, "error: fuse: bad value True"),
+])
+def test_fuse_takes_yamls_booleans_for_off_and_refuses_on(value, code, message, tmp_path, capsys):
+    text = yaml.safe_dump(small_spec(name="fz")).replace("fuse: 'off'", f"fuse: {value}")
+    assert f"fuse: {value}\n" in text
+    (tmp_path / "fz.yaml").write_text(text)
+    assert run_edf_main(["--config", str(tmp_path / "fz.yaml"), "--store", str(tmp_path / "s"), "--dry-run"]) == code
+    out = capsys.readouterr()
+    assert message in (out.out if code == 0 else out.err)
+
+
+def test_a_report_goes_into_the_store_and_replaces_the_earlier_one(tmp_path):
+    store, first, second = tmp_path / "store", tmp_path / "first", tmp_path / "second"
+    (first / "figures").mkdir(parents=True)
+    (first / "index.html").write_text("one")
+    (first / "figures" / "old.svg").write_text("<svg/>")
+    assert write_report_files(str(store), "s", str(first)) == f"{store}/reports/s"
+    assert (store / "reports/s/figures/old.svg").read_text() == "<svg/>"
+    second.mkdir()
+    (second / "index.html").write_text("two")
+    write_report_files(str(store), "s", str(second))
+    files = sorted(p.relative_to(store).as_posix() for p in store.rglob("*") if p.is_file())
+    assert files == ["reports/s/index.html"] and (store / "reports/s/index.html").read_text() == "two"
+
+
+def test_a_cluster_run_says_how_to_fetch_its_report(capsys):
+    local = fetch_hint("/home/ubuntu/results/reports/demo/index.html")
+    assert f"on the head node ({socket.gethostname()})" in local
+    assert "ray rsync_down cluster.yaml /home/ubuntu/results/reports/demo/ ./demo-report/" in local
+    assert fetch_hint("s3://bucket/hpstudy/reports/demo/index.html") == (
+        "the report is in the store: s3://bucket/hpstudy/reports/demo/ (copy it with your storage's own tools)")
+
+
+@pytest.mark.parametrize("statuses,total,code,last", [
+    (["ok", "diverged"], 2, 0, None),
+    (["ok", "failed"], 2, 1, None),
+    (["ok", "diverged"], 3, 1, "incomplete: 2/3 stored, 1 not run to the end; rerun the same command to resume"),
+])
+def test_exit_code_is_0_only_when_every_trial_of_the_spec_is_stored(statuses, total, code, last, capsys):
+    stored = pd.DataFrame({"trial_key": [f"k{i}" for i in range(len(statuses))], "status": statuses})
+    assert run_exit_code(stored, total) == code
+    err = capsys.readouterr().err.strip()
+    assert (err.splitlines()[-1] if err else None) == last
+
+
+def test_the_status_line_shows_the_devices_trials_ran_on():
+    finished = [{"model": "cnn_tiny", "status": "ok", "top1_err": 5.0, "device": "cuda:0 (NVIDIA A100-SXM4-40GB)"},
+                {"model": "cnn_tiny", "status": "ok", "top1_err": 4.0, "device": "cpu"},
+                {"model": "cnn_tiny", "status": "failed", "top1_err": None, "device": None}]
+    line = ProgressPrinter(SimpleNamespace(finished=finished), total=4).line()
+    assert "3/4 done (ok 2, diverged 0, failed 1)" in line and "| on cpu 1, cuda 1 |" in line
+
+
+@pytest.mark.slow
+def test_the_report_of_an_s3_store_is_written_into_the_bucket(s3_root, capsys):  # noqa: F811
+    for row in make_trials(models=("cnn_tiny",), optimizers=("adamw",), n=4).to_dict("records"):
+        write_trial(s3_root, "s", stored_row(**{k: v for k, v in row.items() if k != "study"}))
+    write_spec_record(s3_root, "s", {"name": "s"}, 4)
+    assert hpstudy_main(["report", "--store", s3_root, "--study", "s"]) == 0
+    assert "report: s3://hpstudy-test/results/reports/s/index.html\n" in capsys.readouterr().out
+    fs, base = open_root(s3_root)
+    stored = {info.base_name for info in fs.get_file_info(pafs.FileSelector(f"{base}/reports/s", recursive=True))}
+    assert {"index.html", "report.json"} <= stored
