@@ -27,9 +27,17 @@ from trainers.zoo import SIZE_ORDER, get_spec, list_models
 PANEL = (3.0, 2.0)   # inches per panel
 OKABE_ITO = {"blue": "#0072B2", "sky": "#56B4E9", "vermillion": "#D55E00", "orange": "#E69F00",
              "green": "#009E73", "purple": "#CC79A7", "yellow": "#F0E442", "black": "#000000"}
+# Paul Tol's muted scheme (colour-blind safe) for the families the Okabe-Ito colours do not cover.
+TOL_MUTED = {"indigo": "#332288", "teal": "#44AA99", "rose": "#CC6677", "olive": "#999933", "wine": "#882255",
+             "cyan": "#88CCEE", "sand": "#DDCC77", "tol_green": "#117733", "tol_purple": "#AA4499"}
+PALETTE = {**OKABE_ITO, **TOL_MUTED}
+# CoAtNet's colours follow its catalogue order: the four layouts at 224 px, CoAtNet-0..3, then the tiny
+# layouts, which get the colours of their 224 px twins.
 FAMILY_COLOURS = {"vit_p": ["blue", "sky"], "vit_c": ["vermillion", "orange"],
-                  "cnn": ["green", "purple", "black"]}
-FAMILY_LINES = {"vit_p": "-", "vit_c": "--", "cnn": ":"}
+                  "cnn": ["green", "purple", "black"],
+                  "coatnet": ["indigo", "teal", "rose", "olive", "wine", "cyan", "sand", "tol_green"],
+                  "vit_rel": ["tol_purple"]}
+FAMILY_LINES = {"vit_p": "-", "vit_c": "--", "cnn": ":", "coatnet": "-.", "vit_rel": (0, (5, 1, 1, 1, 1, 1))}
 STYLE = {"pdf.fonttype": 42, "ps.fonttype": 42, "svg.hashsalt": "hpstudy", "svg.fonttype": "path",
          "font.size": 7, "axes.titlesize": 7, "axes.labelsize": 7, "legend.fontsize": 6,
          "xtick.labelsize": 6, "ytick.labelsize": 6, "lines.linewidth": 1.2, "axes.linewidth": 0.6,
@@ -41,7 +49,7 @@ def model_style(model: str) -> Dict[str, str]:
     spec = get_spec(model)
     rank = list_models(spec.family).index(model)
     colours = FAMILY_COLOURS[spec.family]
-    return {"color": OKABE_ITO[colours[rank % len(colours)]], "linestyle": FAMILY_LINES[spec.family]}
+    return {"color": PALETTE[colours[rank % len(colours)]], "linestyle": FAMILY_LINES[spec.family]}
 
 
 @contextmanager

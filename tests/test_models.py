@@ -57,7 +57,7 @@ def test_vit_recipe_details():
 
 
 def test_families_are_recorded():
-    assert {get_spec(n).family for n in list_models()} == {"vit_p", "vit_c", "cnn"}
+    assert {get_spec(n).family for n in list_models()} == {"vit_p", "vit_c", "cnn", "coatnet", "vit_rel"}
     assert set(list_models("cnn")) >= {"regnety_1gf", "regnety_4gf", "regnety_16gf", "regnety_32gf",
                                        "resnet50", "cnn_tiny"}
 

@@ -1,4 +1,5 @@
-"""Model builders: ViT-P / ViT-C of Xiao et al. 2021 on timm's VisionTransformer, and timm CNNs.
+"""Model builders: ViT-P / ViT-C of Xiao et al. 2021 on timm's VisionTransformer, timm CNNs, and CoAtNet
+(Dai et al. 2021) and its ViT_REL on timm's MaxxVit and VisionTransformerRelPos.
 
 The catalogue of names, families and recipes is `trainers.zoo` (torch-free); this module builds them.
 """
@@ -8,8 +9,11 @@ from typing import Callable, Dict, List, Sequence, Tuple
 
 import timm
 from timm.layers import PatchEmbed
+from timm.models.maxxvit import MaxxVit
+from timm.models.maxxvit import model_cfgs as maxxvit_cfgs
 from timm.models.regnet import RegNet, RegNetCfg
 from timm.models.vision_transformer import VisionTransformer
+from timm.models.vision_transformer_relpos import VisionTransformerRelPos
 from torch import nn
 
 from trainers.zoo import get_spec
@@ -62,7 +66,30 @@ def _regnet(num_classes: int, image_size: int, **cfg) -> nn.Module:
     return RegNet(RegNetCfg(**cfg), num_classes=num_classes)
 
 
-BUILDERS: Dict[str, Callable[..., nn.Module]] = {"vit": _vit, "timm": _timm_cnn, "regnet": _regnet}
+def _coatnet(num_classes: int, image_size: int, timm_cfg: str, stem_stride: int = 2, **overrides) -> MaxxVit:
+    """A CoAtNet from timm's MaxxVitCfg `timm_cfg` with `overrides` (block_type, depths, widths; timm's
+    keyword overlay), never pretrained.
+
+    MBConv blocks down-sample by a stride-2 first 1x1 conv (timm's conv stride_mode '1x1'), as the paper's
+    Eq. 5 and its Table 3 numbers; timm's default, a strided depthwise conv, is the paper's Table 9 variant
+    (+0.4 GF for CoAtNet-0). `stem_stride` 1 (small images) builds the net for twice the image size and
+    takes the stride out of the stem's first conv: the stages see the feature maps of a 2x larger image.
+    """
+    model = MaxxVit(maxxvit_cfgs[timm_cfg], img_size=image_size * 2 // stem_stride, num_classes=num_classes,
+                    conv_stride_mode="1x1", **overrides)
+    model.stem.conv1.stride = (stem_stride, stem_stride)
+    return model
+
+
+def _vit_rel(num_classes: int, image_size: int, dim: int, depth: int, patch: int) -> VisionTransformerRelPos:
+    """ViT_REL of the CoAtNet paper on timm's VisionTransformerRelPos: a ViT stem, one learned relative
+    position bias per head (as CoAtNet's attention), heads 32 wide, no LayerScale, average pooling."""
+    return VisionTransformerRelPos(img_size=image_size, patch_size=patch, num_classes=num_classes, embed_dim=dim,
+                                   depth=depth, num_heads=dim // 32, init_values=None, rel_pos_type="bias")
+
+
+BUILDERS: Dict[str, Callable[..., nn.Module]] = {"vit": _vit, "timm": _timm_cnn, "regnet": _regnet,
+                                                 "coatnet": _coatnet, "vit_rel": _vit_rel}
 
 
 def build_model(name: str, num_classes: int = 1000, image_size: int = None) -> nn.Module:
