@@ -10,6 +10,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 import yaml
 
 from study.store import STUDY_NAME, STUDY_NAME_RULE
+from trainers.checkpoint import pin_init
 from trainers.config import MAX_EPOCHS, TrialConfig
 from trainers.data import MAX_SEED, DataSpec, check_data_path, finite_in, whole_in
 from trainers.errors import ConfigError, DataError, HpstudyError
@@ -140,7 +141,7 @@ def _space(raw: Any, optimizers: Tuple[str, ...]):
     return space, family_space
 
 
-def _recipe(raw: Any) -> Dict[str, Any]:
+def _recipe(raw: Any, check_paths: bool) -> Dict[str, Any]:
     if raw is None:
         return {}
     if not isinstance(raw, dict):
@@ -148,7 +149,10 @@ def _recipe(raw: Any) -> Dict[str, Any]:
     for key in raw:
         if key not in RECIPE_FIELDS:
             _reject("recipe", key, ", ".join(RECIPE_FIELDS))
-    return dict(raw)
+    try:
+        return pin_init(raw, must_exist=check_paths)     # trial keys name an init checkpoint's bytes
+    except ConfigError as exc:
+        raise SpecError(f"recipe.{exc}")
 
 
 def _resources(raw: Any) -> Resources:
@@ -223,7 +227,7 @@ def parse_spec(raw: Any, check_paths: bool = True) -> StudySpec:
     space, family_space = _space(raw.get("space"), optimizers)
     spec = StudySpec(name=name, dataset=dataset, models=models, optimizers=optimizers, epochs=epochs,
                      samples=samples, space=space, family_space=family_space,
-                     recipe=_recipe(raw.get("recipe")), sampler=sampler, paired=paired,
+                     recipe=_recipe(raw.get("recipe"), check_paths), sampler=sampler, paired=paired,
                      sampler_seed=sampler_seed, seeds=seeds,
                      resources=_resources(raw.get("resources")), max_retries=max_retries,
                      fuse=fuse, source=raw)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Dict, Optional
 
+from trainers.checkpoint import CHECKPOINT_KINDS, count_parameter_groups
 from trainers.data import MAX_SEED, DataSpec, finite_in, raise_first_bad, whole_in
 from trainers.errors import ConfigError
 from trainers.optim import OPTIMIZERS, scaled_lr
@@ -37,7 +38,9 @@ def model_input_error(model: str, image_size: int, batch: int) -> Optional[str]:
 DECODE_MODES = ("auto", "workers", "device")
 # Fields added after stores of version 0.1 existed, with their defaults: left out of the canonical
 # JSON while at the default, so resuming an old study finds its trials under the same keys.
-ADDED_SINCE_0_1 = {"accum_steps": 1, "grad_checkpointing": False, "decode": "auto"}
+ADDED_SINCE_0_1 = {"accum_steps": 1, "grad_checkpointing": False, "decode": "auto", "init": None,
+                   "init_sha256": None, "freeze": 0}
+SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 def _doc(text: str, default: Any = dataclasses.MISSING, **kwargs) -> Any:
@@ -80,6 +83,14 @@ class TrialConfig:
                                     "checkpointing: less memory, ~30% more compute)", False)
     decode: str = _doc("where image-folder JPEGs are decoded: workers (CPU, PIL), device (batched "
                        "torchvision.io.decode_jpeg) or auto (device on CUDA)", "auto")
+    init: Optional[str] = _doc("fine-tune from this local checkpoint, a torch state dict (.pt, .pth, .bin) or "
+                               "safetensors file (none: from scratch); the head is re-initialised when the "
+                               "class count differs", None)
+    init_sha256: Optional[str] = _doc("sha256 of the init file, filled in when a study is planned so the trial "
+                                      "key names the checkpoint's bytes; a trial refuses a file that differs", None)
+    freeze: int = _doc("freeze this many leading parameter groups of timm's coarse grouping of the init model "
+                       "(1 = the stem, 2 = the stem and the first stage, or block of a ViT; BatchNorm "
+                       "statistics too; 0 = none)", 0)
 
     @classmethod
     def from_dict(cls, config: Dict[str, Any]) -> "TrialConfig":
@@ -152,7 +163,26 @@ class TrialConfig:
                 and self.batch_size % self.accum_steps == 0):
             raise ConfigError(f"accum_steps: bad value {self.accum_steps!r}; allowed: an integer >= 1 that "
                               f"divides batch_size ({self.batch_size})")
+        self._check_init()
         self._check_model_input()
+
+    def _check_init(self) -> None:
+        """ConfigError naming `init`, `init_sha256` or `freeze` when one is malformed or out of range for
+        the model (the head's group is never frozen; freezing needs a checkpoint to keep)."""
+        if not (self.init is None or (isinstance(self.init, str) and self.init)):
+            raise ConfigError(f"init: bad value {self.init!r}; allowed: null (from scratch) or the path of "
+                              f"{CHECKPOINT_KINDS}")
+        if not (self.init_sha256 is None or (self.init is not None and isinstance(self.init_sha256, str)
+                                             and SHA256.fullmatch(self.init_sha256))):
+            raise ConfigError(f"init_sha256: bad value {self.init_sha256!r}; allowed: null, or 64 lower-case hex "
+                              f"digits with init")
+        if whole_in(self.freeze, 0, 0):
+            return
+        groups = count_parameter_groups(self.model)
+        if not (self.init and whole_in(self.freeze, 1, groups - 1)):
+            allowed = f"an integer in [0, {groups - 1}]" if self.init else "0 without init (nothing to keep)"
+            raise ConfigError(f"freeze: bad value {self.freeze!r} for model {self.model}; allowed: {allowed} "
+                              f"(leading parameter groups: 1 = the stem; the head's group is never frozen)")
 
     def _check_model_input(self) -> None:
         """ConfigError if the model cannot take the dataset's image size, or cannot train on the
@@ -198,4 +228,4 @@ class TrialConfig:
         return {"model": self.model, "family": get_spec(self.model).family,
                 "optimizer": self.optimizer, "epochs": self.epochs, "lr": self.lr, "wd": self.wd,
                 "seed": self.seed, "dataset": self.dataset.name, "batch_size": self.batch_size,
-                "config_json": self.to_json()}
+                "init_sha256": self.init_sha256, "config_json": self.to_json()}

@@ -33,7 +33,7 @@ from trainers.trial import Trainer
 PER_MEMBER = ("lr", "wd", "seed")
 # recipe options fusion does not implement, with the values that mean "off"
 UNSUPPORTED = {"mixup": (0,), "cutmix": (0,), "ema_decay": (None,), "grad_clip": (None,), "amp": (None, False),
-               "accum_steps": (1,), "grad_checkpointing": (False,)}
+               "accum_steps": (1,), "grad_checkpointing": (False,), "init": (None,), "freeze": (0,)}
 
 
 def check_fusable(cfgs: Sequence[TrialConfig]) -> None:

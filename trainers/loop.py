@@ -133,5 +133,6 @@ def trial_row(cfg: TrialConfig, epoch_log: List[Dict[str, Any]], diverged: bool,
         **cfg.row_fields(), **errors, **run_info(trainer.device),
         flops=flops, params=params, status=schema.DIVERGED if diverged else schema.OK,
         train_loss=last.get("train_loss"), epochs_done=len(epoch_log), wall_s=wall_s,
+        head_reinit=getattr(trainer, "head_reinit", None),     # fused trainers never fine-tune
         finished_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
     return dict(row, epoch_log=epoch_log)

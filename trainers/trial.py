@@ -1,6 +1,7 @@
 """Training one trial alone: the `Trainer` of one member, run by the shared driver (trainers.loop)."""
 
 import contextlib
+import dataclasses
 import gc
 from typing import Any, Callable, Dict, Optional
 
@@ -11,6 +12,7 @@ from timm.data import Mixup
 from timm.loss import SoftTargetCrossEntropy
 from timm.utils import ModelEmaV3
 
+from trainers.checkpoint import freeze_leading, load_checkpoint, verified_sha256
 from trainers.config import TrialConfig
 from trainers.data import DeviceBatches
 from trainers.loop import configure_device, data_for, diverged_mask, fit, resolve_device, trial_schedule
@@ -46,6 +48,8 @@ class Trainer:
     """Holds the model, optimizer, schedule and data of one trial and trains it epoch by epoch."""
 
     def __init__(self, cfg: TrialConfig):
+        if cfg.init is not None:           # the row's config then names the checkpoint's bytes
+            cfg = dataclasses.replace(cfg, init_sha256=verified_sha256(cfg.init, cfg.init_sha256))
         self.cfg = cfg
         self.cfgs = [cfg]
         self._diverged = False
@@ -62,7 +66,12 @@ class Trainer:
         torch.manual_seed(cfg.seed)
         np.random.seed(cfg.seed % 2**32)  # timm's Mixup draws from numpy's global generator
         self.generator = torch.Generator().manual_seed(cfg.seed)
-        self.model = build_model(cfg.model, self.num_classes, cfg.dataset.size).to(self.device, self.dtype)
+        self.model = build_model(cfg.model, self.num_classes, cfg.dataset.size)
+        # None: from scratch; True/False: fine-tuned, with the head re-initialised or loaded
+        self.head_reinit = None if cfg.init is None else load_checkpoint(self.model, cfg.init, cfg.model)
+        if cfg.freeze:
+            freeze_leading(self.model, cfg.freeze)
+        self.model = self.model.to(self.device, self.dtype)
         if channels_last:
             self.model = self.model.to(memory_format=torch.channels_last)
         if cfg.grad_checkpointing:

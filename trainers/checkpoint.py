@@ -1,0 +1,136 @@
+"""Fine-tuning from a local checkpoint: its sha256 (part of the trial key), loading it into a freshly built
+model (the classifier re-initialised when the class count differs), and freezing leading parameter groups.
+
+Nothing downloads: `init` names a local file, a torch state dict (.pt, .pth, .bin; read with
+`weights_only=True`, so a pickle cannot run code) or a safetensors file, read by timm's
+`load_state_dict` (which takes a checkpoint's EMA weights where it holds them and strips DDP prefixes).
+"""
+
+import hashlib
+import os
+import sys
+from functools import lru_cache
+from typing import Any, Dict, List, Mapping, Optional
+
+import torch
+from timm.models import load_state_dict
+from timm.models._manipulate import group_parameters
+from timm.utils.model import freeze
+from torch import nn
+
+from trainers.errors import ConfigError
+
+CHECKPOINT_KINDS = "a local torch state dict (.pt, .pth, .bin) or safetensors file (.safetensors)"
+NAMED = 3          # mismatched keys named per kind in an error
+
+
+def file_sha256(path: str) -> str:
+    """The sha256 (hex) of a file's bytes, hashed once per (path, size, modification time)."""
+    stat = os.stat(path)
+    return _sha256(os.path.realpath(path), stat.st_size, stat.st_mtime_ns)
+
+
+@lru_cache(maxsize=32)
+def _sha256(path: str, size: int, mtime_ns: int) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def pin_init(config: Mapping[str, Any], must_exist: bool) -> Dict[str, Any]:
+    """`config` (a trial config or a study recipe) with `init_sha256` set from its `init` file, so its
+    trial key names the checkpoint's bytes. A missing file is a ConfigError when `must_exist`, else the
+    config is returned unpinned; a given `init_sha256` that the file does not have is a ConfigError."""
+    path = config.get("init")
+    if not isinstance(path, str) or not path:
+        return dict(config)                  # no init, or a bad value that TrialConfig.validate names
+    if not os.path.isfile(path):
+        if must_exist:
+            raise ConfigError(f"init: {path!r} is not a file; allowed: {CHECKPOINT_KINDS}")
+        return dict(config)
+    sha = file_sha256(path)
+    given = config.get("init_sha256")
+    if given is not None and given != sha:
+        raise ConfigError(f"init_sha256: bad value {given!r}; allowed: the sha256 of {path!r} ({sha}), "
+                          f"or null to take it from the file")
+    return dict(config, init_sha256=sha)
+
+
+def verified_sha256(path: str, planned: Optional[str]) -> str:
+    """The sha256 of the checkpoint a trial starts from; ConfigError if the file is missing or is not
+    the one the trial was planned with (`planned`, its recorded sha256; None: not recorded)."""
+    if not os.path.isfile(path):
+        raise ConfigError(f"init: {path!r} is not a file; allowed: {CHECKPOINT_KINDS}")
+    sha = file_sha256(path)
+    if planned is not None and sha != planned:
+        raise ConfigError(f"init: {path!r} has sha256 {sha}, not the {planned} this trial was planned with; "
+                          f"allowed: the same file (rerun the study to plan it with the new file's trial keys)")
+    return sha
+
+
+def _classifier_keys(model: nn.Module) -> List[str]:
+    """State-dict keys of the model's classifier (timm's `get_classifier`)."""
+    classifier = model.get_classifier()
+    prefix = next(name for name, module in model.named_modules() if module is classifier)
+    return [f"{prefix}.{key}" for key in classifier.state_dict()]
+
+
+def _named(keys: List[str]) -> str:
+    more = f" (+{len(keys) - NAMED} more)" if len(keys) > NAMED else ""
+    return ", ".join(keys[:NAMED]) + more
+
+
+def load_checkpoint(model: nn.Module, path: str, model_name: str) -> bool:
+    """Load the checkpoint at `path` into `model` (built and seeded for the trial; position tables of
+    another image size are resized by timm). Its classifier is kept as built, i.e. re-initialised, when
+    the checkpoint's class count differs or it has none; returns whether it was. ConfigError naming the
+    first mismatched keys when the checkpoint does not fit."""
+    try:
+        state = load_state_dict(path, use_ema=True, weights_only=True)
+    except Exception as exc:   # torch.load and safetensors raise many types for a file they cannot read
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ConfigError(f"init: cannot read {path!r} ({reason}); allowed: {CHECKPOINT_KINDS}")
+    own = model.state_dict()
+    timm_filter = getattr(sys.modules[type(model).__module__], "checkpoint_filter_fn", None)
+    if timm_filter is not None:     # timm's: resizes position embeddings and tables to the model's image size
+        state = {**state, **timm_filter({k: v for k, v in state.items() if k in own}, model)}
+    head = _classifier_keys(model)
+    reinit = any(key not in state or state[key].shape != own[key].shape for key in head)
+    if reinit:
+        state = {k: v for k, v in state.items() if k not in head}
+    missing = [k for k in own if k not in state and k not in head]
+    unexpected = [k for k in state if k not in own]
+    shapes = [f"{k} {tuple(state[k].shape)} vs {tuple(own[k].shape)}" for k in state
+              if k in own and state[k].shape != own[k].shape]
+    problems = [f"{what} {_named(keys)}" for what, keys in (("missing", missing), ("unexpected", unexpected),
+                                                             ("shape (checkpoint vs model)", shapes)) if keys]
+    if problems:
+        raise ConfigError(f"init: {path!r} does not fit model {model_name}: {'; '.join(problems)}; allowed: "
+                          f"a checkpoint of {model_name} (any class count)")
+    with torch.no_grad():
+        model.load_state_dict(state, strict=False)
+    return reinit
+
+
+def parameter_groups(model: nn.Module) -> Dict[int, List[str]]:
+    """timm's coarse parameter groups in order: 0 the stem, then stages (blocks of a ViT), the head last."""
+    return group_parameters(model, model.group_matcher(coarse=True))
+
+
+@lru_cache(maxsize=None)
+def count_parameter_groups(model_name: str) -> int:
+    """How many coarse parameter groups a registered model has (built on the meta device)."""
+    from trainers.models import build_model
+    with torch.device("meta"):
+        return len(parameter_groups(build_model(model_name, num_classes=10)))
+
+
+def freeze_leading(model: nn.Module, groups: int) -> None:
+    """Freeze the first `groups` coarse parameter groups: no gradients, and their BatchNorm layers keep
+    the checkpoint's statistics (timm's `freeze` of the modules holding them)."""
+    frozen = [name for group, names in parameter_groups(model).items() if group < groups for name in names]
+    for name in frozen:            # also those held by the root module (a ViT's position embedding)
+        model.get_parameter(name).requires_grad_(False)
+    freeze(model, sorted({name.rpartition(".")[0] for name in frozen} - {""}))
