@@ -225,7 +225,7 @@ def fetch_hint(page: str) -> str:
     folder = page.rsplit("/", 1)[0]
     if "://" in folder:
         return f"the report is in the store: {folder}/ (copy it with your storage's own tools)"
-    return (f"the report is on the head node ({socket.gethostname()}); fetch it with: ray rsync_down "
+    return (f"the report is on the head node ({socket.gethostname()}); fetch it with: ray rsync-down "
             f"cluster.yaml {folder}/ ./{os.path.basename(folder)}-report/  (your cluster file for cluster.yaml)")
 
 

@@ -94,7 +94,7 @@ def test_a_report_goes_into_the_store_and_replaces_the_earlier_one(tmp_path):
 def test_a_cluster_run_says_how_to_fetch_its_report(capsys):
     local = fetch_hint("/home/ubuntu/results/reports/demo/index.html")
     assert f"on the head node ({socket.gethostname()})" in local
-    assert "ray rsync_down cluster.yaml /home/ubuntu/results/reports/demo/ ./demo-report/" in local
+    assert "ray rsync-down cluster.yaml /home/ubuntu/results/reports/demo/ ./demo-report/" in local
     assert fetch_hint("s3://bucket/hpstudy/reports/demo/index.html") == (
         "the report is in the store: s3://bucket/hpstudy/reports/demo/ (copy it with your storage's own tools)")
 
