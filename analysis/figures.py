@@ -19,9 +19,9 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from analysis.metric import DEFAULT_METRIC, ERR, usable
+from analysis.metric import DEFAULT_METRIC, ERR, usable, warn_left_out
 from analysis.stats import expected_best, expected_best_band
-from trainers.schema import DIVERGED
+from trainers.schema import DIVERGED, OK
 from trainers.zoo import SIZE_ORDER, get_spec, list_models
 
 PANEL = (3.0, 2.0)   # inches per panel
@@ -225,3 +225,34 @@ def expected_best_figure(frame: pd.DataFrame, metric: str = DEFAULT_METRIC, esti
             ax.legend(frameon=False)
         _title(fig, f"metric: {used.metric}")
     return fig, pd.DataFrame(rows).assign(metric=used.metric)
+
+
+def generalization_figure(frame: pd.DataFrame, metric: str = DEFAULT_METRIC) -> (Figure, pd.DataFrame):
+    """Validation error against final train loss, a point per trial and each model's median marked, one
+    panel per (optimizer, epochs): CoAtNet's split of generalization (lower error at the same train loss)
+    from capacity (lower train loss). Diverged trials have no final train loss and are left out, said as
+    a LeftOutWarning; returns the figure and its points (with `metric` and `n_left_out`)."""
+    used = usable(frame, metric, "generalization_figure")
+    trained = (used.kept["status"] == OK) & np.isfinite(used.kept["train_loss"].astype(float))
+    if (~trained).any():
+        warn_left_out("generalization_figure", int((~trained).sum()), len(used.kept),
+                      "counted rows: diverged, without a final train loss")
+    points = used.kept[trained][["model", "family", "optimizer", "epochs", "train_loss", ERR]].rename(
+        columns={ERR: "error"}).assign(metric=used.metric, n_left_out=len(frame) - int(trained.sum()))
+    with style():
+        cells = sorted(points.groupby(["optimizer", "epochs"]).groups)
+        fig, axes = _grid(len(cells))
+        for ax, (opt, epochs) in zip(axes, cells):
+            cell = points[(points["optimizer"] == opt) & (points["epochs"] == epochs)]
+            for model in sorted(cell["model"].unique(), key=list_models().index):
+                group = cell[cell["model"] == model]
+                colour = model_style(model)["color"]
+                ax.scatter(group["train_loss"], group["error"], s=6, color=colour, alpha=0.5, linewidths=0)
+                ax.scatter(group["train_loss"].median(), group["error"].median(), s=40, color=colour,
+                           edgecolors="black", linewidths=0.6, label=f"{model} (n={len(group)})")
+            ax.set(title=f"{opt}, {epochs} epochs", xscale="log", xlabel="final train loss",
+                   ylabel="validation top-1 error (%)")
+            ax.legend(frameon=False)
+        _title(fig, "generalization vs capacity: points = trials, large = median per model",
+               f"metric: {used.metric}")
+    return fig, points

@@ -12,12 +12,12 @@ import pandas as pd
 
 from analysis.edf import EDF_CONVENTION, bootstrap_band, dkw_epsilon, edf_table
 from analysis.figures import (delta_edf_figure, delta_error_vs_epochs_figure, error_vs_epochs_figure,
-                              expected_best_figure, hp_scatter_figure, save_figure)
+                              expected_best_figure, generalization_figure, hp_scatter_figure, save_figure)
 from analysis.gaps import ema_gain, length_gap, optimizer_gap, peak_table
 from analysis.metric import DEFAULT_METRIC, ERR, METRIC_DOCS, LeftOutWarning, Rows, left_out_per, usable
 from analysis.stats import (ad_compare, effect_sizes, good_ranges, hp_importance, ks_compare,
                             min_detectable_d)
-from trainers.schema import DIVERGED, FAILED, FINISHED, STATUSES
+from trainers.schema import DIVERGED, FAILED, FINISHED, OK, STATUSES
 
 CELL = ["model", "optimizer", "epochs"]
 
@@ -141,6 +141,14 @@ def _figures(trials: pd.DataFrame, rows: Rows, ranges: Dict, out: str, metric: s
         made.append((name, f"Training-length gap: error(E) - error(E_max), {rows.metric}",
                      save_figure(delta_error_vs_epochs_figure(gaps), out, name, gaps,
                                  {**stated, "rule": "E_max all diverged -> best shorter schedule, flagged"})))
+    if usable_rows["family"].nunique() > 1 and (usable_rows["status"] == OK).any():
+        fig, points = generalization_figure(trials, metric)
+        name = "generalization"
+        made.append((name, f"Generalization vs capacity (CoAtNet's Fig. 1 from the stored rows): validation top-1 "
+                           f"error ({rows.metric}) against final train loss per trial, medians per model large; "
+                           f"diverged trials left out",
+                     save_figure(fig, out, name, points, {**stated, "aggregate": "median per model",
+                                                          "left_out": "failed, no finite error, diverged"})))
     if usable_rows.groupby(["model", "optimizer"]).size().max() >= 2:
         fig, curves = expected_best_figure(trials, metric)
         name = "expected_best"

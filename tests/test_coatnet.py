@@ -1,11 +1,14 @@
 """CoAtNet (Dai et al. 2021), its conv/attention layouts and ViT_REL: counted against the paper."""
 
+import numpy as np
 import pytest
 import torch
 from timm.models.maxxvit import MaxxVit, TransformerBlock2d, model_cfgs
 from torch import nn
 
-from analysis.figures import model_style
+from analysis.figures import generalization_figure, model_style
+from analysis.metric import LeftOutWarning
+from tests.helpers import make_trials
 from trainers.flops import count_flops, model_profile
 from trainers.models import build_model
 from trainers.zoo import get_spec, list_models
@@ -96,3 +99,15 @@ def test_families_have_their_own_line_styles_and_panels_distinct_colours():
             == len([n for n in panel if get_spec(n).family in ("coatnet", "vit_rel")])
     for layout in LAYOUTS:      # a tiny twin is drawn in its 224 px twin's colour
         assert model_style(f"coatnet_tiny_{layout}")["color"] == model_style(f"coatnet_0_{layout}")["color"]
+
+
+def test_the_generalization_figure_leaves_out_diverged_trials_and_says_so():
+    trials = make_trials(models=("coatnet_tiny_cctt", "vit_rel_tiny"), optimizers=("adamw",), n=10, seed=3)
+    trials = trials.assign(family=trials["model"].map(lambda m: get_spec(m).family),
+                           train_loss=np.linspace(0.01, 1.0, len(trials)))
+    diverged = int((trials["status"] == "diverged").sum())
+    assert diverged
+    with pytest.warns(LeftOutWarning, match=f"generalization_figure: left out {diverged} of 20 counted rows"):
+        fig, points = generalization_figure(trials)
+    assert len(points) == 20 - diverged and set(points["n_left_out"]) == {diverged}
+    assert set(points["family"]) == {"coatnet", "vit_rel"} and "metric: paper = best" in fig.get_suptitle()
