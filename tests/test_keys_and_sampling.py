@@ -1,0 +1,125 @@
+"""Trial keys and paired sampling: a key changes with every config field and with nothing else, and
+paired models (and schedules) get the same (lr, wd) points."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from study.sampling import cells, expand, first_trials, sample_box, scale_to_box, unit_points
+from study.spec import Box, SpecError, parse_spec
+from trainers.config import TrialConfig
+from trainers.data import DataSpec
+
+BASE = {"model": "cnn_tiny", "optimizer": "adamw", "epochs": 2, "lr": 1e-3, "wd": 0.05,
+        "dataset": {"name": "synthetic", "image_size": 8}}
+# every TrialConfig field with another valid value than BASE's (or the default): a new field needs one
+OTHER = {"model": "vit_p_tiny", "optimizer": "sgd", "epochs": 3, "lr": 2e-3, "wd": 0.1, "seed": 1,
+         "batch_size": 64, "reference_batch_size": 256, "warmup_epochs": 1.0, "min_lr_ratio": 0.1,
+         "label_smoothing": 0.1, "mixup": 0.8, "cutmix": 1.0, "auto_augment": "original", "ema_decay": 0.999,
+         "grad_clip": 1.0, "divergence_loss": 50.0, "amp": True, "channels_last": True, "device": "cpu",
+         "dtype": "float64", "num_workers": 0, "accum_steps": 2, "grad_checkpointing": True,
+         "decode": "workers", "init": "/checkpoints/a.pt",
+         "dataset": dict(BASE["dataset"], image_size=16)}
+# fields that only take another value together with others: (changes, the config they are compared with)
+NEEDS = {"init_sha256": ({"init": "/checkpoints/a.pt", "init_sha256": "0" * 64}, {"init": "/checkpoints/a.pt"}),
+         "freeze": ({"init": "/checkpoints/a.pt", "freeze": 1}, {"init": "/checkpoints/a.pt"})}
+OTHER_DATA = {"name": "digits", "path": "/data/elsewhere", "image_size": 16, "num_classes": 4, "n_train": 64,
+              "n_val": 32, "seed": 1}
+
+
+def key(**changes) -> str:
+    return TrialConfig.from_dict(dict(BASE, **changes)).key
+
+
+@pytest.mark.parametrize("name", [f.name for f in dataclasses.fields(TrialConfig)])
+def test_the_key_changes_with_every_config_field(name):
+    changes, compared = NEEDS.get(name) or ({name: OTHER[name]}, {})
+    assert key(**changes) != key(**compared)
+
+
+@pytest.mark.parametrize("name", [f.name for f in dataclasses.fields(DataSpec)])
+def test_the_key_changes_with_every_dataset_field(name):
+    assert key(dataset=dict(BASE["dataset"], **{name: OTHER_DATA[name]})) != key()
+
+
+def test_the_key_is_the_same_when_defaults_are_spelled_out():
+    defaults = {f.name: f.default for f in dataclasses.fields(TrialConfig)
+                if f.default is not dataclasses.MISSING}
+    data_defaults = {f.name: f.default for f in dataclasses.fields(DataSpec) if f.name != "name"}
+    spelled = {**defaults, **BASE, "dataset": dict(data_defaults, **BASE["dataset"])}
+    assert "accum_steps" in spelled and "seed" in spelled and "n_train" in spelled["dataset"]
+    assert TrialConfig.from_dict(spelled).key == key()
+    assert TrialConfig.from_dict(dict(reversed(list(spelled.items())))).key == key()   # order is not part of it
+
+
+def test_the_key_is_a_short_hex_digest_and_differs_across_seeds_of_a_study():
+    assert len(key()) == 20 and int(key(), 16) >= 0
+    spec = parse_spec({"name": "k", "dataset": {"name": "digits"}, "models": ["cnn_tiny", "vit_p_tiny"],
+                       "optimizers": ["adamw"], "epochs": [1, 2], "samples": 2, "seeds": [0, 1],
+                       "space": {"adamw": {"lr": [1e-4, 1e-2], "wd": [0.01, 0.5]}}})
+    trials = expand(spec)
+    assert len(trials) == 2 * 1 * 2 * 2 * 2 == len({t.key for t in trials})
+    for t in trials:
+        assert t.key == TrialConfig.from_dict(t.config).key
+        assert (t.config["model"], t.config["optimizer"], t.config["epochs"], t.config["seed"]) == \
+            (t.model, t.optimizer, t.epochs, t.seed)
+    # models x optimizers x epochs x samples x seeds, in that order
+    assert [(t.model, t.epochs, t.sample, t.seed) for t in trials[:8]] == [
+        ("cnn_tiny", e, s, seed) for e in (1, 2) for s in (0, 1) for seed in (0, 1)]
+    assert cells(spec) == [("cnn_tiny", "adamw", 1), ("cnn_tiny", "adamw", 2),
+                           ("vit_p_tiny", "adamw", 1), ("vit_p_tiny", "adamw", 2)]
+    assert first_trials(spec) == [trials[0], trials[8]]
+
+
+def _spec(**changes):
+    raw = {"name": "p", "dataset": {"name": "digits"}, "models": ["vit_p_tiny", "vit_c_tiny", "cnn_tiny"],
+           "optimizers": ["adamw", "sgd"], "epochs": [2, 4], "samples": 5, "sampler": "random",
+           "space": {"adamw": {"lr": [1e-4, 1e-2], "wd": [0.01, 0.5]}, "sgd": {"lr": [1e-4, 1e-2], "wd": [0.01, 0.5]}}}
+    return parse_spec(dict(raw, **changes))
+
+
+@pytest.mark.parametrize("sampler", ["random", "sobol"])
+def test_paired_models_and_schedules_share_points(sampler):
+    spec = _spec(sampler=sampler)
+    points = {(m, e): sample_box(spec, m, "adamw", e) for m in spec.models for e in spec.epochs}
+    assert len({tuple(p) for p in points.values()}) == 1, "paired: one set of points for every model and length"
+    assert len(set(points[("cnn_tiny", 2)])) == 5
+    # the stream is the optimizer's (same box, other optimizer: other points) and the sampler seed's
+    assert sample_box(spec, "cnn_tiny", "sgd", 2) != points[("cnn_tiny", 2)]
+    assert sample_box(_spec(sampler=sampler, sampler_seed=1), "cnn_tiny", "adamw", 2) != points[("cnn_tiny", 2)]
+    by_trial = {}
+    for t in expand(spec):
+        by_trial.setdefault((t.optimizer, t.sample), set()).add((t.config["lr"], t.config["wd"]))
+    assert all(len(v) == 1 for v in by_trial.values())
+
+
+def test_unpaired_models_and_schedules_get_their_own_points():
+    spec = _spec(paired=False)
+    points = [tuple(sample_box(spec, m, "adamw", e)) for m in spec.models for e in spec.epochs]
+    assert len(set(points)) == len(points) == 6
+    assert sample_box(spec, "cnn_tiny", "adamw", 2) == sample_box(_spec(paired=False), "cnn_tiny", "adamw", 2)
+
+
+def test_unit_points_known_layouts():
+    grid = unit_points("grid", 9, 0)
+    assert grid.tolist() == [[a, b] for a in (0.0, 0.5, 1.0) for b in (0.0, 0.5, 1.0)]
+    assert unit_points("grid", 1, 0).tolist() == [[0.5, 0.5]]
+    for sampler, n in (("random", 7), ("sobol", 7), ("sobol", 8), ("sobol", 1)):
+        points = unit_points(sampler, n, 3)
+        assert points.shape == (n, 2) and (points >= 0).all() and (points <= 1).all()
+        np.testing.assert_array_equal(points, unit_points(sampler, n, 3))
+        assert not np.array_equal(points, unit_points(sampler, n, 4))
+    # Sobol keeps the first n of the next power of two: n = 6 is a prefix of n = 8
+    np.testing.assert_array_equal(unit_points("sobol", 6, 3), unit_points("sobol", 8, 3)[:6])
+    with pytest.raises(SpecError, match="sampler: bad value 'lhs'"):
+        unit_points("lhs", 4, 0)
+
+
+def test_scale_to_box_is_log_uniform_onto_the_closed_box():
+    box = Box(lr=(1e-4, 1e-2), wd=(1e-3, 1e-1))
+    (low, mid, high) = scale_to_box(np.array([[0.0, 0.0], [0.5, 0.25], [1.0, 1.0]]), box)
+    assert low == pytest.approx((1e-4, 1e-3)) and high == pytest.approx((1e-2, 1e-1))
+    assert mid == pytest.approx((1e-3, 10 ** -2.5))
+    assert all(isinstance(v, float) for v in mid)
+
