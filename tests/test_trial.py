@@ -1,6 +1,7 @@
 import json
 
 import pytest
+import torch
 
 from trainers.errors import ConfigError
 from trainers.train import main as train_cli
@@ -55,12 +56,21 @@ def test_row_has_design_fields_and_epoch_callback():
 
 
 def test_recipe_options_run_on_cpu():
-    """EMA, mixup/CutMix, label smoothing, bf16 autocast, channels_last and clipping all run."""
-    row = train_trial(dict(BASE, model="vit_c_tiny", optimizer="adamw", epochs=1, lr=1e-3, wd=0.05,
-                           ema_decay=0.99, mixup=0.8, cutmix=1.0, label_smoothing=0.1, amp=True,
-                           channels_last=True, grad_clip=1.0, device="cpu"))
-    assert row["status"] == "ok"
-    assert 0 <= row["ema_top1_err"] <= 100 and 0 <= row["top1_err"] <= 100
+    """EMA, mixup/CutMix, label smoothing, bf16 autocast, channels_last and clipping all reach the
+    trainer and run together (each one's effect: tests/test_trainer_contract.py)."""
+    from trainers.config import TrialConfig
+    from trainers.loop import fit
+    from trainers.trial import Trainer
+    trainer = Trainer(TrialConfig.from_dict(dict(
+        BASE, model="vit_c_tiny", optimizer="adamw", epochs=1, lr=1e-3, wd=0.05, ema_decay=0.99, mixup=0.8,
+        cutmix=1.0, label_smoothing=0.1, amp=True, channels_last=True, grad_clip=1.0, device="cpu")))
+    mixup = trainer.mixup
+    assert (mixup.mixup_alpha, mixup.cutmix_alpha, mixup.label_smoothing, mixup.num_classes) == (0.8, 1.0, 0.1, 10)
+    assert trainer.amp and trainer.ema.decay == 0.99
+    stem = next(p for p in trainer.model.parameters() if p.ndim == 4)
+    assert stem.is_contiguous(memory_format=torch.channels_last) and not stem.is_contiguous()
+    row = fit(trainer)[0]
+    assert row["status"] == "ok" and row["ema_top1_err"] == row["epoch_log"][0]["ema_top1_err"] is not None
 
 
 def test_bad_config_names_the_field():

@@ -1,0 +1,153 @@
+"""What a trial promises, alone and fused, on tiny 4-class data: divergence by threshold, chance
+errors with fewer than 5 classes, linear lr scaling, and each recipe option having its effect."""
+
+import contextlib
+import math
+
+import pytest
+import torch
+
+from trainers.config import TrialConfig
+from trainers.fused import FusedTrainer, train_fused
+from trainers.loop import chance_error, diverged_mask
+from trainers.trial import Trainer, evaluate, train_trial
+
+DATA = {"name": "synthetic", "image_size": 8, "n_train": 16, "n_val": 8, "num_classes": 4}
+BASE = dict(model="cnn_tiny", optimizer="sgd", epochs=1, lr=0.05, wd=0.0, batch_size=8, dataset=DATA,
+            device="cpu", seed=3)
+
+
+def trainer(**changes) -> Trainer:
+    return Trainer(TrialConfig.from_dict(dict(BASE, **changes)))
+
+
+def _params(model):
+    return torch.cat([p.detach().flatten() for p in model.parameters()])
+
+
+@pytest.fixture(scope="module")
+def plain():
+    """One epoch of BASE alone (2 steps): the numbers every recipe option is compared with."""
+    return trainer().train_epoch()
+
+
+def test_chance_errors_are_top_k_of_uniform_guessing():
+    assert chance_error(10) == pytest.approx(90.0) and chance_error(10, 5) == pytest.approx(50.0)
+    assert chance_error(4) == pytest.approx(75.0) and chance_error(4, 5) == 0.0
+    assert chance_error(3, 2) == pytest.approx(100 / 3) and chance_error(100, 5) == pytest.approx(95.0)
+
+
+def test_diverged_mask_is_non_finite_or_strictly_above_the_threshold():
+    losses = torch.tensor([float("nan"), float("inf"), -float("inf"), 5.0, 100.0, 100.5, 0.0])
+    cfg = TrialConfig.from_dict(dict(BASE, divergence_loss=100.0))
+    assert diverged_mask(losses, cfg).tolist() == [True, True, True, False, False, True, False]
+    low = TrialConfig.from_dict(dict(BASE, divergence_loss=4.0))
+    assert diverged_mask(losses, low).tolist() == [True, True, True, True, True, True, False]
+
+
+def test_a_finite_loss_above_divergence_loss_ends_the_trial_at_chance():
+    """The first loss (about ln 4 = 1.39) is finite but above 0.5: diverged at once, EMA at chance too."""
+    row = train_trial(dict(BASE, divergence_loss=0.5, ema_decay=0.9))
+    assert row["status"] == "diverged" and row["epochs_done"] == 0 and row["epoch_log"] == []
+    # 4 classes: top-1 chance is 75%, and every label is among the top 5
+    assert (row["top1_err"], row["best_top1_err"], row["top5_err"]) == (75.0, 75.0, 0.0)
+    assert (row["ema_top1_err"], row["best_ema_top1_err"]) == (75.0, 75.0)
+
+
+def test_fused_members_above_divergence_loss_end_at_chance():
+    ten = dict(DATA, num_classes=10)
+    rows = train_fused([dict(BASE, divergence_loss=0.5, dataset=ten), dict(BASE, divergence_loss=0.5, dataset=ten, seed=4)])
+    for row in rows:
+        assert row["status"] == "diverged" and row["epochs_done"] == 0
+        assert (row["top1_err"], row["top5_err"], row["best_top1_err"]) == (90.0, 50.0, 90.0)
+        assert row["ema_top1_err"] is None
+
+
+def test_a_normal_trial_with_four_classes_has_no_top5_error():
+    row = train_trial(BASE)
+    assert row["status"] == "ok" and row["epochs_done"] == 1
+    assert row["top5_err"] == 0.0 and [e["top5_err"] for e in row["epoch_log"]] == [0.0]
+
+
+class _Fixed(torch.nn.Module):
+    """A model whose logits are its input."""
+
+    def forward(self, x):
+        return x
+
+
+def test_evaluate_counts_top1_and_top5_hits_over_all_batches():
+    scores = torch.eye(6)[[0, 1, 2, 3]] + torch.linspace(0, 0.1, 6)      # class i first; class 5 second
+    batches = [(scores[:2], torch.tensor([0, 5])), (scores[2:], torch.tensor([2, 4]))]
+    errors = evaluate({"m": _Fixed()}, batches, contextlib.nullcontext)["m"]
+    # top-1 hits: samples 0 and 2; top-5 (classes i, 5, 4, 3, 2): samples 0, 1, 2 and 3
+    assert errors == {"top1_err": 50.0, "top5_err": 0.0}
+    three = [(torch.tensor([[3.0, 2.0, 1.0], [3.0, 2.0, 1.0]]), torch.tensor([2, 1]))]
+    assert evaluate({"m": _Fixed()}, three, contextlib.nullcontext)["m"] == {"top1_err": 100.0, "top5_err": 0.0}
+
+
+def test_lr_is_scaled_linearly_from_the_reference_batch(plain):
+    """lr 0.1 given for batch 16 trains at batch 8 exactly as lr 0.05 given for batch 8."""
+    scaled = trainer(lr=0.1, reference_batch_size=16).train_epoch()
+    assert scaled == plain
+    # 2 steps of a cosine from the peak: the last step's lr is peak * (1 + cos(pi / 2)) / 2
+    assert scaled["lr"] == pytest.approx(0.05 * (1 + math.cos(math.pi / 2)) / 2)
+    assert trainer(lr=0.1).train_epoch()["train_loss"] != plain["train_loss"]
+
+
+def test_fused_lr_is_scaled_linearly_from_the_reference_batch():
+    def epoch(*configs):
+        fused = FusedTrainer([TrialConfig.from_dict(dict(BASE, seed=i, **c)) for i, c in enumerate(configs)])
+        result = fused.train_epoch()
+        return result["train_loss"].tolist(), result["lr"].tolist()
+    scaled = epoch({"lr": 0.1, "reference_batch_size": 16}, {"lr": 0.4, "reference_batch_size": 16})
+    assert scaled == epoch({"lr": 0.05}, {"lr": 0.2})
+    assert scaled[1] == pytest.approx([peak * (1 + math.cos(math.pi / 2)) / 2 for peak in (0.05, 0.2)])
+
+
+@pytest.mark.parametrize("option", [{"mixup": 0.8}, {"cutmix": 1.0}, {"label_smoothing": 0.3}, {"amp": True},
+                                    {"grad_clip": 0.01}])
+def test_each_recipe_option_changes_training(option, plain):
+    changed = trainer(**option).train_epoch()
+    assert changed["diverged"] is False and changed["lr"] == plain["lr"]
+    assert changed["train_loss"] != plain["train_loss"]
+
+
+def test_gradient_clipping_bounds_every_step():
+    """SGD-Nesterov with wd 0 and clipped gradients moves the weights at most lr * clip * (1 + m / (1 - m))
+    a step (the momentum buffer's norm is at most clip / (1 - m)): 2 steps here."""
+    moved = {}
+    for clip in (1e-4, None):
+        run = trainer(lr=0.5, grad_clip=clip)
+        before = _params(run.model)
+        run.train_epoch()
+        moved[clip] = (_params(run.model) - before).norm().item()
+    bound = 2 * 0.5 * 1e-4 * (1 + 0.9 / (1 - 0.9))
+    assert 0 < moved[1e-4] <= bound < moved[None] / 10
+
+
+def test_ema_weights_follow_the_model_with_a_lag_and_leave_training_alone():
+    """timm's EMA warmup copies the weights for 2 steps and averages from the third: 4 steps here."""
+    longer = dict(DATA, n_train=32)
+    run = trainer(ema_decay=0.5, dataset=longer)
+    start = _params(run.model)
+    assert run.train_epoch() == trainer(dataset=longer).train_epoch()     # the weights trained are the same
+    raw, ema = _params(run.model), _params(run.ema.module)
+    assert not torch.equal(ema, raw) and not torch.equal(ema, start)
+    assert (ema - raw).norm() < (start - raw).norm()   # an average of the steps, nearer the last
+    # an EMA that is the model with its logits negated: it picks each image's least likely class
+    run.ema.module.load_state_dict(run.model.state_dict())
+    head = run.ema.module.get_classifier()
+    with torch.no_grad():
+        head.weight.neg_()
+        head.bias.neg_()
+        run.model.eval()
+        x, y = (torch.cat(t) for t in zip(*run.batches.val(256)))
+        logits = run.model(x)
+    top1, last = (100.0 * (logits.argmax(1) != y).double().mean().item(),
+                  100.0 * (logits.argmin(1) != y).double().mean().item())
+    assert top1 != last
+    metrics = run.evaluate()
+    assert (metrics["top1_err"], metrics["ema_top1_err"]) == (pytest.approx(top1), pytest.approx(last))
+    assert set(metrics) == {"top1_err", "top5_err", "ema_top1_err"} and metrics["top5_err"] == 0.0
+    assert set(trainer().evaluate()) == {"top1_err", "top5_err"}
