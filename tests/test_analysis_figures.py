@@ -3,15 +3,18 @@ import os
 from datetime import datetime
 
 import matplotlib
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from matplotlib.colors import to_hex
 
 from analysis.__main__ import main as analysis_cli
 from analysis.edf import edf_table
-from analysis.figures import (delta_edf_figure, delta_error_vs_epochs_figure, error_vs_epochs_figure,
-                              expected_best_figure, hp_scatter_figure, model_style, save_figure)
+from analysis.figures import (PALETTE, delta_edf_figure, delta_error_vs_epochs_figure,
+                              error_vs_epochs_figure, expected_best_figure, hp_scatter_figure, model_style,
+                              save_figure)
 from analysis.gaps import length_gap
 from analysis.report import build_report
 from analysis.stats import good_ranges
@@ -28,12 +31,23 @@ def test_importing_and_plotting_leave_global_rcparams_alone(tmp_path):
     assert dict(matplotlib.rcParams) == before
 
 
+def _line_styles(fig):
+    """(colour, line style) of each model's line in a figure, by the model named in its label."""
+    return {line.get_label().split(" ")[0]: (to_hex(line.get_color()), line.get_linestyle())
+            for ax in fig.axes for line in ax.get_lines()}
+
+
 def test_model_styles_are_fixed_distinct_and_grayscale_safe():
+    trials = make_trials(n=6)
+    together = _line_styles(delta_edf_figure(edf_table(trials)))
+    alone = _line_styles(delta_edf_figure(edf_table(trials[trials["model"] == "vit_c_tiny"])))
+    assert alone["vit_c_tiny"] == together["vit_c_tiny"]        # a model's style does not depend on the others
+    assert set(together) == {"vit_p_tiny", "vit_c_tiny", "cnn_tiny"}
+    assert len({colour for colour, _ in together.values()}) == 3
+    assert len({line for _, line in together.values()}) == 3    # one line style per family: no colour needed
     styles = {m: model_style(m) for m in ("vit_p_tiny", "vit_c_tiny", "cnn_tiny", "vit_p_1gf", "regnety_1gf")}
-    assert model_style("vit_c_tiny") == styles["vit_c_tiny"]
-    assert len({s["linestyle"] for s in styles.values()}) == 3       # one per family
-    tiny = [styles[m]["color"] for m in ("vit_p_tiny", "vit_c_tiny", "cnn_tiny")]
-    assert len(set(tiny)) == 3
+    assert {s["color"] for s in styles.values()} <= set(PALETTE.values())
+    assert styles["vit_p_1gf"]["linestyle"] == styles["vit_p_tiny"]["linestyle"] != styles["cnn_tiny"]["linestyle"]
 
 
 def test_every_figure_renders_with_its_numbers_and_states_the_metric(tmp_path):
@@ -53,9 +67,13 @@ def test_every_figure_renders_with_its_numbers_and_states_the_metric(tmp_path):
         paths = save_figure(fig, str(tmp_path), name, data, {"n": len(data), "reference": "min", "metric": "paper"})
         for ext in ("pdf", "svg", "png", "csv", "json"):
             assert os.path.getsize(paths[ext]) > 200, (name, ext)
-        meta = json.load(open(paths["json"]))
-        assert meta["n"] == len(data) and len(meta["data"]) == len(data) and meta["metric"] == "paper"
-        assert "metric" in pd.read_csv(paths["csv"]).columns
+        # the JSON and the CSV hold the numbers given (to 10 decimals and 6 digits), with the metric stated
+        numbers = data.select_dtypes("number").columns
+        meta, csv = json.load(open(paths["json"])), pd.read_csv(paths["csv"])
+        np.testing.assert_allclose(pd.DataFrame(meta["data"])[numbers].to_numpy(float), data[numbers].to_numpy(float),
+                                   rtol=1e-9, atol=1e-10)
+        np.testing.assert_allclose(csv[numbers].to_numpy(float), data[numbers].to_numpy(float), rtol=1e-5)
+        assert list(csv.columns) == meta["columns"] and set(csv["metric"]) == set(data.get("metric", ["paper"]))
         assert b"/FontType /Type3" not in open(paths["pdf"], "rb").read()  # Type-42, not Type-3
     assert set(curves["model"]) == {"vit_p_tiny", "vit_c_tiny", "cnn_tiny"}
     assert (curves.groupby(["model", "optimizer"])["expected_best"].apply(lambda s: s.is_monotonic_decreasing)).all()
@@ -96,6 +114,19 @@ def test_report_is_complete_reproducible_and_says_how_complete(tmp_path, monkeyp
                                 "definition": "ema_best where EMA was on, else best (pycls's "
                                               "test_ema_epoch.min_top1_err)"}
     assert report["tables"]["ema_gain"] and all(r["gain_mean"] >= 0 for r in report["tables"]["ema_gain"])
+    # the tables' numbers, against the trials (paper metric = best EMA error here), computed apart
+    counted = trials[trials["status"] != "failed"]
+    best = counted.groupby(["model", "optimizer", "epochs"])["best_ema_top1_err"].min()
+    summary = pd.DataFrame(report["tables"]["summary"]).set_index(["model", "optimizer", "epochs"])
+    np.testing.assert_allclose(summary["best"].sort_index(), best.sort_index())
+    assert (summary["n"] + summary["n_left_out"]).sum() == len(trials)
+    assert summary["failed"].sum() == (trials["status"] == "failed").sum()
+    gaps = pd.DataFrame(report["tables"]["optimizer_gap"]).set_index(["model", "epochs"])["gap"]
+    expected_gaps = (best.xs("sgd", level="optimizer") - best.xs("adamw", level="optimizer"))
+    np.testing.assert_allclose(gaps.sort_index(), expected_gaps.sort_index())
+    lengths = pd.DataFrame(report["tables"]["length_gap"]).set_index(["model", "optimizer", "epochs"])["gap"]
+    np.testing.assert_allclose(lengths.sort_index(), (best - best.xs(10, level="epochs")).sort_index())
+    assert f"{best.min():.4g}" in html
     for name in files:   # every figure's numbers state the metric
         meta = json.load(open(tmp_path / "r1" / (name.rsplit(".", 1)[0] + ".json")))
         assert meta["metric"] == "paper = ema_best", name
