@@ -1,6 +1,7 @@
 """End to end on a real local Ray: no mocks."""
 
 import os
+import re
 import signal
 import subprocess
 import time
@@ -130,7 +131,7 @@ def test_worker_crash_is_retried_then_failed_trials_rerun(tmp_path):
 
 
 def test_fused_groups_store_k_rows_and_resume_per_member(local_ray, tmp_path, capsys):
-    from study.fusion import fusion_groups, fusion_sizes
+    from study.fusion import AUTO_FUSE_MIN_SPEEDUP, fusion_groups, fusion_sizes
     from study.store import write_trial
     spec = parse_spec(small_spec(name="fused", models=["cnn_tiny"], optimizers=["adamw"], samples=4, fuse=2))
     trials = expand(spec)
@@ -147,5 +148,9 @@ def test_fused_groups_store_k_rows_and_resume_per_member(local_ray, tmp_path, ca
     # fuse: auto measures on a worker and reports what it decided
     auto = parse_spec(small_spec(name="auto", models=["cnn_tiny"], samples=2, fuse="auto"))
     sizes = fusion_sizes(auto, expand(auto), {"cpu": 1, "gpu": 0})
-    assert "fuse auto: cnn_tiny: 2 fused run" in capsys.readouterr().out
-    assert sizes in ({}, {"cnn_tiny": 2})
+    said = re.search(r"fuse auto: cnn_tiny: 2 fused run ([0-9.]+)x the speed of 2 alone -> (fuse 2|no fusion)",
+                     capsys.readouterr().out)
+    speedup, decision = float(said.group(1)), said.group(2)
+    assert sizes == ({"cnn_tiny": 2} if decision == "fuse 2" else {})
+    # the decision is the threshold's (the printed speedup is rounded to 2 decimals)
+    assert (decision == "fuse 2") == (speedup >= AUTO_FUSE_MIN_SPEEDUP) or abs(speedup - AUTO_FUSE_MIN_SPEEDUP) < 0.01
