@@ -85,7 +85,7 @@ def _reject(field_name: str, value: Any, allowed: str):
 def _nonempty_list(raw: Mapping, key: str, allowed_values=None, kind=str) -> Tuple:
     value = raw.get(key)
     if not isinstance(value, list) or not value:
-        _reject(key, value, f"a non-empty list" + (f" of {', '.join(map(str, allowed_values))}"
+        _reject(key, value, "a non-empty list" + (f" of {', '.join(map(str, allowed_values))}"
                                                  if allowed_values else ""))
     for index, item in enumerate(value):
         if not isinstance(item, kind) or isinstance(item, bool):
@@ -121,7 +121,7 @@ def _box(where: str, value: Any) -> Box:
 
 def _space(raw: Any, optimizers: Tuple[str, ...]):
     if not isinstance(raw, dict):
-        _reject("space", raw, f"a mapping of optimizer -> {{lr, wd}} (and family -> optimizer -> box)")
+        _reject("space", raw, "a mapping of optimizer -> {lr, wd} (and family -> optimizer -> box)")
     space, family_space = {}, {}
     for key, value in raw.items():
         if key in OPTIMIZERS:
