@@ -8,9 +8,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.edf import edf_table
-from analysis.gaps import length_gap, optimizer_gap
-from analysis.stats import good_ranges
+from analysis.edf import bootstrap_band, edf_table, normalized_weights, weighted_edf_at
+from analysis.gaps import bootstrap_min, ema_gain, length_gap, optimizer_gap, peak_table
+from analysis.metric import usable
+from analysis.stats import (ad_compare, effect_sizes, expected_best_band, good_ranges, hp_importance, ks_power,
+                            trials_for_dkw, trials_for_ks)
+from tests.helpers import make_trials
 
 LN_40 = math.log(40.0)      # ln(2 / alpha) at alpha = 0.05
 
@@ -173,3 +176,114 @@ def test_good_ranges_frac_sets_the_sample_size():
     ranges = good_ranges(_ranked_trials(8), metric="final", n_boot=20000, frac=0.5, seed=2)
     assert ranges["sample_size"].iloc[0] == 4
     assert ranges["log10_lr"].tolist() == pytest.approx([-_winner_quantile(8, 4, q) for q in (0.975, 0.5, 0.025)])
+
+
+def test_edf_table_states_its_metric():
+    table = edf_table(GROUPS[GROUPS["status"] != "failed"], metric="final")
+    assert (table["metric"] == "final").all() and (table["reference_kind"] == "group minimum").all()
+
+
+def test_bootstrap_band_of_two_and_of_equal_errors():
+    """Two errors: a resample is both alike (sup |F* - F| = 1/2) or one of each (0), half the time
+    each, so the 95% quantile is 1/2; equal errors never move."""
+    assert bootstrap_band(np.array([1.0, 2.0])) == 0.5
+    assert bootstrap_band(np.array([2.0, 1.0]), n_boot=50, seed=3) == 0.5
+    assert bootstrap_band(np.array([3.0, 3.0, 3.0])) == 0.0
+
+
+def test_weighted_edf_is_the_share_of_the_total_weight():
+    errors, weights = np.array([1.0, 2.0, 3.0]), np.array([1.0, 1.0, 2.0])     # total 4, not normalised
+    points = [0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 9.0]
+    assert weighted_edf_at(errors, weights, points).tolist() == [0.0, 0.25, 0.25, 0.5, 0.5, 1.0, 1.0]
+    assert weighted_edf_at(errors[::-1], weights[::-1], points).tolist() == [0.0, 0.25, 0.25, 0.5, 0.5, 1.0, 1.0]
+    with pytest.warns(UserWarning, match="weighted_edf_at: left out 1 of 4 pairs whose error or weight is not finite"):
+        assert weighted_edf_at(np.append(errors, np.nan), np.append(weights, 5.0), [2.0]).tolist() == [0.5]
+
+
+def test_normalized_weights_split_three_log_bins_evenly():
+    """Covariates e^0..e^3: 3 log bins [0, 1), [1, 2), [2, 3] hold 1, 1 and 2 trials (an edge value
+    belongs to the bin above it); 4 bins hold one each."""
+    frame = pd.DataFrame({"status": "ok", "top1_err": [1.0, 2.0, 3.0, 4.0], "flops": np.exp(np.arange(4.0))})
+    assert normalized_weights(frame, metric="final")["weight"].tolist() == pytest.approx([1 / 3, 1 / 3, 1 / 6, 1 / 6])
+    assert normalized_weights(frame, metric="final", bins=4)["weight"].tolist() == pytest.approx([0.25] * 4)
+    small = normalized_weights(frame.assign(flops=[0.1, 0.2, 0.4, 0.8]), metric="final", bins=3)
+    assert small["weight"].sum() == pytest.approx(1.0) and (small["n_left_out"] == 0).all()
+
+
+def test_a_table_of_failed_trials_only_says_plain_paper():
+    rows = usable(GROUPS[GROUPS["status"] == "failed"])
+    assert rows.kept.empty and len(rows.left_out) == 1 and rows.metric == "paper"
+
+
+def test_bootstrap_min_of_two_errors_is_the_larger_a_quarter_of_the_time():
+    draws = bootstrap_min(np.array([2.0, 1.0]), np.random.default_rng(0), 20000)
+    assert set(draws) == {1.0, 2.0} and np.mean(draws == 2.0) == pytest.approx(0.25, abs=0.01)
+
+
+def test_optimizer_gap_ci_resamples_both_optimizers():
+    """One SGD trial and two AdamW trials (or the other way round): the CI's ends are the two
+    possible differences, since the worse AdamW best comes up a quarter of the time."""
+    frame = _frame([("p", "sgd", 30.0), ("p", "adamw", 20.0), ("p", "adamw", 29.0),
+                    ("q", "adamw", 20.0), ("q", "sgd", 30.0), ("q", "sgd", 39.0)],
+                   ["model", "optimizer", "top1_err"]).assign(status="ok", epochs=10)
+    gap = optimizer_gap(frame, metric="final", n_boot=4000, budget=3).set_index("model")
+    assert gap.loc["p", ["gap", "gap_lo", "gap_hi"]].tolist() == [10.0, 1.0, 10.0]
+    assert gap.loc["q", ["gap", "gap_lo", "gap_hi"]].tolist() == [10.0, 10.0, 19.0]
+    assert gap["budget_k"].tolist() == [1, 1]      # the budget is capped by the smaller sample
+
+
+def test_length_gap_falls_back_to_the_one_shorter_schedule_left():
+    frame = _frame([("m", 50, "ok", 30.0), ("m", 100, "diverged", 90.0), ("n", 50, "diverged", 90.0),
+                    ("n", 100, "diverged", 90.0)], ["model", "epochs", "status", "top1_err"]).assign(optimizer="sgd")
+    table = length_gap(frame, metric="final").set_index(["model", "epochs"])
+    assert table.loc["m", "reference_fallback"].all() and (table.loc["m", "reference"] == 30.0).all()
+    # nothing to fall back to: E_max's (chance) error is the reference, and no fallback is claimed
+    assert not table.loc["n", "reference_fallback"].any() and (table.loc["n", "reference"] == 90.0).all()
+
+
+def test_unused_categories_of_the_model_column_change_nothing():
+    """pandas groups over every category unless told `observed`: a category without trials must not
+    become a row or break a gap."""
+    frame = pd.concat([GAP.assign(epochs=50), GAP.assign(epochs=100, top1_err=GAP["top1_err"] - 1)],
+                      ignore_index=True).assign(lr=1e-3, wd=0.1, seed=0, best_top1_err=lambda f: f["top1_err"],
+                                                best_ema_top1_err=lambda f: f["top1_err"] - 0.5)
+    categorical = frame.assign(model=pd.Categorical(frame["model"], categories=["m", "unused", "n"]))
+    for call in (lambda t: optimizer_gap(t, metric="final", n_boot=20), lambda t: length_gap(t, metric="final"),
+                 lambda t: peak_table(t, metric="final"), lambda t: ema_gain(t),
+                 lambda t: edf_table(t, metric="final")):
+        plain, grouped = call(frame), call(categorical)
+        assert set(grouped["model"].astype(str)) == {"m", "n"}
+        pd.testing.assert_frame_equal(grouped.assign(model=grouped["model"].astype(str)).reset_index(drop=True),
+                                      plain.reset_index(drop=True), check_dtype=False)
+
+
+def test_expected_best_band_is_the_pointwise_95_percent_band():
+    """k = 1: the expected best is the mean; the mean of 4 draws from {0, 1, 2, 3} has its 2.5% and
+    97.5% quantiles at 0.5 and 2.5 (enumerating the 256 draws)."""
+    low, high = expected_best_band(np.array([0.0, 1.0, 2.0, 3.0]), [1], n_boot=2000)
+    assert (low[0], high[0]) == (pytest.approx(0.5), pytest.approx(2.5))
+
+
+def test_effect_size_cis_resample_whole_samples():
+    """Area between [0, 1, 2] and [3, 4, 5] is 3; its resampled values reach 1 or 5 only when all
+    three draws of both samples are extreme (1 in 729), so the 95% CI lies strictly inside."""
+    eff = effect_sizes(np.array([0.0, 1.0, 2.0]), np.array([3.0, 4.0, 5.0]), n_boot=2000)
+    assert eff["area"] == pytest.approx(3.0) and 1.0 < eff["area_lo"] < 3.0 < eff["area_hi"] < 5.0
+    # within k points of the pooled best (0)
+    assert (eff["within1_a"], eff["within2_a"], eff["within2_b"], eff["within4_b"]) == \
+        (pytest.approx(2 / 3), 1.0, 0.0, pytest.approx(2 / 3))
+
+
+def test_planners_and_power_at_their_defaults():
+    assert trials_for_dkw(0.1) == 185              # ceil(ln(40) / (2 * 0.01)) = ceil(184.4)
+    assert trials_for_ks(0.3) == math.ceil(2 * math.log(40) / 2 / 0.09)
+    assert ks_power(0.0, 20, n_sim=200) <= 0.06     # no shift: rejections at about alpha (KS is conservative)
+    assert ks_power(0.8, 20, n_sim=50) == 1.0 and ks_power(0.3, 20, n_sim=200) == ks_power(0.3, 20, n_sim=200)
+
+
+def test_importance_and_ad_p_values_are_reproducible():
+    rng = np.random.default_rng(7)
+    a, b = rng.normal(0, 1, 30), rng.normal(0.4, 1, 30)
+    assert ad_compare([a, b], n_resamples=199) == ad_compare([a, b], n_resamples=199)
+    trials = make_trials(models=("cnn_tiny",), optimizers=("adamw",), n=20)
+    assert hp_importance(trials, metric="final") == hp_importance(trials, metric="final")
