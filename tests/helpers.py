@@ -26,6 +26,18 @@ def epoch_row(**values) -> dict:
     return {**dict.fromkeys(EPOCH_FIELDS), **values}
 
 
+def image_folder(root, n=4, size=(40, 48)) -> str:
+    """An image folder of random JPEGs (train/val, classes cat and dog, n each) under root; its path."""
+    from PIL import Image
+    rng = np.random.default_rng(0)
+    for split in ("train", "val"):
+        for cls in ("cat", "dog"):
+            (root / split / cls).mkdir(parents=True)
+            for i in range(n):
+                Image.fromarray(rng.integers(0, 256, (*size, 3), dtype=np.uint8)).save(root / split / cls / f"{i}.JPEG")
+    return str(root)
+
+
 def make_trials(models=("vit_p_tiny", "vit_c_tiny", "cnn_tiny"), optimizers=("adamw", "sgd"),
                 epochs=(10,), n=24, seed=0, diverge_share=0.1, fail_share=0.0, ema=False) -> pd.DataFrame:
     """Trials whose error is a bowl in log lr / log wd, plus noise; some diverged at chance (90%).

@@ -4,11 +4,10 @@ trials, no host sync per step, the recipe reaches the loader, CUDA settings, mem
 import gc
 import weakref
 
-import numpy as np
 import pytest
 import torch
-from PIL import Image
 
+from tests.helpers import image_folder
 from trainers.config import TrialConfig
 from trainers.data import DataSpec, DeviceBatches, load_data
 from trainers.loop import configure_device, fit
@@ -18,20 +17,10 @@ from trainers.trial import DIVERGENCE_CHECK_EVERY, Trainer
 SYNTH = {"name": "synthetic", "image_size": 8, "n_train": 64, "n_val": 16, "num_classes": 4}
 
 
-def _image_folder(root, n=4, size=(40, 48)):
-    rng = np.random.default_rng(0)
-    for split in ("train", "val"):
-        for cls in ("cat", "dog"):
-            (root / split / cls).mkdir(parents=True)
-            for i in range(n):
-                Image.fromarray(rng.integers(0, 256, (*size, 3), dtype=np.uint8)).save(root / split / cls / f"{i}.JPEG")
-    return str(root)
-
-
 def test_image_folder_batches_reach_the_training_device(tmp_path):
     """Folder loaders yield CPU batches; train and validation batches must both be moved (the CUDA
     crash at the first evaluation). The meta device stands in for a GPU."""
-    data = load_data(DataSpec("imagefolder", path=_image_folder(tmp_path), image_size=32), num_workers=0)
+    data = load_data(DataSpec("imagefolder", path=image_folder(tmp_path), image_size=32), num_workers=0)
     view = DeviceBatches(data, torch.device("meta"), torch.float32)
     x, y = next(view.train(4, torch.Generator().manual_seed(0)))
     vx, vy = next(view.val(8))
@@ -40,7 +29,7 @@ def test_image_folder_batches_reach_the_training_device(tmp_path):
 
 
 def test_auto_augment_reaches_the_image_folder_transforms(tmp_path):
-    root = _image_folder(tmp_path)
+    root = image_folder(tmp_path)
     cfg = dict(model="vit_p_tiny", optimizer="adamw", epochs=1, lr=1e-3, wd=0.0, batch_size=4, device="cpu",
                num_workers=0, dataset={"name": "imagefolder", "path": root, "image_size": 32})
     with_aa = Trainer(TrialConfig.from_dict(dict(cfg, auto_augment="original")))

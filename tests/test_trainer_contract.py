@@ -3,13 +3,17 @@ errors with fewer than 5 classes, linear lr scaling, and each recipe option havi
 
 import contextlib
 import math
+from datetime import datetime, timezone
 
 import pytest
 import torch
 
+from tests.helpers import image_folder
 from trainers.config import TrialConfig
+from trainers.data import LoaderData
+from trainers.device_decode import DeviceDecodeData
 from trainers.fused import FusedTrainer, train_fused
-from trainers.loop import chance_error, diverged_mask
+from trainers.loop import chance_error, data_for, diverged_mask, fit, trial_row
 from trainers.trial import Trainer, evaluate, train_trial
 
 DATA = {"name": "synthetic", "image_size": 8, "n_train": 16, "n_val": 8, "num_classes": 4}
@@ -145,3 +149,63 @@ def test_ema_weights_follow_the_model_with_a_lag_and_leave_training_alone():
     assert (metrics["top1_err"], metrics["ema_top1_err"]) == (pytest.approx(top1), pytest.approx(last))
     assert set(metrics) == {"top1_err", "top5_err", "ema_top1_err"} and metrics["top5_err"] == 0.0
     assert set(trainer().evaluate()) == {"top1_err", "top5_err"}
+
+
+class _Scripted:
+    """An EpochTrainer of 2 members that reports scripted metrics: member 1 diverges in epoch 2."""
+
+    def __init__(self, device="cpu", epochs=3):
+        self.cfgs = [TrialConfig.from_dict(dict(BASE, epochs=epochs, seed=s)) for s in (0, 1)]
+        self.device, self.num_classes, self.epoch, self.released = torch.device(device), 4, 0, 0
+
+    def run_epoch(self):
+        self.epoch += 1
+        live = [0] if self.epoch >= 2 else [0, 1]
+        return {k: {"train_loss": 1.0 / self.epoch, "train_top1_err": None, "lr": 0.1, "top1_err": 50.0 - self.epoch - k,
+                    "top5_err": 0.0, "ema_top1_err": None} for k in live}
+
+    def diverged(self, member):
+        return member == 1 and self.epoch >= 2
+
+    def release(self):
+        self.released += 1
+
+
+def test_fit_builds_each_members_log_and_row():
+    scripted, seen = _Scripted(), []
+    rows = fit(scripted, lambda records: seen.append(sorted(records)))
+    assert seen == [[0, 1], [0], [0]] and scripted.released == 1
+    ok, diverged = rows
+    assert [e["epoch"] for e in ok["epoch_log"]] == [1, 2, 3] and [e["epoch"] for e in diverged["epoch_log"]] == [1]
+    assert (ok["status"], ok["top1_err"], ok["best_top1_err"], ok["train_loss"], ok["epochs_done"]) == \
+        ("ok", 47.0, 47.0, pytest.approx(1 / 3), 3)
+    assert (diverged["status"], diverged["top1_err"], diverged["epochs_done"]) == ("diverged", 75.0, 1)
+    assert diverged["train_loss"] == 1.0 and ok["wall_s"] == diverged["wall_s"] >= 0
+    finished = datetime.fromisoformat(ok["finished_at"])
+    assert finished.tzinfo is not None and abs((datetime.now(timezone.utc) - finished).total_seconds()) < 600
+
+
+def test_fit_waits_for_a_cuda_device_before_timing_an_epoch(monkeypatch):
+    """On CUDA an epoch's seconds include the queued device work: one synchronize per epoch (no GPU
+    is needed to check the call; none happens on the CPU)."""
+    calls = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: calls.append(device))
+    monkeypatch.setattr("trainers.loop.trial_row", lambda cfg, log, diverged, trainer, wall_s: log)
+    fit(_Scripted("cuda", epochs=2))
+    assert calls == [torch.device("cuda")] * 2
+    fit(_Scripted("cpu", epochs=2))
+    assert len(calls) == 2
+
+
+def test_a_rows_flops_are_counted_at_the_datasets_image_size():
+    flops = [trial_row(TrialConfig.from_dict(dict(BASE, dataset=dict(DATA, image_size=size))), [], True,
+                       _Scripted(), 1.0)["flops"] for size in (8, 32)]
+    assert flops[0] < flops[1]
+
+
+def test_image_folders_decode_where_the_config_says(tmp_path):
+    folder = {"name": "imagefolder", "path": image_folder(tmp_path), "image_size": 32}
+    cfg = lambda decode: TrialConfig.from_dict(dict(BASE, dataset=folder, decode=decode, num_workers=0))
+    cpu = torch.device("cpu")
+    assert isinstance(data_for(cfg("device"), cpu), DeviceDecodeData)
+    assert isinstance(data_for(cfg("auto"), cpu), LoaderData) and isinstance(data_for(cfg("workers"), cpu), LoaderData)
