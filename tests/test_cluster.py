@@ -15,18 +15,32 @@ from study.spec import parse_spec
 from tests.helpers import REPO, small_spec
 
 
-def test_cluster_yaml_matches_rays_schema_and_installs_hpstudy():
-    with open(os.path.join(REPO, "cluster.yaml")) as f:
-        config = yaml.safe_load(f)
+def _cluster_file(name):
+    with open(os.path.join(REPO, name)) as f:
+        return yaml.safe_load(f)
+
+
+@pytest.mark.parametrize("name", ["cluster.yaml", "examples/cluster-onprem.yaml"])
+def test_cluster_files_match_rays_schema_ship_the_checkout_and_hold_no_credentials(name):
+    config = _cluster_file(name)
     with open(os.path.join(os.path.dirname(ray.autoscaler.__file__), "ray-schema.json")) as f:
         schema = json.load(f)
     jsonschema.validate(config, schema)
-    assert config["head_node_type"] in config["available_node_types"]
-    mount = next(iter(config["file_mounts"]))
-    assert config["file_mounts"][mount] == "."
-    assert any("pip install" in c and mount in c for c in config["setup_commands"])
-    text = open(os.path.join(REPO, "cluster.yaml")).read().lower()
-    assert "aws_secret_access_key" not in text and "aws_access_key_id" not in text
+    assert config["file_mounts"] == {"~/hpstudy": ".", "~/hpstudy.git": ".git"}
+    assert config["setup_commands"][-1] == "python3 -m pip install -c ~/hpstudy-keep.txt -e ~/hpstudy"
+    text = open(os.path.join(REPO, name)).read().lower()
+    for secret in ("aws_secret_access_key", "aws_access_key_id", "password:", "private key-----"):
+        assert secret not in text, secret
+
+
+def test_the_on_prem_file_is_rays_local_provider_with_cluster_yamls_setup():
+    aws, onprem = _cluster_file("cluster.yaml"), _cluster_file("examples/cluster-onprem.yaml")
+    assert aws["head_node_type"] in aws["available_node_types"]
+    assert onprem["provider"]["type"] == "local" and {"head_ip", "worker_ips"} <= set(onprem["provider"])
+    assert "available_node_types" not in onprem      # the local provider makes its own node type
+    assert "ssh_private_key" not in onprem["auth"] and "ssh_proxy_command" not in onprem["auth"]
+    for key in ("file_mounts", "rsync_exclude", "setup_commands"):
+        assert onprem[key] == aws[key], key
 
 
 @pytest.fixture

@@ -53,6 +53,7 @@ print(json.dumps({"status": row["status"], "device": row["device"], "epochs": le
 """
 
 
+@pytest.mark.slow                 # a fresh interpreter imports torch, timm and pandas (~5 s); .ci/run's floor leg runs it
 def test_trainers_and_analysis_work_without_ray():
     out = subprocess.run([sys.executable, "-c", WITHOUT_RAY + TRAINER_CHECK], cwd=REPO, capture_output=True,
                          text=True, timeout=120)
