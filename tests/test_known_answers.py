@@ -287,3 +287,43 @@ def test_importance_and_ad_p_values_are_reproducible():
     assert ad_compare([a, b], n_resamples=199) == ad_compare([a, b], n_resamples=199)
     trials = make_trials(models=("cnn_tiny",), optimizers=("adamw",), n=20)
     assert hp_importance(trials, metric="final") == hp_importance(trials, metric="final")
+
+
+
+def _same(a, b) -> bool:
+    """Equal results: numbers, strings, arrays, and tuples, dicts or tables of them."""
+    if isinstance(a, pd.DataFrame):
+        return a.equals(b)
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, tuple):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return a == b if isinstance(a, str) else bool(np.array_equal(a, b, equal_nan=True))
+
+
+_TRIALS = make_trials(models=("cnn_tiny",), n=12, seed=4, diverge_share=0.0)
+SAMPLES = (_TRIALS["top1_err"].to_numpy()[:12], _TRIALS["top1_err"].to_numpy()[12:], _TRIALS)
+# resampling estimators: (the call, its documented defaults spelled out); the bootstrap band is left
+# out: its sup distance lives on a 1/n grid, so another seed can give the same band
+SEEDED = {
+    "effect_sizes": (lambda x, y, t, **kw: effect_sizes(x, y, **kw), {"n_boot": 1000, "seed": 0}),
+    "ad_compare": (lambda x, y, t, **kw: ad_compare([x, y], **kw), {"n_resamples": 999, "seed": 0}),
+    "expected_best_band": (lambda x, y, t, **kw: expected_best_band(x, [1, 3], **kw), {"n_boot": 500, "seed": 0}),
+    "good_ranges": (lambda x, y, t, **kw: good_ranges(t, **kw), {"n_boot": 2500, "frac": 0.25, "seed": 0}),
+    "hp_importance": (lambda x, y, t, **kw: hp_importance(t[t["optimizer"] == "adamw"], **kw), {"seed": 0}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SEEDED))
+def test_resampling_estimators_keep_their_defaults_and_use_their_seed(name):
+    """The documented defaults spelled out give the same numbers (published numbers rely on them);
+    another seed gives other numbers (the seed reaches the resampling)."""
+    call, defaults = SEEDED[name]
+    default = call(*SAMPLES)
+    assert _same(default, call(*SAMPLES, **defaults))
+    assert not _same(default, call(*SAMPLES, **dict(defaults, seed=1)))
+
+
+def test_bootstrap_band_keeps_its_defaults():
+    x = SAMPLES[0]
+    assert bootstrap_band(x) == bootstrap_band(x, alpha=0.05, n_boot=1000, seed=0) > 0
