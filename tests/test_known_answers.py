@@ -281,15 +281,6 @@ def test_planners_and_power_at_their_defaults():
     assert ks_power(0.8, 20, n_sim=50) == 1.0 and ks_power(0.3, 20, n_sim=200) == ks_power(0.3, 20, n_sim=200)
 
 
-def test_importance_and_ad_p_values_are_reproducible():
-    rng = np.random.default_rng(7)
-    a, b = rng.normal(0, 1, 30), rng.normal(0.4, 1, 30)
-    assert ad_compare([a, b], n_resamples=199) == ad_compare([a, b], n_resamples=199)
-    trials = make_trials(models=("cnn_tiny",), optimizers=("adamw",), n=20)
-    assert hp_importance(trials, metric="final") == hp_importance(trials, metric="final")
-
-
-
 def _same(a, b) -> bool:
     """Equal results: numbers, strings, arrays, and tuples, dicts or tables of them."""
     if isinstance(a, pd.DataFrame):
