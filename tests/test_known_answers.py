@@ -318,3 +318,18 @@ def test_resampling_estimators_keep_their_defaults_and_use_their_seed(name):
 def test_bootstrap_band_keeps_its_defaults():
     x = SAMPLES[0]
     assert bootstrap_band(x) == bootstrap_band(x, alpha=0.05, n_boot=1000, seed=0) > 0
+
+
+def test_results_do_not_depend_on_the_order_of_the_rows():
+    """A store is read in file order: shuffled rows give the same tables, sorted by their keys."""
+    frame = pd.concat([GAP.assign(epochs=50), GAP.assign(epochs=100, top1_err=GAP["top1_err"] - 1.5)],
+                      ignore_index=True).assign(lr=np.linspace(1e-3, 1e-2, 26), wd=0.1, seed=0,
+                                                best_top1_err=lambda f: f["top1_err"],
+                                                best_ema_top1_err=lambda f: f["top1_err"] - 0.5)
+    shuffled = frame.sample(frac=1.0, random_state=5)
+    for call in (lambda t: optimizer_gap(t, metric="final", n_boot=50), lambda t: length_gap(t, metric="final"),
+                 lambda t: peak_table(t, metric="final"), lambda t: ema_gain(t, by=["model", "epochs"])):
+        ordered = call(frame)
+        pd.testing.assert_frame_equal(call(shuffled), ordered, check_exact=False, rtol=1e-12)
+        keys = [c for c in ("model", "optimizer", "epochs") if c in ordered]
+        assert list(ordered[keys].itertuples(index=False)) == sorted(ordered[keys].itertuples(index=False))
