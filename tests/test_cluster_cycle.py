@@ -22,7 +22,7 @@ import yaml
 
 from study.store import load_trials
 from tests.helpers import REPO, small_spec
-from tests.test_interrupt import _in_terminal, _last_line
+from tests.test_interrupt import _in_terminal
 
 pytestmark = pytest.mark.slow
 
