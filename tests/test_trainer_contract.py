@@ -7,6 +7,7 @@ from datetime import datetime, timezone
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from tests.helpers import image_folder
 from trainers.config import TrialConfig
@@ -14,7 +15,7 @@ from trainers.data import LoaderData
 from trainers.device_decode import DeviceDecodeData
 from trainers.fused import FusedTrainer, train_fused
 from trainers.loop import chance_error, data_for, diverged_mask, fit, trial_row
-from trainers.trial import Trainer, evaluate, train_trial
+from trainers.trial import DIVERGENCE_CHECK_EVERY, Trainer, evaluate, train_trial
 
 DATA = {"name": "synthetic", "image_size": 8, "n_train": 16, "n_val": 8, "num_classes": 4}
 BASE = dict(model="cnn_tiny", optimizer="sgd", epochs=1, lr=0.05, wd=0.0, batch_size=8, dataset=DATA,
@@ -209,3 +210,51 @@ def test_image_folders_decode_where_the_config_says(tmp_path):
     cpu = torch.device("cpu")
     assert isinstance(data_for(cfg("device"), cpu), DeviceDecodeData)
     assert isinstance(data_for(cfg("auto"), cpu), LoaderData) and isinstance(data_for(cfg("workers"), cpu), LoaderData)
+
+
+def test_ema_copies_two_steps_then_averages_with_timms_warmup_decay():
+    """timm's EMA copies the weights at updates 0 and 1, then decays by min(decay, 1 - t^(-2/3)) at
+    update t + 1: after 3 steps it is d w2 + (1 - d) w3 with d = 1 - 2^(-2/3) = 0.37 (below the 0.5 asked)."""
+    run = trainer(ema_decay=0.5, dataset=dict(DATA, n_train=24), min_lr_ratio=1.0)
+    weights = []
+    run.optimizer.register_step_post_hook(lambda *_: weights.append(_params(run.model)))
+    run.train_epoch()
+    d = 1 - 2 ** (-2 / 3)
+    torch.testing.assert_close(_params(run.ema.module), d * weights[1] + (1 - d) * weights[2])
+
+
+def test_train_loss_and_error_are_the_means_over_the_epochs_batches():
+    """Recomputed in float64 from the logits the model gave each micro-batch (2 per step, accumulated)."""
+    run = trainer(dtype="float64", accum_steps=2)
+    replay = torch.Generator()
+    replay.set_state(run.generator.get_state())
+    targets = [y for _, y in run.batches.train(8, replay)]
+    logits = []
+    run.model.register_forward_hook(lambda module, args, out: logits.append(out.detach()))
+    result = run.train_epoch()
+    per_step = [(F.cross_entropy(logits[2 * s], y[:4]) + F.cross_entropy(logits[2 * s + 1], y[4:])).item() / 2
+                for s, y in enumerate(targets)]
+    hits = sum((torch.cat(logits[2 * s: 2 * s + 2]).argmax(1) == y).sum().item() for s, y in enumerate(targets))
+    assert result["train_loss"] == pytest.approx(sum(per_step) / len(targets), rel=1e-12, abs=0)
+    assert result["train_top1_err"] == pytest.approx(100.0 * (1 - hits / 16))
+
+
+def test_a_diverged_trial_stops_at_the_next_check():
+    """Diverged at its first step, a trial reads the flag after 16 steps, not at every step."""
+    run = trainer(batch_size=2, dataset=dict(DATA, n_train=2 * 40), divergence_loss=1e-3)
+    assert run.train_epoch() == {"diverged": True}
+    assert run.step == DIVERGENCE_CHECK_EVERY - 1
+
+
+def test_seeds_beyond_32_bits_train_with_mixup():
+    big = trainer(seed=2**63 - 1, mixup=0.8)
+    assert big.train_epoch()["diverged"] is False
+
+
+def test_the_loss_is_float32_under_bf16_and_soft_targets_are_not_smoothed_twice():
+    run = trainer(label_smoothing=0.3)
+    logits = torch.tensor([[2.0, 0.0, -1.0, 0.5], [0.0, 1.0, 0.0, 0.0]])
+    assert run._loss(logits.bfloat16(), torch.tensor([0, 1])).dtype == torch.float32
+    soft = torch.tensor([[0.7, 0.1, 0.1, 0.1], [0.1, 0.1, 0.4, 0.4]])      # mixup's targets, smoothed already
+    expected = -(soft * torch.log_softmax(logits, 1)).sum(1).mean()
+    torch.testing.assert_close(run._loss(logits, soft), expected)
