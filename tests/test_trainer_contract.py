@@ -13,8 +13,10 @@ from tests.helpers import image_folder
 from trainers.config import TrialConfig
 from trainers.data import LoaderData
 from trainers.device_decode import DeviceDecodeData
+from trainers.errors import ConfigError
 from trainers.fused import FusedTrainer, train_fused
 from trainers.loop import chance_error, data_for, diverged_mask, fit, trial_row
+from trainers.optim import build_optimizer, build_schedule
 from trainers.trial import DIVERGENCE_CHECK_EVERY, Trainer, evaluate, train_trial
 
 DATA = {"name": "synthetic", "image_size": 8, "n_train": 16, "n_val": 8, "num_classes": 4}
@@ -258,3 +260,19 @@ def test_the_loss_is_float32_under_bf16_and_soft_targets_are_not_smoothed_twice(
     soft = torch.tensor([[0.7, 0.1, 0.1, 0.1], [0.1, 0.1, 0.4, 0.4]])      # mixup's targets, smoothed already
     expected = -(soft * torch.log_softmax(logits, 1)).sum(1).mean()
     torch.testing.assert_close(run._loss(logits, soft), expected)
+
+
+def test_warmup_longer_than_the_trial_still_reaches_the_peak_at_its_last_step():
+    param = torch.nn.Parameter(torch.zeros(2))
+    opt = torch.optim.SGD([param], lr=0.3)
+    schedule = build_schedule(opt, total_steps=4, warmup_steps=10, min_lr_ratio=0.0)
+    lrs = []
+    for step in range(4):
+        schedule.step_update(step)
+        lrs.append(opt.param_groups[0]["lr"])
+    assert lrs == pytest.approx([0.0, 0.1, 0.2, 0.3])
+
+
+def test_an_unknown_optimizer_is_named_with_the_allowed_ones():
+    with pytest.raises(ConfigError, match=r"^optimizer: unknown 'adam'; allowed: adamw, sgd$"):
+        build_optimizer("adam", torch.nn.Linear(2, 2), 0.1, 0.0)
