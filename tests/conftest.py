@@ -12,3 +12,53 @@ torch.set_num_threads(2)
 # A local Ray started by the tests binds to loopback only, as run_edf.py's does (ray reads this
 # when first imported).
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+
+import shutil  # noqa: E402
+import subprocess  # noqa: E402
+import uuid  # noqa: E402
+
+import pytest  # noqa: E402
+
+from tests.helpers import free_port  # noqa: E402
+
+
+@pytest.fixture
+def s3_root(monkeypatch):
+    """A real S3 API on loopback (moto's server mode) and a fresh bucket in it."""
+    import boto3   # a declared test dependency: a missing install fails, never skips
+    from moto.server import ThreadedMotoServer
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port)
+    server.start()
+    for name, value in {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
+                        "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}.items():
+        monkeypatch.setenv(name, value)
+    # moto keeps one in-memory backend per process, shared by every server it starts: a bucket
+    # name of its own keeps one test's objects out of another's listing
+    bucket = f"hpstudy-test-{uuid.uuid4().hex[:12]}"
+    boto3.client("s3", endpoint_url=f"http://127.0.0.1:{port}").create_bucket(Bucket=bucket)
+    yield f"s3://{bucket}/results?endpoint_override=127.0.0.1:{port}&scheme=http&region=us-east-1"
+    server.stop()
+
+
+@pytest.fixture
+def tmpfs(tmp_path):
+    """mount(size, *options) -> a fresh tmpfs folder (unmounted afterwards); skips the test where
+    this process may not mount one (it needs root or CAP_SYS_ADMIN)."""
+    mounted = []
+
+    def mount(size: str, *options: str):
+        path = tmp_path / f"tmpfs{len(mounted)}"
+        path.mkdir()
+        if shutil.which("mount") is None:
+            pytest.skip("no mount command here: cannot make a small tmpfs")
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", ",".join((f"size={size}",) + options), "tmpfs",
+                               str(path)], capture_output=True, text=True)
+        if done.returncode:
+            pytest.skip(f"cannot mount a tmpfs (needs root or CAP_SYS_ADMIN): {done.stderr.strip()}")
+        mounted.append(path)
+        return path
+
+    yield mount
+    for path in reversed(mounted):
+        subprocess.run(["umount", str(path)], check=True)

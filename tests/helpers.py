@@ -3,6 +3,7 @@ a subprocess runner for run_edf.py. Imported as `tests.helpers` (tests/ is a pac
 
 import copy
 import os
+import socket
 import subprocess
 import sys
 
@@ -14,6 +15,13 @@ from trainers.schema import EPOCH_FIELDS, TRIAL_FIELDS
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FINISHED_AT = "2026-11-29T10:00:00+00:00"
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def stored_row(**values) -> dict:

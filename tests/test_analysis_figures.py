@@ -50,6 +50,7 @@ def test_model_styles_are_fixed_distinct_and_grayscale_safe():
     assert styles["vit_p_1gf"]["linestyle"] == styles["vit_p_tiny"]["linestyle"] != styles["cnn_tiny"]["linestyle"]
 
 
+@pytest.mark.slow
 def test_every_figure_renders_with_its_numbers_and_states_the_metric(tmp_path):
     trials = make_trials(epochs=(5, 10, 20), n=12, ema=True)
     trials.loc[(trials["model"] == "vit_p_tiny") & (trials["epochs"] == 20), "status"] = "diverged"

@@ -79,7 +79,8 @@ def test_no_import_cycles():
     (["analysis.edf", "analysis.stats", "analysis.gaps", "analysis.figures", "analysis.report"],
      ["torch", "timm", "ray", "study"]),
     (["trainers.schema", "trainers.zoo", "trainers.errors"], ["torch", "timm", "ray", "study", "analysis"]),
-    (["trainers.trial", "trainers.fused", "trainers.train", "trainers.flops"], ["ray", "study", "analysis"]),
+    pytest.param(["trainers.trial", "trainers.fused", "trainers.train", "trainers.flops"], ["ray", "study", "analysis"],
+                 marks=pytest.mark.slow),
 ])
 def test_what_a_layer_loads_at_run_time(modules, banned):
     code = (f"import sys\nfor m in {modules!r}: __import__(m)\n"
@@ -111,6 +112,7 @@ def test_every_entry_point_turns_a_user_error_into_exit_2(entry, argv, message, 
     assert err.startswith("error: ") and message in err and len(err.strip().splitlines()) == 1, err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", [
     ["hpstudy", "report", "--study", "nope"],
     [sys.executable, os.path.join(REPO, "study", "run_edf.py"), "--config", "/no/such.yaml", "--dry-run"],
@@ -123,6 +125,7 @@ def test_installed_commands_exit_2_without_a_traceback(command, tmp_path):
     assert "Traceback" not in out.stderr and out.stderr.startswith("error: "), out.stderr
 
 
+@pytest.mark.slow
 def test_importing_the_study_runner_changes_no_environment():
     """hpstudy sets Tune's variables when Ray starts, not at import (Ray and torch set their own)."""
     code = ("import os\nimport study.runner, study.cli, study.trainable\n"

@@ -10,7 +10,6 @@ from study.sampling import expand
 from study.spec import load_spec
 from study.store import load_study, load_trials
 from tests.helpers import run_edf, small_spec, write_spec
-from tests.test_hostile_store import tmpfs  # noqa: F401  (a fixture)
 
 pytestmark = pytest.mark.slow
 
@@ -41,7 +40,7 @@ def test_an_edited_spec_under_the_same_name_is_announced_and_never_mixed(tmp_pat
     assert len(load_trials(store, "edit")) == 3                                    # nothing was deleted
 
 
-def test_a_disk_filling_mid_run_stops_cleanly_and_a_rerun_finishes_exactly_once(tmp_path, tmpfs):  # noqa: F811
+def test_a_disk_filling_mid_run_stops_cleanly_and_a_rerun_finishes_exactly_once(tmp_path, tmpfs):
     disk = tmpfs("24k")                      # the spec record, the probe and one trial's files fit
     store = str(disk / "store")
     config = write_spec(tmp_path, small_spec(name="full", samples=3, **ONE_MODEL))

@@ -2,7 +2,6 @@
 earlier spec. On real files (and on small tmpfs mounts where this process may mount them)."""
 
 import os
-import shutil
 import subprocess
 import warnings
 from datetime import datetime
@@ -16,7 +15,7 @@ import pytest
 from study.cli import hpstudy_main
 from study.store import (StoreError, StoreFault, compact, load_epochs, load_spec_record, load_study,
                          load_trials, probe_store, write_spec_record, write_trial)
-from tests.helpers import epoch_row, stored_row
+from tests.helpers import epoch_row
 from tests.test_store import row
 from trainers.schema import EPOCH_SCHEMA, TRIAL_SCHEMA
 
@@ -172,29 +171,6 @@ def test_status_counts_the_recorded_spec_and_lists_earlier_rows_separately(tmp_p
     assert "vit_p_tiny         1     1" in earlier and "3.00" in earlier
 
 
-@pytest.fixture
-def tmpfs(tmp_path):
-    """mount(size, *options) -> a fresh tmpfs folder (unmounted afterwards); skips the test where
-    this process may not mount one (it needs root or CAP_SYS_ADMIN)."""
-    mounted = []
-
-    def mount(size: str, *options: str):
-        path = tmp_path / f"tmpfs{len(mounted)}"
-        path.mkdir()
-        if shutil.which("mount") is None:
-            pytest.skip("no mount command here: cannot make a small tmpfs")
-        done = subprocess.run(["mount", "-t", "tmpfs", "-o", ",".join((f"size={size}",) + options), "tmpfs",
-                               str(path)], capture_output=True, text=True)
-        if done.returncode:
-            pytest.skip(f"cannot mount a tmpfs (needs root or CAP_SYS_ADMIN): {done.stderr.strip()}")
-        mounted.append(path)
-        return path
-
-    yield mount
-    for path in reversed(mounted):
-        subprocess.run(["umount", str(path)], check=True)
-
-
 def test_a_full_disk_stops_writes_with_the_path_and_leaves_no_temporary_file(tmpfs):
     disk = tmpfs("24k")
     root = str(disk / "store")
@@ -230,11 +206,11 @@ def test_a_read_only_store_fails_the_probe(tmpfs):
 def test_an_unreachable_s3_store_stops_before_any_trial(tmp_path, capsys, monkeypatch):
     from study.cli import run_edf_main
     from tests.test_hostile_inputs import spec_text
-    from tests.test_store import _free_port
+    from tests.helpers import free_port
     for name, value in {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
                         "AWS_EC2_METADATA_DISABLED": "true"}.items():
         monkeypatch.setenv(name, value)
-    store = f"s3://nobucket/x?endpoint_override=127.0.0.1:{_free_port()}&scheme=http&region=us-east-1"
+    store = f"s3://nobucket/x?endpoint_override=127.0.0.1:{free_port()}&scheme=http&region=us-east-1"
     config = tmp_path / "h.yaml"
     config.write_text(spec_text())
     assert run_edf_main(["--config", str(config), "--store", store]) == 3

@@ -69,6 +69,7 @@ def test_device_auto_augment_changes_some_images_and_is_reproducible():
         DeviceAutoAugment("rand-m9")
 
 
+@pytest.mark.slow
 def test_prepare_writes_once_checksummed_and_reuses(folder, tmp_path):
     out = str(tmp_path / "prep")
     meta = prepare(str(folder), out, train_size=32, image_size=24, workers=1, progress=None)
@@ -94,6 +95,7 @@ def test_prepare_writes_once_checksummed_and_reuses(folder, tmp_path):
         PreparedData(out, 32)
 
 
+@pytest.mark.slow
 def test_prepared_batches_are_augmented_crops_of_the_stored_squares(folder, tmp_path):
     out = str(tmp_path / "prep")
     prepare(str(folder), out, train_size=32, image_size=24, workers=1, progress=None)
@@ -106,7 +108,7 @@ def test_prepared_batches_are_augmented_crops_of_the_stored_squares(folder, tmp_
     assert (brightness[y == 0].max() < brightness[y == 1].min()).item()
 
 
-@pytest.mark.parametrize("dataset", ["prepared", "imagefolder-device", "imagefolder"])
+@pytest.mark.parametrize("dataset", [pytest.param("prepared", marks=pytest.mark.slow), "imagefolder-device", "imagefolder"])
 def test_a_trial_trains_on_each_input_path(dataset, folder, tmp_path):
     spec = {"name": "imagefolder", "path": str(folder), "image_size": 24}
     extra = {"decode": "workers", "num_workers": 0}

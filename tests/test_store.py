@@ -1,5 +1,3 @@
-import socket
-
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
@@ -84,28 +82,6 @@ def test_compact_keeps_what_readers_see(tmp_path):
     # a trial stored after compaction (e.g. a failed one retried) supersedes the compacted row
     write_trial(root, "s", row("k0", err=0.5, when="2026-11-29T12:00:00+00:00"))
     assert load_trials(root, "s").set_index("trial_key").loc["k0", "top1_err"] == 0.5
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture
-def s3_root(monkeypatch):
-    """A real S3 API on loopback (moto's server mode) and a bucket in it."""
-    import boto3   # a declared test dependency: a missing install fails, never skips
-    from moto.server import ThreadedMotoServer
-    port = _free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port)
-    server.start()
-    for name, value in {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
-                        "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}.items():
-        monkeypatch.setenv(name, value)
-    boto3.client("s3", endpoint_url=f"http://127.0.0.1:{port}").create_bucket(Bucket="hpstudy-test")
-    yield f"s3://hpstudy-test/results?endpoint_override=127.0.0.1:{port}&scheme=http&region=us-east-1"
-    server.stop()
 
 
 @pytest.mark.slow

@@ -11,6 +11,7 @@ from trainers.trial import train_trial
 BASE = dict(dataset={"name": "digits", "image_size": 16}, batch_size=64, warmup_epochs=1)
 
 
+@pytest.mark.slow
 def test_cnn_tiny_learns_digits():
     row = train_trial(dict(BASE, model="cnn_tiny", optimizer="adamw", epochs=5, lr=5e-3, wd=0.05))
     assert row["status"] == "ok" and row["epochs_done"] == 5
@@ -30,6 +31,7 @@ def test_huge_lr_diverges_at_chance_without_raising():
     assert row["epochs_done"] == len(seen) < 3
 
 
+@pytest.mark.slow
 def test_same_seed_same_errors_and_different_seed_differs():
     cfg = dict(BASE, model="vit_c_tiny", optimizer="adamw", epochs=2, lr=1e-3, wd=0.05, seed=7)
     a, b = train_trial(cfg), train_trial(cfg)
