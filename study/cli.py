@@ -2,6 +2,7 @@
 
 import argparse
 import json
+import math
 import os
 import socket
 import sys
@@ -46,6 +47,9 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
                    help="effective TFLOP/s per trial for the dry-run time estimate "
                         "(default: 100 with a GPU per trial, 0.02 on CPU)")
     p.add_argument("--progress-interval", type=float, default=10.0, help="seconds between status lines")
+    p.add_argument("--compact-every", type=int, default=1000,
+                   help="merge the study's per-trial files into one every N stored trials during the run "
+                        "(it is also done before and after the run); 0: only before and after (default 1000)")
     p.add_argument("--gpu-memory-gb", type=float, default=None,
                    help="GPU memory for the dry run's memory plan (default: 40, the A100s of cluster.yaml)")
     add_debug_arg(p)
@@ -89,6 +93,11 @@ def check_run_args(args: argparse.Namespace) -> None:
         raise SpecError(f"--max-concurrent: bad value {args.max_concurrent}; allowed: an integer >= 1")
     if args.num_cpus is not None and args.num_cpus < 1:
         raise SpecError(f"--num-cpus: bad value {args.num_cpus}; allowed: an integer >= 1")
+    if not (math.isfinite(args.progress_interval) and args.progress_interval > 0):
+        raise SpecError(f"--progress-interval: bad value {args.progress_interval}; allowed: a number of seconds > 0")
+    if args.compact_every < 0:
+        raise SpecError(f"--compact-every: bad value {args.compact_every}; allowed: an integer >= 0 (0: never "
+                        f"during the run)")
     if "://" not in args.store and os.path.exists(args.store) and not os.path.isdir(args.store):
         raise SpecError(f"--store: {args.store!r} is a file; allowed: a folder or a URI")
     if args.report not in (None, "none") and os.path.exists(args.report) and not os.path.isdir(args.report):
@@ -180,7 +189,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         stored = run_study(spec, args.store, fresh=args.fresh, address=args.address,
                            max_concurrent=args.max_concurrent, num_cpus=args.num_cpus,
-                           progress_interval=args.progress_interval)
+                           progress_interval=args.progress_interval, compact_every=args.compact_every)
     except RunStopped as stop:
         print(stop, file=sys.stderr, flush=True)
         return stop.exit_code
@@ -298,7 +307,7 @@ def prepare_data(args: argparse.Namespace) -> int:
 
 @exits_on_user_error
 def hpstudy_main(argv: Optional[List[str]] = None) -> int:
-    """The `hpstudy` console script: run | status | report | compact | prepare."""
+    """The `hpstudy` console script: run | status | report | compact | prepare | suggest."""
     parser = argparse.ArgumentParser(prog="hpstudy", description="Hyperparameter-robustness studies.")
     sub = parser.add_subparsers(dest="command", required=True)
     add_run_args(sub.add_parser("run", help="run a study (same flags as run_edf.py)"))
@@ -316,6 +325,12 @@ def hpstudy_main(argv: Optional[List[str]] = None) -> int:
     p_prepare.add_argument("--image-size", type=int, default=224, help="the trials' image size (validation "
                                                                        "images are stored at it)")
     p_prepare.add_argument("--workers", type=int, default=os.cpu_count(), help="decoding processes")
+    from analysis.stats import good_ranges      # for suggest: study/ does not import analysis, the CLI does
+    from study.suggest import add_suggest_args, suggest_command
+    p_suggest = add_suggest_args(add_store_args(sub.add_parser(
+        "suggest", help="spec lines (YAML) of a fixed lr/wd per model, from a stored lr/wd study's good ranges"),
+        study_required=True))
+    add_debug_arg(p_suggest)
     for p in (p_status, p_report, p_compact, p_prepare):
         add_debug_arg(p)
     args = parser.parse_args(argv)
@@ -324,5 +339,6 @@ def hpstudy_main(argv: Optional[List[str]] = None) -> int:
         "report": lambda a: write_report(a.store, a.study, a.out, a.metric) and 0,
         "compact": lambda a: print_compaction(a.store, compact(a.store, a.study)) or 0,
         "prepare": prepare_data,
+        "suggest": lambda a: suggest_command(a, good_ranges),
     }
     return guarded(commands[args.command], args)

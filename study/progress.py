@@ -2,6 +2,7 @@
 
 import time
 from collections import Counter
+from typing import Dict, Set
 
 from ray import tune
 
@@ -10,6 +11,28 @@ from trainers.schema import FAILED, STATUSES
 
 def _minutes(seconds: float) -> str:
     return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s"
+
+
+class Tally:
+    """What the run has stored so far, in memory that does not grow with the trials' rows: counts
+    per status and per device, the best error per model, and the stored trial keys."""
+
+    def __init__(self):
+        self.statuses, self.devices = Counter(), Counter()
+        self.best: Dict[str, float] = {}
+        self.keys: Set[str] = set()
+
+    def add(self, row: Dict) -> None:
+        """Count one stored trial row."""
+        self.keys.add(row["trial_key"])
+        self.statuses[row["status"]] += 1
+        if row.get("device"):
+            self.devices[row["device"].split(":")[0].split(" ")[0]] += 1
+        if row["status"] != FAILED:
+            self.best[row["model"]] = min(self.best.get(row["model"], float("inf")), row["top1_err"])
+
+    def __len__(self) -> int:
+        return sum(self.statuses.values())
 
 
 class ProgressPrinter(tune.Callback):
@@ -24,21 +47,15 @@ class ProgressPrinter(tune.Callback):
     def line(self) -> str:
         """The status line: counts, ETA from the finishing rate, the devices finished trials trained on
         (so a GPU study that trains on CPUs shows it), best top-1 error per model."""
-        finished = self.writer.finished
-        done = len(finished)
-        statuses = Counter(r["status"] for r in finished)
+        tally = self.writer.tally
+        done, statuses, devices, best = len(tally), tally.statuses, tally.devices, tally.best
         elapsed = time.time() - self.started
         eta = elapsed / done * (self.total - done) if done else float("nan")
-        best = {}
-        for r in finished:
-            if r["status"] != FAILED:
-                best[r["model"]] = min(best.get(r["model"], float("inf")), r["top1_err"])
         pending = self.total - done - self.running
         counts = ", ".join(f"{s} {statuses[s]}" for s in STATUSES)
         parts = [f"[{_minutes(elapsed)}] {done}/{self.total} done ({counts}), "
                  f"{self.running} running, {max(0, pending)} pending",
                  f"ETA {_minutes(eta)}" if done else "ETA -"]
-        devices = Counter(r["device"].split(":")[0].split(" ")[0] for r in finished if r.get("device"))
         if devices:
             parts.append("on " + ", ".join(f"{d} {n}" for d, n in sorted(devices.items())))
         if best:

@@ -19,11 +19,11 @@ from ray.tune.search import Searcher
 from ray.tune.stopper import Stopper
 
 from study.fusion import fusion_groups, fusion_sizes
-from study.progress import ProgressPrinter
+from study.progress import ProgressPrinter, Tally
 from study.sampling import PlannedTrial, expand
 from study.spec import StudySpec
-from study.store import (StoreFault, delete_study, load_trials, probe_store, stored_keys, write_spec_record,
-                         write_trial)
+from study.store import (StoreFault, compact, delete_study, load_trials, probe_store, stored_keys,
+                         write_spec_record, write_trial)
 from study.trainable import run_tune_trial
 from trainers import schema
 from trainers.config import TrialConfig
@@ -104,19 +104,19 @@ def failed_row(trial: PlannedTrial, error: str) -> Dict:
 
 
 class GroupQueue(Searcher):
-    """Hands out the study's trial groups in order, one index per Tune trial.
+    """Hands out trial groups first..stop-1 in order, one index per Tune trial.
 
     Tune's grid_search deep-copies the whole value list for every variant, which is quadratic in
     the number of trials (5,000 trials never started); this is linear.
     """
 
-    def __init__(self, n_groups: int):
+    def __init__(self, first: int, stop: int):
         super().__init__()
-        self.n_groups, self.next_group = n_groups, 0
+        self.next_group, self.stop = first, stop
 
     def suggest(self, trial_id: str):
         """The next group's index, or FINISHED."""
-        if self.next_group >= self.n_groups:
+        if self.next_group >= self.stop:
             return Searcher.FINISHED
         self.next_group += 1
         return {"group": self.next_group - 1}
@@ -132,12 +132,12 @@ class StoreWriter(tune.Callback):
     `RunStopper` then ends the run."""
 
     def __init__(self, store: str, study: str, trials: List[PlannedTrial], groups: List[Dict],
-                 interruption: Optional[Interruption] = None):
-        self.store, self.study = store, study
+                 interruption: Optional[Interruption] = None, compact_every: int = 0):
+        self.store, self.study, self.compact_every = store, study, compact_every
         self.by_key = {t.key: t for t in trials}
         self.groups = groups
         self.interruption = interruption or Interruption()
-        self.finished: List[Dict] = []       # small summaries, for progress and the final report
+        self.tally = Tally()                 # counts, not rows: the driver's memory stays flat
         self.fault: Optional[StoreFault] = None
         self.stop_reason: Optional[str] = None   # a trial found its node unable to run any trial
 
@@ -161,9 +161,8 @@ class StoreWriter(tune.Callback):
 
     def _store_failed(self, group: int, error: str) -> None:
         """Store a group's trials as failed, except those it had already stored."""
-        stored = {r["trial_key"] for r in self.finished}
         for key in self.groups[group]["keys"]:
-            if key not in stored:
+            if key not in self.tally.keys:
                 self._write(failed_row(self.by_key[key], error))
 
     def _write(self, row: Dict, epochs=()) -> None:
@@ -175,7 +174,12 @@ class StoreWriter(tune.Callback):
         except StoreFault as exc:
             self.fault = exc
             return
-        self.finished.append({k: row[k] for k in ("trial_key", "model", "status", "top1_err", "wall_s", "device")})
+        self.tally.add(row)
+        if self.compact_every and len(self.tally) % self.compact_every == 0:
+            try:
+                compact(self.store, self.study)
+            except StoreFault as exc:
+                self.fault = exc
 
 
 class RunStopper(Stopper):
@@ -247,52 +251,73 @@ def _quiet(logger_name: str, level: int = logging.ERROR) -> Iterator[None]:
         logger.setLevel(before)
 
 
+TUNE_RUN_GROUPS = 1000
+
+
 def run_trials(study: str, trials: List[PlannedTrial], store: str, resources: Dict[str, float],
                max_retries: int, max_concurrent: Optional[int] = None, progress_interval: float = 10.0,
-               fusion: Optional[Dict[str, int]] = None,
-               interruption: Optional[Interruption] = None) -> List[Dict]:
+               fusion: Optional[Dict[str, int]] = None, interruption: Optional[Interruption] = None,
+               compact_every: int = 0) -> Tally:
     """Run `trials` on the connected Ray with Tune (K of a cell per Tune trial where `fusion` says
-    so) and store each as it ends; returns summaries of what was stored. Stops early on a store
-    fault (StoreFault), a node that cannot run trials (RunStopped) or `interruption`'s signal."""
+    so) and store each as it ends, compacting the study's files every `compact_every` stored trials
+    (0: never); returns the tally of what was stored. Stops early on a store fault (StoreFault), a
+    node that cannot run trials (RunStopped) or `interruption`'s signal."""
     groups = [{"keys": [t.key for t in g], "configs": [t.config for t in g]}
               for g in fusion_groups(trials, fusion or {})]
-    writer = StoreWriter(store, study, trials, groups, interruption)
-    progress = ProgressPrinter(writer, len(trials), progress_interval)
-    tuner = tune.Tuner(
-        tune.with_resources(tune.with_parameters(run_tune_trial, groups=groups),
-                            {"cpu": resources["cpu"], "gpu": resources["gpu"]}),
-        tune_config=tune.TuneConfig(search_alg=GroupQueue(len(groups)), num_samples=len(groups),
-                                    reuse_actors=True, max_concurrent_trials=max_concurrent,
-                                    trial_name_creator=_trial_name, trial_dirname_creator=_trial_name),
-        run_config=tune.RunConfig(
-            name=f"{study}-{time.strftime('%Y%m%d-%H%M%S')}",
-            storage_path=os.path.join(tempfile.gettempdir(), "hpstudy-tune"),
-            failure_config=tune.FailureConfig(max_failures=max_retries), stop=RunStopper(writer),
-            callbacks=[writer, progress], verbose=0, log_to_file=False,
-            checkpoint_config=tune.CheckpointConfig(num_to_keep=1)),
-    )
+    writer = StoreWriter(store, study, trials, groups, interruption, compact_every)
+    progress, stopper = ProgressPrinter(writer, len(trials), progress_interval), RunStopper(writer)
+    trainable = tune.with_resources(tune.with_parameters(run_tune_trial, groups=groups),
+                                    {"cpu": resources["cpu"], "gpu": resources["gpu"]})
     try:
-        # With Tune's loggers off, its ResultGrid cannot fetch metrics and warns once per trial;
-        # the store is the record, so that warning is noise.
-        with _quiet("ray.tune.analysis.experiment_analysis"):
-            tuner.fit()
+        # Tune keeps every trial of a run (its last result, metric statistics) until the run ends,
+        # and saves all of them to its experiment state again and again: the study runs as Tune
+        # runs of at most TUNE_RUN_GROUPS groups each, so the driver's memory and each save stay
+        # bounded however many trials the study has.
+        for first in range(0, len(groups), TUNE_RUN_GROUPS):
+            stop = min(first + TUNE_RUN_GROUPS, len(groups))
+            tuner = tune.Tuner(
+                trainable,
+                tune_config=tune.TuneConfig(search_alg=GroupQueue(first, stop), num_samples=stop - first,
+                                            reuse_actors=True, max_concurrent_trials=max_concurrent,
+                                            trial_name_creator=_trial_name, trial_dirname_creator=_trial_name),
+                run_config=tune.RunConfig(
+                    name=f"{study}-{time.strftime('%Y%m%d-%H%M%S')}-{first // TUNE_RUN_GROUPS}",
+                    storage_path=os.path.join(tempfile.gettempdir(), "hpstudy-tune"),
+                    failure_config=tune.FailureConfig(max_failures=max_retries), stop=stopper,
+                    callbacks=[writer, progress], verbose=0, log_to_file=False,
+                    checkpoint_config=tune.CheckpointConfig(num_to_keep=1)),
+            )
+            # With Tune's loggers off, its ResultGrid cannot fetch metrics and warns once per trial;
+            # the store is the record, so that warning is noise.
+            with _quiet("ray.tune.analysis.experiment_analysis"):
+                tuner.fit()
+            if stopper.stop_all():
+                break
     finally:
         progress.final()
     if writer.fault is not None:
-        raise StoreFault(f"{writer.fault}; this run stored {len(writer.finished)} of its {len(trials)} "
+        raise StoreFault(f"{writer.fault}; this run stored {len(writer.tally)} of its {len(trials)} "
                          f"trials before that and stopped")
     if writer.stop_reason is not None:
         raise RunStopped(writer.stop_reason.strip().splitlines()[-1], 1)
-    return writer.finished
+    return writer.tally
+
+
+# what run_study reads back for the run's summary (not the whole rows: those stay in the store)
+SUMMARY_COLUMNS = ["model", "status", "top1_err", "wall_s"]
+COMPACT_EVERY = 1000
 
 
 def run_study(spec: StudySpec, store: str, fresh: bool = False, address: Optional[str] = None,
               max_concurrent: Optional[int] = None, num_cpus: Optional[int] = None,
-              progress_interval: float = 10.0):
-    """Run every trial of `spec` not yet stored as ok/diverged; return the study's stored rows.
+              progress_interval: float = 10.0, compact_every: int = COMPACT_EVERY):
+    """Run every trial of `spec` not yet stored as ok/diverged; return the study's stored trials
+    (SUMMARY_COLUMNS, with trial_key and study).
 
     The store is probed (a file written and deleted) before anything runs; a store fault at any
     point raises StoreFault saying what is stored and that rerunning the same command resumes.
+    The study's files are compacted (study.store.compact) before the run, every `compact_every`
+    stored trials (0: not during the run) and after it, so a long study stays a few files to read.
     SIGINT or SIGTERM stops the run (see Interruption) and raises RunStopped with exit code 128 +
     the signal's number; so does a node that cannot run the trials, with exit code 1."""
     trials = expand(spec)
@@ -309,6 +334,7 @@ def run_study(spec: StudySpec, store: str, fresh: bool = False, address: Optiona
             if fresh:
                 delete_study(store, spec.name)
             write_spec_record(store, spec.name, spec.source, len(trials), keys)
+            compact(store, spec.name)        # also finishes a compaction a killed driver left half done
             done = stored_keys(store, spec.name)
             pending = [t for t in trials if t.key not in done]
             print(f"study {spec.name}: {len(trials)} trials, {len(trials) - len(pending)} already stored, "
@@ -321,24 +347,25 @@ def run_study(spec: StudySpec, store: str, fresh: bool = False, address: Optiona
                     if interruption.signum is None:
                         run_trials(spec.name, pending, store, resources, spec.max_retries,
                                    max_concurrent=max_concurrent, progress_interval=progress_interval,
-                                   fusion=fusion, interruption=interruption)
-        stored = load_trials(store, spec.name)
+                                   fusion=fusion, interruption=interruption, compact_every=compact_every)
+                if interruption.signum is None:
+                    compact(store, spec.name)
+        stored = load_trials(store, spec.name, columns=SUMMARY_COLUMNS)
     except StoreFault as exc:
         raise StoreFault(f"{exc}; {len(done & keys)} of the study's {len(trials)} trials were stored before "
                          f"this run; rerun the same command to resume") from exc
     except KeyboardInterrupt:               # a second signal: quit at once
         interruption.signum = interruption.signum or signal.SIGINT
     except RunStopped as stop:
-        stored = load_trials(store, spec.name)
-        raise RunStopped(f"error: {stop}; the study stopped: {_count_finished(stored, keys)}/{len(trials)} "
-                         f"stored; fix that and rerun the same command to resume", stop.exit_code) from None
+        raise RunStopped(f"error: {stop}; the study stopped: {_count_finished(store, spec.name, keys)}/"
+                         f"{len(trials)} stored; fix that and rerun the same command to resume",
+                         stop.exit_code) from None
     if interruption.signum is not None:
-        stored = load_trials(store, spec.name)
-        raise RunStopped(f"interrupted: {_count_finished(stored, keys)}/{len(trials)} stored; rerun the same "
-                         f"command to resume", 128 + interruption.signum)
+        raise RunStopped(f"interrupted: {_count_finished(store, spec.name, keys)}/{len(trials)} stored; rerun "
+                         f"the same command to resume", 128 + interruption.signum)
     return stored[stored["trial_key"].isin(keys)].reset_index(drop=True)
 
 
-def _count_finished(stored, keys: set) -> int:
+def _count_finished(store: str, study: str, keys: set) -> int:
     """How many of `keys` are stored as ok/diverged."""
-    return int((stored["trial_key"].isin(keys) & stored["status"].isin(schema.FINISHED)).sum())
+    return len(stored_keys(store, study) & keys)

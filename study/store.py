@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import re
+import time
 import uuid
 import warnings
 from datetime import datetime, timezone
@@ -153,18 +154,20 @@ def _study_of(path: str) -> str:
     return ""
 
 
-def _read_files(fs: pafs.FileSystem, files: List[str], schema: pa.Schema) -> pd.DataFrame:
+def _read_files(fs: pafs.FileSystem, files: List[str], schema: pa.Schema,
+                columns: Optional[List[str]] = None) -> pd.DataFrame:
     """Read files one by one, skipping (with a warning naming it) any that is corrupt."""
     tables = []
     for path in files:
         try:
             table = _read_file(fs, path, schema)
+            table = table.select([c for c in columns if c != "study"]) if columns else table
         except (pa.ArrowException, OSError) as exc:
             warnings.warn(f"hpstudy store: skipping unreadable file {path}: {exc}")
             continue
         tables.append(table.append_column("study", pa.array([_study_of(path)] * len(table), pa.string())))
     if not tables:
-        return _empty(schema)
+        return _empty(schema, columns)
     return pa.concat_tables(tables).to_pandas()
 
 
@@ -173,25 +176,36 @@ def _read_file(fs: pafs.FileSystem, path: str, schema: pa.Schema) -> pa.Table:
     return pq.read_table(path, filesystem=fs, schema=schema)
 
 
-def _empty(schema: pa.Schema) -> pd.DataFrame:
-    return schema.append(pa.field("study", pa.string())).empty_table().to_pandas()
+def _empty(schema: pa.Schema, columns: Optional[List[str]] = None) -> pd.DataFrame:
+    frame = schema.append(pa.field("study", pa.string())).empty_table().to_pandas()
+    return frame[columns] if columns else frame
 
 
-def _load(root: str, table: str, study: Optional[str]) -> pd.DataFrame:
+# the columns that decide which of a trial's stored rows counts (see _load)
+_IDENTITY = {"trials": ["trial_key", "finished_at"], "epochs": ["trial_key", "epoch"]}
+
+
+def _load(root: str, table: str, study: Optional[str], columns: Optional[Sequence[str]] = None) -> pd.DataFrame:
     fs, base = open_root(root)
     path = f"{base}/{table}"
+    if columns is not None:
+        unknown = sorted(set(columns) - set(TABLES[table].names) - {"study"})
+        if unknown:
+            raise StoreError(f"columns: unknown {table} column {unknown[0]!r}")
+        columns = list(dict.fromkeys([*columns, "study", *_IDENTITY[table]]))
     if fs.get_file_info(path).type == pafs.FileType.NotFound:
-        return _empty(TABLES[table])
+        return _empty(TABLES[table], columns)
     schema = TABLES[table].append(pa.field("study", pa.string()))
     partitioning = pads.partitioning(pa.schema([("study", pa.string())]), flavor="hive")
     try:
         dataset = pads.dataset(path, filesystem=fs, schema=schema, format="parquet",
                                partitioning=partitioning)
-        frame = dataset.to_table(filter=(pads.field("study") == study) if study else None).to_pandas()
+        frame = dataset.to_table(columns=columns,
+                                 filter=(pads.field("study") == study) if study else None).to_pandas()
     except (pa.ArrowException, OSError):
         # a corrupt or truncated file: read file by file, skipping (and naming) the bad ones
         files = _list_files(fs, path + (f"/study={study}" if study else ""))
-        frame = _read_files(fs, files, TABLES[table])
+        frame = _read_files(fs, files, TABLES[table], columns)
     if table == "trials":
         frame = frame.sort_values("finished_at", kind="stable").drop_duplicates(
             ["study", "trial_key"], keep="last")
@@ -200,10 +214,11 @@ def _load(root: str, table: str, study: Optional[str]) -> pd.DataFrame:
     return frame.reset_index(drop=True)
 
 
-def load_trials(root: str, study: Optional[str] = None) -> pd.DataFrame:
-    """All stored trials (one row per trial_key per study), with a `study` column."""
+def load_trials(root: str, study: Optional[str] = None, columns: Optional[Sequence[str]] = None) -> pd.DataFrame:
+    """All stored trials (one row per trial_key per study), with a `study` column; only `columns`
+    (and the key columns) when given, which reads only those from the files."""
     with store_io(f"read {root}"):
-        return _load(root, "trials", None if study is None else check_study_name(study))
+        return _load(root, "trials", None if study is None else check_study_name(study), columns)
 
 
 def load_epochs(root: str, study: Optional[str] = None) -> pd.DataFrame:
@@ -243,7 +258,7 @@ def load_study(root: str, study: str) -> Tuple[pd.DataFrame, pd.DataFrame, Optio
 
 def stored_keys(root: str, study: str, statuses: Sequence[str] = FINISHED) -> set:
     """trial_keys already stored with one of `statuses` (resume skips these)."""
-    trials = load_trials(root, study)
+    trials = load_trials(root, study, columns=["status"])
     return set(trials.loc[trials["status"].isin(statuses), "trial_key"])
 
 
@@ -264,6 +279,7 @@ def compact(root: str, study: str) -> Dict[str, Dict[str, int]]:
     counts, finished = {}, set()
     for table in TABLES:
         _, directory = partition_dir(root, table, study)
+        _remove_stale_temporaries(fs, directory)
         frame, quarantined = _read_for_compaction(fs, base, directory, TABLES[table])
         kept = _newest_per_key(frame, table)
         if table == "trials":
@@ -272,6 +288,22 @@ def compact(root: str, study: str) -> Dict[str, Dict[str, int]]:
         counts[table] = dict(_rewrite_partition(fs, directory, TABLES[table], frame, merged,
                                                 kept.drop(merged.index)), quarantined=quarantined)
     return counts
+
+
+STALE_TEMPORARY_S = 3600
+
+
+def _remove_stale_temporaries(fs: pafs.FileSystem, directory: str) -> None:
+    """Delete the temporary files (see _write_atomic) of writes killed over an hour ago: no reader
+    lists them, and a younger one may be a write still going on."""
+    selector = pafs.FileSelector(directory, allow_not_found=True)
+    with store_io(f"list {directory}"):
+        infos = fs.get_file_info(selector)
+    cutoff = (time.time() - STALE_TEMPORARY_S) * 1e9
+    for info in infos:
+        if info.base_name.startswith(".") and ".tmp-" in info.base_name and (info.mtime_ns or 0) < cutoff:
+            with store_io(f"delete {info.path}"):
+                fs.delete_file(info.path)
 
 
 def _read_for_compaction(fs: pafs.FileSystem, base: str, directory: str,

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from study.cli import fetch_hint, hpstudy_main, run_edf_main, run_exit_code
-from study.progress import ProgressPrinter
+from study.progress import ProgressPrinter, Tally
 from study.store import load_trials, open_root, write_report_files, write_spec_record, write_trial
 from tests.helpers import make_trials, small_spec, stored_row, write_spec
 
@@ -111,11 +111,15 @@ def test_exit_code_is_0_only_when_every_trial_of_the_spec_is_stored(statuses, to
 
 
 def test_the_status_line_shows_the_devices_trials_ran_on():
-    finished = [{"model": "cnn_tiny", "status": "ok", "top1_err": 5.0, "device": "cuda:0 (NVIDIA A100-SXM4-40GB)"},
-                {"model": "cnn_tiny", "status": "ok", "top1_err": 4.0, "device": "cpu"},
-                {"model": "cnn_tiny", "status": "failed", "top1_err": None, "device": None}]
-    line = ProgressPrinter(SimpleNamespace(finished=finished), total=4).line()
+    tally = Tally()
+    for i, row in enumerate([
+            {"model": "cnn_tiny", "status": "ok", "top1_err": 5.0, "device": "cuda:0 (NVIDIA A100-SXM4-40GB)"},
+            {"model": "cnn_tiny", "status": "ok", "top1_err": 4.0, "device": "cpu"},
+            {"model": "vit_p_tiny", "status": "failed", "top1_err": None, "device": None}]):
+        tally.add(dict(row, trial_key=f"k{i}"))
+    line = ProgressPrinter(SimpleNamespace(tally=tally), total=4).line()
     assert "3/4 done (ok 2, diverged 0, failed 1)" in line and "| on cpu 1, cuda 1 |" in line
+    assert line.endswith("| best top-1: cnn_tiny 4.00%")      # a failed trial has no error to be best
 
 
 @pytest.mark.slow

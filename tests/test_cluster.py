@@ -12,6 +12,7 @@ from ray.cluster_utils import Cluster
 
 from study.runner import run_study
 from study.spec import parse_spec
+from study.store import load_trials
 from tests.helpers import REPO, small_spec
 
 
@@ -56,7 +57,8 @@ def two_node_cluster():
 @pytest.mark.slow
 def test_study_spreads_over_two_nodes_and_stores_once(two_node_cluster, tmp_path):
     spec = parse_spec(small_spec(name="multi", models=["cnn_tiny"], samples=3))
-    rows = run_study(spec, str(tmp_path))
+    run_study(spec, str(tmp_path))
+    rows = load_trials(str(tmp_path), "multi")
     assert len(rows) == 6 and rows["trial_key"].is_unique
     node_ids = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
     assert len(node_ids) == 2

@@ -8,6 +8,7 @@ from safetensors.torch import save_file
 from study.runner import run_study
 from study.sampling import expand
 from study.spec import SpecError, parse_spec
+from study.store import load_trials
 from tests.helpers import small_spec
 from trainers.checkpoint import file_sha256
 from trainers.config import TrialConfig
@@ -133,10 +134,11 @@ def test_a_fine_tuning_study_runs_from_a_checkpoint_trained_here(tmp_path, capsy
                                  recipe={"batch_size": 64, "device": "cpu", "init": path, "freeze": 1}))
     ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
     try:
-        rows = run_study(spec, str(tmp_path / "store"), progress_interval=1)
+        run_study(spec, str(tmp_path / "store"), progress_interval=1)
     finally:
         ray.shutdown()
     assert "fuse auto: no fusion: init" in capsys.readouterr().out
+    rows = load_trials(str(tmp_path / "store"), "finetune")
     assert set(rows["trial_key"]) == {t.key for t in expand(spec)} and len(rows) == 2
     assert (rows["status"] == "ok").all() and rows["head_reinit"].tolist() == [True, True]   # digits: 10 classes
     assert set(rows["init_sha256"]) == {file_sha256(path)}

@@ -125,4 +125,4 @@ def test_a_group_error_after_its_rows_were_stored_keeps_them(tmp_path):
     assert stored.loc[keys[0], ["status", "top1_err"]].tolist() == ["ok", 10.0]
     assert stored.loc[keys[1], ["status", "top1_err"]].tolist() == ["ok", 11.0]
     assert stored.loc[keys[2], "status"] == "failed" and stored.loc[keys[2], "error"] == "worker lost"
-    assert [r["status"] for r in writer.finished] == ["ok", "ok", "failed"]
+    assert writer.tally.statuses == {"ok": 2, "failed": 1} and writer.tally.keys == set(keys)

@@ -35,7 +35,10 @@ def test_study_runs_once_and_resumes_to_nothing(local_ray, tmp_path, capsys):
     space = dict(small_spec()["space"], cnn={"sgd": {"lr": [1e3, 1e4], "wd": [1e-5, 1e-4]}})
     spec = parse_spec(small_spec(space=space))
     store = str(tmp_path / "store")
-    rows = run_study(spec, store, progress_interval=1)
+    summary = run_study(spec, store, progress_interval=1)
+    rows = load_trials(store, "e2e")
+    # the run returns a summary of the stored rows (not the rows: those stay in the store)
+    pd.testing.assert_frame_equal(summary, rows[summary.columns.tolist()])
     expected = {t.key for t in expand(spec)}
     assert len(expected) == 12
     assert len(rows) == 12 and set(rows["trial_key"]) == expected
@@ -46,8 +49,9 @@ def test_study_runs_once_and_resumes_to_nothing(local_ray, tmp_path, capsys):
     assert (rows.loc[rows["status"] == "ok", "epochs_done"] == 1).all()
     assert rows["top1_err"].between(0, 100).all()
     assert rows["node"].notna().all() and rows["flops"].gt(0).all()
+    # compacted at the end of the run: the 12 finished trials in one file
     files = sorted((tmp_path / "store/trials/study=e2e").iterdir())
-    assert [f.name for f in files] == sorted(f"{k}.parquet" for k in expected)
+    assert len(files) == 1 and pq.read_table(files[0]).num_rows == 12
     assert pq.read_schema(files[0]) == TRIAL_SCHEMA
     assert len(load_epochs(store, "e2e")) == 9  # diverged trials stop before an epoch ends
     out = capsys.readouterr().out
@@ -57,7 +61,7 @@ def test_study_runs_once_and_resumes_to_nothing(local_ray, tmp_path, capsys):
     again = run_study(spec, store)
     assert "0 to run" in capsys.readouterr().out
     assert {f.name: f.stat().st_mtime_ns for f in (tmp_path / "store/trials/study=e2e").iterdir()} == mtimes
-    pd.testing.assert_frame_equal(again, rows)
+    pd.testing.assert_frame_equal(again, summary)
 
 
 def _wait_for(predicate, timeout, what):
@@ -106,7 +110,7 @@ def test_driver_sigkill_then_restart_stores_each_trial_once(tmp_path):
     rows = load_trials(store, "kill")
     assert len(rows) == 12 and rows["trial_key"].is_unique
     assert set(rows["trial_key"]) == {t.key for t in expand(parse_spec(spec))}
-    assert count() == 12
+    assert count() == 1                        # the rerun compacted the 12 trials into one file
 
 
 def test_worker_crash_is_retried_then_failed_trials_rerun(tmp_path):
@@ -140,7 +144,8 @@ def test_fused_groups_store_k_rows_and_resume_per_member(local_ray, tmp_path, ca
     # one member of the first group is already stored, as after a crash mid-study
     write_trial(store, "fused", stored_row(trial_key=trials[0].key, model="cnn_tiny", optimizer="adamw",
                                            status="ok", top1_err=1.0))
-    rows = run_study(spec, store).set_index("trial_key")
+    run_study(spec, store)
+    rows = load_trials(store, "fused").set_index("trial_key")
     assert len(rows) == 4 and rows.loc[trials[0].key, "top1_err"] == 1.0   # not trained again
     trained = rows.drop(trials[0].key)
     assert set(trained["status"]) == {"ok"} and (trained["epochs_done"] == 1).all()
@@ -154,3 +159,24 @@ def test_fused_groups_store_k_rows_and_resume_per_member(local_ray, tmp_path, ca
     assert sizes == ({"cnn_tiny": 2} if decision == "fuse 2" else {})
     # the decision is the threshold's (the printed speedup is rounded to 2 decimals)
     assert (decision == "fuse 2") == (speedup >= AUTO_FUSE_MIN_SPEEDUP) or abs(speedup - AUTO_FUSE_MIN_SPEEDUP) < 0.01
+
+
+def test_a_study_longer_than_one_tune_run_stores_each_trial_once_and_compacts_as_it_goes(
+        local_ray, tmp_path, monkeypatch):
+    """Tune runs of at most TUNE_RUN_GROUPS groups (here 3) bound the driver's bookkeeping; the
+    store is compacted before the run, every 2 stored trials and after it."""
+    import study.runner as runner
+    compactions = []
+    real_compact = runner.compact
+    monkeypatch.setattr(runner, "TUNE_RUN_GROUPS", 3)
+    monkeypatch.setattr(runner, "compact", lambda *a: compactions.append(a) or real_compact(*a))
+    spec = parse_spec(small_spec(name="long", models=["cnn_tiny"], optimizers=["adamw"], samples=7,
+                                 dataset={"name": "synthetic", "image_size": 8, "n_train": 32, "n_val": 16,
+                                          "num_classes": 4}))
+    store = str(tmp_path / "store")
+    summary = run_study(spec, store, compact_every=2, progress_interval=1)
+    assert sorted(summary["trial_key"]) == sorted(t.key for t in expand(spec))
+    assert len(compactions) == 1 + 7 // 2 + 1
+    assert [f.name for f in (tmp_path / "store/trials/study=long").iterdir()][0].startswith("compact-")
+    assert len(list((tmp_path / "store/trials/study=long").iterdir())) == 1
+    assert load_trials(store, "long")["trial_key"].is_unique

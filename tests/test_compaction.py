@@ -1,0 +1,139 @@
+"""Compaction never loses or duplicates a row: not when it runs to the end, not when its process
+is SIGKILLed at any point of it (while the merged file is being written, before any old file is
+deleted, halfway through the deletions), and the readers a user has (load_trials, pandas, a
+pyarrow dataset) give the same rows before and after."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pandas as pd
+import pyarrow.dataset as pads
+import pytest
+
+from study.store import compact, load_epochs, load_trials, write_trial
+from tests.helpers import REPO, epoch_row
+from tests.test_store import row
+
+
+def _store(root: str) -> None:
+    """12 trials: 9 ok/diverged with epochs, 2 failed, and one failed then rerun ok (two files over
+    time for one key: the ok row must win)."""
+    for i in range(9):
+        write_trial(root, "s", row(f"t{i}", "diverged" if i == 4 else "ok", 10.0 + i),
+                    [epoch_row(epoch=e, train_loss=float(i * 10 + e)) for e in (1, 2)])
+    for i in (9, 10):
+        write_trial(root, "s", row(f"t{i}", "failed", None))
+    write_trial(root, "s", row("t11", "failed", None, when="2026-11-29T09:00:00+00:00"))
+    write_trial(root, "s", row("t11", "ok", 3.0, when="2026-11-29T11:00:00+00:00"),
+                [epoch_row(epoch=1, train_loss=0.5)])
+
+
+def _readers(root: str) -> dict:
+    """What each reader a user has sees, in a comparable form."""
+    by_key = lambda frame: frame.sort_values(["trial_key"] + (["epoch"] if "epoch" in frame else []),
+                                             ignore_index=True)
+    pandas_rows = pd.read_parquet(os.path.join(root, "trials"))
+    dataset_rows = pads.dataset(os.path.join(root, "trials"), format="parquet", partitioning="hive").to_table()
+    return {"load_trials": by_key(load_trials(root, "s")), "load_epochs": by_key(load_epochs(root, "s")),
+            "pandas": by_key(pandas_rows.assign(study=pandas_rows["study"].astype(str))),
+            "dataset_keys": sorted(dataset_rows.column("trial_key").to_pylist())}
+
+
+def _same(a: pd.DataFrame, b: pd.DataFrame) -> None:
+    pd.testing.assert_frame_equal(a[sorted(a.columns)], b[sorted(b.columns)], check_dtype=False,
+                                  check_categorical=False)
+
+
+def _parquet_files(root: str, table: str) -> list:
+    folder = os.path.join(root, table, "study=s")
+    return sorted(name for name in os.listdir(folder) if not name.startswith("."))
+
+
+def test_compaction_merges_finished_trials_into_one_file_and_every_reader_sees_the_same_rows(tmp_path):
+    root = str(tmp_path / "store")
+    _store(root)
+    before = _readers(root)
+    # a rerun of a key replaces its file: the raw readers see one row per key too
+    assert len(before["pandas"]) == len(before["load_trials"]) == 12
+    counts = compact(root, "s")
+    assert counts["trials"]["merged_rows"] == 10 and counts["trials"]["unfinished"] == 2
+    after = _readers(root)
+    for reader in ("load_trials", "load_epochs", "pandas"):
+        _same(after[reader], before[reader])
+    assert after["dataset_keys"] == before["dataset_keys"]
+    # the ten finished trials in one file, each failed trial in its own (a rerun replaces it)
+    files = _parquet_files(root, "trials")
+    assert len(files) == 3 and {"t9.parquet", "t10.parquet"} < set(files)
+    assert len(_parquet_files(root, "epochs")) == 1
+    assert compact(root, "s")["trials"]["deleted_files"] == 0          # compacting again changes nothing
+
+
+_KILLER = textwrap.dedent("""
+    import contextlib, os, signal, sys
+    import pyarrow.parquet as pq
+    import study.store as store
+    point, nth = sys.argv[2], int(sys.argv[3])
+    seen = {"delete": 0}
+    real_io, real_write = store.store_io, pq.write_table
+
+    @contextlib.contextmanager
+    def store_io(what):
+        if what.startswith("delete "):
+            seen["delete"] += 1
+            if point == "delete" and seen["delete"] == nth:
+                os.kill(os.getpid(), signal.SIGKILL)
+        with real_io(what):
+            yield
+
+    def write_table(table, where, **kw):
+        if point == "write":          # half of the merged file written, then killed
+            where.write(b"PAR1" + b"x" * 100)
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real_write(table, where, **kw)
+
+    store.store_io, store.pq.write_table = store_io, write_table
+    store.compact(sys.argv[1], "s")
+""")
+
+
+@pytest.mark.parametrize("point,nth", [("write", 0), ("delete", 1), ("delete", 6), ("delete", 13)])
+def test_a_compaction_killed_anywhere_loses_and_duplicates_nothing(tmp_path, point, nth):
+    """SIGKILL while the merged file is written, before the first delete, halfway through the trial
+    files' deletions and halfway through the epoch files' (trials are done first)."""
+    root = str(tmp_path / "store")
+    _store(root)
+    before = _readers(root)
+    killed = subprocess.run([sys.executable, "-c", _KILLER, root, point, str(nth)], cwd=REPO,
+                            capture_output=True, text=True, timeout=120)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    # right after the kill, hpstudy's own readers see every row exactly once
+    mid = _readers(root)
+    _same(mid["load_trials"], before["load_trials"])
+    _same(mid["load_epochs"], before["load_epochs"])
+    # the next compaction (every run starts with one) leaves every reader as before, and one
+    # merged file per table
+    compact(root, "s")
+    after = _readers(root)
+    for reader in ("load_trials", "load_epochs", "pandas"):
+        _same(after[reader], before[reader])
+    assert after["dataset_keys"] == before["dataset_keys"]
+    assert len(_parquet_files(root, "trials")) == 3 and len(_parquet_files(root, "epochs")) == 1
+
+
+def test_a_stale_temporary_file_is_removed_and_a_fresh_one_is_left_to_its_writer(tmp_path):
+    """A writer killed mid-write leaves a dot-prefixed temporary file (no reader lists it);
+    compaction removes one older than an hour and leaves a younger one, which may be a live write."""
+    root = str(tmp_path / "store")
+    _store(root)
+    folder = tmp_path / "store" / "trials" / "study=s"
+    stale, fresh = folder / ".t0.parquet.tmp-old", folder / ".t1.parquet.tmp-new"
+    stale.write_bytes(b"PAR1half")
+    fresh.write_bytes(b"PAR1half")
+    hours_ago = time.time() - 2 * 3600
+    os.utime(stale, (hours_ago, hours_ago))
+    compact(root, "s")
+    assert not stale.exists() and fresh.exists()
