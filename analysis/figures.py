@@ -18,6 +18,7 @@ import matplotlib
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.ticker import FixedLocator, NullFormatter, NullLocator, StrMethodFormatter
 
 from analysis.metric import DEFAULT_METRIC, ERR, usable, warn_left_out
 from analysis.stats import expected_best, expected_best_band
@@ -109,6 +110,25 @@ def save_figure(fig: Figure, out_dir: str, name: str, data: pd.DataFrame, meta: 
     return paths
 
 
+def integer_ticks(ax, values: Sequence[int]) -> None:
+    """Label a log-scaled x axis at the given whole numbers only (no 10^k, no minor labels)."""
+    ax.xaxis.set_major_locator(FixedLocator(sorted({int(v) for v in values})))
+    ax.xaxis.set_major_formatter(StrMethodFormatter("{x:.0f}"))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.xaxis.set_minor_formatter(NullFormatter())
+
+
+def trial_count_ticks(n: int) -> List[int]:
+    """1, 2, 4, 8, ... up to n, and n itself (a power of two too close to n left out): ticks for a
+    number-of-trials axis."""
+    ticks = [2 ** i for i in range(int(np.log2(max(n, 1))) + 1)]
+    if ticks[-1] != n:
+        if len(ticks) > 1 and n < 1.4 * ticks[-1]:
+            ticks.pop()
+        ticks.append(n)
+    return ticks
+
+
 def _edf_steps(delta: np.ndarray, f: np.ndarray):
     """Step coordinates starting at F = 0 just before the first point."""
     return np.concatenate([[delta[0]], delta]), np.concatenate([[0.0], f])
@@ -181,6 +201,7 @@ def error_vs_epochs_figure(frame: pd.DataFrame, metric: str = DEFAULT_METRIC) ->
                     ax.plot(group["epochs"], group["err"], **dict(st, linestyle=(0, (2, 2)),
                                                                   markerfacecolor="none", label=None))
             ax.set(title=size, xscale="log", xlabel="epochs", ylabel="top-1 error (%)")
+            integer_ticks(ax, best["epochs"].unique())
             ax.legend(frameon=False)
         _title(fig, f"metric: {rows.metric}")
     return fig
@@ -196,6 +217,7 @@ def delta_error_vs_epochs_figure(gaps: pd.DataFrame) -> Figure:
                     **model_style(model))
         ax.axhline(0, color="0.6", linewidth=0.5)
         ax.set(xscale="log", xlabel="epochs", ylabel="Δ top-1 error vs longest (points)")
+        integer_ticks(ax, gaps["epochs"].unique())
         ax.legend(frameon=False)
         _title(fig, f"metric: {gaps['metric'].iloc[0]}")
     return fig
@@ -222,6 +244,8 @@ def expected_best_figure(frame: pd.DataFrame, metric: str = DEFAULT_METRIC, esti
                 rows += [{"model": model, "optimizer": opt, "k": int(k), "expected_best": c,
                           "lo": l, "hi": h} for k, c, l, h in zip(ks, curve, lo, hi)]
             ax.set(title=opt, xscale="log", xlabel="trials k", ylabel="expected best top-1 err (%)")
+            n_max = int(used.kept[used.kept["optimizer"] == opt].groupby("model").size().max())
+            integer_ticks(ax, trial_count_ticks(n_max))
             ax.legend(frameon=False)
         _title(fig, f"metric: {used.metric}")
     return fig, pd.DataFrame(rows).assign(metric=used.metric)

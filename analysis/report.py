@@ -4,13 +4,16 @@ import html
 import itertools
 import json
 import os
+import re
 import warnings
 from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 import pandas as pd
+import yaml
 
 from analysis.edf import EDF_CONVENTION, bootstrap_band, dkw_epsilon, edf_table
+from analysis.findings import ALPHA, CI_LEVEL, Finding, findings as make_findings
 from analysis.figures import (delta_edf_figure, delta_error_vs_epochs_figure, error_vs_epochs_figure,
                               expected_best_figure, generalization_figure, hp_scatter_figure, save_figure)
 from analysis.gaps import ema_gain, length_gap, optimizer_gap, peak_table
@@ -158,10 +161,105 @@ def _figures(trials: pd.DataFrame, rows: Rows, ranges: Dict, out: str, metric: s
     return made
 
 
-def _table_html(frame: pd.DataFrame, empty: str) -> str:
+# Readable column names with units for the HTML tables (report.json keeps the field names).
+# "%" = top-1 error in percent; "pts" = a difference of errors in percentage points.
+COLUMN_LABELS = {
+    "n": "trials counted", "n_left_out": "left out", "ok": "ok", "diverged": "diverged", "failed": "failed",
+    "diverged_share": "diverged (%)", "best": "best error (%)", "median": "median error (%)",
+    "dkw_eps_95": "DKW band ± (95%)", "bootstrap_eps_95": "bootstrap band ± (95%)",
+    "a": "model a", "b": "model b", "n_a": "n a", "n_b": "n b",
+    "ks_d": "KS D", "ks_p": "KS p", "ks_d_a_better": "KS D, a better (one-sided)", "ks_p_a_better": "KS p, a better",
+    "ad_stat": "Anderson-Darling stat.", "ad_p": "Anderson-Darling p", "ks_d_min": "min. detectable D",
+    "area": "area between EDFs (pts) [95% CI]", "within2_a": "a within 2 pts of best (%)",
+    "within2_b": "b within 2 pts of best (%)", "n_left_out_a": "left out a", "n_left_out_b": "left out b",
+    "best_sgd": "best SGD error (%)", "best_adamw": "best AdamW error (%)", "gap": "gap (pts) [95% CI]",
+    "n_sgd": "n SGD", "n_adamw": "n AdamW", "budget_k": "budget k (trials)", "gap_at_k": "expected gap at k (pts)",
+    "error": "best error (%)", "reference": "reference error (%)", "reference_epochs": "reference epochs",
+    "reference_fallback": "fallback reference", "log10_lr": "log10 lr", "log10_wd": "log10 wd",
+    "log10_lr_wd": "log10 lr·wd", "sample_size": "bootstrap sample size",
+    "importance_lr": "fANOVA importance lr", "importance_wd": "fANOVA importance wd",
+    "gain_mean": "mean gain (pts)", "gain_median": "median gain (pts)", "best_ema": "best EMA error (%)",
+    "gain_of_best": "gain of the bests (pts)", "best_err": "best error (%)", "seeds": "seeds",
+    "noise_floor": "seed noise σ (pts)", "no_finite_error": "no finite error",
+}
+TABLE_LABELS = {"length_gap": {"diverged": "all diverged", "gap": "gap to reference (pts)"}}
+SHARES = ("diverged_share", "within2_a", "within2_b")     # fractions shown in percent
+
+
+def _num(value) -> str:
+    return f"{value:.4g}" if np.isfinite(value) else "–"
+
+
+def readable(frame: pd.DataFrame, key: str = "") -> pd.DataFrame:
+    """A table for reading: estimates with their 95% CI in one column, shares in percent, readable
+    column names with units, without the `metric` column (the page states the metric once)."""
+    frame = frame.drop(columns=[c for c in ("metric",) if c in frame])
+    for stat in ("area", "gap"):
+        if {stat, f"{stat}_lo", f"{stat}_hi"} <= set(frame):
+            frame = frame.assign(**{stat: [f"{_num(v)} [{_num(lo)}, {_num(hi)}]" for v, lo, hi in
+                                           zip(frame[stat], frame[f"{stat}_lo"], frame[f"{stat}_hi"])]})
+            frame = frame.drop(columns=[f"{stat}_lo", f"{stat}_hi"])
+    frame = frame.assign(**{c: 100 * frame[c].astype(float) for c in SHARES if c in frame})
+    return frame.rename(columns={**COLUMN_LABELS, **TABLE_LABELS.get(key, {})})
+
+
+def _table_html(frame: pd.DataFrame, empty: str, key: str = "") -> str:
     if frame is None or frame.empty:
         return f"<p><em>{html.escape(empty)}</em></p>"
-    return frame.to_html(index=False, float_format=lambda v: f"{v:.4g}", border=0, classes="t")
+    return readable(frame, key).to_html(index=False, float_format=lambda v: f"{v:.4g}", border=0, classes="t",
+                                        na_rep="–")
+
+
+class _SpecDumper(yaml.SafeDumper):
+    """YAML as a spec is written by hand: lists of plain values on one line ([low, high])."""
+
+
+_SpecDumper.add_representer(list, lambda dumper, value: dumper.represent_sequence(
+    "tag:yaml.org,2002:seq", value, flow_style=not any(isinstance(v, (dict, list)) for v in value)))
+
+
+def spec_yaml(spec: Dict) -> str:
+    """The spec record as YAML (lists of numbers or names in flow style)."""
+    return yaml.dump(spec, Dumper=_SpecDumper, sort_keys=False, allow_unicode=True, width=100)
+
+
+FINDING_TITLES = {"scope": "How to read these", "edf_pair": "Δ-EDFs, pairs of models (lr/wd stability; Figs 5-6)",
+                  "optimizer_gap": "Optimizer gap per model (Fig 3)",
+                  "optimizer_gap_pair": "Optimizer gap, pairs of models",
+                  "length_gap": "Training-length gap per model (Fig 2)",
+                  "length_gap_pair": "Training-length gap, pairs of models",
+                  "peak": "Peak error against the seed noise (Fig 7)"}
+
+
+def _findings_html(found: List[Finding]) -> str:
+    parts = [f"<p>Each sentence is one test on the trials below, at α = {ALPHA:g}; intervals are {CI_LEVEL:.0%} "
+             f"(bootstrap unless named); a finding the data cannot decide says <em>inconclusive</em> and what "
+             f"it would take. Tests and thresholds: <code>analysis/findings.py</code>.</p>"]
+    for kind, title in FINDING_TITLES.items():
+        items = [f for f in found if f.kind == kind]
+        if not items:
+            continue
+        lis = "".join(f'<li class="{"open" if f.verdict == "inconclusive" else "decided"}">'
+                      f'{html.escape(f.sentence)}</li>' for f in items)
+        parts.append(f"<h3>{html.escape(title)}</h3><ul class='findings'>{lis}</ul>")
+    return "".join(parts)
+
+
+SVG_SCALE = 2.0     # inline figures at twice their print size (7 pt type reads as about 19 px)
+
+
+def _inline_svg(svg: str) -> str:
+    """The figure's <svg> element, drawn at SVG_SCALE times its size in points (as CSS px), at most
+    the page's width."""
+    svg = svg[svg.index("<svg"):]
+    head_end = svg.index(">")
+    head = svg[:head_end]
+    width = re.search(r'width="([0-9.]+)pt"', head)
+    if not width:
+        return svg
+    px = float(width.group(1)) * 4 / 3 * SVG_SCALE
+    head = re.sub(r'\s(width|height)="[0-9.]+pt"', "", head)
+    return f'{head} style="width:{px:.0f}px">' + svg[head_end + 1:]
 
 
 def build_report(trials: pd.DataFrame, epochs: pd.DataFrame, record: Optional[Dict], out: str,
@@ -188,6 +286,7 @@ def build_report(trials: pd.DataFrame, epochs: pd.DataFrame, record: Optional[Di
                   "good_ranges": ranges_table, "ema_gain": ema_gain(trials), "peak": peak_table(trials, metric),
                   "left_out": left_out_table(rows)}
         figures = _figures(trials, rows, ranges, out, metric)
+        found = make_findings(trials, metric)
     completeness = (f"{finished} of {expected} trials stored as ok/diverged "
                     f"({100 * finished / expected:.0f}%)" if expected else f"{finished} trials stored")
     stated = {"requested": metric, "used": rows.metric, "definition": METRIC_DOCS[metric]}
@@ -195,25 +294,25 @@ def build_report(trials: pd.DataFrame, epochs: pd.DataFrame, record: Optional[Di
         json.dump({"study": study, "completeness": completeness, "n_finished": finished,
                    "n_expected": expected, "n_failed": int((trials["status"] == FAILED).sum()),
                    "n_left_out": len(rows.left_out), "metric": stated, "edf_convention": EDF_CONVENTION,
+                   "findings": [f.as_dict() for f in found],
                    "tables": {k: json.loads(v.to_json(orient="records")) for k, v in tables.items()},
                    "spec": record["spec"] if record else None}, f, indent=1, sort_keys=True)
     page = os.path.join(out, "index.html")
     with open(page, "w") as f:
-        f.write(_html(study, completeness, stated, tables, figures, record))
+        f.write(_html(study, completeness, stated, tables, figures, record, found))
     return page
 
 
 def _html(study: str, completeness: str, metric: Dict[str, str], tables: Dict[str, pd.DataFrame],
-          figures, record) -> str:
+          figures, record, found: List[Finding]) -> str:
     status = (f"<p>{html.escape(completeness)}. Metric: <b>{html.escape(metric['used'])}</b> "
               f"(requested {html.escape(metric['requested'])}: {html.escape(metric['definition'])}); every "
               f"number, table and figure below is on this error. {html.escape(EDF_CONVENTION)}; failed trials "
               f"and trials without a finite error are left out of every number and counted below.</p>")
-    sections = [("status", "Status", status)]
+    sections = [("findings", "Findings", _findings_html(found)), ("status", "Status", status)]
     for name, caption, paths in figures:
         with open(paths["svg"]) as f:
-            svg = f.read()
-        svg = svg[svg.index("<svg"):]
+            svg = _inline_svg(f.read())
         links = " ".join(f'<a href="{os.path.basename(p)}">{ext}</a>' for ext, p in paths.items())
         sections.append((name, caption, f"<figure>{svg}<figcaption>{html.escape(caption)} ({links})"
                                         f"</figcaption></figure>"))
@@ -225,13 +324,17 @@ def _html(study: str, completeness: str, metric: Dict[str, str], tables: Dict[st
     empty = {"ema_gain": "no trial has an EMA error: EMA was off (or the store predates best_ema_top1_err)",
              "left_out": "none"}
     for key, title in titles.items():
-        sections.append((key, title, _table_html(tables[key], empty.get(key, "not enough trials for this table yet"))))
-    spec_text = json.dumps(record["spec"], indent=1, sort_keys=True) if record else "(no spec record in the store)"
+        sections.append((key, title, _table_html(tables[key], empty.get(key, "not enough trials for this table yet"),
+                                                 key)))
+    spec_text = spec_yaml(record["spec"]) if record else "(no spec record in the store)"
     sections.append(("spec", "Spec", f"<pre>{html.escape(spec_text)}</pre>"))
     toc = "".join(f'<li><a href="#{k}">{html.escape(t)}</a></li>' for k, t, _ in sections)
     body = "".join(f'<section id="{k}"><h2>{html.escape(t)}</h2>{c}</section>' for k, t, c in sections)
     return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>hpstudy: {html.escape(study)}</title>"
-            "<style>body{font-family:sans-serif;max-width:1100px;margin:auto}table.t{border-collapse:collapse;"
-            "font-size:12px}table.t td,table.t th{padding:2px 6px;border-bottom:1px solid #ddd}"
-            "figure svg{max-width:100%;height:auto}</style></head><body>"
+            "<style>body{font-family:sans-serif;max-width:1200px;margin:auto;padding:0 1em}"
+            "table.t{border-collapse:collapse;font-size:13px}table.t td,table.t th{padding:3px 8px;"
+            "border-bottom:1px solid #ddd;white-space:nowrap}table.t th{text-align:left;vertical-align:bottom;max-width:9em;white-space:normal}"
+            "figure{margin:1em 0}figure svg{max-width:100%;height:auto;display:block}"
+            "ul.findings li{margin:0.35em 0;line-height:1.35}li.decided{font-weight:600}li.open{color:#555}"
+            "pre{background:#f6f6f6;padding:0.6em}</style></head><body>"
             f"<h1>hpstudy report: {html.escape(study)}</h1><nav><ol>{toc}</ol></nav>{body}</body></html>")

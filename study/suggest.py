@@ -1,0 +1,150 @@
+"""`hpstudy suggest`: the fixed lr/wd of a length or optimizer study, read from a stored lr/wd study.
+
+The paper's length and optimizer studies train each model at one lr/wd found by its lr/wd study.
+This makes that step a command instead of hand-copied numbers: for every (model, optimizer) of the
+stored study it prints the spec lines (YAML, under `space:`) of a fixed point,
+
+    lr = 10 ** p50(log10 lr),  wd = 10 ** p50(log10 wd)
+
+of the study's good ranges (`analysis.stats.good_ranges`, pycls's `get_filters`: 2500 bootstrap
+subsets of 25% of the trials, the best trial of each; p50 is the median of the winners' values).
+
+Why the median winner, not the best trial or the centre of the range: the single best trial is one
+draw (with seed noise, which of the good trials comes out best is partly luck); the geometric centre of [p2.5, p97.5] follows the range's tails, which a few
+trials at the box's edge decide. The median over bootstrap winners is where the best trial usually
+falls: a single lucky trial moves it little, and it lies inside the good range by construction.
+lr and wd are taken each at its own median; the comment line says whether their product lies in
+the good range of lr·wd (the product the paper finds matters most). Each (model, optimizer) is read
+at the study's longest schedule (the lr/wd study usually has one).
+
+A spec expresses a fixed value as a single number (`lr: 1.2e-3`) and per-model values only per
+*family* (`space: {<family>: {<optimizer>: {lr, wd}}}`, study/spec.py), and needs a top-level box
+per optimizer. So the lines give every family its own fixed point, and the top-level boxes the
+values of the first model in catalogue order (used by no model the lines name). Two models of one
+family in the study cannot both have their own point: the second is printed as a comment.
+
+`good_ranges` lives in `analysis`, which `study` does not import (tests/test_architecture.py): the
+command line passes it in (`ranges_fn`).
+"""
+
+import argparse
+from typing import Callable, Dict, List, Optional, Sequence
+
+import pandas as pd
+
+from study.store import load_study
+from trainers.errors import ConfigError
+from trainers.schema import FAILED
+from trainers.zoo import get_spec, list_models
+
+RangesFn = Callable[..., pd.DataFrame]     # analysis.stats.good_ranges(frame, metric) -> table
+
+
+def yaml_number(value: float) -> str:
+    """3 significant digits, always read back by YAML as a float (1.0e-05, not the string 1e-05)."""
+    text = f"{value:.3g}"
+    return f"{value:.2e}" if "e" in text else text
+
+
+def fixed_points(trials: pd.DataFrame, ranges_fn: RangesFn, metric: str,
+                 models: Optional[Sequence[str]] = None, optimizers: Optional[Sequence[str]] = None) -> List[Dict]:
+    """Per (model, optimizer) of the trials (filtered to `models` / `optimizers`): the suggested
+    fixed lr and wd and what they come from (n, left out, good ranges, the best trial)."""
+    for name, wanted, column in (("--model", models, "model"), ("--optimizer", optimizers, "optimizer")):
+        missing = sorted(set(wanted or ()) - set(trials[column]))
+        if missing:
+            raise ConfigError(f"{name}: bad value {missing[0]!r}; allowed (in the study): "
+                              f"{', '.join(sorted(set(trials[column])))}")
+    catalogue = list_models()
+    out = []
+    for (model, opt), cell in sorted(trials.groupby(["model", "optimizer"], observed=True),
+                                     key=lambda kv: (catalogue.index(kv[0][0]), kv[0][1])):
+        if (models and model not in models) or (optimizers and opt not in optimizers):
+            continue
+        epochs = int(cell["epochs"].max())
+        cell = cell[cell["epochs"] == epochs]
+        if not (cell["status"] != FAILED).any():
+            out.append({"model": model, "optimizer": opt, "epochs": epochs, "lr": None, "wd": None,
+                        "why": "every trial failed"})
+            continue
+        ranges = ranges_fn(cell, metric)
+        log_lr, log_wd = ranges.loc["p50", "log10_lr"], ranges.loc["p50", "log10_wd"]
+        lo_prod, hi_prod = ranges.loc["p2.5", "log10_lr_wd"], ranges.loc["p97.5", "log10_lr_wd"]
+        out.append({"model": model, "family": get_spec(model).family, "optimizer": opt, "epochs": epochs,
+                    "lr": 10 ** log_lr, "wd": 10 ** log_wd, "n": int(ranges["n"].iloc[0]),
+                    "n_left_out": int(ranges["n_left_out"].iloc[0]), "metric": str(ranges["metric"].iloc[0]),
+                    "lr_range": (10 ** ranges.loc["p2.5", "log10_lr"], 10 ** ranges.loc["p97.5", "log10_lr"]),
+                    "wd_range": (10 ** ranges.loc["p2.5", "log10_wd"], 10 ** ranges.loc["p97.5", "log10_wd"]),
+                    "product_in_range": bool(lo_prod - 1e-9 <= log_lr + log_wd <= hi_prod + 1e-9)})
+    if not out:
+        raise ConfigError("--model/--optimizer: no (model, optimizer) of the study matches")
+    return out
+
+
+def _box(point: Dict) -> str:
+    return f"{{lr: {yaml_number(point['lr'])}, wd: {yaml_number(point['wd'])}}}"
+
+
+def _source(point: Dict) -> str:
+    if point["lr"] is None:
+        return f"# {point['model']}, {point['optimizer']}, {point['epochs']} epochs: no suggestion ({point['why']})"
+    lr, wd = point["lr_range"], point["wd_range"]
+    note = "" if point["product_in_range"] else "; lr·wd lies OUTSIDE the good lr·wd range: check the scatter figure"
+    return (f"# {point['model']}, {point['optimizer']}, {point['epochs']} epochs: n = {point['n']} counted "
+            f"({point['n_left_out']} left out); good lr [{yaml_number(lr[0])}, {yaml_number(lr[1])}], "
+            f"wd [{yaml_number(wd[0])}, {yaml_number(wd[1])}]{note}")
+
+
+def space_lines(points: List[Dict], study: str, store: str) -> List[str]:
+    """The `space:` block (YAML with comments) of the fixed points."""
+    usable_points = [p for p in points if p["lr"] is not None]
+    metric = usable_points[0]["metric"] if usable_points else "?"
+    lines = [f"# hpstudy suggest --store {store} --study {study}   (metric: {metric})",
+             "# lr, wd = 10^p50 of the good ranges (analysis.stats.good_ranges): the median best trial over",
+             "# 2500 bootstrap subsets of 25% of the trials (study/suggest.py says why). A single number fixes",
+             "# the value. Paste under a length or optimizer spec's `space:` (replacing its boxes).",
+             "space:"]
+    first = {}
+    for p in usable_points:
+        first.setdefault(p["optimizer"], p)
+    for opt, p in first.items():
+        lines.append(f"  {opt}: {_box(p)}   # = {p['model']}'s; required per optimizer, used by no model below")
+    taken: Dict[tuple, str] = {}
+    by_family: Dict[str, List[Dict]] = {}
+    for p in points:
+        by_family.setdefault(p.get("family") or get_spec(p["model"]).family, []).append(p)
+    for family, group in by_family.items():
+        lines.append(f"  {family}:")
+        for p in group:
+            lines.append(f"    {_source(p)}")
+            if p["lr"] is None:
+                continue
+            holder = taken.setdefault((family, p["optimizer"]), p["model"])
+            if holder == p["model"]:
+                lines.append(f"    {p['optimizer']}: {_box(p)}")
+            else:
+                lines.append(f"    # {p['optimizer']}: {_box(p)}   # not expressible: the spec keys fixed values "
+                             f"by family and {holder} (family {family}) holds this one")
+    return lines
+
+
+def suggest(store: str, study: str, ranges_fn: RangesFn, metric: str = "paper",
+            models: Optional[Sequence[str]] = None, optimizers: Optional[Sequence[str]] = None) -> str:
+    """The spec lines for a stored lr/wd study (see the module docstring)."""
+    trials, _, _ = load_study(store, study)
+    return "\n".join(space_lines(fixed_points(trials, ranges_fn, metric, models, optimizers), study, store))
+
+
+def add_suggest_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """--model, --optimizer and --metric of `hpstudy suggest` (after --store/--study)."""
+    p.add_argument("--model", action="append", default=None, help="only this model (repeatable)")
+    p.add_argument("--optimizer", action="append", default=None, help="only this optimizer (repeatable)")
+    p.add_argument("--metric", default="paper", help="the error the good ranges are built on (as hpstudy report)")
+    return p
+
+
+def suggest_command(args: argparse.Namespace, ranges_fn: RangesFn) -> int:
+    """Print the spec lines; 0."""
+    print(suggest(args.store, args.study, ranges_fn, args.metric, args.model, args.optimizer))
+    return 0
+
