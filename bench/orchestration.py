@@ -1,11 +1,19 @@
-"""Orchestration overhead: a study of N short trials through run_study on a local Ray against the
-same trials run back-to-back in one process with no Ray; prints one JSON object.
+"""Orchestration overhead, side by side on the same trials; prints one JSON object.
 
-    python -m bench.orchestration [--trials 40] [--epochs 2] [--concurrency 2] [--micro]
+    python -m bench.orchestration [--trials 16] [--epochs 2] [--concurrency 2] [--micro]
+                                  [--methods raw,hpstudy,tune,optuna]
 
-overhead ratio = Ray study wall / (sum of raw trial walls / concurrency); per-trial overhead =
-(Ray wall - raw sum / concurrency) / N. The Ray phase runs first so the driver's peak RSS
-(ru_maxrss) is measured before the raw phase builds models in this process.
+The same trial configs (vit_c_tiny and cnn_tiny on digits, AdamW and SGD; or near-zero trials on
+8 px synthetic data with --micro) run four ways:
+  raw      back to back in this process, one thread each: the limit is their summed wall / concurrency;
+  hpstudy  run_study on a local Ray of `concurrency` CPUs (stored, compacted, resumable);
+  tune     the Ray Tune program a user would write instead: a function trainable that trains one
+           config and reports its row, Tuner with tune.grid_search over the configs, default settings
+           (1 CPU a trial), the result table written to Parquet at the end;
+  optuna   Optuna's study.optimize in this process, n_jobs = concurrency, each trial the next config.
+Each method's ratio is its wall / the limit (1.0 = no overhead). hpstudy runs first in a fresh
+process so `driver_peak_rss_mb` (ru_maxrss) is its driver's; `trials_per_s_first/last_tenth` are
+hpstudy's storing rate over the first and the last tenth of the run (from the rows' finished_at).
 """
 
 import argparse
@@ -22,13 +30,14 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 import torch  # noqa: E402
 
-from study.runner import run_study  # noqa: E402
+from study.runner import ray_session, run_study  # noqa: E402
 from study.sampling import expand  # noqa: E402
 from study.spec import parse_spec  # noqa: E402
+from study.store import load_trials  # noqa: E402
 from trainers.trial import train_trial  # noqa: E402
 
-
 MICRO_DATA = {"name": "synthetic", "image_size": 8, "n_train": 32, "n_val": 16, "num_classes": 4}
+METHODS = ("hpstudy", "raw", "tune", "optuna")
 
 
 def bench_spec(trials: int, epochs: int, micro: bool = False) -> dict:
@@ -44,40 +53,94 @@ def bench_spec(trials: int, epochs: int, micro: bool = False) -> dict:
             "resources": {"cpu": 1}}
 
 
+def run_hpstudy(spec, concurrency: int) -> dict:
+    """The study through run_study; its wall, driver peak RSS and storing rate early and late."""
+    with tempfile.TemporaryDirectory() as store, contextlib.redirect_stdout(sys.stderr):
+        start = time.perf_counter()
+        run_study(spec, store, num_cpus=concurrency, progress_interval=1e9)
+        wall = time.perf_counter() - start
+        stored = load_trials(store, spec.name, columns=["finished_at"])["finished_at"].sort_values()
+    times = (stored - stored.iloc[0]).dt.total_seconds().to_numpy()
+    tenth = max(2, len(times) // 10)
+    rate = lambda part: (len(part) - 1) / max(part[-1] - part[0], 1e-9)
+    return {"wall_s": round(wall, 2), "stored_rows": len(stored),
+            "driver_peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+            "trials_per_s_first_tenth": round(rate(times[:tenth]), 2),
+            "trials_per_s_last_tenth": round(rate(times[-tenth:]), 2)}
+
+
+def run_raw(configs) -> dict:
+    """Each config trained in this process, one after another, one thread (as each Ray trial runs)."""
+    torch.set_num_threads(1)
+    walls = []
+    for config in configs:
+        start = time.perf_counter()
+        train_trial(config)
+        walls.append(time.perf_counter() - start)
+    return {"sum_s": round(sum(walls), 2), "mean_trial_s": round(sum(walls) / len(walls), 3)}
+
+
+def _tune_trainable(config):
+    """A user's function trainable: train one config, report its row's numbers."""
+    from ray import tune
+    row = train_trial(config["trial"])
+    tune.report({"top1_err": row["top1_err"], "status": row["status"], "wall_s": row["wall_s"]})
+
+
+def run_tune(configs, concurrency: int) -> dict:
+    """Plain Ray Tune over the same configs: grid_search, default settings, results to Parquet."""
+    from ray import tune
+    with tempfile.TemporaryDirectory() as folder, contextlib.redirect_stdout(sys.stderr):
+        start = time.perf_counter()
+        with ray_session(None, concurrency):
+            results = tune.Tuner(_tune_trainable, param_space={"trial": tune.grid_search(configs)},
+                                 run_config=tune.RunConfig(storage_path=folder, verbose=0)).fit()
+            results.get_dataframe().drop(columns=["config/trial"], errors="ignore").to_parquet(
+                os.path.join(folder, "results.parquet"))
+        wall = time.perf_counter() - start
+    return {"wall_s": round(wall, 2), "errors": results.num_errors}
+
+
+def run_optuna(configs, concurrency: int) -> dict:
+    """Optuna's study.optimize in this process (threads), each trial training the next config."""
+    import optuna
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    torch.set_num_threads(1)
+    study = optuna.create_study()
+    objective = lambda trial: train_trial(configs[trial.number])["top1_err"]
+    start = time.perf_counter()
+    study.optimize(objective, n_trials=len(configs), n_jobs=concurrency)
+    return {"wall_s": round(time.perf_counter() - start, 2), "trials": len(study.trials)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trials", type=int, default=40)
+    parser.add_argument("--trials", type=int, default=16)
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--concurrency", type=int, default=2)
     parser.add_argument("--micro", action="store_true", help="near-zero trials (synthetic 8 px data)")
-    parser.add_argument("--skip-raw", action="store_true",
-                        help="Ray phase only (driver memory and wall for large N)")
+    parser.add_argument("--methods", default=",".join(METHODS),
+                        help=f"comma-separated, run in this order (default: {','.join(METHODS)})")
     args = parser.parse_args()
+    methods = args.methods.split(",")
+    if not methods or set(methods) - set(METHODS):
+        parser.error(f"--methods: bad value {args.methods!r}; allowed: a comma-separated subset of {METHODS}")
     spec = parse_spec(bench_spec(args.trials, args.epochs, args.micro))
-    trials = expand(spec)
-    with tempfile.TemporaryDirectory() as store, contextlib.redirect_stdout(sys.stderr):
-        t0 = time.perf_counter()
-        rows = run_study(spec, store, num_cpus=args.concurrency, progress_interval=1e9)
-        ray_wall = time.perf_counter() - t0
-    driver_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    torch.set_num_threads(1)  # as each Ray trial runs (one thread per CPU held)
-    raw = []
-    for trial in [] if args.skip_raw else trials:
-        t = time.perf_counter()
-        train_trial(trial.config)
-        raw.append(time.perf_counter() - t)
-    ideal = sum(raw) / args.concurrency
-    compared = {} if args.skip_raw else {
-        "mean_raw_trial_s": round(sum(raw) / len(raw), 3), "raw_sum_s": round(sum(raw), 2),
-        "overhead_ratio": round(ray_wall / ideal, 4),
-        "overhead_per_trial_s": round((ray_wall - ideal) / len(trials), 3)}
-    print(json.dumps({
-        "bench": "orchestration", "trials": len(trials), "epochs": args.epochs, "micro": args.micro,
-        "concurrency": args.concurrency, "stored_rows": len(rows), **compared,
-        "ray_study_wall_s": round(ray_wall, 2),
-        "mean_in_worker_trial_s": round(float(rows["wall_s"].mean()), 3),
-        "driver_peak_rss_mb": round(driver_rss_mb, 1),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores"}))
+    configs = [t.config for t in expand(spec)]
+    run = {"hpstudy": lambda: run_hpstudy(spec, args.concurrency), "raw": lambda: run_raw(configs),
+           "tune": lambda: run_tune(configs, args.concurrency), "optuna": lambda: run_optuna(configs, args.concurrency)}
+    results = {}
+    for method in methods:
+        print(f"bench.orchestration: {method} ...", file=sys.stderr, flush=True)
+        results[method] = run[method]()
+    if "raw" in results:
+        limit = results["raw"]["sum_s"] / args.concurrency
+        results["raw"]["limit_s"] = round(limit, 2)
+        for method in set(results) - {"raw"}:
+            results[method]["ratio_to_limit"] = round(results[method]["wall_s"] / limit, 3)
+    print(json.dumps({"bench": "orchestration", "trials": len(configs), "epochs": args.epochs, "micro": args.micro,
+                      "concurrency": args.concurrency, **results,
+                      "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.python_version()}"}))
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ parameters stop changing) and reported `diverged`; the others go on unchanged.
 """
 
 import copy
-import gc
 import math
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence
@@ -26,7 +25,8 @@ from torch.func import functional_call, grad_and_value, stack_module_state, vmap
 from trainers.config import TrialConfig
 from trainers.errors import ConfigError
 from trainers.data import DeviceBatches
-from trainers.loop import MemberRecords, data_for, diverged_mask, fit, resolve_device, trial_schedule
+from trainers.loop import (MemberRecords, data_for, diverged_mask, fit, release_device_memory, resolve_device,
+                           trial_schedule)
 from trainers.models import build_model, set_fused_attention
 from trainers.trial import Trainer
 
@@ -213,9 +213,7 @@ class FusedTrainer:
     def release(self) -> None:
         """Free the stacked parameters, buffers and optimizer state."""
         del self.params, self.flat, self.buffers, self.state, self.batches
-        gc.collect()
-        if self.device.type == "cuda":
-            torch.cuda.empty_cache()
+        release_device_memory(self.device)
 
 
 def _lr_per_step(cfg: TrialConfig, steps_per_epoch: int) -> List[float]:

@@ -6,6 +6,7 @@ builds each member's epoch records and, at the end, one trial row per member: `o
 epoch's errors, or `diverged` at chance error. In the spirit of pycls's train_epoch/test_epoch.
 """
 
+import gc
 import time
 from datetime import datetime, timezone
 from functools import lru_cache
@@ -54,6 +55,16 @@ def configure_device(device: torch.device) -> None:
         torch.backends.cudnn.benchmark = True
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
+
+
+def release_device_memory(device: torch.device) -> None:
+    """After a trial on CUDA: collect reference cycles that may hold device tensors and return the
+    cached blocks, so a reused worker starts the next trial with the GPU's memory free. Nothing on
+    a CPU: there Python's own collector frees cycles, and a full collection with torch and timm
+    loaded costs about 0.4 s, most of a short trial."""
+    if device.type == "cuda":
+        gc.collect()
+        torch.cuda.empty_cache()
 
 
 def data_for(cfg: TrialConfig, device: torch.device):

@@ -2,7 +2,6 @@
 
 import contextlib
 import dataclasses
-import gc
 from typing import Any, Callable, Dict, Optional
 
 import numpy as np
@@ -15,7 +14,8 @@ from timm.utils import ModelEmaV3
 from trainers.checkpoint import freeze_leading, load_checkpoint, verified_sha256
 from trainers.config import TrialConfig
 from trainers.data import DeviceBatches
-from trainers.loop import configure_device, data_for, diverged_mask, fit, resolve_device, trial_schedule
+from trainers.loop import (configure_device, data_for, diverged_mask, fit, release_device_memory, resolve_device,
+                           trial_schedule)
 from trainers.models import build_model
 from trainers.optim import build_optimizer
 
@@ -174,9 +174,7 @@ class Trainer:
         """Free model, optimizer, schedule, EMA and loaders (and cached GPU memory) so a reused
         actor starts the next trial clean."""
         del self.model, self.optimizer, self.schedule, self.ema, self.mixup, self.batches
-        gc.collect()
-        if self.device.type == "cuda":
-            torch.cuda.empty_cache()
+        release_device_memory(self.device)
 
 
 def train_trial(config: Dict[str, Any], on_epoch: Optional[EpochCallback] = None) -> Dict[str, Any]:
