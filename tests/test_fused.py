@@ -94,3 +94,19 @@ def test_a_diverged_member_leaves_the_stack_and_the_others_keep_their_numbers():
         assert second[member]["train_loss"] == pytest.approx(ref_second[ref]["train_loss"], rel=1e-12)
     for name in reference.params:   # a stack of 3 then 2 against one of 2: the same up to rounding
         torch.testing.assert_close(trainer.params[name], reference.params[name], rtol=1e-10, atol=1e-13)
+
+
+@pytest.mark.parametrize("model", ["cnn_tiny", "vit_c_tiny"])
+def test_bf16_autocast_under_vmap_runs_each_member_as_its_bf16_trial_alone(model):
+    """amp: true fused trains the members in bf16 under vmap (CPU autocast here, as CUDA's),
+    BatchNorm included, the loss in float32; each member's epoch loss is its bf16 trial's alone up
+    to bf16 rounding (the batched and the single kernels round differently), not its float32 one's."""
+    configs = [dict(c, dtype="float32") for c in members(model, "sgd", [0.05, 0.1], [1e-4, 1e-5])]
+    fused = FusedTrainer([TrialConfig.from_dict(dict(c, amp=True)) for c in configs])
+    losses = fused.train_epoch()["train_loss"]
+    for k, config in enumerate(configs):
+        bf16, fp32 = (Trainer(TrialConfig.from_dict(dict(config, amp=amp))).train_epoch()["train_loss"]
+                      for amp in (True, False))
+        assert abs(losses[k] - bf16) < 2e-2 * bf16 and abs(losses[k] - bf16) < abs(losses[k] - fp32), \
+            (losses[k], bf16, fp32)
+    assert set(fused.evaluate()) == {"top1_err", "top5_err"}      # evaluation runs (in float32)

@@ -32,7 +32,7 @@ from trainers.trial import Trainer
 
 PER_MEMBER = ("lr", "wd", "seed")
 # recipe options fusion does not implement, with the values that mean "off"
-UNSUPPORTED = {"mixup": (0,), "cutmix": (0,), "ema_decay": (None,), "grad_clip": (None,), "amp": (None, False),
+UNSUPPORTED = {"mixup": (0,), "cutmix": (0,), "ema_decay": (None,), "grad_clip": (None,),
                "accum_steps": (1,), "grad_checkpointing": (False,), "init": (None,), "freeze": (0,)}
 
 
@@ -64,6 +64,9 @@ class FusedTrainer:
         self.k = len(cfgs)
         self.device = resolve_device(cfg.device)
         self.dtype = getattr(torch, cfg.dtype)
+        # bf16 autocast as a trial alone has it (on CUDA unless amp: false): autocast sits below
+        # vmap in torch's dispatch, so each member's matmuls run in bf16 as they would alone
+        self.amp = self.device.type == "cuda" if cfg.amp is None else cfg.amp
         data = data_for(cfg, self.device)
         self.batches = DeviceBatches(data, self.device, self.dtype)
         self.num_classes = data.num_classes
@@ -80,6 +83,8 @@ class FusedTrainer:
         self.flat = torch.cat([p.detach().reshape(self.k, -1) for p in params.values()], 1)
         self.buffers = buffers
         self.base = copy.deepcopy(models[0]).to("meta")
+        if self.amp:
+            _norms_in_float32(self.base)
         self.generators = [torch.Generator().manual_seed(m.seed) for m in cfgs]
         self.steps_per_epoch = data.steps_per_epoch(cfg.batch_size)
         # every member's lr at every step, computed once and kept on the device (no copy per step)
@@ -104,10 +109,15 @@ class FusedTrainer:
         self.params = {n: t.view(self.k, *shape) for n, t, shape in zip(self.names, parts, self.shapes)}
 
     def _logits(self, params, buffers, x):
-        return functional_call(self.base, (params, buffers), (x,))
+        # bf16 autocast in training only: outside torch.func.grad, vmap's convolution rule meets
+        # bf16 activations with float32 weights, so evaluation runs in float32 (a trial alone
+        # evaluates in bf16: the errors differ by bf16 rounding, as the batched kernels' do)
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.amp and self.base.training):
+            return functional_call(self.base, (params, buffers), (x,))
 
     def _loss(self, params, buffers, x, y):
         logits = self._logits(params, buffers, x)
+        logits = logits.float() if logits.dtype == torch.bfloat16 else logits   # the loss in float32, as alone
         return F.cross_entropy(logits, y, label_smoothing=self.cfgs[0].label_smoothing)
 
     @property
@@ -214,6 +224,22 @@ class FusedTrainer:
         """Free the stacked parameters, buffers and optimizer state."""
         del self.params, self.flat, self.buffers, self.state, self.batches
         release_device_memory(self.device)
+
+
+def _norms_in_float32(model: torch.nn.Module) -> None:
+    """Run the model's BatchNorm layers on float32 inputs and give back bf16: torch's vmap rule for
+    batch_norm cannot mix a bf16 input with float32 weights, which a layer alone under autocast
+    does (computing in float32 inside, so the numbers are the same)."""
+    def to_float32(module, args):
+        return tuple(a.float() if torch.is_tensor(a) and a.dtype == torch.bfloat16 else a for a in args)
+
+    def to_bf16(module, args, output):
+        return output.to(torch.bfloat16) if torch.is_autocast_enabled(output.device.type) else output
+
+    for module in model.modules():
+        if isinstance(module, torch.nn.modules.batchnorm._BatchNorm):
+            module.register_forward_pre_hook(to_float32)
+            module.register_forward_hook(to_bf16)
 
 
 def _lr_per_step(cfg: TrialConfig, steps_per_epoch: int) -> List[float]:
