@@ -58,6 +58,7 @@ class StudySpec:
     samples: int
     space: Mapping[str, Box]                       # optimizer -> box
     family_space: Mapping[str, Mapping[str, Box]] = field(default_factory=dict)  # family -> opt -> box
+    model_space: Mapping[str, Mapping[str, Box]] = field(default_factory=dict)   # model -> opt -> box
     recipe: Mapping[str, Any] = field(default_factory=dict)
     sampler: str = "random"
     paired: bool = True
@@ -69,12 +70,14 @@ class StudySpec:
     source: Optional[Dict[str, Any]] = None        # the raw spec, kept for reports
 
     def box(self, model: str, optimizer: str) -> Box:
-        """The box that applies to a model (family override first) and optimizer."""
+        """The box that applies to a model and optimizer: the model's own, else its family's, else
+        the optimizer's."""
         family = get_spec(model).family
-        return self.family_space.get(family, {}).get(optimizer) or self.space[optimizer]
+        return (self.model_space.get(model, {}).get(optimizer)
+                or self.family_space.get(family, {}).get(optimizer) or self.space[optimizer])
 
 
-_KEYS = {f.name for f in dataclasses.fields(StudySpec)} - {"family_space", "source"}
+_KEYS = {f.name for f in dataclasses.fields(StudySpec)} - {"family_space", "model_space", "source"}
 
 
 def _reject(field_name: str, value: Any, allowed: str):
@@ -120,25 +123,30 @@ def _box(where: str, value: Any) -> Box:
 
 
 def _space(raw: Any, optimizers: Tuple[str, ...]):
+    """optimizer -> box, and per-family and per-model overrides (family or model -> optimizer -> box).
+    A name that is both a family and a model (vit_rel) keys the family, as before model keys existed."""
     if not isinstance(raw, dict):
-        _reject("space", raw, "a mapping of optimizer -> {lr, wd} (and family -> optimizer -> box)")
-    space, family_space = {}, {}
+        _reject("space", raw, "a mapping of optimizer -> {lr, wd} (and family or model -> optimizer -> box)")
+    models = list_models()
+    space, family_space, model_space = {}, {}, {}
     for key, value in raw.items():
         if key in OPTIMIZERS:
             space[key] = _box(f"space.{key}", value)
-        elif key in FAMILIES:
+        elif key in FAMILIES or key in models:
             if not isinstance(value, dict):
                 _reject(f"space.{key}", value, "a mapping of optimizer -> {lr, wd}")
             for opt, box in value.items():
                 if opt not in OPTIMIZERS:
                     _reject(f"space.{key}", opt, ", ".join(OPTIMIZERS))
-            family_space[key] = {opt: _box(f"space.{key}.{opt}", box) for opt, box in value.items()}
+            overrides = family_space if key in FAMILIES else model_space
+            overrides[key] = {opt: _box(f"space.{key}.{opt}", box) for opt, box in value.items()}
         else:
-            _reject("space", key, f"optimizer names {OPTIMIZERS} or family names {FAMILIES}")
+            _reject("space", key, f"optimizer names ({', '.join(OPTIMIZERS)}), family names "
+                                  f"({', '.join(FAMILIES)}) or model names ({', '.join(models)})")
     for opt in optimizers:
         if opt not in space:
             _reject("space", sorted(raw), f"a box for every listed optimizer; missing {opt!r}")
-    return space, family_space
+    return space, family_space, model_space
 
 
 def _recipe(raw: Any, check_paths: bool) -> Dict[str, Any]:
@@ -224,9 +232,9 @@ def parse_spec(raw: Any, check_paths: bool = True) -> StudySpec:
         _reject("fuse", fuse, "off, auto or an integer K >= 1 (YAML reads on/yes/true as true: write auto or K)")
     if not (fuse in FUSE_MODES or (isinstance(fuse, int) and not isinstance(fuse, bool) and fuse >= 1)):
         _reject("fuse", fuse, "off, auto or an integer K >= 1")
-    space, family_space = _space(raw.get("space"), optimizers)
+    space, family_space, model_space = _space(raw.get("space"), optimizers)
     spec = StudySpec(name=name, dataset=dataset, models=models, optimizers=optimizers, epochs=epochs,
-                     samples=samples, space=space, family_space=family_space,
+                     samples=samples, space=space, family_space=family_space, model_space=model_space,
                      recipe=_recipe(raw.get("recipe"), check_paths), sampler=sampler, paired=paired,
                      sampler_seed=sampler_seed, seeds=seeds,
                      resources=_resources(raw.get("resources")), max_retries=max_retries,

@@ -17,11 +17,11 @@ lr and wd are taken each at its own median; the comment line says whether their 
 the good range of lr·wd (the product the paper finds matters most). Each (model, optimizer) is read
 at the study's longest schedule (the lr/wd study usually has one).
 
-A spec expresses a fixed value as a single number (`lr: 1.2e-3`) and per-model values only per
-*family* (`space: {<family>: {<optimizer>: {lr, wd}}}`, study/spec.py), and needs a top-level box
-per optimizer. So the lines give every family its own fixed point, and the top-level boxes the
-values of the first model in catalogue order (used by no model the lines name). Two models of one
-family in the study cannot both have their own point: the second is printed as a comment.
+A spec expresses a fixed value as a single number (`lr: 1.2e-3`) and a per-model box under the
+model's name (`space: {<model>: {<optimizer>: {lr, wd}}}`, study/spec.py, which looks up model, then
+family, then the optimizer's box), and needs a top-level box per optimizer. So the lines give every
+model its own fixed point, and the top-level boxes the values of the first model in catalogue order
+(required by the spec, used by no model the lines name).
 
 `good_ranges` lives in `analysis`, which `study` does not import (tests/test_architecture.py): the
 command line passes it in (`ranges_fn`).
@@ -109,22 +109,15 @@ def space_lines(points: List[Dict], study: str, store: str) -> List[str]:
         first.setdefault(p["optimizer"], p)
     for opt, p in first.items():
         lines.append(f"  {opt}: {_box(p)}   # = {p['model']}'s; required per optimizer, used by no model below")
-    taken: Dict[tuple, str] = {}
-    by_family: Dict[str, List[Dict]] = {}
+    by_model: Dict[str, List[Dict]] = {}
     for p in points:
-        by_family.setdefault(p.get("family") or get_spec(p["model"]).family, []).append(p)
-    for family, group in by_family.items():
-        lines.append(f"  {family}:")
+        by_model.setdefault(p["model"], []).append(p)
+    for model, group in by_model.items():
+        lines.append(f"  {model}:")
         for p in group:
             lines.append(f"    {_source(p)}")
-            if p["lr"] is None:
-                continue
-            holder = taken.setdefault((family, p["optimizer"]), p["model"])
-            if holder == p["model"]:
+            if p["lr"] is not None:
                 lines.append(f"    {p['optimizer']}: {_box(p)}")
-            else:
-                lines.append(f"    # {p['optimizer']}: {_box(p)}   # not expressible: the spec keys fixed values "
-                             f"by family and {holder} (family {family}) holds this one")
     return lines
 
 

@@ -13,8 +13,10 @@ from analysis.findings import findings, fmt_p
 from analysis.gaps import length_gap, optimizer_gap
 from analysis.stats import good_ranges, min_detectable_d, trials_for_ks
 from study.cli import hpstudy_main
+from study.sampling import expand
 from study.spec import parse_spec
 from study.store import load_study, write_spec_record, write_trial
+from study.suggest import fixed_points, space_lines
 from tests.helpers import make_trials, small_spec, stored_row
 
 N_BOOT = 200
@@ -180,23 +182,32 @@ def test_suggest_prints_spec_lines_at_the_known_best_region(tmp_path, capsys):
     out = capsys.readouterr().out
     space = yaml.safe_load(out)["space"]
     trials = load_study(store, "gen")[0]          # good_ranges' bootstrap follows the rows' order: the store's
-    assert set(space) == {"adamw", "sgd", "vit_p", "vit_c", "cnn"}
-    for model, family in (("vit_p_tiny", "vit_p"), ("vit_c_tiny", "vit_c"), ("cnn_tiny", "cnn")):
+    assert set(space) == {"adamw", "sgd", "vit_p_tiny", "vit_c_tiny", "cnn_tiny"}     # a key per model
+    for model in ("vit_p_tiny", "vit_c_tiny", "cnn_tiny"):
         for opt in ("adamw", "sgd"):
             cell = trials[(trials["model"] == model) & (trials["optimizer"] == opt)]
             p50 = good_ranges(cell).loc["p50"]
-            point = space[family][opt]
+            point = space[model][opt]
             assert point["lr"] == pytest.approx(10 ** p50["log10_lr"], rel=5e-3)      # 3 significant digits
             assert point["wd"] == pytest.approx(10 ** p50["log10_wd"], rel=5e-3)
             assert 10 ** -3.5 < point["lr"] < 10 ** -2.5 and 10 ** -2 < point["wd"] < 1    # near the bowl's bottom
-    assert space["adamw"] == space["vit_p"]["adamw"]          # the required top-level box: the first model's
+    assert space["adamw"] == space["vit_p_tiny"]["adamw"]     # the required top-level box: the first model's
+    # two models of one family (vit_p_tiny, vit_p_1gf) each keep their own point
+    both = space_lines(fixed_points(pd.concat([trials, trials.assign(model="vit_p_1gf", lr=trials["lr"] * 2)]),
+                                    good_ranges, "paper", optimizers=["adamw"]), "gen", store)
+    both = yaml.safe_load("\n".join(both))["space"]
+    assert both["vit_p_1gf"]["adamw"]["lr"] == pytest.approx(2 * both["vit_p_tiny"]["adamw"]["lr"], rel=1e-2)
     spec = parse_spec(small_spec(models=["vit_p_tiny", "vit_c_tiny", "cnn_tiny"], space=space, epochs=[2, 4]),
                       check_paths=False)
-    assert spec.box("vit_c_tiny", "sgd").lr == (space["vit_c"]["sgd"]["lr"],) * 2     # a fixed point
+    for model in ("vit_p_tiny", "vit_c_tiny", "cnn_tiny"):
+        for opt in ("adamw", "sgd"):
+            assert spec.box(model, opt).lr == (space[model][opt]["lr"],) * 2              # a fixed point each
+    lrs = {(t.model, t.optimizer): t.config["lr"] for t in expand(spec)}
+    assert len(set(lrs.values())) == 6                        # the trials train at each model's own lr
     assert "left out" in out and "good lr [" in out
     assert hpstudy_main(["suggest", "--store", store, "--study", "gen", "--model", "cnn_tiny",
                          "--optimizer", "sgd"]) == 0
     only = yaml.safe_load(capsys.readouterr().out)["space"]
-    assert set(only) == {"sgd", "cnn"} and set(only["cnn"]) == {"sgd"}
+    assert set(only) == {"sgd", "cnn_tiny"} and set(only["cnn_tiny"]) == {"sgd"}
     assert hpstudy_main(["suggest", "--store", store, "--study", "gen", "--model", "vit_p_1gf"]) == 2
     assert "--model: bad value 'vit_p_1gf'" in capsys.readouterr().err

@@ -101,6 +101,32 @@ def test_unpaired_models_and_schedules_get_their_own_points():
     assert sample_box(spec, "cnn_tiny", "adamw", 2) == sample_box(_spec(paired=False), "cnn_tiny", "adamw", 2)
 
 
+
+def test_a_model_key_that_repeats_the_box_it_overrides_changes_no_trial_key():
+    base = _spec()
+    space = dict(base.source["space"], vit_c_tiny={"adamw": {"lr": [1e-4, 1e-2], "wd": [0.01, 0.5]}},
+                 cnn_tiny={"sgd": {"lr": [1e-4, 1e-2], "wd": [0.01, 0.5]}})
+    assert [t.key for t in expand(_spec(space=space))] == [t.key for t in expand(base)]
+
+
+def test_models_of_one_family_at_their_own_fixed_points_train_at_them():
+    # model keys come before the family's (vit_p) and the optimizer's box
+    space = {"adamw": {"lr": [1e-4, 1e-2], "wd": [0.01, 0.5]}, "sgd": {"lr": 0.1, "wd": 1e-5},
+             "vit_p": {"adamw": {"lr": 3e-3, "wd": 0.2}},
+             "vit_p_tiny": {"adamw": {"lr": 1e-3, "wd": 0.05}}, "vit_p_1gf": {"adamw": {"lr": 2e-3, "wd": 0.05}}}
+    spec = _spec(models=["vit_p_tiny", "vit_p_1gf", "vit_c_tiny"], samples=1, seeds=[0, 1], space=space)
+    trials = expand(spec)
+    got = {}
+    for t in trials:
+        got.setdefault((t.model, t.optimizer), set()).add((t.config["lr"], t.config["wd"]))
+    assert [len(v) for v in got.values()] == [1] * 6                  # seeds share the point
+    point = {cell: next(iter(v)) for cell, v in got.items()}
+    assert point[("vit_p_tiny", "adamw")] == pytest.approx((1e-3, 0.05), rel=1e-12)    # exp(log(x)): to an ulp
+    assert point[("vit_p_1gf", "adamw")] == pytest.approx((2e-3, 0.05), rel=1e-12)
+    assert point[("vit_c_tiny", "sgd")] == point[("vit_p_tiny", "sgd")] == pytest.approx((0.1, 1e-5), rel=1e-12)
+    assert point[("vit_c_tiny", "adamw")] != point[("vit_p_tiny", "adamw")]
+    assert len({t.key for t in trials}) == len(trials) == 3 * 2 * 2 * 1 * 2
+
 def test_unit_points_known_layouts():
     grid = unit_points("grid", 9, 0)
     assert grid.tolist() == [[a, b] for a in (0.0, 0.5, 1.0) for b in (0.0, 0.5, 1.0)]

@@ -6,7 +6,7 @@ import yaml
 
 from study.sampling import expand, sample_box
 from trainers.config import TrialConfig
-from study.spec import SpecError, bundled_configs, load_spec, parse_spec, resolve_config
+from study.spec import Box, SpecError, bundled_configs, load_spec, parse_spec, resolve_config
 
 BASE = {
     "name": "t",
@@ -57,6 +57,22 @@ def with_(**changes):
     (with_(sampler="grid", samples=5), "samples: bad value 5; allowed: a perfect square"),
     (with_(name="a b"), "name: bad value 'a b'"),
     (with_(fuse="yes"), "fuse: bad value 'yes'"),
+    (with_(space=dict(BASE["space"], vit_x_tiny={"adamw": {"lr": 1e-3, "wd": 0.05}})),
+     "space: bad value 'vit_x_tiny'; allowed: optimizer names (adamw, sgd), family names (vit_p, vit_c, cnn"),
+    (with_(space=dict(BASE["space"], vit_x_tiny={"adamw": {"lr": 1e-3, "wd": 0.05}})),
+     "or model names (vit_p_1gf, vit_c_1gf"),
+    (with_(space=dict(BASE["space"], vit_c_tiny=[1e-3, 0.05])),
+     "space.vit_c_tiny: bad value [0.001, 0.05]; allowed: a mapping of optimizer -> {lr, wd}"),
+    (with_(space=dict(BASE["space"], vit_c_tiny={"adam": {"lr": 1e-3, "wd": 0.05}})),
+     "space.vit_c_tiny: bad value 'adam'; allowed: adamw, sgd"),
+    (with_(space=dict(BASE["space"], vit_c_tiny={"adamw": {"lr": 1e-3}})),
+     "space.vit_c_tiny.adamw: bad value {'lr': 0.001}; allowed: a mapping with exactly the keys lr and wd"),
+    (with_(space=dict(BASE["space"], vit_c_tiny={"adamw": {"lr": 0, "wd": 0.05}})),
+     "space.vit_c_tiny.adamw.lr: bad value [0, 0]; allowed: low > 0"),
+    (with_(space=dict(BASE["space"], vit_c_tiny={"adamw": {"lr": float("nan"), "wd": 0.05}})),
+     "space.vit_c_tiny.adamw.lr: bad value [nan, nan]; allowed: finite numbers"),
+    (with_(space=dict(BASE["space"], vit_c_tiny={"sgd": {"lr": 0.1, "wd": "1e-5"}})),
+     "space.vit_c_tiny.sgd.wd: bad value '1e-5'; allowed: [low, high]"),
 ])
 def test_every_bad_input_is_rejected_by_name(raw, message):
     with pytest.raises(SpecError) as info:
@@ -115,6 +131,35 @@ def test_single_value_range_fixes_the_value():
     spec = parse_spec(with_(samples=1, space={"adamw": {"lr": 1e-3, "wd": 0.05},
                                               "sgd": {"lr": 0.1, "wd": 1e-5}}))
     assert sample_box(spec, "vit_p_tiny", "adamw", 2) == [pytest.approx((1e-3, 0.05))]
+
+
+def test_model_keys_come_before_family_keys_and_optimizer_boxes():
+    space = dict(BASE["space"], vit_c_tiny={"sgd": {"lr": 0.2, "wd": 2e-5}},
+                 cnn_tiny={"adamw": {"lr": 5e-3, "wd": [0.02, 0.04]}})
+    spec = parse_spec(with_(space=space))
+    assert spec.box("vit_c_tiny", "sgd") == Box(lr=(0.2, 0.2), wd=(2e-5, 2e-5))      # the model's own
+    assert spec.box("vit_c_tiny", "adamw") == Box(lr=(1e-4, 1e-2), wd=(0.01, 0.5))  # none of its own: adamw's
+    assert spec.box("cnn_tiny", "adamw") == Box(lr=(5e-3, 5e-3), wd=(0.02, 0.04))   # before the cnn family's
+    assert spec.box("vit_p_tiny", "sgd") == Box(lr=(0.01, 1.0), wd=(1e-5, 1e-4))
+    # a model key for a model the study does not train is allowed (like a family key)
+    assert parse_spec(with_(space=dict(space, vit_p_1gf={"adamw": {"lr": 1e-3, "wd": 0.1}}))).models == \
+        spec.models
+
+
+def test_model_key_in_yaml_with_scalar_fixed_points(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text("name: s\ndataset: {name: digits}\nmodels: [vit_p_tiny, vit_c_tiny]\noptimizers: [adamw]\n"
+                    "epochs: [2, 4]\nsamples: 1\nseeds: [0, 1, 2]\nspace:\n  adamw: {lr: 1e-3, wd: 0.05}\n"
+                    "  vit_p_tiny:\n    adamw: {lr: 5.0e-4, wd: 0.1}\n  vit_c_tiny:\n    adamw: {lr: 2e-3, wd: 0.05}\n")
+    trials = expand(load_spec(str(path)))
+    points = {}
+    for t in trials:
+        points.setdefault(t.model, set()).add((t.config["lr"], t.config["wd"]))
+    # one point per model (to an ulp: a fixed value goes through exp(log(x)) like a box's, keeping old keys)
+    assert [len(p) for p in points.values()] == [1, 1]
+    assert next(iter(points["vit_p_tiny"])) == pytest.approx((5e-4, 0.1), rel=1e-12)
+    assert next(iter(points["vit_c_tiny"])) == pytest.approx((2e-3, 0.05), rel=1e-12)
+    assert len(trials) == 2 * 2 * 3
 
 
 def trial_key(config):
