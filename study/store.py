@@ -312,7 +312,8 @@ def _read_for_compaction(fs: pafs.FileSystem, base: str, directory: str,
     number of unreadable files moved to the quarantine."""
     with store_io(f"list {directory}"):
         infos = sorted(fs.get_file_info(_list_files(fs, directory)), key=lambda i: (i.mtime_ns or 0, i.path))
-    frames, quarantined = [_empty(schema).drop(columns="study").assign(_source="", _order=0)], 0
+    sourced = schema.append(pa.field("_source", pa.string())).append(pa.field("_order", pa.int64()))
+    tables, quarantined = [sourced.empty_table()], 0
     for order, info in enumerate(infos):
         try:
             with store_io(f"read {info.path}"):
@@ -321,8 +322,11 @@ def _read_for_compaction(fs: pafs.FileSystem, base: str, directory: str,
             _quarantine(fs, base, info.path, exc)
             quarantined += 1
             continue
-        frames.append(table.to_pandas().assign(_source=info.path, _order=order))
-    return pd.concat(frames, ignore_index=True), quarantined
+        n = len(table)
+        tables.append(table.append_column("_source", pa.array([info.path] * n, pa.string()))
+                      .append_column("_order", pa.array([order] * n, pa.int64())))
+    # one conversion to pandas for the whole partition: per file it was most of the time
+    return pa.concat_tables(tables).to_pandas(), quarantined
 
 
 def _quarantine(fs: pafs.FileSystem, base: str, path: str, exc: Exception) -> None:
