@@ -361,12 +361,28 @@ def length_gap_findings(trials: pd.DataFrame, metric: str = DEFAULT_METRIC, n_bo
     return out
 
 
+def _noise_at_best(kept: pd.DataFrame) -> pd.Series:
+    """Per model: the std over seeds (ddof 1) of the configuration (optimizer, epochs, lr, wd) that
+    gave its best trial; NaN where that configuration ran with one seed. Not the pooled floor of
+    peak_table: a short schedule's seeds spread far more than the best one's, and would hide a
+    difference the best configuration's own seeds settle (as the paper's mean ± std over seeds)."""
+    config = ["optimizer", "epochs", "lr", "wd"]
+    noise = {}
+    for model, group in kept.groupby("model", observed=True):
+        best = group.loc[group[ERR].idxmin(), config]
+        same = (group[config] == best).all(axis=1)
+        noise[model] = float(group.loc[same, ERR].std(ddof=1)) if same.sum() > 1 else np.nan
+    return pd.Series(noise, dtype=float)
+
+
 def peak_findings(trials: pd.DataFrame, metric: str = DEFAULT_METRIC, alpha: float = ALPHA) -> List[Finding]:
-    """Per model pair: the difference of the best errors against the seed-to-seed noise floor."""
+    """Per model pair: the difference of the best errors against the seed-to-seed noise of each
+    model's best configuration (`_noise_at_best`)."""
     table = peak_table(trials, metric)
     if table.empty:
         return []
     table = table.set_index("model")
+    table["noise_floor"] = _noise_at_best(usable(trials, metric).kept).reindex(table.index)
     z_crit = float(sps.norm.isf(alpha / 2))
     out = []
     for a, b in itertools.combinations(_order(table.index), 2):
@@ -380,7 +396,7 @@ def peak_findings(trials: pd.DataFrame, metric: str = DEFAULT_METRIC, alpha: flo
         base = dict(kind="peak", models=(a, b), cell={}, statistic_name="best a - best b (points)", statistic=diff,
                     n=n, n_left_out=left)
         if not floors or sigma == 0:
-            why = ("no configuration ran with more than one seed" if not floors
+            why = ("neither model's best configuration ran with more than one seed" if not floors
                    else "the repeated seeds gave identical errors")
             out.append(Finding(**base, ci=None, p=None, verdict="inconclusive", better=None,
                                detail={"noise_floor_a": ra["noise_floor"], "noise_floor_b": rb["noise_floor"]},

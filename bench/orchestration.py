@@ -61,12 +61,12 @@ def run_hpstudy(spec, concurrency: int) -> dict:
         wall = time.perf_counter() - start
         stored = load_trials(store, spec.name, columns=["finished_at"])["finished_at"].sort_values()
     times = (stored - stored.iloc[0]).dt.total_seconds().to_numpy()
-    tenth = max(2, len(times) // 10)
-    rate = lambda part: (len(part) - 1) / max(part[-1] - part[0], 1e-9)
+    tenth = len(times) // 10
+    # the storing rate over a tenth of the run: only meaningful with enough trials in a tenth
+    rate = lambda part: round((len(part) - 1) / (part[-1] - part[0]), 2) if tenth >= 10 and part[-1] > part[0] else None
     return {"wall_s": round(wall, 2), "stored_rows": len(stored),
             "driver_peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-            "trials_per_s_first_tenth": round(rate(times[:tenth]), 2),
-            "trials_per_s_last_tenth": round(rate(times[-tenth:]), 2)}
+            "trials_per_s_first_tenth": rate(times[:tenth]), "trials_per_s_last_tenth": rate(times[-tenth:])}
 
 
 def run_raw(configs) -> dict:

@@ -121,7 +121,8 @@ def test_optimizer_gap_findings_match_the_gap_table():
 
 def test_length_gap_and_peak_against_the_seed_noise():
     seeds = lambda base, spread: [(base + spread * s, s) for s in range(3)]  # noqa: E731 - one lr/wd, 3 seeds
-    cells = {("vit_p_tiny", "adamw", 2): seeds(30, 1.0), ("vit_p_tiny", "adamw", 8): seeds(20, 1.0),
+    # the short schedule's seeds spread 5x more: the peak's noise is the best configuration's own
+    cells = {("vit_p_tiny", "adamw", 2): seeds(30, 5.0), ("vit_p_tiny", "adamw", 8): seeds(20, 1.0),
              ("vit_c_tiny", "adamw", 2): seeds(11, 0.5), ("vit_c_tiny", "adamw", 8): seeds(10, 0.5)}
     trials = _rows(cells)
     found = findings(trials, n_boot=N_BOOT)
@@ -133,7 +134,7 @@ def test_length_gap_and_peak_against_the_seed_noise():
     (pair,) = _of(found, "length_gap_pair", "vit_p_tiny", "vit_c_tiny")
     assert pair.statistic == pytest.approx(9.0) and pair.verdict == "b_better" and pair.better == "vit_c_tiny"
     (peak,) = _of(found, "peak", "vit_p_tiny", "vit_c_tiny")
-    sigma = np.sqrt(1.0 ** 2 + 0.5 ** 2)                      # std over 3 seeds: spread 1.0 and 0.5
+    sigma = np.sqrt(1.0 ** 2 + 0.5 ** 2)          # std over the 3 seeds at 8 epochs: spread 1.0 and 0.5
     assert peak.statistic == pytest.approx(10.0) and peak.detail["sigma"] == pytest.approx(sigma)
     assert peak.p == pytest.approx(2 * stats.norm.sf(10 / sigma)) and peak.verdict == "b_better"
     assert peak.sentence.startswith("vit_c_tiny reaches a lower best error than vit_p_tiny, beyond the seed noise")
