@@ -5,6 +5,8 @@ the ones the analysis generates from that table today."""
 import os
 import re
 
+import numpy as np
+import pandas as pd
 import pytest
 
 from analysis.findings import findings
@@ -26,14 +28,24 @@ def quoted_findings(study: str) -> list:
     return [line[2:].strip() for line in block.group(1).splitlines() if line.startswith("- ")]
 
 
+def _points(frame) -> list:
+    """Each trial as (model, optimizer, epochs, seed, lr, wd), sorted."""
+    return sorted(frame[["model", "optimizer", "epochs", "seed", "lr", "wd"]].itertuples(index=False, name=None))
+
+
 @pytest.mark.parametrize("study", STUDIES)
 def test_the_committed_table_holds_every_trial_of_the_bundled_spec(study):
+    """Matched on the trials' configurations, not their keys: a sampled (or fixed, exp(log x))
+    lr differs in its last bit between numpy 1.x and 2.x, and with it the key (see the note in
+    docs/reproduction.md); the table was made with numpy 2."""
     trials, epochs, record = load_study(STORE, study)
-    keys = {t.key for t in expand(load_spec(resolve_config(study)))}
-    assert set(trials["trial_key"]) == keys and trials["trial_key"].is_unique
-    assert set(record["trial_keys"]) == keys
+    planned = pd.DataFrame([t.config for t in expand(load_spec(resolve_config(study)))])
+    stored, wanted = _points(trials), _points(planned)
+    assert [p[:4] for p in stored] == [p[:4] for p in wanted]
+    assert np.allclose([p[4:] for p in stored], [p[4:] for p in wanted], rtol=1e-12, atol=0)
+    assert trials["trial_key"].is_unique and set(record["trial_keys"]) == set(trials["trial_key"])
     assert set(trials["status"]) <= {"ok", "diverged"}                # nothing failed
-    assert set(epochs["trial_key"]) <= keys and len(epochs) > 0
+    assert set(epochs["trial_key"]) <= set(trials["trial_key"]) and len(epochs) > 0
 
 
 @pytest.mark.slow
