@@ -236,6 +236,13 @@ def _decide(lo: float, hi: float, positive: str, negative: str) -> str:
     return positive if lo > 0 else negative if hi < 0 else "inconclusive"
 
 
+def _pair_gap_numbers(a: str, b: str, diff: float, ci: Tuple[float, float], n: Tuple[int, int],
+                      left: Tuple[int, int]) -> str:
+    """The numbers of a finding on the difference of two models' gaps (optimizer or length)."""
+    return (f"gap {a} − gap {b} = {_pts(diff, True)} points {_ci(*ci)} (bootstrap 95% CI), "
+            f"n = {n[0]}/{n[1]}{_left(left)}")
+
+
 def optimizer_gap_findings(trials: pd.DataFrame, metric: str = DEFAULT_METRIC, n_boot: int = N_BOOT,
                            seed: int = SEED) -> List[Finding]:
     """Per (model, epochs): best SGD - best AdamW; per model pair: the difference of their gaps."""
@@ -277,8 +284,7 @@ def optimizer_gap_findings(trials: pd.DataFrame, metric: str = DEFAULT_METRIC, n
             n = tuple(int(cell.set_index("model").loc[m, "n_sgd"] + cell.set_index("model").loc[m, "n_adamw"])
                       for m in (a, b))
             left = tuple(_left_out(rows, model=m, epochs=epochs) for m in (a, b))
-            numbers = (f"gap {a} − gap {b} = {_pts(diff, True)} points {_ci(lo, hi)} (bootstrap 95% CI), "
-                       f"n = {n[0]}/{n[1]}{_left(left)}")
+            numbers = _pair_gap_numbers(a, b, diff, (lo, hi), n, left)
             if verdict == "inconclusive":
                 sentence = (f"{a} vs {b}, loss from SGD instead of AdamW ({_cell(epochs=epochs)}): inconclusive at "
                             f"this n (the CI includes 0): {numbers}")
@@ -345,8 +351,7 @@ def length_gap_findings(trials: pd.DataFrame, metric: str = DEFAULT_METRIC, n_bo
             lo, hi = _ci_of(da - db)
             verdict = _decide(lo, hi, "b_better", "a_better")   # a larger gap: further from converged
             left = (gaps[(a, opt)].n_left_out[0], gaps[(b, opt)].n_left_out[0])
-            numbers = (f"gap {a} − gap {b} = {_pts(diff, True)} points {_ci(lo, hi)} (bootstrap 95% CI), "
-                       f"n = {na}/{nb}{_left(left)}")
+            numbers = _pair_gap_numbers(a, b, diff, (lo, hi), (na, nb), left)
             if verdict == "inconclusive":
                 sentence = (f"{a} vs {b}, distance from the long-schedule error at {ea} epochs ({_opt(opt)}): "
                             f"inconclusive at this n (the CI includes 0): {numbers}")
