@@ -11,7 +11,11 @@ Metrics (top-1 error in percent):
 - `ema_best`: `best_ema_top1_err`, the lowest error over epochs of the EMA weights (null without
   EMA, so rows without EMA are left out);
 - `paper` (the default): `ema_best` where EMA was on, else `best`. This is pycls's
-  `test_ema_epoch.min_top1_err`, the error behind the paper's EDFs, good ranges and bests.
+  `test_ema_epoch.min_top1_err`, the error behind the paper's EDFs, good ranges and bests. A row
+  where EMA ran (a finite `ema_top1_err`) but `best_ema_top1_err` is null was stored before that
+  column existed: in a table where other rows have it, such a row has no `paper` error (its raw best
+  is not pycls's number) and is left out, the label saying how many; a table where no row has it
+  falls back to `best` as a whole, the label saying why.
 """
 
 import warnings
@@ -33,6 +37,8 @@ METRIC_DOCS = {
     "paper": "ema_best where EMA was on, else best (pycls's test_ema_epoch.min_top1_err)",
 }
 ERR = "metric_err"     # the column `usable` adds to the rows it keeps: their error under the metric
+UNRECORDED = "stored before best_ema_top1_err existed: EMA best not recorded"
+NAMED = 5              # groups named per warning
 
 
 class MetricError(HpstudyError, ValueError):
@@ -61,7 +67,22 @@ def _any_finite(frame: pd.DataFrame, column: str, rows: np.ndarray) -> bool:
     return column in frame and bool(np.isfinite(frame[column].astype(float).to_numpy()[rows]).any())
 
 
-def _paper_label(frame: pd.DataFrame, keep: np.ndarray, from_ema: np.ndarray, base: str) -> str:
+def _paper_values(frame: pd.DataFrame, finished: np.ndarray):
+    """`paper`'s error per row, which rows took it from ema_best, which were left without one (EMA
+    ran but best_ema_top1_err was not recorded, while other rows have it), and the fallback used."""
+    base = "best" if _any_finite(frame, METRIC_COLUMNS["best"], finished) else "final"
+    values = _values(frame, METRIC_COLUMNS[base], "paper")
+    from_ema = unrecorded = np.zeros(len(frame), dtype=bool)
+    if METRIC_COLUMNS["ema_best"] in frame:
+        ema = _values(frame, METRIC_COLUMNS["ema_best"], "paper")
+        from_ema = ~np.isnan(ema)          # EMA was on (an infinite EMA error is then left out)
+        if (finished & from_ema).any() and "ema_top1_err" in frame:
+            unrecorded = finished & np.isnan(ema) & np.isfinite(_values(frame, "ema_top1_err", "paper"))
+        values = np.where(from_ema, ema, np.where(unrecorded, np.nan, values))
+    return values, from_ema, unrecorded, base
+
+
+def _paper_fallback(frame: pd.DataFrame, keep: np.ndarray, from_ema: np.ndarray, base: str) -> str:
     """What `paper` used on the kept rows, naming the fallback and why."""
     n_ema, n_base = int((keep & from_ema).sum()), int((keep & ~from_ema).sum())
     if not n_base:
@@ -77,36 +98,61 @@ def _paper_label(frame: pd.DataFrame, keep: np.ndarray, from_ema: np.ndarray, ba
     return f"paper = {base} ({why})"
 
 
-def usable(frame: pd.DataFrame, metric: str = DEFAULT_METRIC, what: str = "") -> Rows:
+def _paper_label(frame: pd.DataFrame, keep: np.ndarray, from_ema: np.ndarray, unrecorded: np.ndarray,
+                 base: str) -> str:
+    """`_paper_fallback`, plus how many rows with EMA were left out for want of their EMA best."""
+    label = _paper_fallback(frame, keep, from_ema, base)
+    if unrecorded.any():
+        label += f"; left out: {int(unrecorded.sum())} with EMA {UNRECORDED}"
+    return label
+
+
+def _vanished(rows: Rows, by: Sequence[str]) -> List[str]:
+    """'<group>: all n trials left out' for each `by` group whose rows were all left out."""
+    if not by or rows.left_out.empty:
+        return []
+    by = list(by)
+    left = rows.left_out.groupby(by, observed=True).size()
+    gone = left[~left.index.isin(rows.kept.groupby(by, observed=True).size().index)]
+    keys = [key if isinstance(key, tuple) else (key,) for key in gone.index]
+    names = [f"{', '.join(f'{c} {v}' for c, v in zip(by, key))}: all {n} trial{'s' * (n != 1)} left out"
+             for key, n in zip(keys, gone)]
+    more = [f"+{len(names) - NAMED} more groups"] if len(names) > NAMED else []
+    return names[:NAMED] + more
+
+
+def usable(frame: pd.DataFrame, metric: str = DEFAULT_METRIC, what: str = "", by: Sequence[str] = ()) -> Rows:
     """Split `frame` into the rows that count under `metric` and the rows left out (failed, or a
-    non-finite error); with `what` (the caller's name), warn how many were left out.
+    non-finite error); with `what` (the caller's name), warn how many were left out, naming each
+    `by` group that lost all its rows (it has no row in the caller's result).
 
     MetricError for an unknown metric, or one with no value in any row that is not failed.
     """
     if metric not in METRICS:
         raise MetricError(f"metric: bad value {metric!r}; allowed: {', '.join(METRICS)}")
     finished = (frame["status"] != FAILED).to_numpy()
-    from_ema = np.zeros(len(frame), dtype=bool)
     if metric == "paper":
-        base = "best" if _any_finite(frame, METRIC_COLUMNS["best"], finished) else "final"
-        values = _values(frame, METRIC_COLUMNS[base], metric)
-        if METRIC_COLUMNS["ema_best"] in frame:
-            ema = _values(frame, METRIC_COLUMNS["ema_best"], metric)
-            from_ema = ~np.isnan(ema)      # EMA was on (an infinite EMA error is then left out)
-            values = np.where(from_ema, ema, values)
+        values, from_ema, unrecorded, base = _paper_values(frame, finished)
     else:
-        values = _values(frame, METRIC_COLUMNS[metric], metric)
+        values, unrecorded = _values(frame, METRIC_COLUMNS[metric], metric), np.zeros(len(frame), dtype=bool)
     keep = finished & np.isfinite(values)
     if finished.any() and not keep.any():
         raise MetricError(f"metric {metric}: no trial has a value ({METRIC_DOCS[metric]}); "
                           f"allowed here: another of {', '.join(METRICS)}")
-    label = _paper_label(frame, keep, from_ema, base) if metric == "paper" else metric
+    label = _paper_label(frame, keep, from_ema, unrecorded, base) if metric == "paper" else metric
     rows = Rows(frame[keep].assign(**{ERR: values[keep]}), frame[~keep], label)
     if what and len(rows.left_out):
-        n_failed = int((~finished).sum())
-        warn_left_out(what, len(rows.left_out), len(frame),
-                      f"rows: {n_failed} failed, {len(rows.left_out) - n_failed} without a finite {metric} error")
+        warn_left_out(what, len(rows.left_out), len(frame), _left_out_detail(rows, metric, unrecorded, by))
     return rows
+
+
+def _left_out_detail(rows: Rows, metric: str, unrecorded: np.ndarray, by: Sequence[str]) -> str:
+    """Why rows were left out (failed, no finite error, EMA best not recorded), and the `by` groups
+    left without a row."""
+    n_failed = int((rows.left_out["status"] == FAILED).sum())
+    why = f" ({int(unrecorded.sum())} of them with EMA {UNRECORDED})" if unrecorded.any() else ""
+    detail = f"rows: {n_failed} failed, {len(rows.left_out) - n_failed} without a finite {metric} error{why}"
+    return "; ".join([detail, *_vanished(rows, by)])
 
 
 def warn_left_out(what: str, n_left_out: int, n_total: int, detail: str) -> None:

@@ -114,6 +114,18 @@ def test_metric_choice_and_the_papers_convention():
     assert usable(no_ema.drop(columns="ema_top1_err"), "paper").metric == "paper = best (no trial used EMA)"
     assert usable(no_ema.drop(columns=["ema_top1_err", "best_top1_err"]), "paper").metric == \
         "paper = final (the table has no best_top1_err) (no trial used EMA)"
+    # a study stored partly before that column: a row whose EMA ran but whose EMA best was not recorded
+    # has no paper error (its raw best is not pycls's EMA best): left out, and the label says so
+    pre_column = {"model": "vit_c_tiny", "status": "ok", "top1_err": 13.0, "best_top1_err": 12.5,
+                  "ema_top1_err": 12.0, "best_ema_top1_err": np.nan}
+    mixed = pd.concat([frame, pd.DataFrame([pre_column])], ignore_index=True)
+    with pytest.warns(LeftOutWarning, match=r"left out 2 of 5 rows: 1 failed, 1 without a finite paper error "
+                                            r"\(1 of them with EMA stored before best_ema_top1_err existed"):
+        rows = usable(mixed, "paper", "mixed")
+    assert rows.kept[ERR].tolist() == values["paper"] and rows.left_out.index.tolist() == [3, 4]
+    assert rows.metric == ("paper = ema_best for 2 trials with EMA, best for 1 without; left out: 1 with EMA "
+                           "stored before best_ema_top1_err existed: EMA best not recorded")
+    assert usable(mixed, "best").kept[ERR].tolist() == [*values["best"], 12.5]   # other metrics keep it
 
 
 def _flops(trials):
