@@ -77,13 +77,14 @@ def edf_table(frame: pd.DataFrame, by: Sequence[str] = ("model",), metric: str =
               alpha: float = 0.05) -> pd.DataFrame:
     """Step points of every group's EDF and Δ-EDF of the `metric` error, vectorised over groups.
 
-    Failed rows and non-finite errors are left out. Returns one row per counted trial in order of
-    error within its group, with columns: the group keys, `error` (x), `delta` (x - reference),
-    `F` (EDF value after this step, ties merged), `n`, `n_left_out`, `dkw_eps`, `diverged_share`,
-    `reference`, `reference_kind` and `metric`.
+    Failed rows and non-finite errors are left out; a group with none left has no rows, and the
+    LeftOutWarning names it. Returns one row per counted trial in order of error within its group,
+    with columns: the group keys, `error` (x), `delta` (x - reference), `F` (EDF value after this
+    step, ties merged), `n`, `n_left_out`, `dkw_eps`, `diverged_share`, `reference`,
+    `reference_kind` and `metric`.
     """
     by = list(by)
-    rows = usable(frame, metric, "edf_table")
+    rows = usable(frame, metric, "edf_table", by)
     data = rows.kept[by + [ERR, "status"]].copy()
     data["reference"], kind = _reference(rows.kept, by, reference, match)
     data = data.sort_values(by + [ERR], kind="stable")

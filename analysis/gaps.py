@@ -1,7 +1,8 @@
 """Optimizer gaps, training-length gaps, the EMA gain and the peak-performance table.
 
 Each function takes the trial table and a metric (`analysis.metric`), leaves out failed rows and
-non-finite errors itself, and reports how many per row of its result (`n_left_out`).
+non-finite errors itself, and reports how many per row of its result (`n_left_out`); a group whose
+rows were all left out has no row, and the function's LeftOutWarning names it.
 """
 
 from typing import Optional, Sequence
@@ -44,7 +45,7 @@ def optimizer_gap(frame: pd.DataFrame, by: Sequence[str] = ("model", "epochs"), 
     95% CI, and the gap at an equal budget of k trials from the unbiased expected-best estimator
     (k = `budget`, default the smaller sample)."""
     by = list(by)
-    rows = usable(frame, metric, "optimizer_gap")
+    rows = usable(frame, metric, "optimizer_gap", by)
     rng = np.random.default_rng(seed)
     out = []
     for key, group in rows.kept.groupby(by, sort=True, observed=True):
@@ -70,7 +71,7 @@ def length_gap(frame: pd.DataFrame, by: Sequence[str] = ("model", "optimizer"),
     is flagged `reference_fallback`.
     """
     by = list(by)
-    rows = usable(frame, metric, "length_gap")
+    rows = usable(frame, metric, "length_gap", by + ["epochs"])
     out = []
     for key, group in rows.kept.groupby(by, sort=True, observed=True):
         per_epoch = group.groupby("epochs").agg(err=(ERR, "min"),
@@ -96,7 +97,7 @@ def ema_gain(frame: pd.DataFrame, by: Sequence[str] = ("model",)) -> pd.DataFram
     if ema not in frame or not frame[ema].notna().any():
         return pd.DataFrame()
     with_ema = frame.groupby(by, observed=True)[ema].transform(lambda s: s.notna().any()).astype(bool)
-    rows = usable(frame[with_ema], "ema_best", "ema_gain")
+    rows = usable(frame[with_ema], "ema_best", "ema_gain", by)
     raw = rows.kept[METRIC_COLUMNS["best"]].astype(float)
     kept = rows.kept.assign(_gain=(raw - rows.kept[ERR]).clip(lower=0), _raw=raw)
     table = kept.groupby(by, sort=True, observed=True).agg(
@@ -107,8 +108,9 @@ def ema_gain(frame: pd.DataFrame, by: Sequence[str] = ("model",)) -> pd.DataFram
 
 def peak_table(frame: pd.DataFrame, metric: str = DEFAULT_METRIC) -> pd.DataFrame:
     """Best error per model with n, seeds and a noise floor (std over seeds of the same lr/wd/epochs
-    config, pooled; NaN where no config ran with more than one seed)."""
-    rows = usable(frame, metric, "peak_table")
+    config, pooled; NaN where no config ran with more than one seed). A model whose trials were all
+    left out has no row; the LeftOutWarning names it."""
+    rows = usable(frame, metric, "peak_table", ["model"])
     out = []
     for model, group in rows.kept.groupby("model", sort=True, observed=True):
         best = group.loc[group[ERR].idxmin()]

@@ -83,6 +83,19 @@ def test_the_issues_minimal_case_failed_rows_leave_the_edf_and_the_good_range():
     assert ranges["n"].iloc[0] == 2 and ranges["n_left_out"].iloc[0] == 1
 
 
+def test_a_group_whose_trials_are_all_left_out_is_named():
+    frame = pd.DataFrame({"model": ["a", "a", "b", "b"], "optimizer": "adamw", "epochs": 10, "lr": 1e-3,
+                          "wd": 0.1, "seed": 0, "status": ["ok", "ok", "failed", "ok"],
+                          "top1_err": [10.0, 11.0, np.nan, np.inf]})
+    for table in (edf_table, peak_table):
+        with pytest.warns(LeftOutWarning, match=rf"^{table.__name__}: left out 2 of 4 rows: 1 failed, 1 without "
+                                                r"a finite final error; model b: all 2 trials left out$"):
+            result = table(frame, metric="final")
+        assert set(result["model"]) == {"a"}     # b has no row: the warning is where it is accounted for
+    with pytest.warns(LeftOutWarning, match=r"rows: 1 failed, 0 without .*; model a: all 1 trial left out$"):
+        edf_table(frame.iloc[[0, 2]].assign(model=["b", "a"]), metric="final")
+
+
 def _metric_frame():
     """Four trials: EMA on in the first two (one diverged), off in the third, failed fourth."""
     return pd.DataFrame({"model": "vit_c_tiny", "status": ["ok", "diverged", "ok", "failed"],
