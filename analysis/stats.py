@@ -14,6 +14,13 @@ from scipy import stats
 from scipy.special import gammaln
 
 from analysis.metric import DEFAULT_METRIC, ERR, finite, finite_samples, usable
+from trainers.errors import HpstudyError
+
+ESTIMATORS = ("plugin", "unbiased")
+
+
+class StatsError(HpstudyError, ValueError):
+    """An estimator asked for what its sample cannot give, or an unknown estimator."""
 
 
 def ks_compare(a: np.ndarray, b: np.ndarray) -> Dict[str, float]:
@@ -84,24 +91,36 @@ def expected_best(errors: np.ndarray, ks: Iterable[int], estimator: str = "unbia
     plugin (Dodge et al. 2019), k draws with replacement: sum_i v_(i) [(i/n)^k - ((i-1)/n)^k];
     unbiased (Tang et al. 2020), k draws without replacement: sum_i v_(i) C(i-1, k-1) / C(n, k).
     Here v_(1) >= ... >= v_(n) are the errors from worst to best, so both give the expected *best*.
-    k > n is a ValueError naming n for both: neither estimator extrapolates beyond the trials run.
+    StatsError for an unknown estimator, no finite error, no k, or a k outside [1, n] (naming n):
+    neither estimator extrapolates beyond the trials run.
     """
+    if estimator not in ESTIMATORS:
+        raise StatsError(f"expected_best: estimator: bad value {estimator!r}; allowed: {', '.join(ESTIMATORS)}")
     v = np.sort(finite(errors, "expected_best")[0])[::-1]
     n = len(v)
     ks = np.asarray(list(ks), dtype=int)
-    if not n or ks.min() < 1 or ks.max() > n:
-        raise ValueError(f"k must be in [1, {n}] for n = {n} trials (finite errors); got {ks.min()}..{ks.max()}; "
-                         f"the expected best is not extrapolated beyond the trials observed")
+    _check_budgets(ks, n)
     i = np.arange(1, n + 1, dtype=float)
     if estimator == "plugin":
         weights = (i[None, :] / n) ** ks[:, None] - ((i[None, :] - 1) / n) ** ks[:, None]
-    elif estimator == "unbiased":
+    else:
         k = ks[:, None].astype(float)
         log_w = (gammaln(i) - gammaln(k) - gammaln(i - k + 1)) - (gammaln(n + 1) - gammaln(k + 1) - gammaln(n - k + 1))
         weights = np.where(i[None, :] >= k, np.exp(log_w), 0.0)
-    else:
-        raise ValueError(f"estimator: bad value {estimator!r}; allowed: plugin, unbiased")
     return weights @ v
+
+
+def _check_budgets(ks: np.ndarray, n: int) -> None:
+    """StatsError unless there are n >= 1 finite errors and one or more budgets k, each in [1, n]."""
+    if not n:
+        raise StatsError("expected_best: errors: no finite error (n = 0 trials); allowed: at least one trial "
+                         "with a finite error")
+    allowed = (f"k must be in [1, {n}] for n = {n} trials (finite errors): the expected best is not "
+               f"extrapolated beyond the trials observed")
+    if not len(ks):
+        raise StatsError(f"expected_best: ks: bad value [] (no k); {allowed}")
+    if ks.min() < 1 or ks.max() > n:
+        raise StatsError(f"expected_best: ks: bad value {ks.min()}..{ks.max()}; {allowed}")
 
 
 def expected_best_band(errors: np.ndarray, ks: Sequence[int], estimator: str = "unbiased",

@@ -20,10 +20,11 @@ from analysis.gaps import bootstrap_min, ema_gain, length_gap, optimizer_gap, pe
 from analysis.metric import ERR, LeftOutWarning, MetricError, usable
 from analysis.report import (comparison_table, equalize_counts, left_out_table, ranges_and_importance,
                              summary_table)
-from analysis.stats import (ad_compare, area_between, effect_sizes, expected_best, expected_best_band,
+from analysis.stats import (StatsError, ad_compare, area_between, effect_sizes, expected_best, expected_best_band,
                             good_ranges, hp_importance, ks_compare, min_detectable_d, share_within,
                             trials_for_dkw, trials_for_ks)
 from tests.helpers import REPO, make_trials
+from trainers.errors import HpstudyError
 from trainers.zoo import get_spec
 
 
@@ -354,10 +355,23 @@ def test_expected_best_estimators_match_enumeration():
         assert u == pytest.approx(_brute_force(v, k, replace=False))
     assert unbiased[0] == pytest.approx(v.mean()) and unbiased[-1] == pytest.approx(v.min())
     for estimator in ("unbiased", "plugin"):   # neither extrapolates beyond the n trials run
-        with pytest.raises(ValueError, match=r"k must be in \[1, 6\] for n = 6 trials"):
+        with pytest.raises(StatsError, match=r"ks: bad value 7..7; k must be in \[1, 6\] for n = 6 trials"):
             expected_best(v, [7], estimator)
-    with pytest.warns(LeftOutWarning), pytest.raises(ValueError, match="n = 5 trials"):
+    with pytest.warns(LeftOutWarning), pytest.raises(StatsError, match="n = 5 trials"):
         expected_best(np.append(v[:5], np.nan), [6], "plugin")
+
+
+@pytest.mark.parametrize("errors, ks, estimator, message", [
+    ([1.0, 2.0], [], "unbiased", r"^expected_best: ks: bad value \[\] \(no k\); k must be in \[1, 2\] for n = 2"),
+    ([], [1], "unbiased", r"^expected_best: errors: no finite error \(n = 0 trials\); allowed: at least one trial"),
+    ([], [], "plugin", r"^expected_best: errors: no finite error"),
+    ([1.0, 2.0], [0, 2], "plugin", r"^expected_best: ks: bad value 0..2; k must be in \[1, 2\]"),
+    ([1.0, 2.0], [1], "mean", r"^expected_best: estimator: bad value 'mean'; allowed: plugin, unbiased$"),
+])
+def test_expected_best_names_what_it_cannot_estimate(errors, ks, estimator, message):
+    with pytest.raises(StatsError, match=message) as caught:
+        expected_best(np.array(errors), ks, estimator)
+    assert isinstance(caught.value, HpstudyError)       # a user's mistake: exit code 2 at the command line
 
 
 def test_unbiased_estimator_is_unbiased_in_simulation():
