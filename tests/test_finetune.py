@@ -124,6 +124,16 @@ def test_the_trial_keys_name_the_checkpoints_bytes(tmp_path):
         parse_spec(small_spec(recipe=dict(init=str(path), init_sha256="0" * 64)))
 
 
+@pytest.mark.parametrize("check_paths", [True, False])
+def test_a_relative_init_is_refused_when_the_spec_is_read(tmp_path, monkeypatch, check_paths):
+    """Ray runs trials in other working directories: a relative path that is a file here names nothing there."""
+    torch.save({"w": torch.zeros(2)}, tmp_path / "ck.pt")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SpecError, match=r"^recipe\.init: bad value 'ck\.pt' \(a relative path.*\); allowed: an "
+                                        r"absolute path every worker can read"):
+        parse_spec(small_spec(recipe=dict(small_spec()["recipe"], init="ck.pt")), check_paths=check_paths)
+
+
 @pytest.mark.slow
 def test_a_fine_tuning_study_runs_from_a_checkpoint_trained_here(tmp_path, capsys):
     pretrain = Trainer(TrialConfig.from_dict(_config()))

@@ -41,11 +41,15 @@ def _sha256(path: str, size: int, mtime_ns: int) -> str:
 
 def pin_init(config: Mapping[str, Any], must_exist: bool) -> Dict[str, Any]:
     """`config` (a trial config or a study recipe) with `init_sha256` set from its `init` file, so its
-    trial key names the checkpoint's bytes. A missing file is a ConfigError when `must_exist`, else the
-    config is returned unpinned; a given `init_sha256` that the file does not have is a ConfigError."""
+    trial key names the checkpoint's bytes. A relative path is a ConfigError (trials run in other working
+    directories, on other nodes); a missing file is a ConfigError when `must_exist`, else the config is
+    returned unpinned; a given `init_sha256` that the file does not have is a ConfigError."""
     path = config.get("init")
     if not isinstance(path, str) or not path:
         return dict(config)                  # no init, or a bad value that TrialConfig.validate names
+    if not os.path.isabs(path):
+        raise ConfigError(f"init: bad value {path!r} (a relative path: trials run in other working directories); "
+                          f"allowed: an absolute path every worker can read, of {CHECKPOINT_KINDS}")
     if not os.path.isfile(path):
         if must_exist:
             raise ConfigError(f"init: {path!r} is not a file; allowed: {CHECKPOINT_KINDS}")
