@@ -22,6 +22,7 @@ from study.cli import hpstudy_main
 from study.store import load_study, load_trials, write_spec_record, write_trial
 from tests.helpers import make_trials, stored_row
 from trainers.schema import TRIAL_SCHEMA
+from trainers.zoo import get_spec
 
 
 def test_importing_and_plotting_leave_global_rcparams_alone(tmp_path):
@@ -131,6 +132,22 @@ def test_report_is_complete_reproducible_and_says_how_complete(tmp_path, monkeyp
     for name in files:   # every figure's numbers state the metric
         meta = json.load(open(tmp_path / "r1" / (name.rsplit(".", 1)[0] + ".json")))
         assert meta["metric"] == "paper = ema_best", name
+
+
+def _one_trial_each(models):
+    """One ok trial per model (AdamW, 10 epochs, one lr): the fewest rows that make a report."""
+    return pd.DataFrame([{"study": "gen", "trial_key": model, "model": model, "family": get_spec(model).family,
+                          "optimizer": "adamw", "epochs": 10, "lr": 1e-3, "wd": 0.05, "seed": 0, "status": "ok",
+                          "top1_err": 20.0 + i, "best_top1_err": 19.0 + i, "train_loss": 1.0 + i, "wall_s": 1.0}
+                         for i, model in enumerate(models)])
+
+
+@pytest.mark.parametrize("models, drawn", [(("vit_c_tiny", "vit_c_1gf"), False), (("vit_c_tiny", "cnn_tiny"), True)])
+def test_the_generalization_figure_is_drawn_only_across_families(tmp_path, models, drawn):
+    """CoAtNet's generalization-vs-capacity split compares families: one family alone has nothing to split."""
+    build_report(_one_trial_each(models), pd.DataFrame(), None, str(tmp_path))
+    assert os.path.exists(tmp_path / "generalization.svg") == drawn
+    assert ("Generalization vs capacity" in open(tmp_path / "index.html").read()) == drawn
 
 
 def test_source_date_epoch_is_honoured(tmp_path, monkeypatch):
