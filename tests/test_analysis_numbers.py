@@ -367,7 +367,7 @@ def test_expected_best_estimators_match_enumeration():
     ([], [], "plugin", r"^expected_best: errors: no finite error"),
     ([1.0, 2.0], [0, 2], "plugin", r"^expected_best: ks: bad value 0..2; k must be in \[1, 2\]"),
     ([1.0, 2.0], [1], "mean", r"^expected_best: estimator: bad value 'mean'; allowed: plugin, unbiased$"),
-])
+], ids=["no k", "no error", "neither", "k below 1", "unknown estimator"])
 def test_expected_best_names_what_it_cannot_estimate(errors, ks, estimator, message):
     with pytest.raises(StatsError, match=message) as caught:
         expected_best(np.array(errors), ks, estimator)
