@@ -1,14 +1,22 @@
-"""Helpers shared by the tests: generated trial tables, complete store rows, small study specs and
-a subprocess runner for run_edf.py. Imported as `tests.helpers` (tests/ is a package)."""
+"""Helpers shared by the tests: generated trial tables, complete store rows, hand-written Parquet
+files, small study specs, a subprocess runner for run_edf.py and a terminal to start one in.
+Imported as `tests.helpers` (tests/ is a package); test modules import helpers from here only."""
 
 import copy
+import fcntl
 import os
+import pty
 import socket
 import subprocess
 import sys
+import termios
+import threading
+from datetime import datetime
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import yaml
 
 from trainers.schema import EPOCH_FIELDS, TRIAL_FIELDS
@@ -27,6 +35,22 @@ def free_port() -> int:
 def stored_row(**values) -> dict:
     """A complete trial row (every schema column; those not given are null)."""
     return {**dict.fromkeys(TRIAL_FIELDS), "finished_at": FINISHED_AT, **values}
+
+
+def row(key, status="ok", err=10.0, model="vit_p_tiny", when=FINISHED_AT) -> dict:
+    """A stored adamw trial row keyed `key`; a failed one has no FLOPs and the error 'boom'."""
+    return stored_row(**{"trial_key": key, "model": model, "family": "vit_p", "optimizer": "adamw", "epochs": 2,
+            "lr": 1e-3, "wd": 0.05, "seed": 0, "status": status, "top1_err": err,
+            "flops": None if status == "failed" else 1000, "error": "boom" if status == "failed" else None,
+            "finished_at": when})
+
+
+def write_file(path, rows, schema) -> None:
+    """A Parquet file of `rows` as an older hpstudy (or a crash) might have left it."""
+    rows = [dict(r, finished_at=datetime.fromisoformat(r["finished_at"])) if "finished_at" in r else r
+            for r in rows]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), path)
 
 
 def epoch_row(**values) -> dict:
@@ -95,6 +119,26 @@ SMALL = {
 }
 
 
+# A spec as YAML text, one value per top-level key, so each case can use YAML's own spellings
+# (.nan, .inf, 1e-4, quoted numbers).
+YAML_SPEC = {
+    "name": "h",
+    "dataset": "{name: digits, image_size: 16}",
+    "recipe": "{batch_size: 64, device: cpu}",
+    "models": "[vit_c_tiny, cnn_tiny]",
+    "optimizers": "[adamw]",
+    "epochs": "[1]",
+    "samples": "3",
+    "space": "{adamw: {lr: [1.0e-4, 1.0e-2], wd: [0.01, 0.1]}}",
+    "fuse": '"off"',
+}
+
+
+def spec_text(**changes) -> str:
+    """YAML_SPEC with some keys' YAML text replaced, as the text of a spec file."""
+    return "\n".join(f"{key}: {value}" for key, value in dict(YAML_SPEC, **changes).items()) + "\n"
+
+
 def small_spec(**changes) -> dict:
     """SMALL with top-level keys replaced."""
     spec = copy.deepcopy(SMALL)
@@ -121,3 +165,32 @@ def run_edf(config: str, store: str, *extra: str, env=None, module: bool = False
     return subprocess.run(run_edf_command(config, store, *extra, module=module), cwd=REPO,
                           capture_output=True, text=True, timeout=timeout,
                           env=dict(os.environ, **(env or {})))
+
+
+def in_terminal(argv):
+    """Start argv as the foreground job of a new terminal (a pty); returns (process, output list)."""
+    master, slave = pty.openpty()
+
+    def controlling_terminal():
+        os.setsid()
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    proc = subprocess.Popen(argv, cwd=REPO, stdin=slave, stdout=slave, stderr=slave,
+                            preexec_fn=controlling_terminal)
+    os.close(slave)
+    output = []
+
+    def read():
+        while True:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:              # the terminal's last user closed it
+                break
+            if not chunk:
+                break
+            output.append(chunk.decode(errors="replace"))
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    proc.master, proc.reader = master, reader
+    return proc, output

@@ -20,8 +20,7 @@ import pytest
 import yaml
 
 from study.store import load_trials
-from tests.helpers import REPO, free_port, small_spec
-from tests.test_interrupt import _in_terminal
+from tests.helpers import REPO, free_port, in_terminal, small_spec
 
 pytestmark = pytest.mark.slow
 
@@ -140,7 +139,7 @@ def test_ray_up_submit_interrupt_resume_and_down_on_an_on_prem_cluster(node, mon
         addresses = _listening(node.sshd.pid)
         assert addresses and addresses <= LOOPBACK, addresses
         # Ctrl-C in the terminal running `ray submit` reaches the driver on the head
-        terminal, output = _in_terminal(submit)
+        terminal, output = in_terminal(submit)
         trial_dir = store / "trials" / "study=cycle"
         deadline = time.time() + 900                  # generous: a loaded 2-core machine
         while not (trial_dir.exists() and list(trial_dir.glob("*.parquet"))):

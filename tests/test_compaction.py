@@ -15,8 +15,7 @@ import pyarrow.dataset as pads
 import pytest
 
 from study.store import compact, load_epochs, load_trials, write_trial
-from tests.helpers import REPO, epoch_row
-from tests.test_store import row
+from tests.helpers import REPO, epoch_row, row
 
 
 def _store(root: str) -> None:

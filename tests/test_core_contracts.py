@@ -13,9 +13,7 @@ import torch
 
 from study.store import (StoreError, StoreFault, compact, delete_study, load_epochs, load_study, load_trials,
                          open_root, probe_store, write_report_files, write_trial)
-from tests.helpers import epoch_row
-from tests.test_hostile_store import write_file
-from tests.test_store import row
+from tests.helpers import epoch_row, row, write_file
 from tests.test_trainer_contract import trainer
 from trainers.loop import resolve_device
 from trainers.schema import EPOCH_SCHEMA, TRIAL_SCHEMA

@@ -8,27 +8,8 @@ import study.sampling
 from study.cli import hpstudy_main, run_edf_main
 from study.spec import SpecLoader, load_spec
 from study.store import write_trial
-from tests.helpers import stored_row
+from tests.helpers import spec_text, stored_row
 from trainers.train import main as train_main
-
-# A spec as YAML text, one value per top-level key, so each case can use YAML's own spellings
-# (.nan, .inf, 1e-4, quoted numbers).
-BASE = {
-    "name": "h",
-    "dataset": "{name: digits, image_size: 16}",
-    "recipe": "{batch_size: 64, device: cpu}",
-    "models": "[vit_c_tiny, cnn_tiny]",
-    "optimizers": "[adamw]",
-    "epochs": "[1]",
-    "samples": "3",
-    "space": "{adamw: {lr: [1.0e-4, 1.0e-2], wd: [0.01, 0.1]}}",
-    "fuse": '"off"',
-}
-
-
-def spec_text(**changes) -> str:
-    """BASE with some keys' YAML text replaced."""
-    return "\n".join(f"{key}: {value}" for key, value in dict(BASE, **changes).items()) + "\n"
 
 
 def box(lr: str) -> str:
@@ -39,7 +20,7 @@ def synthetic(**options) -> str:
     return "{" + ", ".join(f"{k}: {v}" for k, v in dict(name="synthetic", image_size=16, **options).items()) + "}"
 
 
-# (changes to BASE, exit code of `run_edf.py --dry-run`, a fragment of its stdout (0) or stderr (2))
+# (changes to YAML_SPEC, exit code of `run_edf.py --dry-run`, a fragment of its stdout (0) or stderr (2))
 SPEC_CASES = [
     # numbers: NaN and inf are refused by name, in boxes, resources and the recipe
     (dict(space=box("[1.0e-3, .inf]")), 2, "space.adamw.lr: bad value [0.001, inf]; allowed: finite numbers"),

@@ -4,10 +4,8 @@ earlier spec. On real files (and on small tmpfs mounts where this process may mo
 import os
 import subprocess
 import warnings
-from datetime import datetime
 
 import pandas as pd
-import pyarrow as pa
 import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 import pytest
@@ -15,8 +13,7 @@ import pytest
 from study.cli import hpstudy_main
 from study.store import (StoreError, StoreFault, compact, load_epochs, load_spec_record, load_study,
                          load_trials, probe_store, write_spec_record, write_trial)
-from tests.helpers import epoch_row
-from tests.test_store import row
+from tests.helpers import epoch_row, row, write_file
 from trainers.schema import EPOCH_SCHEMA, TRIAL_SCHEMA
 
 
@@ -35,14 +32,6 @@ def readers(root: str, study: str = "s") -> dict:
 
 def files(folder) -> list:
     return sorted(p.name for p in folder.iterdir()) if folder.exists() else []
-
-
-def write_file(path, rows, schema) -> None:
-    """A Parquet file of `rows` as an older hpstudy (or a crash) might have left it."""
-    rows = [dict(r, finished_at=datetime.fromisoformat(r["finished_at"])) if "finished_at" in r else r
-            for r in rows]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(pa.Table.from_pylist(rows, schema=schema), path)
 
 
 def test_compact_moves_unreadable_files_to_quarantine_and_deletes_only_what_it_merged(tmp_path):
@@ -205,8 +194,7 @@ def test_a_read_only_store_fails_the_probe(tmpfs):
 @pytest.mark.slow
 def test_an_unreachable_s3_store_stops_before_any_trial(tmp_path, capsys, monkeypatch):
     from study.cli import run_edf_main
-    from tests.test_hostile_inputs import spec_text
-    from tests.helpers import free_port
+    from tests.helpers import free_port, spec_text
     for name, value in {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
                         "AWS_EC2_METADATA_DISABLED": "true"}.items():
         monkeypatch.setenv(name, value)

@@ -2,14 +2,10 @@
 terminal sends the SIGINT) and SIGTERM exit 130 / 143 with a last line saying how to resume, and a
 rerun finishes with every trial stored once."""
 
-import fcntl
 import os
-import pty
 import re
 import signal
 import subprocess
-import termios
-import threading
 import time
 
 import pytest
@@ -17,41 +13,12 @@ import pytest
 from study.sampling import expand
 from study.spec import parse_spec
 from study.store import load_trials
-from tests.helpers import REPO, run_edf, run_edf_command, small_spec, write_spec
+from tests.helpers import REPO, in_terminal, run_edf, run_edf_command, small_spec, write_spec
 
 pytestmark = pytest.mark.slow
 
 SPEC = small_spec(name="stop", models=["cnn_tiny"], optimizers=["adamw"], samples=8, epochs=[2],
                   space={"adamw": {"lr": [5e-4, 5e-3], "wd": [0.01, 0.1]}})
-
-
-def _in_terminal(argv):
-    """Start argv as the foreground job of a new terminal (a pty); returns (process, output list)."""
-    master, slave = pty.openpty()
-
-    def controlling_terminal():
-        os.setsid()
-        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
-
-    proc = subprocess.Popen(argv, cwd=REPO, stdin=slave, stdout=slave, stderr=slave,
-                            preexec_fn=controlling_terminal)
-    os.close(slave)
-    output = []
-
-    def read():
-        while True:
-            try:
-                chunk = os.read(master, 4096)
-            except OSError:              # the terminal's last user closed it
-                break
-            if not chunk:
-                break
-            output.append(chunk.decode(errors="replace"))
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    proc.master, proc.reader = master, reader
-    return proc, output
 
 
 def _wait_for_stored(trial_dir, n, proc, timeout=240):
@@ -75,7 +42,7 @@ def test_ctrl_c_and_sigterm_exit_130_and_143_then_a_rerun_stores_each_trial_once
     trial_dir = tmp_path / "store/trials/study=stop"
     keys = {t.key for t in expand(parse_spec(SPEC))}
 
-    terminal, output = _in_terminal(run_edf_command(config, store))
+    terminal, output = in_terminal(run_edf_command(config, store))
     try:
         _wait_for_stored(trial_dir, 1, terminal)
         os.write(terminal.master, b"\x03")              # Ctrl-C, as typed

@@ -3,16 +3,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from study.store import compact, load_epochs, load_trials, stored_keys, write_trial
-from tests.helpers import epoch_row, stored_row
+from tests.helpers import epoch_row, row
 from trainers.errors import SchemaError
 from trainers.schema import EPOCH_SCHEMA, TRIAL_SCHEMA
-
-
-def row(key, status="ok", err=10.0, model="vit_p_tiny", when="2026-11-29T10:00:00+00:00"):
-    return stored_row(**{"trial_key": key, "model": model, "family": "vit_p", "optimizer": "adamw", "epochs": 2,
-            "lr": 1e-3, "wd": 0.05, "seed": 0, "status": status, "top1_err": err,
-            "flops": None if status == "failed" else 1000, "error": "boom" if status == "failed" else None,
-            "finished_at": when})
 
 
 def test_layout_and_pandas_reads_the_hive_tree(tmp_path):
