@@ -1,20 +1,32 @@
 """The layering of docs/architecture.md, and one error type turned into exit code 2 everywhere."""
 
 import ast
+import importlib
+import inspect
+import json
 import os
 import subprocess
 import sys
+from datetime import timezone
 
 import pytest
 
+import analysis.__main__
 from analysis.__main__ import main as analysis_main
+from analysis.metric import METRIC_COLUMNS
+from analysis.report import CELL
 from study.cli import hpstudy_main, run_edf_main
-from tests.helpers import REPO
+from study.sampling import expand
+from study.spec import parse_spec
+from study.store import load_trials, write_trial
+from tests.helpers import REPO, small_spec
+from trainers.schema import FAILED, RESULT_FIELDS, TRIAL_FIELDS
 from trainers.train import main as train_main
 
 PACKAGES = ("trainers", "study", "analysis")
 TESTS = os.path.join(REPO, "tests")
 SHARED_TEST_MODULES = {"tests.helpers", "tests.conftest"}
+PARTITION_COLUMN = "study"     # added by the store's readers from the study=<name> folder, not stored in a row
 CLI_MODULES = {"study.cli", "study.run_edf", "analysis.__main__", "trainers.train"}
 TORCH_FREE_TRAINERS = {"trainers.errors", "trainers.schema", "trainers.zoo"}
 
@@ -179,3 +191,56 @@ def test_the_import_check_sees_every_spelling_of_a_test_module_import(tmp_path):
                     "def f():\n    from tests.helpers import row\n    import numpy\n")
     assert _imported_test_modules(path) == {"tests.test_store", "tests.test_cli", "tests.test_data", "tests.helpers",
                                             "tests.test_fused", "tests.test_coatnet", "tests.test_optim"}
+
+
+def _by_defaults():
+    """{function: its default `by` columns} for every analysis function that groups by default."""
+    found = {}
+    for module in ("analysis.edf", "analysis.gaps", "analysis.stats", "analysis.findings", "analysis.report"):
+        for name, function in inspect.getmembers(importlib.import_module(module), inspect.isfunction):
+            by = inspect.signature(function).parameters.get("by")
+            if function.__module__ == module and by is not None and by.default not in (inspect.Parameter.empty, ()):
+                found[f"{module}.{name}"] = list(by.default)
+    return found
+
+
+def _query_default_columns(tmp_path, monkeypatch):
+    """The columns `python -m analysis query` shows when --columns is not given."""
+    asked = []
+    monkeypatch.setattr(analysis.__main__, "query", lambda store, study, expr, columns: asked.append(columns) or "")
+    assert analysis_main(["query", "status == 'ok'", "--store", str(tmp_path)]) == 0
+    return asked[0].split(",")
+
+
+def test_every_column_the_analysis_and_the_cli_ask_for_is_a_stored_trial_column(tmp_path, monkeypatch):
+    """A column renamed or dropped in trainers.schema fails here, not as a KeyError in a user's report."""
+    from study.runner import SUMMARY_COLUMNS
+    asked = {"analysis.metric.METRIC_COLUMNS": list(METRIC_COLUMNS.values()), "analysis.report.CELL": CELL,
+             "study.runner.SUMMARY_COLUMNS": SUMMARY_COLUMNS,
+             "python -m analysis query --columns": _query_default_columns(tmp_path, monkeypatch), **_by_defaults()}
+    assert {"analysis.edf.edf_table", "analysis.gaps.optimizer_gap"} <= set(asked)    # the `by` defaults were found
+    unknown = {where: sorted(set(columns) - set(TRIAL_FIELDS) - {PARTITION_COLUMN}) for where, columns in asked.items()}
+    assert not {where: names for where, names in unknown.items() if names}
+
+
+def test_a_failed_trials_row_is_a_complete_schema_row_from_its_planned_trial(tmp_path):
+    """failed_row: exactly the schema's keys, status failed, no result, the error's last 4000
+    characters, and the config columns of the trial that was planned; the store takes it as is."""
+    from study.runner import failed_row
+    trial = expand(parse_spec(small_spec(models=["cnn_tiny"], optimizers=["sgd"], samples=1)))[0]
+    error = "Traceback (most recent call last):\n" + "x" * 5000 + "\nRuntimeError: boom"
+    row = failed_row(trial, error)
+    assert set(row) == set(TRIAL_FIELDS)
+    assert row["status"] == FAILED and row["trial_key"] == trial.key
+    assert row["error"] == error[-4000:] and row["error"].endswith("RuntimeError: boom") and len(row["error"]) == 4000
+    assert failed_row(trial, "short")["error"] == "short"
+    results = [name for name in RESULT_FIELDS if name != "status"]
+    assert {name: row[name] for name in results} == dict.fromkeys(results)
+    assert (row["model"], row["family"], row["optimizer"], row["epochs"], row["seed"]) == (
+        trial.model, "cnn", trial.optimizer, trial.epochs, trial.seed)
+    assert (row["lr"], row["wd"], row["dataset"], row["batch_size"]) == (
+        trial.config["lr"], trial.config["wd"], "digits", 64)
+    assert json.loads(row["config_json"])["lr"] == trial.config["lr"] and row["finished_at"].tzinfo == timezone.utc
+    write_trial(str(tmp_path), "s", row)
+    stored = load_trials(str(tmp_path), "s")
+    assert list(zip(stored["trial_key"], stored["status"], stored["error"])) == [(trial.key, FAILED, error[-4000:])]
