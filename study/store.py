@@ -30,6 +30,10 @@ from trainers.errors import HpstudyError
 from trainers.schema import EPOCH_SCHEMA, FINISHED, TRIAL_SCHEMA, check_keys
 
 TABLES = {"trials": TRIAL_SCHEMA, "epochs": EPOCH_SCHEMA}
+# The columns every stored row has a value in: a file without one of them (not written by hpstudy)
+# is skipped by the readers, naming it and the column, and moved to the quarantine by `compact`.
+REQUIRED = {"trials": ("trial_key", "model", "optimizer", "epochs", "lr", "wd", "status", "finished_at"),
+            "epochs": ("trial_key", "model", "optimizer", "epoch")}
 QUARANTINE = "quarantine"          # <root>/quarantine/<table>/study=<name>/: files compaction could not read
 REPORTS = "reports"                # <root>/reports/<name>/: the study's report, as long-lived as its rows
 STUDY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
@@ -38,6 +42,10 @@ STUDY_NAME_RULE = "1 to 128 letters, digits, '-', '_' or '.', starting with a le
 
 class StoreError(HpstudyError):
     """A store path or study that cannot be used (e.g. no rows of the study)."""
+
+
+class IncompleteFile(pa.ArrowInvalid):
+    """A store file that lacks a column every row needs (see REQUIRED): read as unreadable."""
 
 
 class StoreFault(StoreError):
@@ -154,26 +162,32 @@ def _study_of(path: str) -> str:
     return ""
 
 
-def _read_files(fs: pafs.FileSystem, files: List[str], schema: pa.Schema,
+def _read_files(fs: pafs.FileSystem, files: List[str], table: str,
                 columns: Optional[List[str]] = None) -> pd.DataFrame:
-    """Read files one by one, skipping (with a warning naming it) any that is corrupt."""
+    """Read files one by one, skipping (with a warning naming it) any that is corrupt or incomplete."""
     tables = []
     for path in files:
         try:
-            table = _read_file(fs, path, schema)
-            table = table.select([c for c in columns if c != "study"]) if columns else table
+            arrow = _read_file(fs, path, table)
+            arrow = arrow.select([c for c in columns if c != "study"]) if columns else arrow
         except (pa.ArrowException, OSError) as exc:
-            warnings.warn(f"hpstudy store: skipping unreadable file {path}: {exc}")
+            warnings.warn(f"hpstudy store: skipping unreadable file {path}: {_first_line(exc)}")
             continue
-        tables.append(table.append_column("study", pa.array([_study_of(path)] * len(table), pa.string())))
+        tables.append(arrow.append_column("study", pa.array([_study_of(path)] * len(arrow), pa.string())))
     if not tables:
-        return _empty(schema, columns)
+        return _empty(TABLES[table], columns)
     return pa.concat_tables(tables).to_pandas()
 
 
-def _read_file(fs: pafs.FileSystem, path: str, schema: pa.Schema) -> pa.Table:
-    """One Parquet file of the store as a table of `schema`."""
-    return pq.read_table(path, filesystem=fs, schema=schema)
+def _read_file(fs: pafs.FileSystem, path: str, table: str) -> pa.Table:
+    """One Parquet file of the store as a table of `table`'s schema; IncompleteFile if it lacks a
+    column of REQUIRED (which a schema-aware read would fill with nulls)."""
+    fragment = pads.ParquetFileFormat().make_fragment(path, filesystem=fs)
+    missing = [c for c in REQUIRED[table] if c not in fragment.physical_schema.names]
+    if missing:
+        raise IncompleteFile(f"missing column {missing[0]!r} (every {table} row needs "
+                             f"{', '.join(REQUIRED[table])})")
+    return fragment.to_table(schema=TABLES[table])
 
 
 def _empty(schema: pa.Schema, columns: Optional[List[str]] = None) -> pd.DataFrame:
@@ -195,23 +209,36 @@ def _load(root: str, table: str, study: Optional[str], columns: Optional[Sequenc
         columns = list(dict.fromkeys([*columns, "study", *_IDENTITY[table]]))
     if fs.get_file_info(path).type == pafs.FileType.NotFound:
         return _empty(TABLES[table], columns)
-    schema = TABLES[table].append(pa.field("study", pa.string()))
-    partitioning = pads.partitioning(pa.schema([("study", pa.string())]), flavor="hive")
-    try:
-        dataset = pads.dataset(path, filesystem=fs, schema=schema, format="parquet",
-                               partitioning=partitioning)
-        frame = dataset.to_table(columns=columns,
-                                 filter=(pads.field("study") == study) if study else None).to_pandas()
-    except (pa.ArrowException, OSError):
-        # a corrupt or truncated file: read file by file, skipping (and naming) the bad ones
-        files = _list_files(fs, path + (f"/study={study}" if study else ""))
-        frame = _read_files(fs, files, TABLES[table], columns)
+    arrow = _read_dataset(fs, path, table, study, columns)
+    if arrow is not None:
+        frame = arrow.to_pandas()
+    else:
+        # a corrupt, truncated or incomplete file: read file by file, skipping (and naming) the bad ones
+        frame = _read_files(fs, _list_files(fs, path + (f"/study={study}" if study else "")), table, columns)
     if table == "trials":
         frame = frame.sort_values("finished_at", kind="stable").drop_duplicates(
             ["study", "trial_key"], keep="last")
     else:
         frame = frame.drop_duplicates(["study", "trial_key", "epoch"], keep="last")
     return frame.reset_index(drop=True)
+
+
+def _read_dataset(fs: pafs.FileSystem, path: str, table: str, study: Optional[str],
+                  columns: Optional[List[str]]) -> Optional[pa.Table]:
+    """A table's files (one study's, or all) read as one dataset, or None if a file is corrupt or may
+    lack a column of REQUIRED: the dataset reads a missing column as nulls, so a null there sends
+    the caller to the file-by-file reader, which checks each file's own columns."""
+    schema = TABLES[table].append(pa.field("study", pa.string()))
+    partitioning = pads.partitioning(pa.schema([("study", pa.string())]), flavor="hive")
+    read = None if columns is None else list(dict.fromkeys([*columns, *REQUIRED[table]]))
+    try:
+        dataset = pads.dataset(path, filesystem=fs, schema=schema, format="parquet", partitioning=partitioning)
+        arrow = dataset.to_table(columns=read, filter=(pads.field("study") == study) if study else None)
+    except (pa.ArrowException, OSError):
+        return None
+    if any(arrow[c].null_count for c in REQUIRED[table]):
+        return None
+    return arrow if columns is None else arrow.select(columns)
 
 
 def load_trials(root: str, study: Optional[str] = None, columns: Optional[Sequence[str]] = None) -> pd.DataFrame:
@@ -280,7 +307,7 @@ def compact(root: str, study: str) -> Dict[str, Dict[str, int]]:
     for table in TABLES:
         _, directory = partition_dir(root, table, study)
         _remove_stale_temporaries(fs, directory)
-        frame, quarantined = _read_for_compaction(fs, base, directory, TABLES[table])
+        frame, quarantined = _read_for_compaction(fs, base, directory, table)
         kept = _newest_per_key(frame, table)
         if table == "trials":
             finished = set(kept.loc[kept["status"].isin(FINISHED), "trial_key"])
@@ -307,23 +334,23 @@ def _remove_stale_temporaries(fs: pafs.FileSystem, directory: str) -> None:
 
 
 def _read_for_compaction(fs: pafs.FileSystem, base: str, directory: str,
-                         schema: pa.Schema) -> Tuple[pd.DataFrame, int]:
-    """Every row of a partition with its `_source` file and `_order` (files oldest first), and the
-    number of unreadable files moved to the quarantine."""
+                         table: str) -> Tuple[pd.DataFrame, int]:
+    """Every row of a partition of `table` with its `_source` file and `_order` (files oldest
+    first), and the number of unreadable (or incomplete) files moved to the quarantine."""
     with store_io(f"list {directory}"):
         infos = sorted(fs.get_file_info(_list_files(fs, directory)), key=lambda i: (i.mtime_ns or 0, i.path))
-    sourced = schema.append(pa.field("_source", pa.string())).append(pa.field("_order", pa.int64()))
+    sourced = TABLES[table].append(pa.field("_source", pa.string())).append(pa.field("_order", pa.int64()))
     tables, quarantined = [sourced.empty_table()], 0
     for order, info in enumerate(infos):
         try:
             with store_io(f"read {info.path}"):
-                table = _read_file(fs, info.path, schema)
+                rows = _read_file(fs, info.path, table)
         except pa.ArrowException as exc:      # not an I/O fault (store_io turned those into StoreFault)
             _quarantine(fs, base, info.path, exc)
             quarantined += 1
             continue
-        n = len(table)
-        tables.append(table.append_column("_source", pa.array([info.path] * n, pa.string()))
+        n = len(rows)
+        tables.append(rows.append_column("_source", pa.array([info.path] * n, pa.string()))
                       .append_column("_order", pa.array([order] * n, pa.int64())))
     # one conversion to pandas for the whole partition: per file it was most of the time
     return pa.concat_tables(tables).to_pandas(), quarantined

@@ -1,0 +1,74 @@
+"""Hostile inputs on the way to a report: store files lacking a column every row needs."""
+
+import os
+from datetime import datetime
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from study.store import REQUIRED, TABLES, compact, load_epochs, load_trials, stored_keys, write_trial
+from tests.helpers import epoch_row, stored_row
+
+GOOD = ("a", "b", "c")
+
+
+def complete_row(key: str) -> dict:
+    """A stored ok trial with a value in every column a report reads."""
+    return stored_row(trial_key=key, model="vit_p_tiny", family="vit_p", optimizer="adamw", epochs=1, lr=1e-3,
+                      wd=0.05, seed=0, status="ok", top1_err=10.0, train_loss=1.0, wall_s=1.0)
+
+
+def write_without(path, table: str, column: str, row: dict) -> None:
+    """A file of `table` holding `row` without `column`, as a hand-made or foreign file may be."""
+    schema = pa.schema([f for f in TABLES[table] if f.name != column])
+    values = {k: datetime.fromisoformat(v) if k == "finished_at" else v for k, v in row.items() if k != column}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist([values], schema=schema), path)
+
+
+def store_with_incomplete_file(tmp_path, column: str) -> str:
+    """A store with three complete trials of study s and trial x's file lacking `column`."""
+    root = str(tmp_path / "store")
+    for key in GOOD:
+        write_trial(root, "s", complete_row(key), [epoch_row(epoch=1, top1_err=10.0)])
+    write_without(tmp_path / "store/trials/study=s/x.parquet", "trials", column, complete_row("x"))
+    return root
+
+
+@pytest.mark.parametrize("column", REQUIRED["trials"])
+def test_a_trial_file_lacking_a_column_is_skipped_naming_file_and_column(tmp_path, column):
+    root = store_with_incomplete_file(tmp_path, column)
+    named = rf"skipping unreadable file .*study=s/x\.parquet: missing column '{column}'"
+    with pytest.warns(UserWarning, match=named) as caught:
+        trials = load_trials(root, "s")
+    assert sorted(trials["trial_key"]) == list(GOOD) and trials["model"].notna().all()
+    assert len([w for w in caught if "x.parquet" in str(w.message)]) == 1
+    with pytest.warns(UserWarning, match=named):           # what resume counts as stored
+        assert stored_keys(root, "s") == set(GOOD)
+
+
+def test_a_complete_store_reads_without_a_warning(tmp_path, recwarn):
+    root = str(tmp_path / "store")
+    for key in GOOD:
+        write_trial(root, "s", complete_row(key))
+    assert sorted(load_trials(root, "s", columns=["status"])["trial_key"]) == list(GOOD)
+    assert not [w for w in recwarn if "hpstudy store" in str(w.message)]
+
+
+def test_compact_quarantines_a_file_lacking_a_column_and_keeps_every_good_row(tmp_path):
+    root = store_with_incomplete_file(tmp_path, "model")
+    write_without(tmp_path / "store/epochs/study=s/y.parquet", "epochs", "epoch",
+                  epoch_row(trial_key="y", model="vit_p_tiny", optimizer="adamw", top1_err=1.0))
+    with pytest.warns(UserWarning, match="moved to"):
+        counts = compact(root, "s")
+    assert counts["trials"]["quarantined"] == counts["epochs"]["quarantined"] == 1
+    assert counts["trials"]["merged_rows"] == counts["epochs"]["merged_rows"] == len(GOOD)
+    quarantine = tmp_path / "store/quarantine"
+    assert sorted(os.listdir(quarantine / "trials/study=s")) == ["x.parquet", "x.parquet.note.txt"]
+    assert "missing column 'model'" in (quarantine / "trials/study=s/x.parquet.note.txt").read_text()
+    assert "missing column 'epoch'" in (quarantine / "epochs/study=s/y.parquet.note.txt").read_text()
+    assert pq.read_schema(quarantine / "trials/study=s/x.parquet").names == \
+        [n for n in TABLES["trials"].names if n != "model"]            # kept as it was
+    assert sorted(load_trials(root, "s")["trial_key"]) == list(GOOD)   # no warning left: nothing to skip
+    assert sorted(load_epochs(root, "s")["trial_key"]) == list(GOOD)
