@@ -267,14 +267,16 @@ def build_report(trials: pd.DataFrame, epochs: pd.DataFrame, record: Optional[Di
     """Write figures, JSON tables and index.html for one study's trials (complete or still running).
 
     `trials` and `epochs` are the study's rows (trainers.schema), `record` its spec record (the
-    spec and its trial count, or None); every number is on the `metric` error, which the page,
-    report.json and every figure state (with any fallback). Returns the path of index.html.
+    spec, its trial count and `earlier_spec_rows`, the rows of earlier versions of the spec left out
+    of `trials`; or None); every number is on the `metric` error, which the page, report.json and
+    every figure state (with any fallback). Returns the path of index.html.
     """
     study = str(trials["study"].iloc[0]) if "study" in trials and len(trials) else "study"
     rows = usable(trials, metric)
     os.makedirs(out, exist_ok=True)
     expected = record["n_trials"] if record else None
     finished = int(trials["status"].isin(FINISHED).sum())
+    earlier = (record or {}).get("earlier_spec_rows", 0)
     with warnings.catch_warnings():   # the report counts what it leaves out in its tables instead
         warnings.simplefilter("ignore", LeftOutWarning)
         ranges_table, ranges = ranges_and_importance(trials, metric)
@@ -289,10 +291,13 @@ def build_report(trials: pd.DataFrame, epochs: pd.DataFrame, record: Optional[Di
         found = make_findings(trials, metric)
     completeness = (f"{finished} of {expected} trials stored as ok/diverged "
                     f"({100 * finished / expected:.0f}%)" if expected else f"{finished} trials stored")
+    if earlier:
+        completeness += f"; {earlier} rows from an earlier spec of this study are not in these figures"
     stated = {"requested": metric, "used": rows.metric, "definition": METRIC_DOCS[metric]}
     with open(os.path.join(out, "report.json"), "w") as f:
         json.dump({"study": study, "completeness": completeness, "n_finished": finished,
                    "n_expected": expected, "n_failed": int((trials["status"] == FAILED).sum()),
+                   "earlier_spec_rows": earlier,
                    "n_left_out": len(rows.left_out), "metric": stated, "edf_convention": EDF_CONVENTION,
                    "findings": [f.as_dict() for f in found],
                    "tables": {k: json.loads(v.to_json(orient="records")) for k, v in tables.items()},

@@ -1,13 +1,17 @@
-"""Hostile inputs on the way to a report: store files lacking a column every row needs."""
+"""Hostile inputs on the way to a report: store files lacking a column, rows of an earlier spec."""
 
+import json
 import os
 from datetime import datetime
 
+import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from study.store import REQUIRED, TABLES, compact, load_epochs, load_trials, stored_keys, write_trial
+from analysis.report import build_report
+from study.store import (REQUIRED, TABLES, compact, load_epochs, load_study, load_trials, stored_keys,
+                         write_spec_record, write_trial)
 from tests.helpers import epoch_row, stored_row
 
 GOOD = ("a", "b", "c")
@@ -72,3 +76,32 @@ def test_compact_quarantines_a_file_lacking_a_column_and_keeps_every_good_row(tm
         [n for n in TABLES["trials"].names if n != "model"]            # kept as it was
     assert sorted(load_trials(root, "s")["trial_key"]) == list(GOOD)   # no warning left: nothing to skip
     assert sorted(load_epochs(root, "s")["trial_key"]) == list(GOOD)
+
+
+def one_trial() -> pd.DataFrame:
+    """One ok trial: the fewest rows that make a report (no figure to draw, so it is quick)."""
+    return pd.DataFrame([dict(complete_row("a"), study="s")])
+
+
+@pytest.mark.parametrize("earlier", [0, 3])
+def test_the_report_says_how_many_rows_of_an_earlier_spec_it_left_out(tmp_path, earlier):
+    record = {"spec": {"name": "s"}, "n_trials": 1, **({"earlier_spec_rows": earlier} if earlier else {})}
+    page = build_report(one_trial(), pd.DataFrame(), record, str(tmp_path))
+    sentence = f"{earlier} rows from an earlier spec of this study are not in these figures"
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["earlier_spec_rows"] == earlier
+    assert (sentence in report["completeness"]) == (sentence in open(page).read()) == bool(earlier)
+
+
+def test_rows_of_an_earlier_spec_reach_the_report_as_a_count_through_load_study(tmp_path):
+    root = str(tmp_path / "store")
+    for key in GOOD:
+        write_trial(root, "s", complete_row(key))
+    write_spec_record(root, "s", {"name": "s"}, 1, trial_keys=["a"])
+    with pytest.warns(UserWarning, match="2 rows from an earlier spec"):
+        trials, epochs, record = load_study(root, "s")
+    build_report(trials, epochs, record, str(tmp_path / "out"))
+    report = json.loads((tmp_path / "out/report.json").read_text())
+    assert report["earlier_spec_rows"] == 2 and report["n_finished"] == 1
+    assert report["completeness"] == ("1 of 1 trials stored as ok/diverged (100%); 2 rows from an earlier spec "
+                                      "of this study are not in these figures")
