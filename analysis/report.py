@@ -5,6 +5,7 @@ import itertools
 import json
 import os
 import re
+import uuid
 import warnings
 from typing import Dict, List, Optional, Tuple
 
@@ -20,9 +21,31 @@ from analysis.gaps import ema_gain, length_gap, optimizer_gap, peak_table
 from analysis.metric import DEFAULT_METRIC, ERR, METRIC_DOCS, LeftOutWarning, Rows, left_out_per, usable
 from analysis.stats import (ad_compare, effect_sizes, good_ranges, hp_importance, ks_compare,
                             min_detectable_d)
+from trainers.errors import HpstudyError
 from trainers.schema import DIVERGED, FAILED, FINISHED, OK, STATUSES
 
 CELL = ["model", "optimizer", "epochs"]
+FOLDER_RULE = "a folder that can be written (created if missing)"
+
+
+class ReportError(HpstudyError):
+    """A report folder that cannot be created or written: a bad path the user gave (exit code 2)."""
+
+
+def check_report_dir(path: str, what: str = "report folder") -> None:
+    """Create the folder `path` and write and delete a probe file in it, or raise ReportError naming
+    `what` (the flag), the path and why; run before a study, so a bad --report stops nothing late."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise ReportError(f"{what}: {path!r} is a file; allowed: {FOLDER_RULE}")
+    probe = os.path.join(path, f".probe-{uuid.uuid4().hex}")
+    try:
+        os.makedirs(path, exist_ok=True)
+        with open(probe, "w") as f:
+            f.write("hpstudy")
+        os.remove(probe)
+    except OSError as exc:
+        raise ReportError(f"{what}: cannot write {path!r} ({exc.strerror or type(exc).__name__}: "
+                          f"{exc.filename or path}); allowed: {FOLDER_RULE}") from exc
 
 
 def left_out_table(rows: Rows) -> pd.DataFrame:
@@ -269,11 +292,12 @@ def build_report(trials: pd.DataFrame, epochs: pd.DataFrame, record: Optional[Di
     `trials` and `epochs` are the study's rows (trainers.schema), `record` its spec record (the
     spec, its trial count and `earlier_spec_rows`, the rows of earlier versions of the spec left out
     of `trials`; or None); every number is on the `metric` error, which the page, report.json and
-    every figure state (with any fallback). Returns the path of index.html.
+    every figure state (with any fallback). ReportError if `out` cannot be written. Returns the path
+    of index.html.
     """
+    check_report_dir(out)
     study = str(trials["study"].iloc[0]) if "study" in trials and len(trials) else "study"
     rows = usable(trials, metric)
-    os.makedirs(out, exist_ok=True)
     expected = record["n_trials"] if record else None
     finished = int(trials["status"].isin(FINISHED).sum())
     earlier = (record or {}).get("earlier_spec_rows", 0)

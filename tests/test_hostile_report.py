@@ -1,4 +1,5 @@
-"""Hostile inputs on the way to a report: store files lacking a column, rows of an earlier spec."""
+"""Hostile inputs on the way to a report: store files lacking a column, rows of an earlier spec,
+report folders that cannot be written."""
 
 import json
 import os
@@ -9,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from analysis.report import build_report
+from analysis.report import ReportError, build_report, check_report_dir
 from study.store import (REQUIRED, TABLES, compact, load_epochs, load_study, load_trials, stored_keys,
                          write_spec_record, write_trial)
 from tests.helpers import epoch_row, stored_row
@@ -105,3 +106,28 @@ def test_rows_of_an_earlier_spec_reach_the_report_as_a_count_through_load_study(
     assert report["earlier_spec_rows"] == 2 and report["n_finished"] == 1
     assert report["completeness"] == ("1 of 1 trials stored as ok/diverged (100%); 2 rows from an earlier spec "
                                       "of this study are not in these figures")
+
+
+# (report folder, given relative to a temporary folder holding a_file; what the error says)
+BAD_FOLDERS = [
+    ("a_file", "report folder: '{dir}/a_file' is a file; allowed: a folder that can be written"),
+    ("a_file/sub", "report folder: cannot write '{dir}/a_file/sub' (Not a directory"),
+    ("/proc/hpstudy-report", "report folder: cannot write '/proc/hpstudy-report' (No such file or directory"),
+]
+
+
+@pytest.mark.parametrize("folder,message", BAD_FOLDERS, ids=[f for f, _ in BAD_FOLDERS])
+def test_a_report_folder_that_cannot_be_written_is_refused_naming_it(tmp_path, folder, message):
+    (tmp_path / "a_file").write_text("x")
+    with pytest.raises(ReportError, match=r"^[^\n]*$") as raised:
+        check_report_dir(str(tmp_path / folder))
+    assert message.format(dir=tmp_path) in str(raised.value)
+    assert (tmp_path / "a_file").read_text() == "x"
+
+
+def test_check_report_dir_creates_the_folder_and_leaves_it_empty(tmp_path):
+    check_report_dir(str(tmp_path / "new/report"), "--report")
+    assert os.listdir(tmp_path / "new/report") == []
+    (tmp_path / "a_file").write_text("x")
+    with pytest.raises(ReportError, match=r"^--report: '.*a_file' is a file"):
+        check_report_dir(str(tmp_path / "a_file"), "--report")
