@@ -58,6 +58,18 @@ def epoch_row(**values) -> dict:
     return {**dict.fromkeys(EPOCH_FIELDS), **values}
 
 
+TINY_DATA = {"name": "synthetic", "image_size": 8, "n_train": 16, "n_val": 8, "num_classes": 4}
+TINY_TRIAL = dict(model="cnn_tiny", optimizer="sgd", epochs=1, lr=0.05, wd=0.0, batch_size=8, dataset=TINY_DATA,
+                  device="cpu", seed=3)
+
+
+def tiny_trainer(**changes):
+    """A Trainer of TINY_TRIAL (cnn_tiny on 4-class 8 px synthetic data, 2 steps an epoch) with `changes`."""
+    from trainers.config import TrialConfig
+    from trainers.trial import Trainer
+    return Trainer(TrialConfig.from_dict(dict(TINY_TRIAL, **changes)))
+
+
 def image_folder(root, n=4, size=(40, 48)) -> str:
     """An image folder of random JPEGs (train/val, classes cat and dog, n each) under root; its path."""
     from PIL import Image

@@ -169,11 +169,8 @@ def _imported_test_modules(path):
 
 
 def _test_files():
-    """Every Python file of tests/, as pytest params; a known offender is a strict xfail."""
-    blocked = {"test_core_contracts.py": "imports trainer() from tests/test_trainer_contract.py, which the "
-                                         "change that moved the other helpers was not allowed to edit"}
-    return [pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=blocked[name]) if name in blocked else ())
-            for name in sorted(os.listdir(TESTS)) if name.endswith(".py")]
+    """Every Python file of tests/, as pytest params."""
+    return sorted(name for name in os.listdir(TESTS) if name.endswith(".py"))
 
 
 @pytest.mark.parametrize("name", _test_files())

@@ -13,8 +13,7 @@ import torch
 
 from study.store import (StoreError, StoreFault, compact, delete_study, load_epochs, load_study, load_trials,
                          open_root, probe_store, write_report_files, write_trial)
-from tests.helpers import epoch_row, row, write_file
-from tests.test_trainer_contract import trainer
+from tests.helpers import epoch_row, row, tiny_trainer as trainer, write_file
 from trainers.loop import resolve_device
 from trainers.schema import EPOCH_SCHEMA, TRIAL_SCHEMA
 

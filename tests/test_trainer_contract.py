@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tests.helpers import image_folder
+from tests.helpers import TINY_DATA as DATA, TINY_TRIAL as BASE, image_folder, tiny_trainer as trainer
 from trainers.config import TrialConfig
 from trainers.data import LoaderData
 from trainers.device_decode import DeviceDecodeData
@@ -17,16 +17,7 @@ from trainers.errors import ConfigError
 from trainers.fused import FusedTrainer, train_fused
 from trainers.loop import chance_error, data_for, diverged_mask, fit, trial_row
 from trainers.optim import build_optimizer, build_schedule
-from trainers.trial import DIVERGENCE_CHECK_EVERY, Trainer, evaluate, train_trial
-
-DATA = {"name": "synthetic", "image_size": 8, "n_train": 16, "n_val": 8, "num_classes": 4}
-BASE = dict(model="cnn_tiny", optimizer="sgd", epochs=1, lr=0.05, wd=0.0, batch_size=8, dataset=DATA,
-            device="cpu", seed=3)
-
-
-def trainer(**changes) -> Trainer:
-    return Trainer(TrialConfig.from_dict(dict(BASE, **changes)))
-
+from trainers.trial import DIVERGENCE_CHECK_EVERY, evaluate, train_trial
 
 def _params(model):
     return torch.cat([p.detach().flatten() for p in model.parameters()])
