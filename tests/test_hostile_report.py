@@ -1,5 +1,5 @@
 """Hostile inputs on the way to a report: store files lacking a column, rows of an earlier spec,
-report folders that cannot be written."""
+report folders that cannot be written, and `python -m analysis` exiting as `hpstudy` does."""
 
 import json
 import os
@@ -10,7 +10,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from analysis.__main__ import main as analysis_main
 from analysis.report import ReportError, build_report, check_report_dir
+from study.cli import hpstudy_main
 from study.store import (REQUIRED, TABLES, compact, load_epochs, load_study, load_trials, stored_keys,
                          write_spec_record, write_trial)
 from tests.helpers import epoch_row, stored_row
@@ -131,3 +133,39 @@ def test_check_report_dir_creates_the_folder_and_leaves_it_empty(tmp_path):
     (tmp_path / "a_file").write_text("x")
     with pytest.raises(ReportError, match=r"^--report: '.*a_file' is a file"):
         check_report_dir(str(tmp_path / "a_file"), "--report")
+
+
+def store_for_report(tmp_path) -> str:
+    """A store holding one trial of study s (of its recorded spec)."""
+    root = str(tmp_path / "store")
+    write_trial(root, "s", complete_row("a"))
+    write_spec_record(root, "s", {"name": "s"}, 1, trial_keys=["a"])
+    return root
+
+
+# (argv after `report --study s`, exit code, stderr's first line); {dir}: a temporary folder holding
+# a_file, a store with study s, and a store whose reports/ is a file (it cannot take the report)
+EXIT_CASES = [
+    (["--store", "{dir}/store", "--out", "{dir}/a_file"], 2, "error: report folder: '{dir}/a_file' is a file"),
+    (["--store", "{dir}/store", "--out", "{dir}/a_file/sub"], 2, "error: report folder: cannot write "
+                                                                  "'{dir}/a_file/sub'"),
+    (["--store", "{dir}/store", "--study", "nope"], 2, "error: --study: no trials of study 'nope'"),
+    (["--store", "{dir}/broken/store"], 3, "error: store: cannot write {dir}/broken/store/reports/s/"),
+]
+
+
+@pytest.mark.parametrize("extra,code,fragment", EXIT_CASES, ids=[f[7:45] for _, _, f in EXIT_CASES])
+def test_python_m_analysis_report_exits_as_hpstudy_report_does(tmp_path, capsys, extra, code, fragment):
+    (tmp_path / "a_file").write_text("x")
+    store_for_report(tmp_path)
+    (tmp_path / "broken").mkdir()
+    store_for_report(tmp_path / "broken")
+    (tmp_path / "broken/store/reports").write_text("not a folder")
+    argv = ["report", "--study", "s", *[a.format(dir=tmp_path) for a in extra]]
+    for main in (hpstudy_main, analysis_main):
+        assert main(argv) == code, main
+        err = capsys.readouterr().err
+        assert err.startswith(fragment.format(dir=tmp_path)) and err.count("\n") == 1, (main, err)
+        assert main(argv + ["--debug"]) == code
+        err = capsys.readouterr().err
+        assert "Traceback (most recent call last)" in err and err.strip().splitlines()[-1].startswith("error: ")
