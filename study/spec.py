@@ -80,6 +80,16 @@ class StudySpec:
 _KEYS = {f.name for f in dataclasses.fields(StudySpec)} - {"family_space", "model_space", "source"}
 
 
+# How a message names a value's type ("an integer", not "a int").
+TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true or false", list: "a list",
+              dict: "a mapping", type(None): "nothing (null)"}
+
+
+def _a(kind: type) -> str:
+    """A type as a message names it: 'an integer', 'a list'."""
+    return TYPE_NAMES.get(kind, f"a {kind.__name__}")
+
+
 def _reject(field_name: str, value: Any, allowed: str):
     """Raise SpecError naming the field, the bad value and what is allowed."""
     raise SpecError(f"{field_name}: bad value {value!r}; allowed: {allowed}")
@@ -92,7 +102,7 @@ def _nonempty_list(raw: Mapping, key: str, allowed_values=None, kind=str) -> Tup
                                                  if allowed_values else ""))
     for index, item in enumerate(value):
         if not isinstance(item, kind) or isinstance(item, bool):
-            _reject(f"{key}[{index}]", item, f"a {kind.__name__}")
+            _reject(f"{key}[{index}]", item, _a(kind))
         if allowed_values is not None and item not in allowed_values:
             _reject(key, item, ", ".join(map(str, allowed_values)))
     if len(set(value)) != len(value):
@@ -182,7 +192,7 @@ def _resources(raw: Any) -> Resources:
 def parse_spec(raw: Any, check_paths: bool = True) -> StudySpec:
     """Validate a raw spec mapping (as loaded from YAML) into a StudySpec."""
     if not isinstance(raw, dict):
-        raise SpecError(f"spec: bad value {type(raw).__name__}; allowed: a YAML mapping")
+        raise SpecError(f"spec: the file holds {_a(type(raw))}; allowed: a YAML mapping of the spec's keys")
     unknown = sorted(set(raw) - _KEYS)
     if unknown:
         _reject("spec", unknown[0], f"the keys {', '.join(sorted(_KEYS))} (unknown keys are errors)")
@@ -271,8 +281,17 @@ def load_spec(path: str, check_paths: bool = True) -> StudySpec:
         try:
             raw = yaml.load(f, Loader=SpecLoader)
         except yaml.YAMLError as exc:
-            raise SpecError(f"{path}: not valid YAML ({exc})")
+            raise SpecError(f"{path}: not valid YAML {_yaml_problem(exc)}")
     return parse_spec(raw, check_paths=check_paths)
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """A YAML error on one line: where (line and column, 1-based) and what, without the source excerpt."""
+    mark = getattr(exc, "problem_mark", None)
+    if mark is None:
+        return "(" + " ".join(line.strip() for line in str(exc).splitlines()) + ")"
+    what = ", ".join(filter(None, [getattr(exc, "context", None), exc.problem]))
+    return f"at line {mark.line + 1}, column {mark.column + 1}: {what}"
 
 
 class SpecLoader(yaml.SafeLoader):

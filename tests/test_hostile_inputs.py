@@ -1,12 +1,14 @@
 """Hostile inputs at the edge: every bad spec value, flag or trial option is refused before any
 trial runs, with exit code 2 and one line naming the field, the value and what is allowed."""
 
+import re
+
 import pytest
 import yaml
 
 import study.sampling
 from study.cli import hpstudy_main, run_edf_main
-from study.spec import SpecLoader, load_spec
+from study.spec import SpecError, SpecLoader, load_spec
 from study.store import write_trial
 from tests.helpers import spec_text, stored_row
 from trainers.train import main as train_main
@@ -56,6 +58,12 @@ SPEC_CASES = [
     (dict(dataset="5"), 2, "dataset: bad value 5; allowed: a dataset name or a mapping"),
     (dict(dataset="{name: digits, path: 7}"), 2, "dataset.path: bad value 7; allowed: null or a folder path"),
     (dict(epochs="[0]"), 2, "epochs: bad value 0; allowed: integers in [1, "),
+    (dict(epochs="[a]"), 2, "epochs[0]: bad value 'a'; allowed: an integer"),
+    (dict(models="[5]"), 2, "models[0]: bad value 5; allowed: a string"),
+    # a YAML syntax error: one line with where (line, column) and what
+    (dict(models="[vit_c_tiny"), 2, "not valid YAML at line 5, column 11: while parsing a flow sequence, "
+                                    "expected ',' or ']', but got ':'"),
+    (dict(samples="3: 4"), 2, "not valid YAML at line 7, column 11: mapping values are not allowed here"),
     (dict(seeds="[-1]"), 2, "seeds: bad value -1; allowed: integers in [0, 2**63)"),
     (dict(max_retries="1000"), 2, "max_retries: bad value 1000; allowed: an integer in [0, 100]"),
     # YAML 1.1 leaves 1e-4 a string; specs read it as the number it means
@@ -163,6 +171,15 @@ def test_spec_loader_reads_exponent_floats_as_numbers(text, value):
         assert loaded != loaded        # NaN
     else:
         assert loaded == value and type(loaded) is type(value)
+
+
+@pytest.mark.parametrize("text,holds", [("[1, 2]", "a list"), ("", "nothing (null)"), ("7", "an integer"),
+                                        ("just words", "a string")])
+def test_a_spec_file_that_is_not_a_mapping_says_what_it_holds(tmp_path, text, holds):
+    config = tmp_path / "spec.yaml"
+    config.write_text(text)
+    with pytest.raises(SpecError, match=rf"^spec: the file holds {re.escape(holds)}; allowed: a YAML mapping"):
+        load_spec(str(config))
 
 
 def test_pyyamls_safe_loader_is_left_as_it_was():
