@@ -1,6 +1,7 @@
 """GPU code paths checked on the CPU: batches reach the training device, nothing is kept between
 trials, no host sync per step, the recipe reaches the loader, CUDA settings, memory options."""
 
+import dataclasses
 import gc
 import weakref
 
@@ -75,6 +76,24 @@ def test_cuda_settings_are_made_for_cuda_only():
             and torch.backends.cudnn.allow_tf32
     finally:
         torch.backends.cudnn.benchmark, torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = flags
+
+
+def test_fused_trials_configure_their_device_and_refuse_channels_last(monkeypatch):
+    """The fused trainer sets up its device as a trial alone does (cuDNN autotuning and TF32 on
+    CUDA), and refuses the channels_last layout, which vmap's stacked tensors cannot have."""
+    import trainers.loop
+    from trainers.config import ConfigError
+    from trainers.fused import FusedTrainer
+    seen = []
+    monkeypatch.setattr(trainers.loop, "configure_device", seen.append)
+    cfgs = [TrialConfig.from_dict(dict(model="cnn_tiny", optimizer="sgd", epochs=1, lr=0.1, wd=0.0, batch_size=16,
+                                       seed=i, dataset=SYNTH, device="cpu")) for i in range(2)]
+    FusedTrainer(cfgs)
+    assert seen == [torch.device("cpu")]
+    with pytest.raises(ConfigError, match="channels_last: True is not supported in fused training .*no channels_last "
+                                          "layout"):
+        FusedTrainer([dataclasses.replace(c, channels_last=True) for c in cfgs])
+    assert FusedTrainer([dataclasses.replace(c, channels_last=False) for c in cfgs]).batches.channels_last is False
 
 
 def _params_after_one_epoch(**changes):

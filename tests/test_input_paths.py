@@ -9,8 +9,10 @@ from PIL import Image
 
 from trainers.augment import DeviceAutoAugment, crop_resize_flip, rrc_boxes
 from trainers.config import TrialConfig
-from trainers.data import DataSpec, DeviceBatches, load_data
-from trainers.errors import DataError
+from trainers.data import DataSpec, DeviceBatches, LoaderData, load_data
+from trainers.device_decode import DeviceDecodeData
+from trainers.errors import ConfigError, DataError
+from trainers.loop import data_for
 from trainers.prepared import PreparedData, prepare
 from trainers.trial import train_trial
 
@@ -127,3 +129,28 @@ def test_decode_is_left_out_of_the_key_at_auto_only():
     base = dict(model="cnn_tiny", optimizer="sgd", epochs=1, lr=0.1, wd=0.0)
     assert TrialConfig.from_dict(dict(base, decode="auto")).key == TrialConfig.from_dict(base).key
     assert TrialConfig.from_dict(dict(base, decode="device")).key != TrialConfig.from_dict(base).key
+
+
+@pytest.mark.parametrize("dataset,decode,where", [("prepared", "auto", "dataset prepared"),
+                                                  ("imagefolder", "device", "decode: device")])
+@pytest.mark.parametrize("policy", ["rand-m9-mstd0.5", "v0"])
+def test_a_policy_the_device_pipeline_cannot_run_is_refused_at_validation(dataset, decode, where, policy):
+    config = dict(model="cnn_tiny", optimizer="sgd", epochs=1, lr=0.1, wd=0.0, auto_augment=policy, decode=decode,
+                  dataset={"name": dataset, "path": "/nowhere", "image_size": 32})
+    with pytest.raises(ConfigError, match=f"^auto_augment: bad value '{policy}' with {where}; allowed: null or original"):
+        TrialConfig.from_dict(config)
+    assert TrialConfig.from_dict(dict(config, auto_augment="original")).auto_augment == "original"
+
+
+def test_decode_auto_on_cuda_decodes_on_the_device_only_for_a_policy_it_can_run(folder):
+    """The same spec trains on CPU and CUDA: a policy the device pipeline cannot run is decoded and
+    augmented by the workers (timm's transforms) on CUDA too. Builds no CUDA tensor."""
+    cfg = lambda policy: TrialConfig.from_dict(dict(model="cnn_tiny", optimizer="sgd", epochs=1, lr=0.1, wd=0.0,
+                                                    auto_augment=policy, num_workers=0, dataset={
+                                                        "name": "imagefolder", "path": str(folder), "image_size": 24}))
+    cuda = torch.device("cuda")
+    assert isinstance(data_for(cfg("original"), cuda), DeviceDecodeData)
+    assert isinstance(data_for(cfg(None), cuda), DeviceDecodeData)
+    workers = data_for(cfg("rand-m9-mstd0.5"), cuda)
+    assert isinstance(workers, LoaderData) and "RandAugment" in repr(workers.train_set.transform)
+    assert isinstance(data_for(cfg("original"), torch.device("cpu")), LoaderData)

@@ -10,6 +10,7 @@ from typing import Any, Dict, Optional
 
 from trainers.checkpoint import CHECKPOINT_KINDS, count_parameter_groups
 from trainers.data import MAX_SEED, DataSpec, finite_in, raise_first_bad, whole_in
+from trainers.device_decode import device_can_augment
 from trainers.errors import ConfigError
 from trainers.optim import OPTIMIZERS, scaled_lr
 from trainers.zoo import get_spec
@@ -73,7 +74,8 @@ class TrialConfig:
     grad_clip: Optional[float] = _doc("max gradient norm (none = off)", None)
     divergence_loss: float = _doc("a loss above this (or non-finite) ends the trial as diverged", 100.0)
     amp: Optional[bool] = _doc("bf16 autocast (default: on for CUDA only)", None)
-    channels_last: Optional[bool] = _doc("channels_last memory format (default: on for CUDA only)", None)
+    channels_last: Optional[bool] = _doc("channels_last memory format (default: on for CUDA only; off and "
+                                                 "true refused in fused training)", None)
     device: str = _doc("auto, cpu, cuda or cuda:N", "auto")
     dtype: str = _doc("float32, or float64 for exactness tests", "float32")
     num_workers: int = _doc("DataLoader workers (imagefolder)", 4)
@@ -82,7 +84,7 @@ class TrialConfig:
     grad_checkpointing: bool = _doc("recompute activations in the backward pass (timm's gradient "
                                     "checkpointing: less memory, ~30% more compute)", False)
     decode: str = _doc("where image-folder JPEGs are decoded: workers (CPU, PIL), device (batched "
-                       "torchvision.io.decode_jpeg) or auto (device on CUDA)", "auto")
+                       "torchvision.io.decode_jpeg) or auto (device on CUDA when it can run auto_augment)", "auto")
     init: Optional[str] = _doc("fine-tune from this local checkpoint, a torch state dict (.pt, .pth, .bin) or "
                                "safetensors file (none: from scratch); the head is re-initialised when the "
                                "class count differs", None)
@@ -163,8 +165,23 @@ class TrialConfig:
                 and self.batch_size % self.accum_steps == 0):
             raise ConfigError(f"accum_steps: bad value {self.accum_steps!r}; allowed: an integer >= 1 that "
                               f"divides batch_size ({self.batch_size})")
+        self._check_device_augment()
         self._check_init()
         self._check_model_input()
+
+    def _check_device_augment(self) -> None:
+        """ConfigError naming `auto_augment` when the data are augmented on the device (dataset
+        `prepared`, or an image folder with `decode: device`) and that pipeline cannot run the policy."""
+        if self.dataset.name == "prepared":
+            where, instead = "dataset prepared", "an image folder with decode: workers"
+        elif self.dataset.name == "imagefolder" and self.decode == "device":
+            where, instead = "decode: device", "decode: workers or auto"
+        else:
+            return
+        if not device_can_augment(self.auto_augment):
+            raise ConfigError(f"auto_augment: bad value {self.auto_augment!r} with {where}; allowed: null or "
+                              f"original (the device pipeline runs AutoAugment's ImageNet policy only; other timm "
+                              f"policies need {instead})")
 
     def _check_init(self) -> None:
         """ConfigError naming `init`, `init_sha256` or `freeze` when one is malformed or out of range for

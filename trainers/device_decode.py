@@ -16,9 +16,21 @@ from torchvision.io import ImageReadMode, decode_jpeg
 from torchvision.transforms.v2 import functional as TF
 
 from trainers.augment import DeviceAutoAugment, rrc_boxes
+from trainers.errors import ConfigError
 from trainers.prepared import IMAGENET_MEAN, IMAGENET_STD
 
 EVAL_CROP_PCT = 0.875
+
+
+def device_can_augment(policy: Optional[str]) -> bool:
+    """Whether the device pipelines (this one and trainers.prepared) can run the AutoAugment
+    `policy` (None: off); trainers.augment.DeviceAutoAugment says which it runs."""
+    try:
+        if policy is not None:
+            DeviceAutoAugment(policy)
+    except ConfigError:
+        return False
+    return True
 
 
 def _read_bytes(path: str) -> bytes:

@@ -25,15 +25,18 @@ from torch.func import functional_call, grad_and_value, stack_module_state, vmap
 from trainers.config import TrialConfig
 from trainers.errors import ConfigError
 from trainers.data import DeviceBatches
-from trainers.loop import (MemberRecords, data_for, diverged_mask, fit, release_device_memory, resolve_device,
-                           trial_schedule)
+from trainers.loop import MemberRecords, diverged_mask, fit, release_device_memory, trial_schedule, trial_setup
 from trainers.models import build_model, set_fused_attention
 from trainers.trial import Trainer
 
 PER_MEMBER = ("lr", "wd", "seed")
 # recipe options fusion does not implement, with the values that mean "off"
 UNSUPPORTED = {"mixup": (0,), "cutmix": (0,), "ema_decay": (None,), "grad_clip": (None,),
-               "accum_steps": (1,), "grad_checkpointing": (False,), "init": (None,), "freeze": (0,)}
+               "accum_steps": (1,), "grad_checkpointing": (False,), "init": (None,), "freeze": (0,),
+               "channels_last": (None, False)}
+# why, for the options that are not merely unimplemented
+WHY_UNSUPPORTED = {"channels_last": "vmap stacks the members' images and weights into tensors of one more "
+                                    "dimension, which have no channels_last layout; null trains fused without it"}
 
 
 def check_fusable(cfgs: Sequence[TrialConfig]) -> None:
@@ -45,7 +48,8 @@ def check_fusable(cfgs: Sequence[TrialConfig]) -> None:
             raise ConfigError(f"fused members differ in {diff}; only {PER_MEMBER} may differ")
     for name, off in UNSUPPORTED.items():
         if first[name] not in off:
-            raise ConfigError(f"{name}: {first[name]!r} is not supported in fused training; train alone")
+            why = f" ({WHY_UNSUPPORTED[name]})" if name in WHY_UNSUPPORTED else ""
+            raise ConfigError(f"{name}: {first[name]!r} is not supported in fused training{why}; train alone")
 
 
 class FusedTrainer:
@@ -62,13 +66,12 @@ class FusedTrainer:
         self.cfgs = list(cfgs)
         cfg = cfgs[0]
         self.k = len(cfgs)
-        self.device = resolve_device(cfg.device)
-        self.dtype = getattr(torch, cfg.dtype)
+        setup = trial_setup(cfg)
         # bf16 autocast as a trial alone has it (on CUDA unless amp: false): autocast sits below
         # vmap in torch's dispatch, so each member's matmuls run in bf16 as they would alone
-        self.amp = self.device.type == "cuda" if cfg.amp is None else cfg.amp
-        data = data_for(cfg, self.device)
-        self.batches = DeviceBatches(data, self.device, self.dtype)
+        self.device, self.dtype, self.amp = setup.device, setup.dtype, setup.amp
+        data = setup.data
+        self.batches = DeviceBatches(data, self.device, self.dtype)     # never channels_last (UNSUPPORTED)
         self.num_classes = data.num_classes
         models = []
         for member in cfgs:

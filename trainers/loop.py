@@ -8,6 +8,7 @@ epoch's errors, or `diverged` at chance error. In the spirit of pycls's train_ep
 
 import gc
 import time
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import lru_cache
 from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence
@@ -17,6 +18,7 @@ import torch
 from trainers import schema
 from trainers.config import TrialConfig
 from trainers.data import DataSpec, load_data
+from trainers.device_decode import device_can_augment
 from trainers.flops import model_profile
 from trainers.optim import build_schedule
 from trainers.provenance import run_info
@@ -57,6 +59,25 @@ def configure_device(device: torch.device) -> None:
         torch.backends.cudnn.allow_tf32 = True
 
 
+@dataclass(frozen=True)
+class TrialSetup:
+    """Where and how a trial computes, with the config's defaults resolved for its device."""
+
+    device: torch.device
+    dtype: torch.dtype
+    amp: bool              # bf16 autocast
+    data: Any              # the dataset on the device (data_for)
+
+
+def trial_setup(cfg: TrialConfig) -> TrialSetup:
+    """The trial's device, configured (configure_device), its dtype, AMP (as set, else on for CUDA
+    only) and its data: what the solo and the fused trainer set up alike."""
+    device = resolve_device(cfg.device)
+    configure_device(device)
+    amp = device.type == "cuda" if cfg.amp is None else cfg.amp
+    return TrialSetup(device, getattr(torch, cfg.dtype), amp, data_for(cfg, device))
+
+
 def release_device_memory(device: torch.device) -> None:
     """After a trial on CUDA: collect reference cycles that may hold device tensors and return the
     cached blocks, so a reused worker starts the next trial with the GPU's memory free. Nothing on
@@ -67,10 +88,17 @@ def release_device_memory(device: torch.device) -> None:
         torch.cuda.empty_cache()
 
 
+def decodes_on_device(cfg: TrialConfig, device: torch.device) -> bool:
+    """Whether an image folder is decoded on `device`: `decode: device`, or `auto` on a CUDA device
+    when the device pipeline can run the AutoAugment policy (else the workers run timm's)."""
+    if cfg.decode == "auto":
+        return device.type == "cuda" and device_can_augment(cfg.auto_augment)
+    return cfg.decode == "device"
+
+
 def data_for(cfg: TrialConfig, device: torch.device):
-    """The trial's dataset on `device` (image folders decode on CUDA devices under `decode: auto`)."""
-    on_device = cfg.decode == "device" or (cfg.decode == "auto" and device.type == "cuda")
-    return data_on_device(cfg.dataset, device, cfg.num_workers, cfg.auto_augment, on_device)
+    """The trial's dataset on `device` (see decodes_on_device for image folders)."""
+    return data_on_device(cfg.dataset, device, cfg.num_workers, cfg.auto_augment, decodes_on_device(cfg, device))
 
 
 @lru_cache(maxsize=2)
