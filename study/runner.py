@@ -5,6 +5,7 @@ import contextlib
 import json
 import logging
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -252,6 +253,7 @@ def _quiet(logger_name: str, level: int = logging.ERROR) -> Iterator[None]:
 
 
 TUNE_RUN_GROUPS = 1000
+TUNE_STORAGE = os.path.join(tempfile.gettempdir(), "hpstudy-tune")
 
 
 def run_trials(study: str, trials: List[PlannedTrial], store: str, resources: Dict[str, float],
@@ -275,22 +277,27 @@ def run_trials(study: str, trials: List[PlannedTrial], store: str, resources: Di
         # bounded however many trials the study has.
         for first in range(0, len(groups), TUNE_RUN_GROUPS):
             stop = min(first + TUNE_RUN_GROUPS, len(groups))
+            name = f"{study}-{time.strftime('%Y%m%d-%H%M%S')}-{first // TUNE_RUN_GROUPS}"
             tuner = tune.Tuner(
                 trainable,
                 tune_config=tune.TuneConfig(search_alg=GroupQueue(first, stop), num_samples=stop - first,
                                             reuse_actors=True, max_concurrent_trials=max_concurrent,
                                             trial_name_creator=_trial_name, trial_dirname_creator=_trial_name),
                 run_config=tune.RunConfig(
-                    name=f"{study}-{time.strftime('%Y%m%d-%H%M%S')}-{first // TUNE_RUN_GROUPS}",
-                    storage_path=os.path.join(tempfile.gettempdir(), "hpstudy-tune"),
+                    name=name, storage_path=TUNE_STORAGE,
                     failure_config=tune.FailureConfig(max_failures=max_retries), stop=stopper,
                     callbacks=[writer, progress], verbose=0, log_to_file=False,
                     checkpoint_config=tune.CheckpointConfig(num_to_keep=1)),
             )
             # With Tune's loggers off, its ResultGrid cannot fetch metrics and warns once per trial;
             # the store is the record, so that warning is noise.
-            with _quiet("ray.tune.analysis.experiment_analysis"):
-                tuner.fit()
+            try:
+                with _quiet("ray.tune.analysis.experiment_analysis"):
+                    tuner.fit()
+            finally:
+                # Tune's folder (experiment state, a folder per trial) is not the record and resuming
+                # never reads it: left behind, it grows by ~30 KB a trial in the temp dir on every run
+                shutil.rmtree(os.path.join(TUNE_STORAGE, name), ignore_errors=True)
             if stopper.stop_all():
                 break
     finally:

@@ -164,11 +164,13 @@ def test_fused_groups_store_k_rows_and_resume_per_member(local_ray, tmp_path, ca
 def test_a_study_longer_than_one_tune_run_stores_each_trial_once_and_compacts_as_it_goes(
         local_ray, tmp_path, monkeypatch):
     """Tune runs of at most TUNE_RUN_GROUPS groups (here 3) bound the driver's bookkeeping; the
-    store is compacted before the run, every 2 stored trials and after it."""
+    store is compacted before the run, every 2 stored trials and after it; each Tune run's folder is
+    removed when it ends."""
     import study.runner as runner
     compactions = []
     real_compact = runner.compact
     monkeypatch.setattr(runner, "TUNE_RUN_GROUPS", 3)
+    monkeypatch.setattr(runner, "TUNE_STORAGE", str(tmp_path / "tune"))
     monkeypatch.setattr(runner, "compact", lambda *a: compactions.append(a) or real_compact(*a))
     spec = parse_spec(small_spec(name="long", models=["cnn_tiny"], optimizers=["adamw"], samples=7,
                                  dataset={"name": "synthetic", "image_size": 8, "n_train": 32, "n_val": 16,
@@ -180,3 +182,4 @@ def test_a_study_longer_than_one_tune_run_stores_each_trial_once_and_compacts_as
     assert [f.name for f in (tmp_path / "store/trials/study=long").iterdir()][0].startswith("compact-")
     assert len(list((tmp_path / "store/trials/study=long").iterdir())) == 1
     assert load_trials(store, "long")["trial_key"].is_unique
+    assert (tmp_path / "tune").is_dir() and not list((tmp_path / "tune").iterdir())
