@@ -1,5 +1,6 @@
 """run_edf.py and hpstudy command lines that need no Ray: dry runs, bad flags, status, compact."""
 
+import shutil
 import socket
 from types import SimpleNamespace
 
@@ -11,7 +12,7 @@ import yaml
 from study.cli import fetch_hint, hpstudy_main, run_edf_main, run_exit_code
 from study.progress import ProgressPrinter, Tally
 from study.store import load_trials, open_root, write_report_files, write_spec_record, write_trial
-from tests.helpers import make_trials, small_spec, stored_row, write_spec
+from tests.helpers import image_folder, make_trials, small_spec, stored_row, write_spec
 
 
 def test_dry_run_prints_the_plan(tmp_path, capsys):
@@ -133,3 +134,23 @@ def test_the_report_of_an_s3_store_is_written_into_the_bucket(s3_root, capsys):
     fs, base = open_root(s3_root)
     stored = {info.base_name for info in fs.get_file_info(pafs.FileSelector(f"{base}/reports/s", recursive=True))}
     assert {"index.html", "report.json"} <= stored
+
+
+def test_hpstudy_prepare_writes_then_reuses_only_verified_arrays(tmp_path, capsys):
+    source, out = image_folder(tmp_path / "imgs", n=2), str(tmp_path / "prep")
+    argv = ["prepare", "--data", source, "--out", out, "--train-size", "16", "--image-size", "12", "--workers", "1"]
+    assert hpstudy_main(argv) == 0
+    assert capsys.readouterr().out == (f"prepared {out}: 4 train images at 16 px, 4 val images at 12 px, 2 classes; "
+                                       f"use dataset: {{name: prepared, path: {out}}}\n")
+    assert hpstudy_main(argv) == 0
+    assert capsys.readouterr().out.startswith(f"reused {out}: 4 train images")
+    with open(f"{out}/val_x.npy", "r+b") as f:         # a flipped bit on the node's disk
+        f.seek(-1, 2)
+        last = f.read(1)
+        f.seek(-1, 2)
+        f.write(bytes([last[0] ^ 1]))
+    assert hpstudy_main(argv) == 2
+    assert capsys.readouterr().err == (f"error: prepared data: {out}/val_x.npy fails its checksum; rebuild the "
+                                       f"folder: delete {out} and run `hpstudy prepare` again\n")
+    shutil.rmtree(out)
+    assert hpstudy_main(argv) == 0 and capsys.readouterr().out.startswith(f"prepared {out}")

@@ -73,8 +73,9 @@ def test_device_auto_augment_changes_some_images_and_is_reproducible():
 
 @pytest.mark.slow
 def test_prepare_writes_once_checksummed_and_reuses(folder, tmp_path):
+    """With a pool of decoding processes (spawned: seconds); one worker decodes in this process."""
     out = str(tmp_path / "prep")
-    meta = prepare(str(folder), out, train_size=32, image_size=24, workers=1, progress=None)
+    meta = prepare(str(folder), out, train_size=32, image_size=24, workers=2, progress=None)
     assert not meta["reused"] and meta["n_train"] == 12 and meta["n_val"] == 12
     assert not [p for p in tmp_path.iterdir() if ".tmp-" in p.name]     # written under a temp name, renamed
     again = prepare(str(folder), out, train_size=32, image_size=24, workers=1, progress=None)
@@ -85,7 +86,7 @@ def test_prepare_writes_once_checksummed_and_reuses(folder, tmp_path):
     # validation images are exactly what the worker path's eval transform makes
     workers = load_data(DataSpec("imagefolder", path=str(folder), image_size=24), num_workers=0)
     vx, vy = next(iter(workers.val_loader(12)))
-    px, py = data.val_loader(12)[0]
+    px, py = next(iter(data.val_loader(12)))
     assert torch.equal(px, vx) and torch.equal(py, vy)
     # a damaged array fails its checksum
     with open(f"{out}/train_x.npy", "r+b") as f:
@@ -93,11 +94,30 @@ def test_prepare_writes_once_checksummed_and_reuses(folder, tmp_path):
         f.write(b"\x00" if f.read(1) != b"\x00" else b"\x01")
     with pytest.raises(DataError, match="train_x.npy fails its checksum"):
         PreparedData(out, 24).verify()
+    with pytest.raises(DataError, match=f"train_x.npy fails its checksum; rebuild the folder: delete {out}"):
+        prepare(str(folder), out, train_size=32, image_size=24, workers=2, progress=None)    # no silent reuse
     with pytest.raises(DataError, match="prepared for 24 px"):
         PreparedData(out, 32)
 
 
-@pytest.mark.slow
+def test_prepared_validation_is_gathered_one_batch_at_a_time_on_every_pass(folder, tmp_path, monkeypatch):
+    """The validation loader holds no copy of the set (7.5 GB for ImageNet at 224 px): each pass
+    gathers its batches from the memory map as it goes, the same batches every pass."""
+    prepare(str(folder), str(tmp_path / "prep"), train_size=32, image_size=24, workers=1, progress=None)
+    data = PreparedData(str(tmp_path / "prep"), 24)
+    gathered, gather = [], data.gather
+    monkeypatch.setattr(data, "gather", lambda index, split="train": (gathered.append(len(index)), gather(index, split))[1])
+    loader = data.val_loader(5)
+    assert gathered == []                                   # building it copies nothing
+    next(iter(loader))
+    assert gathered == [5]                                  # a batch is gathered when it is reached
+    first, second = list(loader), list(loader)
+    assert [len(y) for _, y in first] == [5, 5, 2]
+    assert all(torch.equal(a, b) for (xa, ya), (xb, yb) in zip(first, second) for a, b in ((xa, xb), (ya, yb)))
+    assert torch.equal(torch.cat([x for x, _ in first]), torch.from_numpy(np.array(data.val_x)).permute(0, 3, 1, 2))
+    assert not [v for v in vars(loader).values() if isinstance(v, (list, tuple, np.ndarray, torch.Tensor))]
+
+
 def test_prepared_batches_are_augmented_crops_of_the_stored_squares(folder, tmp_path):
     out = str(tmp_path / "prep")
     prepare(str(folder), out, train_size=32, image_size=24, workers=1, progress=None)

@@ -3,8 +3,9 @@
 `prepare` decodes every training image once, resized (bicubic) so its short side is `train_size`
 and centre-cropped to a square, and every validation image exactly as timm's eval transform does
 (short side to image_size / 0.875, centre crop image_size). The arrays are written under a
-temporary name, checksummed (sha256) and renamed, so a folder that exists is complete; every trial
-and study on the node then reads them through the page cache. `PreparedData` serves them: a
+temporary name, checksummed (sha256) and renamed, so a folder that exists is complete; a rerun of
+`prepare` reuses it after verifying the checksums. Every trial and study on the node then reads
+them through the page cache. `PreparedData` serves them: a
 training batch is gathered on the CPU (a memory copy, no decoding), moved to the training device,
 and cropped, flipped and AutoAugmented there (trainers.augment).
 
@@ -14,6 +15,7 @@ edges outside the central square and a crop can carry at most `train_size` pixel
 The exact path (`imagefolder`) stays available.
 """
 
+import contextlib
 import hashlib
 import json
 import os
@@ -82,6 +84,33 @@ def _files_digest(splits) -> str:
     return digest.hexdigest()
 
 
+@contextlib.contextmanager
+def _decoding(workers: int):
+    """An ordered map over decoding jobs: in this process for one worker, else in a pool of
+    `workers` spawned processes (spawn, not fork: a forked child of a process with torch's thread
+    pools can deadlock)."""
+    if workers <= 1:
+        yield map
+        return
+    with multiprocessing.get_context("spawn").Pool(workers) as pool:
+        yield lambda fn, jobs: pool.imap(fn, jobs, chunksize=64)
+
+
+def verify_arrays(path: str, meta: Dict) -> None:
+    """Recompute the sha256 of every array in `path` against `meta` (its meta.json): DataError naming
+    the first file that is missing or damaged, and how to rebuild the folder."""
+    for name in ARRAYS:
+        file = os.path.join(path, f"{name}.npy")
+        if not os.path.isfile(file):
+            problem = "is missing"
+        elif _sha256(file) != meta.get("sha256", {}).get(name):
+            problem = "fails its checksum"
+        else:
+            continue
+        raise DataError(f"prepared data: {file} {problem}; rebuild the folder: delete {path} and run "
+                        f"`hpstudy prepare` again")
+
+
 def prepare(source: str, out: str, train_size: int = 256, image_size: int = 224, workers: int = 1,
             progress=print) -> Dict:
     """Decode `source` (train/ and val/ class folders) once into `out`; reuse `out` when it already
@@ -98,19 +127,19 @@ def prepare(source: str, out: str, train_size: int = 256, image_size: int = 224,
         with open(meta_path) as f:
             found = json.load(f)
         if {k: found.get(k) for k in wanted} == wanted:
+            verify_arrays(out, found)
             return dict(found, reused=True)
     tmp = f"{out.rstrip('/')}.tmp-{uuid.uuid4().hex[:8]}"
     os.makedirs(tmp)
     try:
         shapes = {"train_x": (wanted["n_train"], train_size, train_size, 3),
                   "val_x": (wanted["n_val"], image_size, image_size, 3)}
-        # spawn, not fork: a forked child of a process with torch's thread pools can deadlock
-        with multiprocessing.get_context("spawn").Pool(max(1, workers)) as pool:
+        with _decoding(workers) as imap:
             for split, size, decode in (("train", train_size, _decode_train), ("val", image_size, _decode_val)):
                 samples = splits[split].samples
                 images = np.lib.format.open_memmap(os.path.join(tmp, f"{split}_x.npy"), mode="w+",
                                                    dtype=np.uint8, shape=shapes[f"{split}_x"])
-                for i, image in enumerate(pool.imap(decode, [(p, size) for p, _ in samples], chunksize=64)):
+                for i, image in enumerate(imap(decode, [(p, size) for p, _ in samples])):
                     images[i] = image
                     if progress and (i + 1) % 10000 == 0:
                         progress(f"prepare: {split} {i + 1}/{len(samples)}")
@@ -156,10 +185,8 @@ class PreparedData:
         self.auto_augment = DeviceAutoAugment(auto_augment) if auto_augment else None
 
     def verify(self) -> None:
-        """Recompute every array's sha256 against meta.json (DataError naming the first mismatch)."""
-        for name in ARRAYS:
-            if _sha256(os.path.join(self.path, f"{name}.npy")) != self.meta["sha256"][name]:
-                raise DataError(f"dataset 'prepared': {self.path}/{name}.npy fails its checksum (prepare it again)")
+        """Recompute every array's sha256 against meta.json (verify_arrays)."""
+        verify_arrays(self.path, self.meta)
 
     @property
     def num_train(self) -> int:
@@ -183,10 +210,22 @@ class PreparedData:
         """An iterable whose every pass is one epoch of augmented uint8 batches on `device`."""
         return PreparedEpochs(self, batch_size, generator, pin_memory, device)
 
-    def val_loader(self, batch_size: int, pin_memory: bool = False, device=None):
+    def val_loader(self, batch_size: int, pin_memory: bool = False, device=None) -> "PreparedVal":
         """The validation set in order (stored exactly as timm's eval transform makes it)."""
-        starts = range(0, len(self.val_y), batch_size)
-        return [self.gather(np.arange(s, min(s + batch_size, len(self.val_y))), "val") for s in starts]
+        return PreparedVal(self, batch_size)
+
+
+class PreparedVal:
+    """Passes over the validation set in order, each gathering one batch at a time from the memory
+    map (no copy of the whole set is held between or during passes)."""
+
+    def __init__(self, data: PreparedData, batch_size: int):
+        self.data, self.batch_size = data, batch_size
+
+    def __iter__(self) -> Iterator[Tuple[torch.Tensor, torch.Tensor]]:
+        n, b = len(self.data.val_y), self.batch_size
+        for start in range(0, n, b):
+            yield self.data.gather(np.arange(start, min(start + b, n)), "val")
 
 
 class PreparedEpochs:
