@@ -5,6 +5,7 @@ from typing import List, Optional
 from study.sampling import PlannedTrial
 from study.spec import StudySpec
 from trainers.config import TrialConfig
+from trainers.errors import ConfigError
 from trainers.memory import peak_memory_gb
 
 # cluster.yaml's p4d.24xlarge nodes carry A100s with 40 GB each.
@@ -33,10 +34,19 @@ def memory_plan(spec: StudySpec, trials: List[PlannedTrial], gpu_memory_gb: Opti
 
 
 def _fix(cfg: TrialConfig, classes: int, budget: float) -> str:
-    """The smallest accum_steps (a divisor of the batch) that fits, or the advice to checkpoint."""
+    """The smallest accum_steps (a divisor of the batch that the config allows) that fits, or advice."""
+    smallest = cfg.batch_size // cfg.accum_steps
     for steps in range(cfg.accum_steps, cfg.batch_size + 1):
-        if cfg.batch_size % steps == 0:
+        if cfg.batch_size % steps:
+            continue
+        try:
             smaller = TrialConfig.from_dict(dict(cfg.to_dict(), accum_steps=steps))
-            if peak_memory_gb(smaller, classes) <= budget:
-                return f"set recipe.accum_steps: {steps} (micro-batch {cfg.batch_size // steps})"
-    return "even one image per micro-batch does not fit: set recipe.grad_checkpointing: true or use a larger GPU"
+        except ConfigError:     # e.g. BatchNorm on micro-batches of one image; smaller ones are refused too
+            break
+        if peak_memory_gb(smaller, classes) <= budget:
+            return f"set recipe.accum_steps: {steps} (micro-batch {cfg.batch_size // steps})"
+        smallest = cfg.batch_size // steps
+    checkpointing = "" if cfg.grad_checkpointing else "set recipe.grad_checkpointing: true, or "
+    images = "1 image" if smallest == 1 else f"{smallest} images"
+    return (f"no micro-batch fits (not even the smallest the model can train on, {images}): "
+            f"{checkpointing}give trials a GPU (or GPU share) with more memory")
