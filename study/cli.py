@@ -18,7 +18,7 @@ from study.spec import SpecError, StudySpec, load_spec, resolve_config
 from study.store import (StoreFault, compact, load_spec_record, load_study, load_trials, split_by_spec,
                          stored_keys, write_report_files)
 from trainers.errors import HpstudyError, exits_on_user_error
-from trainers.schema import FAILED, FINISHED
+from trainers.schema import DIVERGED, FAILED, FINISHED, OK
 
 DEFAULT_CONFIG = "demo_digits"
 EXIT_STORE_FAULT = 3        # the store is full, unwritable or unreachable: fix it and rerun to resume
@@ -104,6 +104,22 @@ def check_run_args(args: argparse.Namespace) -> None:
         raise SpecError(f"--report: {args.report!r} is a file; allowed: a folder (created if missing) or none")
 
 
+def dry_run_warnings(path: str, spec: StudySpec, args: argparse.Namespace) -> List[str]:
+    """What a run would refuse that a dry run does not need: the spec's paths (its dataset, its init
+    checkpoint) and, for a local Ray, this machine's CPUs and GPUs. `spec` was read without path
+    checks, so reading `path` again with them can fail only on a path."""
+    checks = [lambda: load_spec(path)]
+    if not args.address:
+        checks.append(lambda: check_local_resources(spec, args.num_cpus))
+    warnings = []
+    for check in checks:
+        try:
+            check()
+        except SpecError as exc:
+            warnings.append(str(exc))
+    return warnings
+
+
 def print_plan(spec: StudySpec, done: set, assume_tflops: Optional[float]) -> None:
     """The dry-run plan: trials per cell, boxes, resources and estimated trial-hours. Trials are
     counted, not expanded, unless some of the study is stored (then cell by cell, to match keys)."""
@@ -144,8 +160,8 @@ def print_summary(trials_frame) -> None:
         errs = group.loc[group["status"] != FAILED, "top1_err"]
         best = f"{errs.min():.2f}" if len(errs) else "-"
         median = f"{errs.median():.2f}" if len(errs) else "-"
-        print(f"{model:<14} {len(group):>5} {counts.get('ok', 0):>5} {counts.get('diverged', 0):>5} "
-              f"{counts.get('failed', 0):>5} {best:>8} {median:>8}")
+        print(f"{model:<14} {len(group):>5} {counts.get(OK, 0):>5} {counts.get(DIVERGED, 0):>5} "
+              f"{counts.get(FAILED, 0):>5} {best:>8} {median:>8}")
 
 
 def spec_change_note(store: str, spec: StudySpec) -> Optional[str]:
@@ -174,8 +190,12 @@ def run(args: argparse.Namespace) -> int:
         # A local Ray binds to loopback only (read when ray is first imported).
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     check_run_args(args)
-    spec = load_spec(resolve_config(args.config))
-    if not args.address:
+    path = resolve_config(args.config)
+    spec = load_spec(path, check_paths=not args.dry_run)
+    if args.dry_run:
+        for warning in dry_run_warnings(path, spec, args):
+            print(f"warning: {warning} (a run stops here; the dry run's plan does not need it)", flush=True)
+    elif not args.address:
         check_local_resources(spec, args.num_cpus)
     note = spec_change_note(args.store, spec)
     if note:

@@ -1,5 +1,6 @@
 """run_edf.py and hpstudy command lines that need no Ray: dry runs, bad flags, status, compact."""
 
+import os
 import shutil
 import socket
 from types import SimpleNamespace
@@ -22,6 +23,35 @@ def test_dry_run_prints_the_plan(tmp_path, capsys):
     assert "study plan: 12 trials, 12 to run" in out
     assert "vit_c_tiny     adamw" in out and "[0.0005, 0.005]" in out and "trial-hours" in out
     assert not (tmp_path / "s").exists()   # a dry run writes nothing
+
+
+def test_a_dry_run_warns_of_what_a_run_would_refuse_and_prints_the_memory_plan(tmp_path, capsys):
+    """No dataset and too few CPUs here: a run stops, the dry run says so and plans anyway."""
+    raw = small_spec(name="far", dataset={"name": "imagefolder", "path": str(tmp_path / "imagenet"), "image_size": 16},
+                     resources={"cpu": 64, "gpu": 1})
+    raw["recipe"] = {k: v for k, v in raw["recipe"].items() if k != "device"}
+    config = write_spec(tmp_path, raw)
+    argv = ["--config", config, "--store", str(tmp_path / "s"), "--num-cpus", "2"]
+    assert run_edf_main(argv + ["--dry-run"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == (f"warning: dataset.path: dataset 'imagefolder': path '{tmp_path / 'imagenet'}' does not exist or "
+                      f"is not a folder; expected train/<class>/*.JPEG and val/<class>/*.JPEG (ImageNet layout) (a run "
+                      f"stops here; the dry run's plan does not need it)")
+    assert out[1].startswith("warning: resources.cpu: bad value 64; allowed: <= 2")
+    assert out[2].startswith("study far: 12 trials") and "memory per trial (estimate; budget 40.0 GB" in "\n".join(out)
+    assert [line.split()[0] for line in out[-2:]] == ["vit_c_tiny", "cnn_tiny"]
+    assert run_edf_main(argv) == 2                         # the run itself refuses, naming the path
+    assert "error: dataset.path: dataset 'imagefolder'" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_the_paper_spec_plans_without_imagenet(capsys):
+    """README: `run_edf.py --config paper_lr_wd --dry-run` prints the memory plan on any machine."""
+    assert run_edf_main(["--config", "paper_lr_wd", "--dry-run", "--store", "/nonexistent-hpstudy-store"]) == 0
+    out = capsys.readouterr().out
+    assert ("warning: dataset.path: dataset 'imagefolder': path '/data/imagenet'" in out) \
+        == (not os.path.isdir("/data/imagenet"))
+    assert "study paper_lr_wd: 1152 trials" in out and out.count("batch 2048 / accum_steps 8") == 9
 
 
 def test_bundled_default_dry_run(capsys):
