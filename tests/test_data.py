@@ -135,3 +135,17 @@ def test_device_batches_normalise_on_the_device_and_leave_the_data_alone():
     assert xb.dtype == torch.float64
     torch.testing.assert_close(xb, (x[yb].double() / 255 - mean) / std)
     assert torch.equal(data.train_x, x) and data.train_x.dtype == torch.uint8
+
+
+def test_moving_cached_data_to_a_device_leaves_the_cached_load_alone():
+    """Trials reusing a Ray actor share one load per process: moving it to a trial's device gives a
+    new object (the meta device stands in for a GPU) and never changes the cached one."""
+    spec = DataSpec("synthetic", num_classes=3, n_train=8, n_val=4, image_size=4)
+    data = load_data(spec)
+    pixels = data.train_x.clone()
+    moved = data.to("meta")
+    assert moved is not data and {t.device.type for t in (moved.train_x, moved.train_y, moved.val_x, moved.val_y)} \
+        == {"meta"}
+    assert (moved.mean, moved.std, moved.num_classes) == (data.mean, data.std, data.num_classes)
+    assert load_data(spec) is data and data.train_x.device.type == "cpu" and torch.equal(data.train_x, pixels)
+    assert data.to("cpu") is data                      # already there: nothing to copy

@@ -1,6 +1,7 @@
 """Fused training: exactness against the same trial alone, and isolation of a diverging member."""
 
 import warnings
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -119,3 +120,37 @@ def test_bf16_autocast_under_vmap_runs_each_member_as_its_bf16_trial_alone(model
     head.register_forward_hook(lambda module, args, output: seen.append(output.dtype))
     off.train_epoch()
     assert set(seen) == {torch.float32}
+
+
+def test_fuse_auto_takes_an_out_of_memory_while_measuring_as_no_fusion(monkeypatch, capsys):
+    """A model whose K fused members do not fit the GPU trains alone; the study goes on (no Ray
+    started here: the measuring task and its RayTaskError are stand-ins)."""
+    import ray
+
+    from study.fusion import fusion_sizes
+    from study.sampling import expand
+    from study.spec import parse_spec
+    from tests.helpers import small_spec
+    oom = torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+    error = ray.exceptions.RayTaskError("_measure_fusion", f"Traceback (most recent call last):\n  ...\n"
+                                        f"torch.OutOfMemoryError: {oom}", oom).as_instanceof_cause()
+    asked = []
+
+    def remote(**resources):
+        asked.append(resources)
+        return lambda fn: SimpleNamespace(remote=lambda *args: args)
+
+    def get(args):
+        if args[0] == "vit_c_tiny":
+            raise error
+        return {"speedup": 2.0}
+
+    monkeypatch.setattr(ray, "remote", remote)
+    monkeypatch.setattr(ray, "get", get)
+    spec = parse_spec(small_spec(fuse="auto"))
+    assert fusion_sizes(spec, expand(spec), {"cpu": 1, "gpu": 1}) == {"cnn_tiny": 3}
+    assert asked == [{"num_cpus": 1, "num_gpus": 1}]
+    assert capsys.readouterr().out.splitlines() == [
+        "fuse auto: cnn_tiny: 3 fused run 2.00x the speed of 3 alone -> fuse 3",
+        "fuse auto: vit_c_tiny: no fusion: measuring 3 fused failed (torch.OutOfMemoryError: CUDA out of memory. "
+        "Tried to allocate 2.00 GiB)"]

@@ -48,6 +48,33 @@ def test_a_finished_trial_keeps_no_model_optimizer_or_loader_alive():
     assert [r() for r in refs] == [None] * len(refs)
 
 
+def test_loaders_are_built_once_per_trial_and_the_model_and_its_ema_share_each_validation_pass(monkeypatch):
+    """Persistent DataLoader workers serve every epoch only if the loaders outlive the epoch; the
+    EMA must not decode the validation set a second time."""
+    from trainers.data import TensorData
+    built, passes = [], []
+    train_loader, val_loader = TensorData.train_loader, TensorData.val_loader
+
+    class Passes:
+        """The validation batches, counting the passes over them."""
+
+        def __init__(self, batches):
+            self.batches = batches
+
+        def __iter__(self):
+            passes.append(len(passes) + 1)
+            return iter(self.batches)
+
+    monkeypatch.setattr(TensorData, "train_loader",
+                        lambda self, *a, **k: (built.append("train"), train_loader(self, *a, **k))[1])
+    monkeypatch.setattr(TensorData, "val_loader",
+                        lambda self, *a, **k: (built.append("val"), Passes(val_loader(self, *a, **k)))[1])
+    row, = fit(Trainer(TrialConfig.from_dict(dict(model="cnn_tiny", optimizer="sgd", epochs=3, lr=0.05, wd=0.0,
+                                                  batch_size=16, ema_decay=0.9, dataset=SYNTH, device="cpu"))))
+    assert row["epochs_done"] == 3 and None not in [e["ema_top1_err"] for e in row["epoch_log"]]
+    assert built == ["train", "val"] and passes == [1, 2, 3]
+
+
 @pytest.mark.parametrize("fused", [False, True])
 def test_training_reads_the_device_only_every_few_steps(fused, monkeypatch):
     from trainers.fused import FusedTrainer
