@@ -3,7 +3,8 @@
     bash bench/gpu_check.sh            # python -m bench.gpu_check, with a time limit per check
 
 Each check records its numbers or its error and the next one runs. With `--device cpu` the
-CUDA-only checks are skipped (a smoke test of the script itself).
+CUDA-only checks are skipped (a smoke test of the script itself: `--images 32 --batch 16` is the
+smallest useful run).
 """
 
 import argparse
@@ -21,6 +22,7 @@ import torch
 from bench.data import make_folder
 from trainers.config import TrialConfig
 from trainers.data import DeviceBatches, load_data
+from trainers.fused import train_fused
 from trainers.loop import fit
 from trainers.memory import OVERHEAD_GB, peak_memory_gb
 from trainers.prepared import prepare
@@ -40,10 +42,22 @@ def check(results: dict, name: str):
     return wrap
 
 
+def cuda_flags() -> dict:
+    """cuDNN autotuning and TF32 (matmuls, convolutions): what trainers.loop.configure_device sets on CUDA."""
+    return {"cudnn_benchmark": torch.backends.cudnn.benchmark, "tf32_matmul": torch.backends.cuda.matmul.allow_tf32,
+            "tf32_cudnn": torch.backends.cudnn.allow_tf32}
+
+
+def clear_cuda_flags() -> None:
+    """Turn the three flags off, so that a trial's setting them shows."""
+    torch.backends.cudnn.benchmark = torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda")
-    parser.add_argument("--images", type=int, default=2048)
+    parser.add_argument("--images", type=int, default=2048, help="training JPEGs of the generated image folder")
+    parser.add_argument("--batch", type=int, default=256, help="batch of the input-throughput checks")
     args = parser.parse_args()
     cuda = args.device.startswith("cuda")
     if cuda and not torch.cuda.is_available():
@@ -73,38 +87,51 @@ def main() -> None:
     for name, spec, decode in (("workers", {"name": "imagefolder", "path": root}, "workers"),
                                ("device_decode", {"name": "imagefolder", "path": root}, "device"),
                                ("prepared", {"name": "prepared", "path": prep}, "workers")):
-        @check(results, f"input_images_per_s_{name}")   # the three input paths, batch 256, AutoAugment on
+        @check(results, f"input_images_per_s_{name}")   # the three input paths, AutoAugment on
         def _():
             data = load_data(TrialConfig.from_dict(dict(small, dataset=dict(spec, image_size=224))).dataset,
                              num_workers=min(8, os.cpu_count() or 1), auto_augment="original",
                              decode_on_device=decode == "device")
             view = DeviceBatches(data, device, torch.bfloat16, channels_last=True)
             generator = torch.Generator().manual_seed(0)
-            for _ in view.train(256, generator):   # warm-up epoch: workers, cuDNN, nvJPEG
+            for _ in view.train(args.batch, generator):   # warm-up epoch: workers, cuDNN, nvJPEG
                 pass
             if cuda:
                 torch.cuda.synchronize()
             start, seen = time.perf_counter(), 0
-            for x, _ in view.train(256, generator):
+            for x, _ in view.train(args.batch, generator):
                 seen += len(x)
             if cuda:
                 torch.cuda.synchronize()
             return {"images_per_s": round(seen / (time.perf_counter() - start), 1), "cpu_workers": min(8, os.cpu_count() or 1)}
 
-    @check(results, "syncs_per_epoch")   # defect 6: no host sync per step
+    sync_data = {"synthetic": {"name": "synthetic", "image_size": 32, "n_train": 4096, "n_val": 256},
+                 "device_decode": {"name": "imagefolder", "path": root, "image_size": 64},
+                 "prepared": {"name": "prepared", "path": prep, "image_size": 224}}
+    for name, dataset in sync_data.items():
+        @check(results, f"syncs_per_epoch_{name}")   # defect 6: no host sync per step, on each input path
+        def _():
+            if not cuda:
+                return {"skipped": "CUDA only"}
+            trainer = Trainer(TrialConfig.from_dict(dict(small, batch_size=32, decode="device", dataset=dataset)))
+            trainer.train_epoch()                   # warm-up
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                torch.cuda.set_sync_debug_mode("warn")
+                trainer.train_epoch()
+                torch.cuda.set_sync_debug_mode(0)
+            return {"steps": trainer.steps_per_epoch, "syncs": sum("synchroniz" in str(w.message) for w in caught)}
+
+    @check(results, "cuda_flags_after_trial")   # defect 9: cuDNN autotuning and TF32 on CUDA, alone and fused
     def _():
-        cfg = TrialConfig.from_dict(dict(small, epochs=1, batch_size=32, dataset={"name": "synthetic", "image_size": 32,
-                                                                                   "n_train": 4096, "n_val": 256}))
-        trainer = Trainer(cfg)
-        trainer.train_epoch()                   # warm-up
-        if not cuda:
-            return {"skipped": "CUDA only"}
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            torch.cuda.set_sync_debug_mode("warn")
-            trainer.train_epoch()
-            torch.cuda.set_sync_debug_mode(0)
-        return {"steps": 4096 // 32, "syncs": sum("synchroniz" in str(w.message) for w in caught)}
+        synthetic = dict(small, batch_size=32, dataset={"name": "synthetic", "image_size": 32, "n_train": 64, "n_val": 32})
+        flags = {}
+        for name, train in (("solo", lambda: train_trial(synthetic)),
+                            ("fused", lambda: train_fused([dict(synthetic, seed=seed) for seed in range(2)]))):
+            clear_cuda_flags()
+            train()
+            flags[name] = cuda_flags()
+        return {**flags, "expected": cuda}
 
     @check(results, "memory_after_trial")   # defect 5: nothing kept between trials
     def _():
@@ -120,8 +147,7 @@ def main() -> None:
         del trainer
         gc.collect()
         return {"mb_before": before / 1e6, "mb_with_trial": during / 1e6,
-                "mb_after": torch.cuda.memory_allocated(device) / 1e6,
-                "cudnn_benchmark": torch.backends.cudnn.benchmark, "tf32": torch.backends.cuda.matmul.allow_tf32}
+                "mb_after": torch.cuda.memory_allocated(device) / 1e6}
 
     for model in ("vit_p_1gf", "regnety_1gf", "vit_c_4gf"):
         @check(results, f"peak_memory_{model}")   # the dry run's estimate against the allocator

@@ -201,3 +201,25 @@ def test_a_trial_without_a_gpu_sees_none_even_if_the_node_sets_cuda_visible_devi
         assert ray.get(probe.remote()) == ("0", "")
     finally:
         ray.shutdown()
+
+
+@pytest.mark.slow
+def test_the_gpu_check_script_runs_on_the_cpu_and_prints_one_json_object():
+    """bench/gpu_check.py at its smallest settings: every check runs (CUDA-only ones say skipped) and
+    none fails; on the CPU no trial, alone or fused, turns the CUDA flags on."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.helpers import REPO
+    done = subprocess.run([sys.executable, "-m", "bench.gpu_check", "--device", "cpu", "--images", "32", "--batch", "16"],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    results = json.loads(done.stdout)
+    checks = {name: value for name, value in results.items() if isinstance(value, dict)}
+    assert results["bench"] == "gpu_check" and results["device"] == "cpu" and len(checks) >= 15
+    assert {name: value["error"] for name, value in checks.items() if "error" in value} == {}
+    assert {"syncs_per_epoch_device_decode", "syncs_per_epoch_prepared"} <= set(checks)
+    flags = checks["cuda_flags_after_trial"]
+    assert flags["expected"] is False and not any({**flags["solo"], **flags["fused"]}.values())
+    assert {checks[name]["status"] for name in ("imagefolder_trial_decode_device", "prepared_trial")} == {"ok"}
