@@ -74,8 +74,8 @@ class TrialConfig:
     grad_clip: Optional[float] = _doc("max gradient norm (none = off)", None)
     divergence_loss: float = _doc("a loss above this (or non-finite) ends the trial as diverged", 100.0)
     amp: Optional[bool] = _doc("bf16 autocast (default: on for CUDA only)", None)
-    channels_last: Optional[bool] = _doc("channels_last memory format (default: on for CUDA only; off and "
-                                                 "true refused in fused training)", None)
+    channels_last: Optional[bool] = _doc("channels_last memory format (default: on for CUDA only; fused "
+                                                 "training runs without it and refuses true)", None)
     device: str = _doc("auto, cpu, cuda or cuda:N", "auto")
     dtype: str = _doc("float32, or float64 for exactness tests", "float32")
     num_workers: int = _doc("DataLoader workers (imagefolder)", 4)
