@@ -28,7 +28,7 @@ def test_auto_picks_cuda_when_present_and_named_devices_are_taken_as_named(monke
 def test_the_model_and_its_optimizer_live_on_the_trials_device(monkeypatch):
     """Whatever device the trial resolves to (meta here: any device but the CPU the model is built
     on), every parameter and buffer of the model, and so every parameter the optimizer steps, is on it."""
-    monkeypatch.setattr("trainers.trial.resolve_device", lambda name: torch.device("meta"))
+    monkeypatch.setattr("trainers.loop.resolve_device", lambda name: torch.device("meta"))
     t = trainer(dtype="float64")
     assert t.device == torch.device("meta")
     tensors = [*t.model.parameters(), *t.model.buffers()]

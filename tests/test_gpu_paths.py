@@ -106,8 +106,9 @@ def test_cuda_settings_are_made_for_cuda_only():
 
 
 def test_fused_trials_configure_their_device_and_refuse_channels_last(monkeypatch):
-    """The fused trainer sets up its device as a trial alone does (cuDNN autotuning and TF32 on
-    CUDA), and refuses the channels_last layout, which vmap's stacked tensors cannot have."""
+    """The fused trainer sets up its device as a trial alone does, through the same trial_setup
+    (cuDNN autotuning and TF32 on CUDA), and refuses the channels_last layout, which vmap's stacked
+    tensors cannot have."""
     import trainers.loop
     from trainers.config import ConfigError
     from trainers.fused import FusedTrainer
@@ -117,6 +118,8 @@ def test_fused_trials_configure_their_device_and_refuse_channels_last(monkeypatc
                                        seed=i, dataset=SYNTH, device="cpu")) for i in range(2)]
     FusedTrainer(cfgs)
     assert seen == [torch.device("cpu")]
+    Trainer(cfgs[0])
+    assert seen == [torch.device("cpu")] * 2
     with pytest.raises(ConfigError, match="channels_last: True is not supported in fused training .*no channels_last "
                                           "layout"):
         FusedTrainer([dataclasses.replace(c, channels_last=True) for c in cfgs])

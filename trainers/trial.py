@@ -14,8 +14,7 @@ from timm.utils import ModelEmaV3
 from trainers.checkpoint import freeze_leading, load_checkpoint, verified_sha256
 from trainers.config import TrialConfig
 from trainers.data import DeviceBatches
-from trainers.loop import (configure_device, data_for, diverged_mask, fit, release_device_memory, resolve_device,
-                           trial_schedule)
+from trainers.loop import diverged_mask, fit, release_device_memory, trial_schedule, trial_setup
 from trainers.models import build_model
 from trainers.optim import build_optimizer
 
@@ -53,13 +52,9 @@ class Trainer:
         self.cfg = cfg
         self.cfgs = [cfg]
         self._diverged = False
-        self.device = resolve_device(cfg.device)
-        configure_device(self.device)
-        self.dtype = getattr(torch, cfg.dtype)
-        on_cuda = self.device.type == "cuda"
-        self.amp = on_cuda if cfg.amp is None else cfg.amp
-        channels_last = on_cuda if cfg.channels_last is None else cfg.channels_last
-        data = data_for(cfg, self.device)
+        setup = trial_setup(cfg)
+        self.device, self.dtype, self.amp, data = setup.device, setup.dtype, setup.amp, setup.data
+        channels_last = self.device.type == "cuda" if cfg.channels_last is None else cfg.channels_last
         self.batches = DeviceBatches(data, self.device, self.dtype, channels_last)
         self.num_classes = data.num_classes
 
