@@ -11,7 +11,7 @@ import traceback
 from typing import Callable, Dict, List, Optional
 
 from analysis.metric import DEFAULT_METRIC, METRIC_DOCS, METRICS, usable
-from analysis.report import build_report
+from analysis.report import build_report, check_report_dir
 from study.gpu_plan import memory_plan
 from study.sampling import cells, expand, expand_cell, first_trials
 from study.spec import SpecError, StudySpec, load_spec, resolve_config
@@ -100,8 +100,6 @@ def check_run_args(args: argparse.Namespace) -> None:
                         f"during the run)")
     if "://" not in args.store and os.path.exists(args.store) and not os.path.isdir(args.store):
         raise SpecError(f"--store: {args.store!r} is a file; allowed: a folder or a URI")
-    if args.report not in (None, "none") and os.path.exists(args.report) and not os.path.isdir(args.report):
-        raise SpecError(f"--report: {args.report!r} is a file; allowed: a folder (created if missing) or none")
 
 
 def dry_run_warnings(path: str, spec: StudySpec, args: argparse.Namespace) -> List[str]:
@@ -195,8 +193,11 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run:
         for warning in dry_run_warnings(path, spec, args):
             print(f"warning: {warning} (a run stops here; the dry run's plan does not need it)", flush=True)
-    elif not args.address:
-        check_local_resources(spec, args.num_cpus)
+    else:
+        if not args.address:
+            check_local_resources(spec, args.num_cpus)
+        if args.report not in (None, "none"):
+            check_report_dir(args.report, "--report")     # a report that cannot be written fails now, not after the study
     note = spec_change_note(args.store, spec)
     if note:
         print(note, flush=True)
@@ -238,6 +239,8 @@ def write_report(store: str, study: str, out: Optional[str], metric: str = DEFAU
     `metric` error into the folder `out`, or by default into the store (<store>/reports/<study>/,
     through its filesystem, so the report lives as long as the rows); prints the full location of
     its index.html, and which metric was used (naming any fallback). Returns that location."""
+    if out:
+        check_report_dir(out, "--out")
     trials, epochs, record = load_study(store, study)
     if out:
         page = os.path.abspath(build_report(trials, epochs, record, out, metric))

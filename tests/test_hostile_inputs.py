@@ -100,6 +100,9 @@ RUN = ["--config", "{config}", "--store", "{dir}/store"]
 # {config}, a valid spec
 COMMAND_CASES = [
     (run_edf_main, RUN + ["--report", "{dir}/a_file"], 2, "--report: '{dir}/a_file' is a file"),
+    (run_edf_main, RUN + ["--report", "{dir}/a_file/sub"], 2, "--report: cannot write '{dir}/a_file/sub' (Not a directory"),
+    (hpstudy_main, ["report", "--store", "{dir}/store", "--study", "x", "--out", "{dir}/a_file"], 2,
+     "--out: '{dir}/a_file' is a file"),
     (hpstudy_main, ["status", "--store", "{dir}", "--study", ".."], 2, "--study: bad value '..'"),
     (hpstudy_main, ["compact", "--store", "{dir}", "--study", "../x"], 2, "--study: bad value '../x'"),
     (hpstudy_main, ["report", "--store", "{dir}", "--study", ".."], 2, "--study: bad value '..'"),

@@ -146,8 +146,8 @@ def store_for_report(tmp_path) -> str:
 # (argv after `report --study s`, exit code, stderr's first line); {dir}: a temporary folder holding
 # a_file, a store with study s, and a store whose reports/ is a file (it cannot take the report)
 EXIT_CASES = [
-    (["--store", "{dir}/store", "--out", "{dir}/a_file"], 2, "error: report folder: '{dir}/a_file' is a file"),
-    (["--store", "{dir}/store", "--out", "{dir}/a_file/sub"], 2, "error: report folder: cannot write "
+    (["--store", "{dir}/store", "--out", "{dir}/a_file"], 2, "error: --out: '{dir}/a_file' is a file"),
+    (["--store", "{dir}/store", "--out", "{dir}/a_file/sub"], 2, "error: --out: cannot write "
                                                                   "'{dir}/a_file/sub'"),
     (["--store", "{dir}/store", "--study", "nope"], 2, "error: --study: no trials of study 'nope'"),
     (["--store", "{dir}/broken/store"], 3, "error: store: cannot write {dir}/broken/store/reports/s/"),
