@@ -268,8 +268,6 @@ def run_trials(study: str, trials: List[PlannedTrial], store: str, resources: Di
               for g in fusion_groups(trials, fusion or {})]
     writer = StoreWriter(store, study, trials, groups, interruption, compact_every)
     progress, stopper = ProgressPrinter(writer, len(trials), progress_interval), RunStopper(writer)
-    trainable = tune.with_resources(tune.with_parameters(run_tune_trial, groups=groups),
-                                    {"cpu": resources["cpu"], "gpu": resources["gpu"]})
     try:
         # Tune keeps every trial of a run (its last result, metric statistics) until the run ends,
         # and saves all of them to its experiment state again and again: the study runs as Tune
@@ -278,6 +276,11 @@ def run_trials(study: str, trials: List[PlannedTrial], store: str, resources: Di
         for first in range(0, len(groups), TUNE_RUN_GROUPS):
             stop = min(first + TUNE_RUN_GROUPS, len(groups))
             name = f"{study}-{time.strftime('%Y%m%d-%H%M%S')}-{first // TUNE_RUN_GROUPS}"
+            # a worker reads (unpickles) the groups it is given at every trial it starts: only this
+            # Tune run's (at most TUNE_RUN_GROUPS), not the study's, whose size has no bound
+            chunk = {i: groups[i] for i in range(first, stop)}
+            trainable = tune.with_resources(tune.with_parameters(run_tune_trial, groups=chunk),
+                                            {"cpu": resources["cpu"], "gpu": resources["gpu"]})
             tuner = tune.Tuner(
                 trainable,
                 tune_config=tune.TuneConfig(search_alg=GroupQueue(first, stop), num_samples=stop - first,

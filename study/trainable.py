@@ -60,8 +60,9 @@ def _train_group(group: Dict) -> List[Dict]:
     return train_fused(group["configs"], on_epoch=report_best_member)
 
 
-def run_tune_trial(config: Dict, groups: List[Dict]) -> None:
-    """Train a group of trials (one, or K fused), report each epoch, then report the rows.
+def run_tune_trial(config: Dict, groups: Dict[int, Dict]) -> None:
+    """Train the group `groups[config["group"]]` of trials (one, or K fused), report each epoch,
+    then report the rows.
 
     The last report carries the rows as JSON in `rows_json`; the driver's StoreWriter writes them.
     An error of the trial code is tried once more in this worker: if it repeats (same type and
