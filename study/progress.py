@@ -35,7 +35,17 @@ class Tally:
         return sum(self.statuses.values())
 
 
-class ProgressPrinter(tune.Callback):
+class SavedEmpty:
+    """A driver-side Tune hook that Tune pickles with its experiment state (a blob inside the state's
+    JSON, again at every save) and in tuner.pkl; hpstudy never restores them (the store is the
+    record), so they pickle as empty instead of with the study's plan and tally, which grow with its
+    trials and made each save, and so each trial's turnaround, slower the larger the study."""
+
+    def __getstate__(self) -> dict:
+        return {}
+
+
+class ProgressPrinter(SavedEmpty, tune.Callback):
     """Prints a one-line status at most every `interval` seconds and when trials end."""
 
     def __init__(self, writer, total: int, interval: float = 10.0):

@@ -20,7 +20,7 @@ from ray.tune.search import Searcher
 from ray.tune.stopper import Stopper
 
 from study.fusion import fusion_groups, fusion_sizes
-from study.progress import ProgressPrinter, Tally
+from study.progress import ProgressPrinter, SavedEmpty, Tally
 from study.sampling import PlannedTrial, expand
 from study.spec import StudySpec
 from study.store import (StoreFault, compact, delete_study, load_trials, probe_store, stored_keys,
@@ -126,7 +126,7 @@ class GroupQueue(Searcher):
         """Nothing to learn: the queue is fixed."""
 
 
-class StoreWriter(tune.Callback):
+class StoreWriter(SavedEmpty, tune.Callback):
     """Writes each finished trial (and its epochs) to the store from the driver, exactly once.
 
     A store fault (full, unwritable, unreachable) is kept in `fault` and stops writing; the
@@ -183,7 +183,7 @@ class StoreWriter(tune.Callback):
                 self.fault = exc
 
 
-class RunStopper(Stopper):
+class RunStopper(SavedEmpty, Stopper):
     """Stops the whole run (no new trials; running ones cancelled) once the StoreWriter has met a
     store fault (nothing more can be stored), a trial found its node unable to run trials, or a
     stop signal came; says so once on stderr for a signal."""
