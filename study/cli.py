@@ -308,7 +308,8 @@ def status(args: argparse.Namespace) -> int:
 def print_compaction(store: str, counts: Dict[str, Dict[str, int]]) -> None:
     """One line per table: what compaction merged, kept apart, dropped and quarantined."""
     for table, c in counts.items():
-        print(f"{table}: {c['files']} files read; {c['merged_rows']} rows of finished trials merged "
+        print(f"{table}: {c['files']} files read ({c['merged_files_kept']} merged by earlier compactions left as "
+              f"they are); {c['merged_rows']} rows of finished trials merged "
               f"({c['deleted_files']} files deleted); {c['unfinished']} unfinished trials kept in their own "
               f"file (a rerun replaces it); {c['dropped_rows']} superseded rows dropped; "
               f"{c['quarantined']} unreadable files moved to {store}/quarantine/")

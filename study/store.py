@@ -17,11 +17,13 @@ import re
 import time
 import uuid
 import warnings
+from collections import Counter
 from datetime import datetime, timezone
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as pads
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
@@ -34,6 +36,7 @@ TABLES = {"trials": TRIAL_SCHEMA, "epochs": EPOCH_SCHEMA}
 # is skipped by the readers, naming it and the column, and moved to the quarantine by `compact`.
 REQUIRED = {"trials": ("trial_key", "model", "optimizer", "epochs", "lr", "wd", "status", "finished_at"),
             "epochs": ("trial_key", "model", "optimizer", "epoch")}
+MERGED_PREFIX = "compact-"         # <partition>/compact-<id>.parquet: rows merged by one compaction
 QUARANTINE = "quarantine"          # <root>/quarantine/<table>/study=<name>/: files compaction could not read
 REPORTS = "reports"                # <root>/reports/<name>/: the study's report, as long-lived as its rows
 STUDY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
@@ -179,15 +182,15 @@ def _read_files(fs: pafs.FileSystem, files: List[str], table: str,
     return pa.concat_tables(tables).to_pandas()
 
 
-def _read_file(fs: pafs.FileSystem, path: str, table: str) -> pa.Table:
-    """One Parquet file of the store as a table of `table`'s schema; IncompleteFile if it lacks a
-    column of REQUIRED (which a schema-aware read would fill with nulls)."""
+def _read_file(fs: pafs.FileSystem, path: str, table: str, columns: Optional[List[str]] = None) -> pa.Table:
+    """One Parquet file of the store as a table of `table`'s schema (only `columns`, if given);
+    IncompleteFile if it lacks a column of REQUIRED (which a schema-aware read would fill with nulls)."""
     fragment = pads.ParquetFileFormat().make_fragment(path, filesystem=fs)
     missing = [c for c in REQUIRED[table] if c not in fragment.physical_schema.names]
     if missing:
         raise IncompleteFile(f"missing column {missing[0]!r} (every {table} row needs "
                              f"{', '.join(REQUIRED[table])})")
-    return fragment.to_table(schema=TABLES[table])
+    return fragment.to_table(schema=TABLES[table], columns=columns)
 
 
 def _empty(schema: pa.Schema, columns: Optional[List[str]] = None) -> pd.DataFrame:
@@ -297,23 +300,28 @@ def delete_study(root: str, study: str) -> None:
 
 
 def compact(root: str, study: str) -> Dict[str, Dict[str, int]]:
-    """Merge the rows of a study's finished (ok/diverged) trials into one file per table, one row
-    per trial_key (ok/diverged beat failed, then the newest wins); rows of unfinished trials stay
-    in (or move to) their own `<trial_key>.parquet`, which a rerun replaces, so pandas sees one row
-    per trial_key. Unreadable files move to <root>/quarantine/ with a note. A file is deleted only
-    after the rows it holds are written elsewhere. Returns counts per table."""
+    """Merge the rows of a study's finished (ok/diverged) trials stored since the last compaction
+    into a new merged file per table (`compact-<id>.parquet`), one row per trial_key (ok/diverged
+    beat failed, then the newest wins); rows of unfinished trials stay in (or move to) their own
+    `<trial_key>.parquet`, which a rerun replaces, so pandas sees one row per trial_key. Merged files
+    of earlier compactions are left as they are unless they share a trial_key with another file (what
+    a compaction killed part way leaves), so a compaction's time and memory are those of the trials
+    stored since the last one, not the study's. Unreadable files move to <root>/quarantine/ with a
+    note. A file is deleted only after the rows it holds are written elsewhere. Returns counts per
+    table."""
     fs, base = open_root(root)
     counts, finished = {}, set()
     for table in TABLES:
         _, directory = partition_dir(root, table, study)
         _remove_stale_temporaries(fs, directory)
-        frame, quarantined = _read_for_compaction(fs, base, directory, table)
+        frame, settled, quarantined = _read_for_compaction(fs, base, directory, table)
         kept = _newest_per_key(frame, table)
-        if table == "trials":
-            finished = set(kept.loc[kept["status"].isin(FINISHED), "trial_key"])
+        if table == "trials":   # merged files hold finished trials only
+            finished = set(kept.loc[kept["status"].isin(FINISHED), "trial_key"]) | set().union(*settled.values())
         merged = kept[kept["trial_key"].isin(finished)]
         counts[table] = dict(_rewrite_partition(fs, directory, TABLES[table], frame, merged,
-                                                kept.drop(merged.index)), quarantined=quarantined)
+                                                kept.drop(merged.index)),
+                             merged_files_kept=len(settled), quarantined=quarantined)
     return counts
 
 
@@ -334,26 +342,63 @@ def _remove_stale_temporaries(fs: pafs.FileSystem, directory: str) -> None:
 
 
 def _read_for_compaction(fs: pafs.FileSystem, base: str, directory: str,
-                         table: str) -> Tuple[pd.DataFrame, int]:
-    """Every row of a partition of `table` with its `_source` file and `_order` (files oldest
-    first), and the number of unreadable (or incomplete) files moved to the quarantine."""
+                         table: str) -> Tuple[pd.DataFrame, Dict[str, set], int]:
+    """The rows to compact in a partition of `table`, with their `_source` file and `_order` (files
+    oldest first): every file stored since the last compaction, and each merged file that shares a
+    trial_key with another file. Also the trial_keys of each merged file left as it is, and the
+    number of unreadable (or incomplete) files moved to the quarantine."""
     with store_io(f"list {directory}"):
         infos = sorted(fs.get_file_info(_list_files(fs, directory)), key=lambda i: (i.mtime_ns or 0, i.path))
+    order = {info.path: n for n, info in enumerate(infos)}
     sourced = TABLES[table].append(pa.field("_source", pa.string())).append(pa.field("_order", pa.int64()))
     tables, quarantined = [sourced.empty_table()], 0
-    for order, info in enumerate(infos):
+
+    def read(path: str, columns: Optional[List[str]] = None) -> Optional[pa.Table]:
+        nonlocal quarantined
         try:
-            with store_io(f"read {info.path}"):
-                rows = _read_file(fs, info.path, table)
+            with store_io(f"read {path}"):
+                return _read_file(fs, path, table, columns)
         except pa.ArrowException as exc:      # not an I/O fault (store_io turned those into StoreFault)
-            _quarantine(fs, base, info.path, exc)
+            _quarantine(fs, base, path, exc)
             quarantined += 1
+            return None
+
+    merged_before = {}                        # merged file -> its trial_keys (one column read)
+    for info in infos:
+        if _is_merged(info.path):
+            keys = read(info.path, ["trial_key"])
+            if keys is not None:
+                merged_before[info.path] = set(pc.unique(keys.column("trial_key")).to_pylist())
+    seen = Counter(key for keys in merged_before.values() for key in keys)
+    for info in infos:
+        if info.path in merged_before:
             continue
-        n = len(rows)
-        tables.append(rows.append_column("_source", pa.array([info.path] * n, pa.string()))
-                      .append_column("_order", pa.array([order] * n, pa.int64())))
-    # one conversion to pandas for the whole partition: per file it was most of the time
-    return pa.concat_tables(tables).to_pandas(), quarantined
+        rows = read(info.path)
+        if rows is not None:
+            seen.update(set(rows.column("trial_key").to_pylist()))
+            tables.append(_sourced(rows, info.path, order[info.path]))
+    settled = {}
+    for path, keys in merged_before.items():
+        if any(seen[key] > 1 for key in keys):
+            rows = read(path)
+            if rows is not None:
+                tables.append(_sourced(rows, path, order[path]))
+        else:
+            settled[path] = keys
+    # one conversion to pandas for the whole batch: per file it was most of the time
+    return pa.concat_tables(tables).to_pandas(), settled, quarantined
+
+
+def _is_merged(path: str) -> bool:
+    """Whether a store file is a merged file written by a compaction."""
+    return path.rsplit("/", 1)[-1].startswith(MERGED_PREFIX)
+
+
+def _sourced(rows: pa.Table, path: str, order: int) -> pa.Table:
+    """Rows with the file they come from and its age rank (see _read_for_compaction)."""
+    n = len(rows)
+    return (rows.append_column("_source", pa.array([path] * n, pa.string()))
+            .append_column("_order", pa.array([order] * n, pa.int64())))
 
 
 def _quarantine(fs: pafs.FileSystem, base: str, path: str, exc: Exception) -> None:
@@ -393,10 +438,10 @@ def _rewrite_partition(fs: pafs.FileSystem, directory: str, schema: pa.Schema, f
         else:
             written.add(_write_table(fs, directory, f"{key}.parquet", as_table(rows)))
     sources = set(merged["_source"])
-    if len(sources) == 1 and rows_per_file[next(iter(sources))] == len(merged):
-        keep |= sources                      # already one file holding exactly these rows
+    if len(sources) == 1 and _is_merged(next(iter(sources))) and rows_per_file[next(iter(sources))] == len(merged):
+        keep |= sources                      # already one merged file holding exactly these rows
     elif len(merged):
-        written.add(_write_table(fs, directory, f"compact-{uuid.uuid4().hex[:12]}.parquet", as_table(merged)))
+        written.add(_write_table(fs, directory, f"{MERGED_PREFIX}{uuid.uuid4().hex[:12]}.parquet", as_table(merged)))
     merged_away = set(frame["_source"]) - keep - written
     for path in sorted(merged_away):
         with store_io(f"delete {path}"):

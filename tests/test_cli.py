@@ -87,8 +87,9 @@ def test_hpstudy_status_and_compact(tmp_path, capsys):
     assert "cnn_tiny" in out and "10.00" in out and "11.00" in out   # best and median
     assert hpstudy_main(["compact", "--store", store, "--study", "s"]) == 0
     out = capsys.readouterr().out
-    assert "trials: 4 files read; 3 rows of finished trials merged (3 files deleted); 1 unfinished trials" in out
-    assert "epochs: 0 files read" in out
+    assert ("trials: 4 files read (0 merged by earlier compactions left as they are); 3 rows of finished trials "
+            "merged (3 files deleted); 1 unfinished trials") in out
+    assert "epochs: 0 files read (0 merged" in out
     assert len(load_trials(store, "s")) == 4
 
 

@@ -136,3 +136,26 @@ def test_a_stale_temporary_file_is_removed_and_a_fresh_one_is_left_to_its_writer
     os.utime(stale, (hours_ago, hours_ago))
     compact(root, "s")
     assert not stale.exists() and fresh.exists()
+
+
+def test_a_compaction_merges_only_what_was_stored_since_the_last_one(tmp_path):
+    """A long run compacts every 1,000 trials: each compaction reads the files stored since the one
+    before (not the study), leaves earlier merged files untouched, and the readers see every row once."""
+    root = str(tmp_path / "store")
+    _store(root)
+    compact(root, "s")
+    first = {name: os.stat(os.path.join(root, "trials/study=s", name)).st_mtime_ns
+             for name in _parquet_files(root, "trials") if name.startswith("compact-")}
+    for i in (12, 13):
+        write_trial(root, "s", row(f"t{i}", "ok", 20.0 + i), [epoch_row(epoch=1, train_loss=float(i))])
+    before = _readers(root)
+    counts = compact(root, "s")
+    # the two new trials and the two failed ones (kept apart) are read; the earlier merged file is not
+    assert counts["trials"]["files"] == 4 and counts["trials"]["merged_rows"] == 2
+    assert counts["trials"]["merged_files_kept"] == counts["epochs"]["merged_files_kept"] == 1
+    for name, mtime in first.items():
+        assert os.stat(os.path.join(root, "trials/study=s", name)).st_mtime_ns == mtime
+    after = _readers(root)
+    for reader in ("load_trials", "load_epochs", "pandas"):
+        _same(after[reader], before[reader])
+    assert len(_parquet_files(root, "trials")) == 4 and len(_parquet_files(root, "epochs")) == 2

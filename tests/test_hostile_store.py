@@ -45,7 +45,7 @@ def test_compact_moves_unreadable_files_to_quarantine_and_deletes_only_what_it_m
     with pytest.warns(UserWarning, match="moved to"):
         counts = compact(root, "s")
     assert counts["trials"] == {"files": 2, "merged_rows": 2, "unfinished": 0, "dropped_rows": 0,
-                                "deleted_files": 2, "quarantined": 2}
+                                "deleted_files": 2, "merged_files_kept": 0, "quarantined": 2}
     # the unreadable files are kept, byte for byte, with a note saying why
     quarantine = tmp_path / "quarantine/trials/study=s"
     assert (quarantine / "b.parquet").read_bytes() == good[: len(good) // 2]
@@ -70,8 +70,9 @@ def test_a_failed_then_compacted_then_retried_trial_is_one_row_for_every_reader(
     seen = readers(root)
     assert seen["pandas"] == [("k0", "ok", 4.0), ("k1", "ok", 10.0), ("k2", "ok", 10.0)]
     assert seen["pandas"] == seen["pyarrow.dataset"] == seen["load_trials"]
-    compact(root, "s")
-    assert len(files(tmp_path / "trials/study=s")) == 1 and readers(root)["pandas"] == seen["pandas"]
+    compact(root, "s")       # k0's rerun replaced its failed row: merged beside the earlier merged file
+    assert [name.startswith("compact-") for name in files(tmp_path / "trials/study=s")] == [True, True]
+    assert readers(root)["pandas"] == seen["pandas"]
 
 
 def test_compaction_keeps_one_row_per_trial_key_finished_first_then_newest(tmp_path):
@@ -96,7 +97,7 @@ def test_compaction_keeps_one_row_per_trial_key_finished_first_then_newest(tmp_p
     assert "k2.parquet" in files(part) and "compact-old.parquet" not in files(part)
     assert pq.read_table(part / "k2.parquet").column("finished_at")[0].as_py().hour == 12
     assert load_epochs(root, "s")[["epoch", "train_loss"]].values.tolist() == [[1, 1.0]]
-    assert files(tmp_path / "epochs/study=s") == ["k1.parquet"]      # already the one file of those rows
+    assert [name.startswith("compact-") for name in files(tmp_path / "epochs/study=s")] == [True]
 
 
 def test_compacting_a_compacted_study_changes_nothing(tmp_path):
