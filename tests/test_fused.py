@@ -97,6 +97,39 @@ def test_a_diverged_member_leaves_the_stack_and_the_others_keep_their_numbers():
         torch.testing.assert_close(trainer.params[name], reference.params[name], rtol=1e-10, atol=1e-13)
 
 
+def _no_vmap(*args, **kwargs):
+    raise AssertionError("a stack of one member must not go through vmap")
+
+
+@pytest.mark.parametrize("model", ["vit_c_tiny", "cnn_tiny"])
+def test_a_stack_of_one_trains_without_vmap_as_its_trial_alone(model, monkeypatch):
+    """K=1 (a cell's last trial, or a group whose other members diverged) skips vmap (which made it
+    0.6x its trial alone on CPU) and uses torch's fused attention; its numbers are its trial's."""
+    config = members(model, "adamw", [2e-3], [0.05])[0]
+    fused, alone = FusedTrainer([TrialConfig.from_dict(config)]), Trainer(TrialConfig.from_dict(config))
+    monkeypatch.setattr("trainers.fused.vmap", _no_vmap)
+    for _ in range(2):
+        fused.train_epoch(), alone.train_epoch()
+    for name, param in alone.model.named_parameters():
+        torch.testing.assert_close(fused.params[name][0], param.detach(), rtol=1e-5, atol=1e-9)
+    for name, buffer in alone.model.named_buffers():
+        torch.testing.assert_close(fused.buffers[name][0], buffer, rtol=1e-5, atol=1e-9)
+    assert fused.evaluate()["top1_err"][0] == pytest.approx(alone.evaluate()["top1_err"])
+
+
+def test_a_group_left_with_one_member_goes_on_without_vmap_and_keeps_its_numbers(monkeypatch):
+    keep = members("cnn_tiny", "sgd", [0.05], [1e-4])[0]
+    trainer = FusedTrainer([TrialConfig.from_dict(c) for c in (keep, dict(keep, lr=1e6, seed=99))])
+    alone = Trainer(TrialConfig.from_dict(keep))
+    assert sorted(trainer.run_epoch()) == [0] and trainer.k == 1          # the other diverged
+    alone.train_epoch()
+    monkeypatch.setattr("trainers.fused.vmap", _no_vmap)
+    second = trainer.run_epoch()[0]
+    assert second["train_loss"] == pytest.approx(alone.train_epoch()["train_loss"], rel=1e-6)
+    for name, param in alone.model.named_parameters():
+        torch.testing.assert_close(trainer.params[name][0], param.detach(), rtol=1e-5, atol=1e-9)
+
+
 @pytest.mark.parametrize("model", ["cnn_tiny", "vit_c_tiny"])
 def test_bf16_autocast_under_vmap_runs_each_member_as_its_bf16_trial_alone(model):
     """amp: true fused trains the members in bf16 under vmap (CPU autocast here, as CUDA's): the
