@@ -123,6 +123,34 @@ def test_a_compaction_killed_anywhere_loses_and_duplicates_nothing(tmp_path, poi
     assert len(_parquet_files(root, "trials")) == 3 and len(_parquet_files(root, "epochs")) == 1
 
 
+@pytest.mark.parametrize("point,nth", [("write", 0), ("delete", 1), ("delete", 2), ("delete", 3)])
+def test_a_compaction_killed_beside_an_earlier_merged_file_loses_and_duplicates_nothing(tmp_path, point, nth):
+    """The same kills in a later compaction of a long run: an earlier merged file is left as it is,
+    and the next compaction merges what the killed one left (its new merged file and the files it
+    did not delete yet) into one."""
+    root = str(tmp_path / "store")
+    _store(root)
+    compact(root, "s")
+    earlier = {table: [name for name in _parquet_files(root, table) if name.startswith("compact-")]
+               for table in ("trials", "epochs")}
+    for i in (12, 13):
+        write_trial(root, "s", row(f"t{i}", "ok", 20.0 + i), [epoch_row(epoch=1, train_loss=float(i))])
+    before = _readers(root)
+    killed = subprocess.run([sys.executable, "-c", _KILLER, root, point, str(nth)], cwd=REPO,
+                            capture_output=True, text=True, timeout=120)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    mid = _readers(root)
+    _same(mid["load_trials"], before["load_trials"])
+    _same(mid["load_epochs"], before["load_epochs"])
+    compact(root, "s")
+    for table, names in earlier.items():
+        assert set(names) < set(_parquet_files(root, table))
+    after = _readers(root)
+    for reader in ("load_trials", "load_epochs", "pandas"):
+        _same(after[reader], before[reader])
+    assert len(_parquet_files(root, "trials")) == 4 and len(_parquet_files(root, "epochs")) == 2
+
+
 def test_a_stale_temporary_file_is_removed_and_a_fresh_one_is_left_to_its_writer(tmp_path):
     """A writer killed mid-write leaves a dot-prefixed temporary file (no reader lists it);
     compaction removes one older than an hour and leaves a younger one, which may be a live write."""
