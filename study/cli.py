@@ -33,7 +33,8 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--store", default="./results", help="store root: a path or s3://, gs:// URI")
     p.add_argument("--address", default=None,
                    help="Ray address ('auto' inside a cluster); default: start a local Ray on loopback")
-    p.add_argument("--max-concurrent", type=int, default=None, help="cap on trials running at once")
+    p.add_argument("--max-concurrent", type=int, default=None,
+                   help="cap on trials running at once (default: on a local Ray, as many as its CPUs and GPUs hold)")
     p.add_argument("--num-cpus", type=int, default=None, help="CPUs for a local Ray (default: all)")
     p.add_argument("--dry-run", action="store_true", help="print the plan and exit")
     mode = p.add_mutually_exclusive_group()

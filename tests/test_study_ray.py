@@ -188,3 +188,23 @@ def test_a_study_longer_than_one_tune_run_stores_each_trial_once_and_compacts_as
     # nor does Ray's process-wide log_once set keep Tune's per-trial keys (read where Ray keeps it)
     from ray.util.debug import _logged
     assert not [key for key in _logged if key.startswith("tune_func_encode:")]
+
+
+def test_a_local_ray_runs_as_many_trials_at_once_as_it_holds(local_ray, tmp_path, monkeypatch):
+    """On a local Ray (here 2 CPUs) the run is capped at what it holds, --max-concurrent lower; and
+    Tune's scheduler picks no trial to start first (its pick took idle actors from trials whose own
+    actor was starting, and killed that actor)."""
+    import study.runner as runner
+    assert runner.local_slots({"cpu": 1, "gpu": 0}) == 2 and runner.local_slots({"cpu": 0.5, "gpu": 0}) == 4
+    assert runner.local_slots({"cpu": 3, "gpu": 0}) == 1 and runner.local_slots({"cpu": 0, "gpu": 0}) is None
+    assert runner.IdleActorsToNewTrials().choose_trial_to_run(None) is None
+    caps = []
+    real_run_trials = runner.run_trials
+    monkeypatch.setattr(runner, "run_trials",
+                        lambda *a, **k: caps.append(k["max_concurrent"]) or real_run_trials(*a, **k))
+    spec = parse_spec(small_spec(name="cap", models=["cnn_tiny"], optimizers=["adamw"], samples=2,
+                                 dataset={"name": "synthetic", "image_size": 8, "n_train": 32, "n_val": 16,
+                                          "num_classes": 4}))
+    assert len(run_study(spec, str(tmp_path / "a"))) == 2
+    assert len(run_study(spec, str(tmp_path / "b"), max_concurrent=1)) == 2
+    assert caps == [2, 1]
