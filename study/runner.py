@@ -148,7 +148,8 @@ def local_slots(resources: Dict[str, float]) -> Optional[int]:
     """How many trials of `resources` the connected Ray holds at once (None if they need neither
     CPUs nor GPUs): the cap on concurrent trials on a local Ray, whose size does not change."""
     total = ray.cluster_resources()
-    fits = [total.get(name.upper(), 0) // need for name, need in resources.items() if need > 0]
+    # division, not //: 1 // 0.1 is 9.0 in floating point
+    fits = [int(total.get(name.upper(), 0) / need + 1e-9) for name, need in resources.items() if need > 0]
     return max(1, int(min(fits))) if fits else None
 
 

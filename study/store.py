@@ -371,7 +371,7 @@ def _read_for_compaction(fs: pafs.FileSystem, base: str, directory: str,
                 merged_before[info.path] = set(pc.unique(keys.column("trial_key")).to_pylist())
     seen = Counter(key for keys in merged_before.values() for key in keys)
     for info in infos:
-        if info.path in merged_before:
+        if _is_merged(info.path):
             continue
         rows = read(info.path)
         if rows is not None:

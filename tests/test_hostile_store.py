@@ -58,6 +58,20 @@ def test_compact_moves_unreadable_files_to_quarantine_and_deletes_only_what_it_m
     assert len(set(map(str, readers(root).values()))) == 1
 
 
+def test_a_corrupt_merged_file_goes_to_quarantine_and_the_next_trials_still_merge(tmp_path):
+    root = str(tmp_path)
+    write_trial(root, "s", row("a"), [epoch_row(epoch=1, train_loss=1.0)])
+    compact(root, "s")
+    merged = next((tmp_path / "trials/study=s").glob("compact-*.parquet"))
+    merged.write_bytes(merged.read_bytes()[:40])                      # truncated on disk
+    write_trial(root, "s", row("b"), [epoch_row(epoch=1, train_loss=1.0)])
+    with pytest.warns(UserWarning, match="moved to"):
+        counts = compact(root, "s")
+    assert counts["trials"]["quarantined"] == 1 and counts["trials"]["merged_rows"] == 1
+    assert files(tmp_path / "quarantine/trials/study=s") == [merged.name, merged.name + ".note.txt"]
+    assert [k for k, _, _ in readers(root)["pandas"]] == ["b"]
+
+
 def test_a_failed_then_compacted_then_retried_trial_is_one_row_for_every_reader(tmp_path):
     root = str(tmp_path)
     write_trial(root, "s", row("k0", "failed", None, when=at(9)))

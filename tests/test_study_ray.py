@@ -197,6 +197,7 @@ def test_a_local_ray_runs_as_many_trials_at_once_as_it_holds(local_ray, tmp_path
     import study.runner as runner
     assert runner.local_slots({"cpu": 1, "gpu": 0}) == 2 and runner.local_slots({"cpu": 0.5, "gpu": 0}) == 4
     assert runner.local_slots({"cpu": 3, "gpu": 0}) == 1 and runner.local_slots({"cpu": 0, "gpu": 0}) is None
+    assert runner.local_slots({"cpu": 0.1, "gpu": 0}) == 20
     assert runner.IdleActorsToNewTrials().choose_trial_to_run(None) is None
     caps = []
     real_run_trials = runner.run_trials
