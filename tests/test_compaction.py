@@ -99,27 +99,32 @@ _KILLER = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("point,nth", [("write", 0), ("delete", 1), ("delete", 6), ("delete", 13)])
-def test_a_compaction_killed_anywhere_loses_and_duplicates_nothing(tmp_path, point, nth):
-    """SIGKILL while the merged file is written, before the first delete, halfway through the trial
-    files' deletions and halfway through the epoch files' (trials are done first)."""
-    root = str(tmp_path / "store")
-    _store(root)
+def _kill_compaction_then_compact(root: str, point: str, nth: int) -> None:
+    """SIGKILL a compaction of `root` at `point`; right after it hpstudy's own readers see every row
+    exactly once, and after the next compaction (every run starts with one) every reader sees the
+    rows of before."""
     before = _readers(root)
     killed = subprocess.run([sys.executable, "-c", _KILLER, root, point, str(nth)], cwd=REPO,
                             capture_output=True, text=True, timeout=120)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
-    # right after the kill, hpstudy's own readers see every row exactly once
     mid = _readers(root)
     _same(mid["load_trials"], before["load_trials"])
     _same(mid["load_epochs"], before["load_epochs"])
-    # the next compaction (every run starts with one) leaves every reader as before, and one
-    # merged file per table
     compact(root, "s")
     after = _readers(root)
     for reader in ("load_trials", "load_epochs", "pandas"):
         _same(after[reader], before[reader])
     assert after["dataset_keys"] == before["dataset_keys"]
+
+
+@pytest.mark.parametrize("point,nth", [("write", 0), ("delete", 1), ("delete", 6), ("delete", 13)])
+def test_a_compaction_killed_anywhere_loses_and_duplicates_nothing(tmp_path, point, nth):
+    """SIGKILL while the merged file is written, before the first delete, halfway through the trial
+    files' deletions and halfway through the epoch files' (trials are done first); the next
+    compaction leaves one merged file per table."""
+    root = str(tmp_path / "store")
+    _store(root)
+    _kill_compaction_then_compact(root, point, nth)
     assert len(_parquet_files(root, "trials")) == 3 and len(_parquet_files(root, "epochs")) == 1
 
 
@@ -135,19 +140,9 @@ def test_a_compaction_killed_beside_an_earlier_merged_file_loses_and_duplicates_
                for table in ("trials", "epochs")}
     for i in (12, 13):
         write_trial(root, "s", row(f"t{i}", "ok", 20.0 + i), [epoch_row(epoch=1, train_loss=float(i))])
-    before = _readers(root)
-    killed = subprocess.run([sys.executable, "-c", _KILLER, root, point, str(nth)], cwd=REPO,
-                            capture_output=True, text=True, timeout=120)
-    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
-    mid = _readers(root)
-    _same(mid["load_trials"], before["load_trials"])
-    _same(mid["load_epochs"], before["load_epochs"])
-    compact(root, "s")
+    _kill_compaction_then_compact(root, point, nth)
     for table, names in earlier.items():
         assert set(names) < set(_parquet_files(root, table))
-    after = _readers(root)
-    for reader in ("load_trials", "load_epochs", "pandas"):
-        _same(after[reader], before[reader])
     assert len(_parquet_files(root, "trials")) == 4 and len(_parquet_files(root, "epochs")) == 2
 
 
