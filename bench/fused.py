@@ -20,6 +20,27 @@ from trainers.fused import measure_fusion
 from trainers.loop import resolve_device
 
 
+def sweep(models, ks, batches, image_size: int, optimizer: str = "adamw", device: str = "auto", steps: int = 3,
+          max_samples: int = 4096) -> list:
+    """measure_fusion for every (model, batch, K) with K x batch <= max_samples; a pair that cannot
+    train (e.g. BatchNorm at batch 1) is kept with its error."""
+    results = []
+    for model in models:
+        for batch in batches:
+            for k in ks:
+                if k * batch > max_samples:
+                    continue
+                entry = {"model": model, "batch": batch, "k": k}
+                try:
+                    r = measure_fusion(model, optimizer, batch, image_size, k, steps, device)
+                    entry.update({name: round(value, 5) for name, value in r.items()})
+                except (ValueError, RuntimeError) as exc:
+                    entry["error"] = str(exc).splitlines()[0]
+                results.append(entry)
+                print(json.dumps(entry), file=sys.stderr, flush=True)
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="vit_p_tiny,vit_c_tiny,cnn_tiny")
@@ -32,20 +53,9 @@ def main() -> None:
     parser.add_argument("--max-samples", type=int, default=4096,
                         help="skip (K x batch) above this, to bound the run time on CPUs")
     args = parser.parse_args()
-    results = []
-    for model in args.models.split(","):
-        for batch in map(int, args.batches.split(",")):
-            for k in map(int, args.ks.split(",")):
-                if k * batch > args.max_samples:
-                    continue
-                entry = {"model": model, "batch": batch, "k": k}
-                try:
-                    r = measure_fusion(model, args.optimizer, batch, args.image_size, k, args.steps, args.device)
-                    entry.update({name: round(value, 5) for name, value in r.items()})
-                except (ValueError, RuntimeError) as exc:   # e.g. BatchNorm cannot train at batch 1
-                    entry["error"] = str(exc).splitlines()[0]
-                results.append(entry)
-                print(json.dumps(entry), file=sys.stderr, flush=True)
+    results = sweep(args.models.split(","), [int(k) for k in args.ks.split(",")],
+                    [int(b) for b in args.batches.split(",")], args.image_size, args.optimizer, args.device,
+                    args.steps, args.max_samples)
     device = resolve_device(args.device)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     print(json.dumps({"bench": "fused", "device": name, "image_size": args.image_size,

@@ -1,10 +1,13 @@
 """GPU-ready checks, run on a CUDA machine in one go; prints one JSON object.
 
-    bash bench/gpu_check.sh            # python -m bench.gpu_check, with a time limit per check
+    bash bench/gpu_check.sh [--out results.json] [--only cuda_tests,trainer_vit_c_1gf_224]
 
-Each check records its numbers or its error and the next one runs. With `--device cpu` the
-CUDA-only checks are skipped (a smoke test of the script itself: `--images 32 --batch 16` is the
-smallest useful run).
+The CUDA tests (tests/test_cuda.py), hpstudy's trainer against the raw loop on vit_c_1gf at 224 px
+(images/s, MFU), fused against alone for the tiny twins and the 1 GF ViTs at K = 1/4/8/16, a
+32-trial study with `gpu: 0.25` per trial through Ray, then the GPU-ready defects' checks. Each
+check records its numbers or its error and the next one runs; `--out` is rewritten after each
+check, so a run stopped part way keeps what it measured. With `--device cpu` the CUDA-only checks
+are skipped (a smoke test of the script itself: `--images 32 --batch 16` is the smallest useful run).
 """
 
 import argparse
@@ -12,14 +15,20 @@ import gc
 import json
 import os
 import platform
+import subprocess
+import sys
 import tempfile
 import time
 import traceback
 import warnings
 
+import pandas as pd
 import torch
+import yaml
 
 from bench.data import make_folder
+from bench.fused import sweep
+from bench.trainer import compare
 from trainers.config import TrialConfig
 from trainers.data import DeviceBatches, load_data
 from trainers.fused import train_fused
@@ -28,18 +37,77 @@ from trainers.memory import OVERHEAD_GB, peak_memory_gb
 from trainers.prepared import prepare
 from trainers.trial import Trainer, train_trial
 
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY_TWINS = ["vit_p_tiny", "vit_c_tiny", "cnn_tiny"]
+FUSED_KS = [1, 4, 8, 16]
 
-def check(results: dict, name: str):
-    """Decorator: run the check, store its dict (or its error) under `name`."""
-    def wrap(fn):
-        start = time.perf_counter()
-        try:
-            results[name] = {**fn(), "seconds": round(time.perf_counter() - start, 1)}
-        except Exception as exc:   # a check that fails is a result too
-            results[name] = {"error": f"{type(exc).__name__}: {exc}"[:500],
-                             "trace": traceback.format_exc().splitlines()[-3:]}
-        return fn
-    return wrap
+
+def checker(results: dict, out: str = None, only: str = None):
+    """A decorator factory: check(name) runs the check, stores its dict (or its error) under `name`
+    and rewrites `out`; checks not named in `only` (comma-separated) are skipped."""
+    wanted = set(only.split(",")) if only else None
+
+    def check(name: str):
+        def wrap(fn):
+            if wanted is not None and name not in wanted:
+                return fn
+            start = time.perf_counter()
+            try:
+                results[name] = {**fn(), "seconds": round(time.perf_counter() - start, 1)}
+            except Exception as exc:   # a check that fails is a result too
+                results[name] = {"error": f"{type(exc).__name__}: {exc}"[:500],
+                                 "trace": traceback.format_exc().splitlines()[-3:]}
+            print(json.dumps({name: results[name]}, default=str), file=sys.stderr, flush=True)
+            if out:
+                with open(out, "w") as f:
+                    json.dump({"bench": "gpu_check", **results}, f, default=str, indent=1)
+            return fn
+        return wrap
+    return check
+
+
+def run_cuda_tests() -> dict:
+    """tests/test_cuda.py in a pytest subprocess with the GPU visible; its summary line."""
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES=os.environ.get("CUDA_VISIBLE_DEVICES") or "0")
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfEs",
+                           "tests/test_cuda.py"], cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
+    lines = done.stdout.strip().splitlines()
+    return {"exit_code": done.returncode, "summary": lines[-1] if lines else done.stderr[-300:],
+            "not_passed": [line for line in lines if line.startswith(("FAILED", "ERROR", "SKIPPED"))]}
+
+
+def quarter_gpu_study(tmp: str, trials: int = 32, gpu: float = 0.25) -> dict:
+    """A study of `trials` short trials with `gpu` (a quarter) each, run by run_edf.py through a
+    local Ray; wall time, statuses and the mean number of trials running at once."""
+    from study.store import load_trials
+    per_cell = trials // 4
+    spec = {"name": "gpu_quarter", "recipe": {"batch_size": 128},
+            "dataset": {"name": "synthetic", "image_size": 32, "n_train": 4096, "n_val": 512, "num_classes": 10},
+            "models": ["vit_c_tiny", "cnn_tiny"], "optimizers": ["adamw", "sgd"], "epochs": [2],
+            "samples": per_cell, "fuse": "off", "resources": {"cpu": 1, "gpu": gpu},
+            "space": {"adamw": {"lr": [1e-4, 1e-2], "wd": [0.01, 0.1]}, "sgd": {"lr": [0.01, 1.0], "wd": [1e-5, 1e-3]}}}
+    config, store = os.path.join(tmp, "gpu_quarter.yaml"), os.path.join(tmp, "store")
+    with open(config, "w") as f:
+        yaml.safe_dump(spec, f)
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, os.path.join(REPO, "study", "run_edf.py"), "--config", config,
+                           "--store", store, "--report", "none", "--progress-interval", "30"],
+                          cwd=REPO, capture_output=True, text=True, timeout=400)
+    wall = time.perf_counter() - start
+    if done.returncode:
+        return {"exit_code": done.returncode, "output_tail": (done.stdout + done.stderr)[-1500:]}
+    rows = load_trials(store)
+    return {"exit_code": 0, "trials": len(rows), "wall_s": round(wall, 1), "trials_per_hour": round(3600 * len(rows) / wall),
+            "status": rows["status"].value_counts().to_dict(), "devices": sorted(rows["device"].unique()),
+            "trial_wall_s_mean": round(float(rows["wall_s"].mean()), 2),
+            "mean_trials_at_once": round(float(rows["wall_s"].sum()) / wall, 2)}
+
+
+def fused_summary(results: list) -> dict:
+    """The sweep's rows, with each model's K=8 speedup (trials/hour fused over alone) pulled out."""
+    table = pd.DataFrame(results)
+    k8 = table[table["k"] == 8] if "speedup" in table else table.iloc[:0]
+    return {"results": results, "k8_speedup": {f"{r.model} b{r.batch}": r.speedup for r in k8.itertuples()}}
 
 
 def cuda_flags() -> dict:
@@ -58,6 +126,8 @@ def main() -> None:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--images", type=int, default=2048, help="training JPEGs of the generated image folder")
     parser.add_argument("--batch", type=int, default=256, help="batch of the input-throughput checks")
+    parser.add_argument("--out", help="also write the results here, rewritten after each check")
+    parser.add_argument("--only", help="run only these checks (comma-separated names)")
     args = parser.parse_args()
     cuda = args.device.startswith("cuda")
     if cuda and not torch.cuda.is_available():
@@ -66,20 +136,52 @@ def main() -> None:
     device = torch.device(args.device)
     results = {"device": torch.cuda.get_device_name(device) if cuda else "cpu",
                "torch": torch.__version__, "machine": f"{platform.machine()}, {os.cpu_count()} cores"}
+    check = checker(results, args.out, args.only)
     tmp = tempfile.mkdtemp()
+
+    @check("cuda_tests")
+    def _():
+        return run_cuda_tests() if cuda else {"skipped": "CUDA only"}
+
+    @check("trainer_vit_c_1gf_224")   # hpstudy's loop against the raw loop, same precision and layout
+    def _():
+        if not cuda:
+            return {"skipped": "CUDA only"}
+        return compare("vit_c_1gf", 128, 224, 2048, 5, args.device)
+
+    @check("fused_tiny_twins_32px")
+    def _():
+        batch = 128 if cuda else args.batch        # a CPU smoke run keeps it small
+        return fused_summary(sweep(TINY_TWINS, FUSED_KS, [batch], 32, device=args.device, max_samples=16 * batch if cuda else 4 * batch))
+
+    @check("fused_1gf_vits_224px")
+    def _():
+        if not cuda:
+            return {"skipped": "CUDA only"}
+        return fused_summary(sweep(["vit_c_1gf", "vit_p_1gf"], FUSED_KS, [32], 224, device=args.device))
+
+    @check("study_32_trials_gpu_quarter")
+    def _():
+        return quarter_gpu_study(tmp) if cuda else {"skipped": "CUDA only"}
+
     root, prep = os.path.join(tmp, "imgs"), os.path.join(tmp, "prep")
-    make_folder(root, args.images, 500, 375)
-    prepare(root, prep, 256, 224, workers=os.cpu_count() or 1, progress=None)
+
+    @check("image_folder")   # what the input-path checks below read
+    def _():
+        make_folder(root, args.images, 500, 375)
+        prepare(root, prep, 256, 224, workers=os.cpu_count() or 1, progress=None)
+        return {"images": args.images, "jpeg_size": "500x375", "prepared": "256 -> 224"}
+
     small = dict(model="cnn_tiny", optimizer="adamw", epochs=1, lr=1e-3, wd=0.05, batch_size=64,
                  device=args.device, auto_augment="original", num_workers=4)
 
     for decode in ("workers", "device"):
-        @check(results, f"imagefolder_trial_decode_{decode}")   # defect 1: evaluation on CUDA
+        @check(f"imagefolder_trial_decode_{decode}")   # defect 1: evaluation on CUDA
         def _():
             row = train_trial(dict(small, decode=decode, dataset={"name": "imagefolder", "path": root, "image_size": 64}))
             return {"status": row["status"], "top1_err": row["top1_err"], "device": row["device"]}
 
-    @check(results, "prepared_trial")
+    @check("prepared_trial")
     def _():
         row = train_trial(dict(small, dataset={"name": "prepared", "path": prep, "image_size": 224}))
         return {"status": row["status"], "top1_err": row["top1_err"]}
@@ -87,7 +189,7 @@ def main() -> None:
     for name, spec, decode in (("workers", {"name": "imagefolder", "path": root}, "workers"),
                                ("device_decode", {"name": "imagefolder", "path": root}, "device"),
                                ("prepared", {"name": "prepared", "path": prep}, "workers")):
-        @check(results, f"input_images_per_s_{name}")   # the three input paths, AutoAugment on
+        @check(f"input_images_per_s_{name}")   # the three input paths, AutoAugment on
         def _():
             data = load_data(TrialConfig.from_dict(dict(small, dataset=dict(spec, image_size=224))).dataset,
                              num_workers=min(8, os.cpu_count() or 1), auto_augment="original",
@@ -109,7 +211,7 @@ def main() -> None:
                  "device_decode": {"name": "imagefolder", "path": root, "image_size": 64},
                  "prepared": {"name": "prepared", "path": prep, "image_size": 224}}
     for name, dataset in sync_data.items():
-        @check(results, f"syncs_per_epoch_{name}")   # defect 6: no host sync per step, on each input path
+        @check(f"syncs_per_epoch_{name}")   # defect 6: no host sync per step, on each input path
         def _():
             if not cuda:
                 return {"skipped": "CUDA only"}
@@ -122,7 +224,7 @@ def main() -> None:
                 torch.cuda.set_sync_debug_mode(0)
             return {"steps": trainer.steps_per_epoch, "syncs": sum("synchroniz" in str(w.message) for w in caught)}
 
-    @check(results, "cuda_flags_after_trial")   # defect 9: cuDNN autotuning and TF32 on CUDA, alone and fused
+    @check("cuda_flags_after_trial")   # defect 9: cuDNN autotuning and TF32 on CUDA, alone and fused
     def _():
         synthetic = dict(small, batch_size=32, dataset={"name": "synthetic", "image_size": 32, "n_train": 64, "n_val": 32})
         flags = {}
@@ -133,7 +235,7 @@ def main() -> None:
             flags[name] = cuda_flags()
         return {**flags, "expected": cuda}
 
-    @check(results, "memory_after_trial")   # defect 5: nothing kept between trials
+    @check("memory_after_trial")   # defect 5: nothing kept between trials
     def _():
         if not cuda:
             return {"skipped": "CUDA only"}
@@ -150,7 +252,7 @@ def main() -> None:
                 "mb_after": torch.cuda.memory_allocated(device) / 1e6}
 
     for model in ("vit_p_1gf", "regnety_1gf", "vit_c_4gf"):
-        @check(results, f"peak_memory_{model}")   # the dry run's estimate against the allocator
+        @check(f"peak_memory_{model}")   # the dry run's estimate against the allocator
         def _():
             if not cuda:
                 return {"skipped": "CUDA only"}
@@ -165,7 +267,7 @@ def main() -> None:
             trainer.release()
             return {"measured_gb": round(measured, 2), "estimated_gb": round(peak_memory_gb(cfg, 1000) - OVERHEAD_GB, 2)}
 
-    @check(results, "ray_gpu_shares")   # defect 4 (gpu: 0) and the memory cap of fractional GPUs
+    @check("ray_gpu_shares")   # defect 4 (gpu: 0) and the memory cap of fractional GPUs
     def _():
         if not cuda:
             return {"skipped": "CUDA only"}
@@ -192,7 +294,7 @@ def main() -> None:
         finally:
             ray.shutdown()
 
-    @check(results, "fuse_auto_out_of_memory")   # defect 2: an OOM while measuring means "no fusion"
+    @check("fuse_auto_out_of_memory")   # defect 2: an OOM while measuring means "no fusion"
     def _():
         if not cuda:
             return {"skipped": "CUDA only"}

@@ -3,6 +3,6 @@
 # one JSON object (bench/gpu_check.py). Needs hpstudy's dependencies installed (pip install -e .).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python -c "import torch, timm, ray, trainers, study" 2>/dev/null \
+python3 -c "import torch, timm, ray, trainers, study" 2>/dev/null \
     || { echo '{"bench": "gpu_check", "error": "dependencies missing: pip install -e . first"}'; exit 1; }
-timeout "${GPU_CHECK_TIMEOUT:-540}" python -m bench.gpu_check "$@"
+timeout "${GPU_CHECK_TIMEOUT:-540}" python3 -m bench.gpu_check "$@"

@@ -1,10 +1,13 @@
 """hpstudy's trial loop against a plain hand-written PyTorch loop: same model, data tensors, batch,
-steps and optimizer, in one process, runs interleaved; prints the median time ratio as JSON.
+steps, optimizer and precision, in one process, runs interleaved; prints the median time ratio,
+images/s and (on CUDA) the model FLOPs utilisation as JSON.
 
     python -m bench.trainer [--model vit_c_tiny] [--batch-size 128] [--reps 7]
+    python -m bench.trainer --device cuda --model vit_c_1gf --image-size 224   # on a GPU
 """
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -15,23 +18,32 @@ import torch
 import torch.nn.functional as F
 
 from trainers.config import TrialConfig
+from trainers.flops import model_profile
 from trainers.models import build_model
 from trainers.optim import build_optimizer
 from trainers.trial import Trainer
 
+# Dense bf16 peak of an H100/H200 SXM (the vendor's datasheet): the MFU denominator on CUDA
+# unless --peak-tflops names another.
+H100_BF16_PEAK_TFLOPS = 989.0
 
-def plain_epoch(model, optimizer, data, batch_size: int, generator: torch.Generator) -> float:
-    """The loop a researcher would write by hand over the same uint8 tensors."""
+
+def plain_epoch(model, optimizer, data, batch_size: int, generator: torch.Generator, amp: bool,
+                channels_last: bool) -> float:
+    """The loop a researcher would write by hand over the same uint8 tensors, on their device."""
     model.train()
-    n = data.num_train
-    order = torch.randperm(n, generator=generator)
-    mean = torch.tensor(data.mean).view(1, -1, 1, 1)
-    std = torch.tensor(data.std).view(1, -1, 1, 1)
-    total = torch.zeros(())
-    for step in range(n // batch_size):
+    device = data.train_x.device
+    order = torch.randperm(data.num_train, generator=generator).to(device)
+    mean = torch.tensor(data.mean, device=device).view(1, -1, 1, 1)
+    std = torch.tensor(data.std, device=device).view(1, -1, 1, 1)
+    memory_format = torch.channels_last if channels_last else torch.contiguous_format
+    total = torch.zeros((), device=device)
+    for step in range(data.num_train // batch_size):
         idx = order[step * batch_size:(step + 1) * batch_size]
-        x = (data.train_x[idx].float() / 255.0 - mean) / std
-        loss = F.cross_entropy(model(x), data.train_y[idx])
+        x = ((data.train_x[idx].float() / 255.0 - mean) / std).contiguous(memory_format=memory_format)
+        with torch.autocast(device.type, dtype=torch.bfloat16) if amp else contextlib.nullcontext():
+            logits = model(x)
+        loss = F.cross_entropy(logits.float(), data.train_y[idx])
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
@@ -39,40 +51,74 @@ def plain_epoch(model, optimizer, data, batch_size: int, generator: torch.Genera
     return total.item()
 
 
+def compare(model_name: str, batch_size: int, image_size: int, n_train: int, reps: int, device: str,
+            peak_tflops: float = None) -> dict:
+    """Epoch times of hpstudy's Trainer and the plain loop, interleaved `reps` times after a warm-up."""
+    dataset = {"name": "synthetic", "image_size": image_size, "n_train": n_train, "n_val": 256}
+    cfg = TrialConfig.from_dict(dict(model=model_name, optimizer="adamw", epochs=1000, lr=1e-3, wd=0.05,
+                                     batch_size=batch_size, dataset=dataset, device=device))
+    trainer = Trainer(cfg)
+    channels_last = trainer.batches.channels_last
+    torch.manual_seed(0)
+    model = build_model(model_name, trainer.num_classes, image_size).to(trainer.device)
+    if channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    optimizer = build_optimizer("adamw", model, 1e-3, 0.05)
+    generator = torch.Generator().manual_seed(0)
+    data = trainer.batches.data
+
+    def timed(epoch) -> float:
+        start = time.perf_counter()
+        epoch()
+        if trainer.device.type == "cuda":
+            torch.cuda.synchronize(trainer.device)
+        return time.perf_counter() - start
+
+    def plain():
+        return plain_epoch(model, optimizer, data, batch_size, generator, trainer.amp, channels_last)
+
+    timed(trainer.train_epoch), timed(plain)   # warm up: allocations, kernel selection
+    ours, theirs = [], []
+    for _ in range(reps):
+        ours.append(timed(trainer.train_epoch))
+        theirs.append(timed(plain))
+    ratios = [a / b for a, b in zip(ours, theirs)]
+    steps = n_train // batch_size
+    images = steps * batch_size
+    macs, _ = model_profile(model_name, trainer.num_classes, image_size)
+    result = {
+        "bench": "trainer", "model": model_name, "image_size": image_size, "batch_size": batch_size,
+        "steps_per_epoch": steps, "reps": reps, "device": trainer.device.type, "amp_bf16": trainer.amp,
+        "channels_last": channels_last, "hpstudy_epoch_s_median": round(statistics.median(ours), 4),
+        "plain_epoch_s_median": round(statistics.median(theirs), 4),
+        "ratio_median": round(statistics.median(ratios), 4), "ratios": [round(r, 4) for r in ratios],
+        "hpstudy_images_per_s": round(images / statistics.median(ours), 1),
+        "plain_images_per_s": round(images / statistics.median(theirs), 1),
+        "train_flops_per_image": 6 * macs, "target_ratio": 1.05}
+    peak = peak_tflops or (H100_BF16_PEAK_TFLOPS if trainer.device.type == "cuda" else None)
+    if peak:   # training = 3 forward passes' worth, 2 FLOPs per multiply-add
+        for name in ("hpstudy", "plain"):
+            result[f"{name}_mfu"] = round(result[f"{name}_images_per_s"] * 6 * macs / (peak * 1e12), 4)
+        result["mfu_peak_tflops"] = peak
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="vit_c_tiny")
     parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--image-size", type=int, default=32)
     parser.add_argument("--n-train", type=int, default=2048)
     parser.add_argument("--reps", type=int, default=7)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--peak-tflops", type=float, default=None,
+                        help=f"peak TFLOP/s for the MFU (default on CUDA: {H100_BF16_PEAK_TFLOPS:g}, an H100/H200's dense bf16)")
     args = parser.parse_args()
-    dataset = {"name": "synthetic", "image_size": 32, "n_train": args.n_train, "n_val": 256}
-    cfg = TrialConfig.from_dict(dict(model=args.model, optimizer="adamw", epochs=1000, lr=1e-3, wd=0.05,
-                                     batch_size=args.batch_size, dataset=dataset, device="cpu"))
-    trainer = Trainer(cfg)
-    torch.manual_seed(0)
-    model = build_model(args.model, trainer.num_classes, 32)
-    optimizer = build_optimizer("adamw", model, 1e-3, 0.05)
-    generator = torch.Generator().manual_seed(0)
-    trainer.train_epoch(), plain_epoch(model, optimizer, trainer.batches.data, args.batch_size, generator)  # warm up
-    ours, plain = [], []
-    for _ in range(args.reps):
-        t0 = time.perf_counter()
-        trainer.train_epoch()
-        t1 = time.perf_counter()
-        plain_epoch(model, optimizer, trainer.batches.data, args.batch_size, generator)
-        t2 = time.perf_counter()
-        ours.append(t1 - t0)
-        plain.append(t2 - t1)
-    ratios = [a / b for a, b in zip(ours, plain)]
-    steps = args.n_train // args.batch_size
-    print(json.dumps({
-        "bench": "trainer", "model": args.model, "batch_size": args.batch_size, "steps_per_epoch": steps,
-        "reps": args.reps, "hpstudy_epoch_s_median": round(statistics.median(ours), 4),
-        "plain_epoch_s_median": round(statistics.median(plain), 4),
-        "ratio_median": round(statistics.median(ratios), 4), "ratios": [round(r, 4) for r in ratios],
-        "target_ratio": 1.05, "threads": torch.get_num_threads(),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, cpu"}))
+    result = compare(args.model, args.batch_size, args.image_size, args.n_train, args.reps, args.device,
+                     args.peak_tflops)
+    name = torch.cuda.get_device_name() if result["device"] == "cuda" else "cpu"
+    print(json.dumps({**result, "threads": torch.get_num_threads(),
+                      "machine": f"{platform.machine()}, {os.cpu_count()} cores, {name}"}))
 
 
 if __name__ == "__main__":
