@@ -7,7 +7,7 @@ import pytest
 import torch
 from PIL import Image
 
-from trainers.augment import DeviceAutoAugment, crop_resize_flip, rrc_boxes
+from trainers.augment import GEOMETRIC_OPS, DeviceAutoAugment, crop_resize_flip, rrc_boxes
 from trainers.config import TrialConfig
 from trainers.data import DataSpec, DeviceBatches, LoaderData, load_data
 from trainers.device_decode import DeviceDecodeData
@@ -69,6 +69,35 @@ def test_device_auto_augment_changes_some_images_and_is_reproducible():
     assert 0.3 < changed < 1.0       # most sub-policies change an image; some draw no operation
     with pytest.raises(Exception, match="auto_augment: bad value 'rand-m9'"):
         DeviceAutoAugment("rand-m9")
+
+
+def _torchvision_ops(aa, image, ops):
+    """An image's drawn operations applied one after another by torchvision's AutoAugment itself."""
+    for op, magnitude_idx, negative in ops:
+        magnitude = aa._magnitude(op, magnitude_idx, negative, *image.shape[-2:])
+        image = aa.aa._apply_image_or_video_transform(image, op, magnitude, interpolation=aa.aa.interpolation,
+                                                      fill=aa.aa._fill)
+    return image
+
+
+def test_geometric_operations_as_pixel_maps_match_torchvision_exactly():
+    aa = DeviceAutoAugment("original")
+    x = torch.randint(0, 256, (2, 3, 20, 28), dtype=torch.uint8)          # not square: no rot90 shortcut
+    geometric = {(op, magnitude_idx) for sub in aa.aa._policies for op, _, magnitude_idx in sub if op in GEOMETRIC_OPS}
+    assert {op for op, _ in geometric} >= {"Rotate", "ShearX"}
+    for op, magnitude_idx in geometric:
+        for negative in (False, True):
+            expected = _torchvision_ops(aa, x, [(op, magnitude_idx, negative)])
+            assert torch.equal(aa.apply(x, op, magnitude_idx, negative), expected), (op, magnitude_idx, negative)
+
+
+def test_device_auto_augment_equals_torchvision_image_by_image():
+    aa = DeviceAutoAugment("original")
+    x = torch.randint(0, 256, (48, 3, 16, 16), dtype=torch.uint8)
+    drawn = aa.draw(len(x), torch.Generator().manual_seed(5))
+    out = aa(x, torch.Generator().manual_seed(5))
+    for i, ops in enumerate(drawn):
+        assert torch.equal(out[i:i + 1], _torchvision_ops(aa, x[i:i + 1], ops)), (i, ops)
 
 
 @pytest.mark.slow

@@ -9,7 +9,7 @@ on one image at a time on the CPU; the per-operation kernels are torchvision's.
 
 import math
 from collections import defaultdict
-from typing import Optional, Tuple
+from typing import List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -66,41 +66,83 @@ def crop_resize_flip(x: torch.Tensor, boxes: torch.Tensor, flips: torch.Tensor, 
     return out.round_().clamp_(0, 255).to(torch.uint8)
 
 
+GEOMETRIC_OPS = ("ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate")
+
+Ops = Tuple[Tuple[str, Optional[int], bool], ...]     # (operation, magnitude bin, negative) per applied op
+
+
 class DeviceAutoAugment:
     """AutoAugment's ImageNet policy (timm's `original`) on a uint8 batch: each image draws a
     sub-policy, whether each of its two operations applies and the sign of its magnitude; images
-    that drew the same are transformed together by torchvision's kernels."""
+    that drew the same are transformed together by torchvision's kernels.
+
+    No step waits for the GPU: the batch is gathered in group order with one index copy, and the
+    geometric operations (whose torchvision kernels copy their matrix from the host, a sync per
+    call) are applied as a pixel map that torchvision's own kernel computes once on the CPU."""
 
     def __init__(self, policy: str = "original"):
         if policy != "original":
             raise ConfigError(f"auto_augment: bad value {policy!r} on a device pipeline; allowed: original "
                               f"(or null), the ImageNet policy")
         self.aa = AutoAugment(AutoAugmentPolicy.IMAGENET)
+        self._maps = {}
 
-    def __call__(self, x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        """The batch with each image's drawn operations applied."""
-        n, height, width = len(x), x.shape[-2], x.shape[-1]
+    def draw(self, n: int, generator: torch.Generator) -> List[Ops]:
+        """Each image's operations, drawn from `generator` (empty where neither applies)."""
         policies = self.aa._policies
         which = torch.randint(len(policies), (n,), generator=generator).tolist()
         applies = (torch.rand(n, 2, generator=generator) <= torch.tensor(
             [[p[0][1], p[1][1]] for p in policies])[which]).tolist()
         signs = (torch.rand(n, 2, generator=generator) <= 0.5).tolist()
+        return [tuple((policies[which[i]][j][0], policies[which[i]][j][2], signs[i][j])
+                      for j in range(2) if applies[i][j]) for i in range(n)]
+
+    def __call__(self, x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        """The batch with each image's drawn operations applied."""
         groups = defaultdict(list)
-        for i in range(n):
-            ops = tuple((policies[which[i]][j][0], policies[which[i]][j][2], signs[i][j])
-                        for j in range(2) if applies[i][j])
+        for i, ops in enumerate(self.draw(len(x), generator)):
             if ops:
                 groups[ops].append(i)
         out = x.clone()
+        if not groups:
+            return out
+        index = to_device(torch.tensor([i for members in groups.values() for i in members]), x.device)
+        images, pieces, start = x[index], [], 0
         for ops, members in groups.items():
-            index = torch.tensor(members, device=x.device)
-            images = out[index]
+            part = images[start:start + len(members)]
             for op, magnitude_idx, negative in ops:
-                images = self.aa._apply_image_or_video_transform(
-                    images, op, self._magnitude(op, magnitude_idx, negative, height, width),
-                    interpolation=self.aa.interpolation, fill=self.aa._fill)
-            out[index] = images
+                part = self.apply(part, op, magnitude_idx, negative)
+            pieces.append(part)
+            start += len(members)
+        out[index] = torch.cat(pieces)
         return out
+
+    def apply(self, images: torch.Tensor, op: str, magnitude_idx: Optional[int], negative: bool) -> torch.Tensor:
+        """One operation on a uint8 batch, as torchvision's AutoAugment applies it."""
+        height, width = images.shape[-2:]
+        magnitude = self._magnitude(op, magnitude_idx, negative, height, width)
+        if op not in GEOMETRIC_OPS:
+            return self.aa._apply_image_or_video_transform(images, op, magnitude, interpolation=self.aa.interpolation,
+                                                           fill=self.aa._fill)
+        source, inside = self._pixel_map(op, magnitude, height, width, images.device)
+        moved = images.flatten(-2).index_select(-1, source).view(images.shape)
+        return moved * inside
+
+    def _pixel_map(self, op: str, magnitude: float, height: int, width: int, device: torch.device):
+        """For a geometric operation: each output pixel's source pixel (flat index) and whether it
+        lies inside the image (else the fill, 0), read off torchvision's kernel applied on the CPU
+        to an image of pixel coordinates (exact: nearest sampling of whole numbers)."""
+        key = (op, magnitude, height, width, device)
+        if key not in self._maps:
+            ys, xs = torch.meshgrid(torch.arange(height, dtype=torch.float32),
+                                    torch.arange(width, dtype=torch.float32), indexing="ij")
+            probe = torch.stack([xs, ys, torch.ones_like(xs)])[None]
+            mapped = self.aa._apply_image_or_video_transform(probe, op, magnitude, interpolation=self.aa.interpolation,
+                                                             fill=self.aa._fill)[0]
+            inside = mapped[2] > 0.5
+            source = torch.where(inside, mapped[1].round().long() * width + mapped[0].round().long(), 0)
+            self._maps[key] = (source.flatten().to(device), inside.to(device, torch.uint8))
+        return self._maps[key]
 
     def _magnitude(self, op: str, index: Optional[int], negative: bool, height: int, width: int) -> float:
         magnitudes_fn, signed = self.aa._AUGMENTATION_SPACE[op]
@@ -109,6 +151,13 @@ class DeviceAutoAugment:
             return 0.0
         value = float(magnitudes[index])
         return -value if signed and negative else value
+
+
+def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A CPU tensor on `device`; to a GPU through pinned memory, so the copy does not wait for it."""
+    if device.type == "cuda":
+        return t.pin_memory().to(device, non_blocking=True)
+    return t.to(device)
 
 
 def train_augment(x: torch.Tensor, size: int, generator: torch.Generator,
