@@ -22,6 +22,13 @@ RRC_RATIO = (3 / 4, 4 / 3)
 RRC_ATTEMPTS = 10
 
 
+def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A CPU tensor on `device`; to a GPU through pinned memory, so the copy does not wait for it."""
+    if device.type == "cuda":
+        return t.pin_memory().to(device, non_blocking=True)
+    return t.to(device)
+
+
 def rrc_boxes(heights: torch.Tensor, widths: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     """RandomResizedCrop boxes (top, left, height, width) per image, as torchvision draws them
     (10 attempts at a random area and log-uniform aspect ratio, then a centre crop), vectorised."""
@@ -54,8 +61,8 @@ def crop_resize_flip(x: torch.Tensor, boxes: torch.Tensor, flips: torch.Tensor, 
     """Each image's box resized to size x size (bilinear) and mirrored where `flips`, as one
     grid_sample over the batch; uint8 in, uint8 out."""
     n, _, height, width = x.shape
-    top, left, h, w = boxes.to(x.device, torch.float32).unbind(1)
-    sign = 1.0 - 2.0 * flips.to(x.device, torch.float32)
+    top, left, h, w = to_device(boxes.to(torch.float32), x.device).unbind(1)
+    sign = 1.0 - 2.0 * to_device(flips.to(torch.float32), x.device)
     theta = torch.zeros(n, 2, 3, device=x.device)
     theta[:, 0, 0] = sign * w / width
     theta[:, 0, 2] = (2 * left + w) / width - 1
@@ -151,13 +158,6 @@ class DeviceAutoAugment:
             return 0.0
         value = float(magnitudes[index])
         return -value if signed and negative else value
-
-
-def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """A CPU tensor on `device`; to a GPU through pinned memory, so the copy does not wait for it."""
-    if device.type == "cuda":
-        return t.pin_memory().to(device, non_blocking=True)
-    return t.to(device)
 
 
 def train_augment(x: torch.Tensor, size: int, generator: torch.Generator,
