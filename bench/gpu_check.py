@@ -6,7 +6,8 @@ The CUDA tests (tests/test_cuda.py), hpstudy's trainer against the raw loop on v
 (images/s, MFU), fused against alone for the tiny twins and the 1 GF ViTs at K = 1/4/8/16, a
 32-trial study with `gpu: 0.25` per trial through Ray, then the GPU-ready defects' checks. Each
 check records its numbers or its error and the next one runs; `--out` is rewritten after each
-check, so a run stopped part way keeps what it measured. With `--device cpu` the CUDA-only checks
+check, so a run stopped part way keeps what it measured. Ray's GPU shares (`gpu: 0` sees no GPU,
+`gpu: 0.25` is capped to its quarter) are checked by the CUDA tests. With `--device cpu` the CUDA-only checks
 are skipped (a smoke test of the script itself: `--images 32 --batch 16` is the smallest useful run).
 """
 
@@ -266,33 +267,6 @@ def main() -> None:
             measured = torch.cuda.max_memory_allocated(device) / 1e9
             trainer.release()
             return {"measured_gb": round(measured, 2), "estimated_gb": round(peak_memory_gb(cfg, 1000) - OVERHEAD_GB, 2)}
-
-    @check("ray_gpu_shares")   # defect 4 (gpu: 0) and the memory cap of fractional GPUs
-    def _():
-        if not cuda:
-            return {"skipped": "CUDA only"}
-        import ray
-
-        from study.trainable import use_assigned_gpus
-        ray.init(num_cpus=2, num_gpus=1, include_dashboard=False, logging_level="WARNING")
-        try:
-            def probe(fraction_of_total):
-                use_assigned_gpus()
-                if not torch.cuda.is_available():
-                    return {"cuda_visible": False}
-                total = torch.cuda.get_device_properties(0).total_memory
-                try:
-                    block = torch.empty(int(total * fraction_of_total), dtype=torch.uint8, device="cuda")
-                    del block
-                    return {"cuda_visible": True, "allocated_over_share": True}
-                except torch.OutOfMemoryError:
-                    return {"cuda_visible": True, "allocated_over_share": False}
-
-            no_gpu = ray.get(ray.remote(num_gpus=0)(probe).remote(0.3))
-            quarter = ray.get(ray.remote(num_gpus=0.25)(probe).remote(0.3))
-            return {"gpu_0_trial": no_gpu, "gpu_0.25_trial_allocating_30pct": quarter}
-        finally:
-            ray.shutdown()
 
     @check("fuse_auto_out_of_memory")   # defect 2: an OOM while measuring means "no fusion"
     def _():

@@ -1,5 +1,5 @@
 """The GPU code paths on a real CUDA device: bf16 autocast, channels_last, pinned host batches and
-fractional GPUs through a real local Ray. Skipped without CUDA (the tests hide it unless
+GPU shares through a real local Ray. Skipped without CUDA (the tests hide it unless
 CUDA_VISIBLE_DEVICES is set: bench/gpu_check.sh runs this file with it set)."""
 
 import time
@@ -62,12 +62,17 @@ def test_prepared_batches_are_pinned_on_the_host_before_the_copy(tmp_path, monke
     assert {len(shape) for shape, is_pinned in pinned if is_pinned} == {4, 1}     # images and labels
 
 
-def test_quarter_gpu_tasks_run_four_at_once_each_capped_to_its_share():
+def test_gpu_shares_through_ray_no_gpu_for_gpu_0_and_quarters_four_at_once_each_capped():
     import ray
 
     from study.trainable import use_assigned_gpus
     ray.init(num_cpus=4, num_gpus=1, include_dashboard=False, logging_level="WARNING")
     try:
+        @ray.remote(num_gpus=0, max_calls=1)      # its worker, CUDA hidden, exits after it
+        def no_share():
+            use_assigned_gpus()
+            return torch.cuda.is_available()
+
         @ray.remote(num_gpus=0.25)
         def share():
             use_assigned_gpus()
@@ -83,8 +88,10 @@ def test_quarter_gpu_tasks_run_four_at_once_each_capped_to_its_share():
             time.sleep(3)
             return start, time.time(), over
 
+        sees_gpu = ray.get(no_share.remote())
         spans = ray.get([share.remote() for _ in range(4)])
     finally:
         ray.shutdown()
+    assert sees_gpu is False
     assert not any(over for _, _, over in spans)                 # 30% of the GPU is over a quarter share
     assert max(start for start, _, _ in spans) < min(end for _, end, _ in spans)   # all four at once
