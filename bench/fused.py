@@ -27,12 +27,14 @@ def sweep(models, ks, batches, image_size: int, optimizer: str = "adamw", device
     results = []
     for model in models:
         for batch in batches:
+            alone = None          # timed once per (model, batch): every K's speedup shares it
             for k in ks:
                 if k * batch > max_samples:
                     continue
                 entry = {"model": model, "batch": batch, "k": k}
                 try:
-                    r = measure_fusion(model, optimizer, batch, image_size, k, steps, device)
+                    r = measure_fusion(model, optimizer, batch, image_size, k, steps, device, alone_step_s=alone)
+                    alone = r["alone_step_s"]
                     entry.update({name: round(value, 5) for name, value in r.items()})
                 except (ValueError, RuntimeError) as exc:
                     entry["error"] = str(exc).splitlines()[0]

@@ -30,7 +30,7 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 import torch  # noqa: E402
 
-from study.runner import ray_session, run_study  # noqa: E402
+from study.runner import TUNE_ENV, run_study  # noqa: E402
 from study.sampling import expand  # noqa: E402
 from study.spec import parse_spec  # noqa: E402
 from study.store import load_trials  # noqa: E402
@@ -88,17 +88,27 @@ def _tune_trainable(config):
 
 
 def run_tune(configs, concurrency: int) -> dict:
-    """Plain Ray Tune over the same configs: grid_search, default settings, results to Parquet."""
+    """Plain Ray Tune over the same configs: grid_search, default settings (none of hpstudy's Tune
+    environment, which an earlier method in this process may have set), results to Parquet."""
+    import ray
     from ray import tune
-    with tempfile.TemporaryDirectory() as folder, contextlib.redirect_stdout(sys.stderr):
-        start = time.perf_counter()
-        with ray_session(None, concurrency):
-            results = tune.Tuner(_tune_trainable, param_space={"trial": tune.grid_search(configs)},
-                                 run_config=tune.RunConfig(storage_path=folder, verbose=0)).fit()
-            results.get_dataframe().drop(columns=["config/trial"], errors="ignore").to_parquet(
-                os.path.join(folder, "results.parquet"))
-        wall = time.perf_counter() - start
-    return {"wall_s": round(wall, 2), "errors": results.num_errors}
+    saved = {name: os.environ.pop(name) for name in TUNE_ENV if name in os.environ}
+    try:
+        with tempfile.TemporaryDirectory() as folder, contextlib.redirect_stdout(sys.stderr):
+            start = time.perf_counter()
+            ray.init(num_cpus=concurrency, include_dashboard=False, logging_level="WARNING")
+            try:
+                results = tune.Tuner(_tune_trainable, param_space={"trial": tune.grid_search(configs)},
+                                     run_config=tune.RunConfig(storage_path=folder, verbose=0)).fit()
+                table = results.get_dataframe().drop(columns=["config/trial"], errors="ignore")
+                table.to_parquet(os.path.join(folder, "results.parquet"))
+            finally:
+                ray.shutdown()
+            wall = time.perf_counter() - start
+    finally:
+        os.environ.update(saved)
+    rows = int(table["top1_err"].notna().sum()) if "top1_err" in table else 0
+    return {"wall_s": round(wall, 2), "errors": results.num_errors, "rows_with_top1_err": rows}
 
 
 def run_optuna(configs, concurrency: int) -> dict:

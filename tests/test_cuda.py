@@ -53,13 +53,13 @@ def test_prepared_batches_are_pinned_on_the_host_before_the_copy(tmp_path, monke
 
     def spy(tensor, *args, **kwargs):
         copy = pin_memory(tensor, *args, **kwargs)
-        pinned.append((tuple(tensor.shape), copy.is_pinned()))
+        pinned.append((tensor.dim(), tensor.dtype, copy.is_pinned()))
         return copy
     monkeypatch.setattr(torch.Tensor, "pin_memory", spy)
     view = DeviceBatches(PreparedData(out, 24), torch.device("cuda"), torch.float32)
     x, y = next(iter(view.train(4, torch.Generator().manual_seed(0))))
     assert x.is_cuda and y.is_cuda and x.shape == (4, 3, 24, 24)
-    assert {len(shape) for shape, is_pinned in pinned if is_pinned} == {4, 1}     # images and labels
+    assert (4, torch.uint8, True) in pinned and (1, torch.int64, True) in pinned     # images and labels
 
 
 def test_gpu_shares_through_ray_no_gpu_for_gpu_0_and_quarters_four_at_once_each_capped():

@@ -24,7 +24,7 @@ RRC_ATTEMPTS = 10
 
 def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
     """A CPU tensor on `device`; to a GPU through pinned memory, so the copy does not wait for it."""
-    if device.type == "cuda":
+    if device.type == "cuda" and not t.is_cuda:
         return t.pin_memory().to(device, non_blocking=True)
     return t.to(device)
 

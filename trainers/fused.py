@@ -287,10 +287,11 @@ def train_fused(configs: Sequence[Dict[str, Any]],
 
 
 def measure_fusion(model: str, optimizer: str, batch_size: int, image_size: int, k: int, steps: int = 3,
-                   device: str = "auto", dtype: str = "float32") -> Dict[str, float]:
+                   device: str = "auto", dtype: str = "float32", alone_step_s: Optional[float] = None) -> Dict[str, float]:
     """Time K members fused against one trial alone (then x K, as K trials one after another).
 
     Both train `steps` steps of synthetic data after a warm-up epoch; speedup = K t_alone / t_fused.
+    `alone_step_s`, when given, is the alone step time already measured (one per sweep over K).
     """
     data = {"name": "synthetic", "image_size": image_size, "n_train": batch_size * steps,
             "n_val": batch_size, "num_classes": 10}
@@ -307,7 +308,7 @@ def measure_fusion(model: str, optimizer: str, batch_size: int, image_size: int,
             torch.cuda.synchronize(trainer.device)
         return (time.perf_counter() - start) / steps
 
-    alone = timed(Trainer(TrialConfig.from_dict(base)))
+    alone = alone_step_s or timed(Trainer(TrialConfig.from_dict(base)))
     fused = timed(FusedTrainer([TrialConfig.from_dict(dict(base, seed=i)) for i in range(k)]))
     return {"alone_step_s": alone, "fused_step_s": fused, "speedup": k * alone / fused,
             "samples_per_s_per_member_alone": batch_size / alone,
