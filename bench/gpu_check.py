@@ -23,7 +23,6 @@ import time
 import traceback
 import warnings
 
-import pandas as pd
 import torch
 import yaml
 
@@ -50,6 +49,8 @@ def checker(results: dict, out: str = None, only: str = None):
     wanted = set(only.split(",")) if only else None
 
     def check(name: str):
+        check.names.add(name)
+
         def wrap(fn):
             if wanted is not None and name not in wanted:
                 return fn
@@ -65,6 +66,7 @@ def checker(results: dict, out: str = None, only: str = None):
                     json.dump({"bench": "gpu_check", **results}, f, default=str, indent=1)
             return fn
         return wrap
+    check.names = set()
     return check
 
 
@@ -80,7 +82,7 @@ def run_cuda_tests() -> dict:
 
 def quarter_gpu_study(tmp: str, trials: int = 32, gpu: float = 0.25) -> dict:
     """A study of `trials` short trials with `gpu` (a quarter) each, run by run_edf.py through a
-    local Ray; wall time, statuses and the mean number of trials running at once."""
+    local Ray; wall time, statuses and the trials' summed wall over the study's (Ray's start in it)."""
     from study.store import load_trials
     per_cell = trials // 4
     spec = {"name": "gpu_quarter", "recipe": {"batch_size": 128},
@@ -102,14 +104,13 @@ def quarter_gpu_study(tmp: str, trials: int = 32, gpu: float = 0.25) -> dict:
     return {"exit_code": 0, "trials": len(rows), "wall_s": round(wall, 1), "trials_per_hour": round(3600 * len(rows) / wall),
             "status": rows["status"].value_counts().to_dict(), "devices": sorted(rows["device"].unique()),
             "trial_wall_s_mean": round(float(rows["wall_s"].mean()), 2),
-            "mean_trials_at_once": round(float(rows["wall_s"].sum()) / wall, 2)}
+            "trial_wall_over_study_wall": round(float(rows["wall_s"].sum()) / wall, 2)}
 
 
 def fused_summary(results: list) -> dict:
     """The sweep's rows, with each model's K=8 speedup (trials/hour fused over alone) pulled out."""
-    table = pd.DataFrame(results)
-    k8 = table[table["k"] == 8] if "speedup" in table else table.iloc[:0]
-    return {"results": results, "k8_speedup": {f"{r.model} b{r.batch}": r.speedup for r in k8.itertuples()}}
+    return {"results": results, "k8_speedup": {f"{r['model']} b{r['batch']}": r["speedup"] for r in results
+                                               if r["k"] == 8 and "speedup" in r}}
 
 
 def cuda_flags() -> dict:
@@ -289,7 +290,12 @@ def main() -> None:
         finally:
             ray.shutdown()
 
+    unknown = sorted(set(args.only.split(",")) - check.names) if args.only else []
+    if unknown:
+        results["error"] = f"--only: no check named {', '.join(unknown)}; allowed: {', '.join(sorted(check.names))}"
     print(json.dumps({"bench": "gpu_check", **results}, default=str))
+    if unknown:
+        sys.exit(2)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """hpstudy's trial loop against a plain hand-written PyTorch loop: same model, data tensors, batch,
-steps, optimizer and precision, in one process, runs interleaved (alternating which goes first); prints the median time ratio,
-images/s and (on CUDA) the model FLOPs utilisation as JSON.
+steps, optimizer and precision, in one process, runs interleaved (alternating which goes first);
+prints the median time ratio, images/s and (on CUDA) the model FLOPs utilisation as JSON.
 
     python -m bench.trainer [--model vit_c_tiny] [--batch-size 128] [--reps 7]
     python -m bench.trainer --device cuda --model vit_c_1gf --image-size 224   # on a GPU

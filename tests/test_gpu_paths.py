@@ -226,3 +226,27 @@ def test_the_gpu_check_script_runs_on_the_cpu_and_prints_one_json_object():
     flags = checks["cuda_flags_after_trial"]
     assert flags["expected"] is False and not any({**flags["solo"], **flags["fused"]}.values())
     assert {checks[name]["status"] for name in ("imagefolder_trial_decode_device", "prepared_trial")} == {"ok"}
+
+
+def test_gpu_check_runs_only_the_named_checks_keeps_errors_and_rewrites_out_after_each(tmp_path):
+    import json
+
+    from bench.gpu_check import checker
+    results, out = {}, tmp_path / "results.json"
+    check = checker(results, str(out), only="first,broken")
+
+    @check("first")
+    def _():
+        return {"value": 1}
+    assert json.loads(out.read_text())["first"]["value"] == 1      # written before the next check runs
+
+    @check("broken")
+    def _():
+        raise ValueError("boom")
+
+    @check("skipped")
+    def _():
+        raise AssertionError("a check not named in `only` must not run")
+    assert set(results) == {"first", "broken"} and check.names == {"first", "broken", "skipped"}
+    assert results["broken"]["error"] == "ValueError: boom"
+    assert set(json.loads(out.read_text())) == {"bench", "first", "broken"}

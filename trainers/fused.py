@@ -308,7 +308,7 @@ def measure_fusion(model: str, optimizer: str, batch_size: int, image_size: int,
             torch.cuda.synchronize(trainer.device)
         return (time.perf_counter() - start) / steps
 
-    alone = alone_step_s or timed(Trainer(TrialConfig.from_dict(base)))
+    alone = timed(Trainer(TrialConfig.from_dict(base))) if alone_step_s is None else alone_step_s
     fused = timed(FusedTrainer([TrialConfig.from_dict(dict(base, seed=i)) for i in range(k)]))
     return {"alone_step_s": alone, "fused_step_s": fused, "speedup": k * alone / fused,
             "samples_per_s_per_member_alone": batch_size / alone,
