@@ -1,4 +1,4 @@
-"""python -m analysis report|query: a study's report, or a pandas query over the store.
+"""python -m analysis report|query: a study's report, or the stored trials that match a filter.
 
     python -m analysis report --store results --study demo_digits --out report/ [--metric paper]
     python -m analysis query --store results "model == 'vit_c_tiny' and top1_err < 5"
@@ -10,28 +10,43 @@ analysis library, which itself never reads a store. Exit codes are hpstudy's (st
 
 import argparse
 import sys
+from typing import Optional
 
 import pandas as pd
+import pyarrow.fs as pafs
 
+from analysis.query import MAX_LENGTH, QueryError, filter_rows
 from study.cli import add_debug_arg, add_store_args, guarded, write_report
-from study.store import load_trials
-from trainers.errors import HpstudyError, exits_on_user_error
+from study.store import StoreError, load_trials, open_root, store_io
+from trainers.errors import exits_on_user_error, shown
 
 
-class QueryError(HpstudyError):
-    """A query expression or column list that pandas cannot use on the trials table."""
-
-
-def query(store: str, study: str, expr: str, columns: str) -> str:
-    """The rows of the trials table matching a DataFrame.query expression, as text."""
+def _stored_trials(store: str, study: Optional[str]) -> pd.DataFrame:
+    """The store's trials (of `study` when given); StoreError if there is no store, or no row of the study."""
+    fs, base = open_root(store)
+    with store_io(f"read {store}"):
+        if fs.get_file_info(f"{base}/trials").type == pafs.FileType.NotFound:
+            raise StoreError(f"--store: no store at {shown(store)} ({base}/trials does not exist)")
     trials = load_trials(store, study)
-    try:
-        frame = trials.query(expr)[columns.split(",")]
-    except Exception as exc:   # pandas raises many types for a bad expression; all are the user's
-        raise QueryError(f"query: bad expression or column in {expr!r} / {columns!r} ({exc}); "
-                         f"columns: {', '.join(trials.columns)}")
+    if study is not None and trials.empty:
+        studies = sorted(set(load_trials(store, columns=["study"])["study"]))
+        raise StoreError(f"--study: no trials of study {shown(study)} in store {shown(store)}; "
+                         f"studies stored: {shown(studies)}")
+    return trials
+
+
+def query(store: str, study: Optional[str], expr: str, columns: str) -> str:
+    """The `columns` of the stored trials that match the filter `expr` (analysis.query), as text."""
+    trials = _stored_trials(store, study)
+    wanted = columns.split(",")
+    unknown = [name for name in wanted if name not in trials.columns]
+    if unknown:
+        raise QueryError(f"--columns: unknown column {shown(unknown[0])}; columns: {', '.join(trials.columns)}")
+    rows = filter_rows(trials, expr)[wanted]
+    if rows.empty:
+        return f"no rows match {shown(expr)} (of {len(trials)} trials)"
     with pd.option_context("display.max_rows", 200, "display.width", 200):
-        return frame.to_string(index=False)
+        return rows.to_string(index=False)
 
 
 def command(args: argparse.Namespace) -> int:
@@ -50,9 +65,14 @@ def main(argv=None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     report = add_store_args(sub.add_parser("report", help="figures, tables and index.html for a study"),
                             study_required=True, out=True)
-    parsed = add_store_args(sub.add_parser("query", help="rows of the trials table matching a pandas query"))
-    parsed.add_argument("expr", help="a DataFrame.query expression, e.g. \"status == 'diverged'\"")
-    parsed.add_argument("--columns", default="study,model,optimizer,epochs,lr,wd,status,top1_err")
+    parsed = add_store_args(sub.add_parser("query", help="rows of the trials table that match a filter"))
+    parsed.add_argument("expr", help="a filter over the trials' columns, e.g. \"model == 'vit_c_tiny' and "
+                        "top1_err < 5\": column names, numbers, strings, True/False/None, == != < <= > >= "
+                        "(chained: 1e-4 < lr < 1e-2), in / not in [literals], and / or / not (& | ~), "
+                        "+ - * / // %% ** on numbers; nothing else (no calls, attributes or @ names): it is "
+                        f"parsed, never run as code; at most {MAX_LENGTH} characters")
+    parsed.add_argument("--columns", default="study,model,optimizer,epochs,lr,wd,status,top1_err",
+                        help="the columns to print, comma-separated")
     for p in (report, parsed):
         add_debug_arg(p)
     return guarded(command, parser.parse_args(argv))

@@ -5,12 +5,14 @@ import itertools
 import json
 import os
 import re
+import tempfile
 import uuid
 import warnings
 from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 import pandas as pd
+import pyarrow.fs as pafs
 import yaml
 
 from analysis.edf import EDF_CONVENTION, bootstrap_band, dkw_epsilon, edf_table
@@ -19,26 +21,24 @@ from analysis.figures import (delta_edf_figure, delta_error_vs_epochs_figure, er
                               expected_best_figure, generalization_figure, hp_scatter_figure, save_figure)
 from analysis.gaps import ema_gain, length_gap, optimizer_gap, peak_table
 from analysis.metric import DEFAULT_METRIC, ERR, METRIC_DOCS, LeftOutWarning, Rows, left_out_per, usable
+from analysis.report_folder import ALLOWED, ReportError, owned, publish
 from analysis.stats import (ad_compare, effect_sizes, good_ranges, hp_importance, ks_compare,
                             min_detectable_d)
-from trainers.errors import HpstudyError
 from trainers.schema import DIVERGED, FAILED, FINISHED, OK, STATUSES
 
 CELL = ["model", "optimizer", "epochs"]
-FOLDER_RULE = "a folder that can be written (created if missing)"
-
-
-class ReportError(HpstudyError):
-    """A report folder that cannot be created or written: a bad path the user gave (exit code 2)."""
+FOLDER_RULE = f"a folder that can be written (created if missing): {ALLOWED}"
 
 
 def check_report_dir(path: str, what: str = "report folder") -> None:
     """Create the folder `path` and write and delete a probe file in it, or raise ReportError naming
-    `what` (the flag), the path and why; run before a study, so a bad --report stops nothing late."""
+    `what` (the flag), the path and why (also when hpstudy may not write there: report_folder.owned);
+    run before a study, so a bad --report stops nothing late."""
     if os.path.exists(path) and not os.path.isdir(path):
         raise ReportError(f"{what}: {path!r} is a file; allowed: {FOLDER_RULE}")
     probe = os.path.join(path, f".probe-{uuid.uuid4().hex}")
     try:
+        owned(pafs.LocalFileSystem(), os.path.abspath(path), what)
         os.makedirs(path, exist_ok=True)
         with open(probe, "w") as f:
             f.write("hpstudy")
@@ -292,10 +292,23 @@ def build_report(trials: pd.DataFrame, epochs: pd.DataFrame, record: Optional[Di
     `trials` and `epochs` are the study's rows (trainers.schema), `record` its spec record (the
     spec, its trial count and `earlier_spec_rows`, the rows of earlier versions of the spec left out
     of `trials`; or None); every number is on the `metric` error, which the page, report.json and
-    every figure state (with any fallback). ReportError if `out` cannot be written. Returns the path
-    of index.html.
+    every figure state (with any fallback). The report is made in a temporary folder and published into
+    `out` (analysis.report_folder.publish: only files of an earlier report are replaced or deleted).
+    ReportError if `out` cannot be written or is not hpstudy's to write. Returns the path of index.html.
     """
     check_report_dir(out)
+    with tempfile.TemporaryDirectory(prefix="hpstudy-report-") as made:
+        _write_report(trials, epochs, record, made, metric)
+        try:
+            publish(pafs.LocalFileSystem(), os.path.abspath(out), made, "report folder")
+        except OSError as exc:
+            raise ReportError(f"report folder: cannot write {out!r} ({exc}); allowed: {FOLDER_RULE}") from exc
+    return os.path.join(out, "index.html")
+
+
+def _write_report(trials: pd.DataFrame, epochs: pd.DataFrame, record: Optional[Dict], out: str,
+                  metric: str) -> None:
+    """Write the report's files (see build_report) into the new, empty folder `out`."""
     study = str(trials["study"].iloc[0]) if "study" in trials and len(trials) else "study"
     rows = usable(trials, metric)
     expected = record["n_trials"] if record else None
@@ -326,10 +339,8 @@ def build_report(trials: pd.DataFrame, epochs: pd.DataFrame, record: Optional[Di
                    "findings": [f.as_dict() for f in found],
                    "tables": {k: json.loads(v.to_json(orient="records")) for k, v in tables.items()},
                    "spec": record["spec"] if record else None}, f, indent=1, sort_keys=True)
-    page = os.path.join(out, "index.html")
-    with open(page, "w") as f:
+    with open(os.path.join(out, "index.html"), "w") as f:
         f.write(_html(study, completeness, stated, tables, figures, record, found))
-    return page
 
 
 def _html(study: str, completeness: str, metric: Dict[str, str], tables: Dict[str, pd.DataFrame],

@@ -38,8 +38,8 @@ TRAINER_TESTS = ["tests/test_trainer_contract.py", "tests/test_trial.py", "tests
                  "tests/test_core_contracts.py"]
 STORE_TESTS = ["tests/test_store_atomicity.py", "tests/test_store.py", "tests/test_hostile_store.py",
                "tests/test_compaction.py", "tests/test_core_contracts.py",
-               # the one fast test of write_report_files (the rest of the CLI tests only pass through the store)
-               "tests/test_cli.py::test_a_report_goes_into_the_store_and_replaces_the_earlier_one"]
+               # the fast tests of report folders (the rest of the CLI tests only pass through the store)
+               "tests/test_cli.py::test_a_report_goes_into_the_store_and_replaces_the_earlier_one", "tests/test_report_folder.py"]
 # test_spec's bundled-config test expands the paper specs (12 s a run): it checks the YAML files, not sampling
 SAMPLING_TESTS = ["tests/test_keys_and_sampling.py", "tests/test_spec.py",
                   "--deselect", "tests/test_spec.py::test_bundled_configs_are_valid"]

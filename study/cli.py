@@ -8,22 +8,24 @@ import socket
 import sys
 import tempfile
 import traceback
+from collections import Counter
 from typing import Callable, Dict, List, Optional
 
 from analysis.metric import DEFAULT_METRIC, METRIC_DOCS, METRICS, usable
 from analysis.report import build_report, check_report_dir
+from analysis.report_folder import owned, publish
 from study.gpu_plan import memory_plan
-from study.sampling import cells, expand, expand_cell, first_trials
+from study.sampling import cells, expand_for_store, first_trials
 from study.spec import SpecError, StudySpec, load_spec, resolve_config
-from study.store import (StoreFault, compact, load_spec_record, load_study, load_trials, split_by_spec,
-                         stored_keys, write_report_files)
+from study.store import (StoreFault, compact, load_spec_record, load_study, load_trials, report_location,
+                         split_by_spec, store_io, stored_keys)
 from trainers.errors import HpstudyError, exits_on_user_error
 from trainers.schema import DIVERGED, FAILED, FINISHED, OK
 
 DEFAULT_CONFIG = "demo_digits"
 EXIT_STORE_FAULT = 3        # the store is full, unwritable or unreachable: fix it and rerun to resume
-# Nominal training-set sizes for the dry-run estimate (imagefolder: ImageNet-1k is assumed).
-TRAIN_SIZES = {"digits": 1437, "cifar10": 50000, "cifar100": 50000, "imagefolder": 1281167}
+# Nominal training-set sizes for the dry-run estimate (image folders: ImageNet-1k is assumed).
+TRAIN_SIZES = {"digits": 1437, "cifar10": 50000, "cifar100": 50000, "imagefolder": 1281167, "prepared": 1281167}
 
 
 def add_run_args(p: argparse.ArgumentParser) -> None:
@@ -119,15 +121,17 @@ def dry_run_warnings(path: str, spec: StudySpec, args: argparse.Namespace) -> Li
     return warnings
 
 
-def print_plan(spec: StudySpec, done: set, assume_tflops: Optional[float]) -> None:
+def print_plan(spec: StudySpec, store: str, assume_tflops: Optional[float]) -> None:
     """The dry-run plan: trials per cell, boxes, resources and estimated trial-hours. Trials are
-    counted, not expanded, unless some of the study is stored (then cell by cell, to match keys)."""
+    counted, not expanded, unless some of the study is stored (then expanded, to match keys)."""
     from trainers.flops import model_profile
     n_train = spec.dataset.n_train if spec.dataset.name == "synthetic" else TRAIN_SIZES[spec.dataset.name]
     tflops = assume_tflops or (100.0 if spec.resources.gpu else 0.02)
     per_cell = spec.samples * len(spec.seeds)
-    plan = [(cell, sum(t.key not in done for t in expand_cell(spec, *cell)) if done else per_cell)
-            for cell in cells(spec)]
+    done = stored_keys(store, spec.name)
+    to_run = Counter((t.model, t.optimizer, t.epochs) for t in expand_for_store(spec, store)
+                     if t.key not in done) if done else None
+    plan = [(cell, to_run[cell] if done else per_cell) for cell in cells(spec)]
     total, pending = per_cell * len(plan), sum(todo for _, todo in plan)
     print(f"study {spec.name}: {total} trials, {pending} to run "
           f"({total - pending} already stored); sampler {spec.sampler}, "
@@ -173,7 +177,7 @@ def spec_change_note(store: str, spec: StudySpec) -> Optional[str]:
         return None
     if record is None or record["spec"] == json.loads(json.dumps(spec.source)):
         return None
-    keys = {t.key for t in expand(spec)}
+    keys = {t.key for t in expand_for_store(spec, store)}
     if set(record.get("trial_keys", ())) == keys:
         return None
     earlier = len(set(load_trials(store, spec.name)["trial_key"]) - keys)
@@ -197,13 +201,16 @@ def run(args: argparse.Namespace) -> int:
     else:
         if not args.address:
             check_local_resources(spec, args.num_cpus)
-        if args.report not in (None, "none"):
-            check_report_dir(args.report, "--report")     # a report that cannot be written fails now, not after the study
+        # a report that cannot be written fails now, not after the study
+        if args.report is None:
+            check_store_report_dir(args.store, spec.name)
+        elif args.report != "none":
+            check_report_dir(args.report, "--report")
     note = spec_change_note(args.store, spec)
     if note:
         print(note, flush=True)
     if args.dry_run:
-        print_plan(spec, stored_keys(args.store, spec.name), args.assume_tflops)
+        print_plan(spec, args.store, args.assume_tflops)
         if spec.resources.gpu:
             print("\n".join(memory_plan(spec, first_trials(spec), args.gpu_memory_gb)))
         return 0
@@ -235,22 +242,39 @@ def run_exit_code(stored, total: int) -> int:
     return 1 if (stored["status"] == FAILED).any() else 0
 
 
+STORE_REPORT = "report folder in the store"     # how errors name <store>/reports/<study>/
+
+
 def write_report(store: str, study: str, out: Optional[str], metric: str = DEFAULT_METRIC) -> str:
     """Load a study from the store and write its analysis report (figures, tables, HTML) on the
     `metric` error into the folder `out`, or by default into the store (<store>/reports/<study>/,
     through its filesystem, so the report lives as long as the rows); prints the full location of
-    its index.html, and which metric was used (naming any fallback). Returns that location."""
+    its index.html, and which metric was used (naming any fallback). Returns that location. Either
+    folder is written only if it is new, empty or an earlier report (analysis.report_folder)."""
     if out:
         check_report_dir(out, "--out")
+    else:
+        check_store_report_dir(store, study)
     trials, epochs, record = load_study(store, study)
     if out:
         page = os.path.abspath(build_report(trials, epochs, record, out, metric))
     else:
-        with tempfile.TemporaryDirectory(prefix="hpstudy-report-") as folder:
-            name = os.path.basename(build_report(trials, epochs, record, folder, metric))
-            page = f"{write_report_files(store, study, folder)}/{name}"
+        fs, base, folder, location = report_location(store, study)
+        with tempfile.TemporaryDirectory(prefix="hpstudy-report-") as made:
+            name = os.path.basename(build_report(trials, epochs, record, made, metric))
+            with store_io(f"write the report into {location}"):
+                publish(fs, folder, made, STORE_REPORT, root=base)
+        page = f"{location}/{name}"
     print(f"report: {page}\nmetric: {usable(trials, metric).metric}")
     return page
+
+
+def check_store_report_dir(store: str, study: str) -> None:
+    """ReportError (exit 2) now, not after a study, when the study's report folder in the store is not
+    hpstudy's to write (a user's files in it, or a symbolic link out of the store)."""
+    fs, base, folder, _ = report_location(store, study)
+    with store_io(f"read {folder}"):
+        owned(fs, folder, STORE_REPORT, root=base)
 
 
 def fetch_hint(page: str) -> str:
@@ -291,7 +315,7 @@ def status(args: argparse.Namespace) -> int:
     if args.config:
         spec = load_spec(resolve_config(args.config), check_paths=False)
         args.study = args.study or spec.name
-        record = {"trial_keys": [t.key for t in expand(spec)]}
+        record = {"trial_keys": [t.key for t in expand_for_store(spec, args.store)]}
     elif args.study:
         record = load_spec_record(args.store, args.study)
     current, earlier = split_by_spec(load_trials(args.store, args.study), record)
@@ -323,10 +347,11 @@ def prepare_data(args: argparse.Namespace) -> int:
                         ("--workers", args.workers)):
         if value < 1:
             raise SpecError(f"{flag}: bad value {value}; allowed: an integer >= 1")
-    meta = prepare(args.data, args.out, args.train_size, args.image_size, args.workers)
+    meta = prepare(args.data, args.out, args.train_size, args.image_size, args.workers,
+                   verify_content=args.verify_content)
     print(f"{'reused' if meta['reused'] else 'prepared'} {args.out}: {meta['n_train']} train images at "
           f"{meta['train_size']} px, {meta['n_val']} val images at {meta['image_size']} px, "
-          f"{len(meta['classes'])} classes; use dataset: {{name: prepared, path: {args.out}}}")
+          f"{len(meta['classes'])} classes; use dataset: {{name: prepared, path: {os.path.abspath(args.out)}}}")
     return 0
 
 
@@ -345,11 +370,15 @@ def hpstudy_main(argv: Optional[List[str]] = None) -> int:
     p_prepare = sub.add_parser("prepare", help="decode an image folder once into memory-mapped arrays "
                                                "(dataset `prepared`), on this node's local disk")
     p_prepare.add_argument("--data", required=True, help="image folder with train/<class>/ and val/<class>/")
-    p_prepare.add_argument("--out", required=True, help="output folder (local disk of the node)")
+    p_prepare.add_argument("--out", required=True, help="output folder (local disk of the node): missing, empty "
+                                                        "or an earlier preparation (replaced)")
     p_prepare.add_argument("--train-size", type=int, default=256, help="side of the stored training squares")
     p_prepare.add_argument("--image-size", type=int, default=224, help="the trials' image size (validation "
                                                                        "images are stored at it)")
     p_prepare.add_argument("--workers", type=int, default=os.cpu_count(), help="decoding processes")
+    p_prepare.add_argument("--verify-content", action="store_true",
+                           help="reuse --out only after hashing every source image (by default: when their "
+                                "names, labels, sizes and modification times match)")
     from analysis.stats import good_ranges      # for suggest: study/ does not import analysis, the CLI does
     from study.suggest import add_suggest_args, suggest_command
     p_suggest = add_suggest_args(add_store_args(sub.add_parser(

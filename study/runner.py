@@ -24,7 +24,7 @@ from ray.util.debug import reset_log_once
 
 from study.fusion import fusion_groups, fusion_sizes
 from study.progress import ProgressPrinter, SavedEmpty, Tally
-from study.sampling import PlannedTrial, expand
+from study.sampling import PlannedTrial, expand, expand_for_store
 from study.spec import StudySpec
 from study.store import (StoreFault, compact, delete_study, load_trials, probe_store, stored_keys,
                          write_spec_record, write_trial)
@@ -380,8 +380,10 @@ def run_study(spec: StudySpec, store: str, fresh: bool = False, address: Optiona
         with interruption:
             if fresh:
                 delete_study(store, spec.name)
-            write_spec_record(store, spec.name, spec.source, len(trials), keys)
             compact(store, spec.name)        # also finishes a compaction a killed driver left half done
+            trials = expand_for_store(spec, store)   # after the compaction: read from fewer files
+            keys = {t.key for t in trials}
+            write_spec_record(store, spec.name, spec.source, len(trials), keys)
             done = stored_keys(store, spec.name)
             pending = [t for t in trials if t.key not in done]
             print(f"study {spec.name}: {len(trials)} trials, {len(trials) - len(pending)} already stored, "

@@ -1,14 +1,22 @@
-"""Deterministic (lr, wd) sampling and expansion of a spec into trial configs with trial keys."""
+"""Deterministic (lr, wd) sampling and expansion of a spec into trial configs with trial keys.
 
+Sampled values are rounded to SIGNIFICANT_DIGITS before they are keyed and trained: the last bits of
+np.exp/np.log differ between numpy 1.x and 2.x (and between platforms), and a key must not.
+"""
+
+import dataclasses
 import hashlib
 import json
+import math
 from dataclasses import asdict, dataclass
 from typing import Any, Dict, List, Tuple
 
 import numpy as np
+import pandas as pd
 from scipy.stats import qmc
 
 from study.spec import Box, SpecError, StudySpec
+from study.store import load_trials
 from trainers.config import TrialConfig
 
 
@@ -47,13 +55,20 @@ def unit_points(sampler: str, n: int, seed: int) -> np.ndarray:
     raise SpecError(f"sampler: bad value {sampler!r}; allowed: random, sobol, grid")
 
 
+SIGNIFICANT_DIGITS = 6     # of a sampled lr or wd: far finer than any box's resolution, far coarser than an ulp
+
+
+def rounded(value: float) -> float:
+    """`value` to SIGNIFICANT_DIGITS significant digits (decimal, so the same on every platform)."""
+    return float(f"{value:.{SIGNIFICANT_DIGITS - 1}e}")
+
+
 def scale_to_box(points: np.ndarray, box: Box) -> List[Tuple[float, float]]:
-    """Map unit points log-uniformly onto the closed box."""
-    out = []
-    for u_lr, u_wd in points:
-        out.append(tuple(float(np.exp(np.log(lo) + u * (np.log(hi) - np.log(lo))))
-                         for u, (lo, hi) in ((u_lr, box.lr), (u_wd, box.wd))))
-    return out
+    """Map unit points log-uniformly onto the closed box, rounded (see `rounded`) and kept inside it
+    (a box's ends are the spec's own numbers, so a fixed value is exactly the value written)."""
+    return [tuple(min(max(rounded(math.exp(math.log(lo) + float(u) * (math.log(hi) - math.log(lo)))), lo), hi)
+                  for u, (lo, hi) in ((u_lr, box.lr), (u_wd, box.wd)))
+            for u_lr, u_wd in points]
 
 
 def sample_box(spec: StudySpec, model: str, optimizer: str, epochs: int) -> List[Tuple[float, float]]:
@@ -97,3 +112,38 @@ def first_trials(spec: StudySpec) -> List[PlannedTrial]:
 def expand(spec: StudySpec) -> List[PlannedTrial]:
     """All trials of the spec, in a fixed order: models x optimizers x epochs x samples x seeds."""
     return [trial for cell in cells(spec) for trial in expand_cell(spec, *cell)]
+
+
+def _identity(config: Dict[str, Any]) -> str:
+    """A trial's config with lr and wd rounded as the sampler rounds them, as canonical JSON: equal for a
+    trial keyed before the rounding (its exp/log value) and after it."""
+    return json.dumps(dict(config, lr=rounded(config["lr"]), wd=rounded(config["wd"])),
+                      sort_keys=True, separators=(",", ":"))
+
+
+def adopt_stored_keys(trials: List[PlannedTrial], stored: pd.DataFrame) -> List[PlannedTrial]:
+    """`trials` with the key of a stored row of the same trial (`trial_key`, `config_json` columns)
+    where that row was keyed by an older sampler (unrounded lr/wd, or another numpy): resume skips it and
+    the report counts it, instead of training it again under the new key."""
+    planned, stored_keys = {t.key for t in trials}, set(stored["trial_key"])
+    older = stored[~stored["trial_key"].isin(planned) & stored["config_json"].notna()]
+    if older.empty:
+        return trials
+    by_identity = {}
+    for key, text in zip(older["trial_key"], older["config_json"]):
+        try:
+            by_identity[_identity(json.loads(text))] = key
+        except (ValueError, TypeError, KeyError):     # a row whose config cannot be read keeps its own key
+            continue
+    adopted = []
+    for trial in trials:
+        if trial.key not in stored_keys:
+            canonical = json.loads(TrialConfig.from_dict(trial.config).to_json())   # as its row stores it
+            trial = dataclasses.replace(trial, key=by_identity.get(_identity(canonical), trial.key))
+        adopted.append(trial)
+    return adopted
+
+
+def expand_for_store(spec: StudySpec, store: str) -> List[PlannedTrial]:
+    """`expand(spec)`, each trial under the key its row has in `store` (see adopt_stored_keys)."""
+    return adopt_stored_keys(expand(spec), load_trials(store, spec.name, columns=["config_json"]))

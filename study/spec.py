@@ -12,8 +12,8 @@ import yaml
 from study.store import STUDY_NAME, STUDY_NAME_RULE
 from trainers.checkpoint import pin_init
 from trainers.config import MAX_EPOCHS, TrialConfig
-from trainers.data import MAX_SEED, DataSpec, check_data_path, finite_in, whole_in
-from trainers.errors import ConfigError, DataError, HpstudyError
+from trainers.data import MAX_SEED, DataSpec, finite_in, pin_data, whole_in
+from trainers.errors import ConfigError, DataError, HpstudyError, shown
 from trainers.optim import OPTIMIZERS
 from trainers.zoo import FAMILIES, get_spec, list_models
 
@@ -91,8 +91,8 @@ def _a(kind: type) -> str:
 
 
 def _reject(field_name: str, value: Any, allowed: str):
-    """Raise SpecError naming the field, the bad value and what is allowed."""
-    raise SpecError(f"{field_name}: bad value {value!r}; allowed: {allowed}")
+    """Raise SpecError naming the field, the bad value (abbreviated) and what is allowed."""
+    raise SpecError(f"{field_name}: bad value {shown(value)}; allowed: {allowed}")
 
 
 def _nonempty_list(raw: Mapping, key: str, allowed_values=None, kind=str) -> Tuple:
@@ -193,7 +193,7 @@ def parse_spec(raw: Any, check_paths: bool = True) -> StudySpec:
     """Validate a raw spec mapping (as loaded from YAML) into a StudySpec."""
     if not isinstance(raw, dict):
         raise SpecError(f"spec: the file holds {_a(type(raw))}; allowed: a YAML mapping of the spec's keys")
-    unknown = sorted(set(raw) - _KEYS)
+    unknown = sorted(set(raw) - _KEYS, key=str)
     if unknown:
         _reject("spec", unknown[0], f"the keys {', '.join(sorted(_KEYS))} (unknown keys are errors)")
     name = raw.get("name")
@@ -250,12 +250,10 @@ def parse_spec(raw: Any, check_paths: bool = True) -> StudySpec:
                      resources=_resources(raw.get("resources")), max_retries=max_retries,
                      fuse=fuse, source=raw)
     _check_recipe_values(spec)
-    if check_paths:
-        try:
-            check_data_path(dataset)
-        except DataError as exc:
-            raise SpecError(f"dataset.path: {exc}")
-    return spec
+    try:       # the path checked; a prepared folder's digest pinned, so trial keys name its arrays
+        return dataclasses.replace(spec, dataset=pin_data(dataset, must_exist=check_paths))
+    except DataError as exc:
+        raise SpecError(str(exc))
 
 
 def _check_recipe_values(spec: StudySpec) -> None:
@@ -272,16 +270,33 @@ def _check_recipe_values(spec: StudySpec) -> None:
             raise SpecError(f"recipe.{exc}" if field_name in spec.recipe else str(exc))
 
 
+MAX_SPEC_BYTES = 1 << 20      # a study spec is a few hundred bytes; a larger file is not one
+
+
 def load_spec(path: str, check_paths: bool = True) -> StudySpec:
-    """Read and validate a YAML spec file."""
+    """Read and validate a YAML spec file: SpecError naming the file for one that cannot be read, is
+    not UTF-8, is not YAML or nests too deeply."""
     if not os.path.isfile(path):
         raise SpecError(f"--config: {path!r} is not a file; allowed: a YAML study spec "
                         f"(bundled: {', '.join(bundled_configs())})")
-    with open(path) as f:
-        try:
-            raw = yaml.load(f, Loader=SpecLoader)
-        except yaml.YAMLError as exc:
-            raise SpecError(f"{path}: not valid YAML {_yaml_problem(exc)}")
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_SPEC_BYTES + 1)
+    except OSError as exc:
+        raise SpecError(f"--config: cannot read {path!r} ({exc.strerror or type(exc).__name__})")
+    if len(data) > MAX_SPEC_BYTES:
+        raise SpecError(f"{path}: larger than {MAX_SPEC_BYTES} bytes; allowed: a YAML study spec")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"{path}: not UTF-8 text (byte {exc.start} is {data[exc.start:exc.start + 1]!r}); "
+                        f"allowed: a YAML study spec in UTF-8")
+    try:
+        raw = yaml.load(text, Loader=SpecLoader)
+    except yaml.YAMLError as exc:
+        raise SpecError(f"{path}: not valid YAML {_yaml_problem(exc)}")
+    except RecursionError:
+        raise SpecError(f"{path}: nested too deeply to read; allowed: a YAML study spec")
     return parse_spec(raw, check_paths=check_paths)
 
 

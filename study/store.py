@@ -158,16 +158,17 @@ def _list_files(fs: pafs.FileSystem, path: str) -> List[str]:
                   and not os.path.basename(info.path).startswith((".", "_")))
 
 
-def _study_of(path: str) -> str:
-    for part in path.split("/"):
-        if part.startswith("study="):
-            return part[len("study="):]
-    return ""
+def _study_of(path: str, table_dir: str) -> str:
+    """The study of a file under `table_dir` (<root>/<table>): its partition folder, right below
+    `table_dir` (a `study=` further up, in the store's own path, is not it)."""
+    partition = path[len(table_dir) + 1:].split("/", 1)[0]
+    return partition[len("study="):] if partition.startswith("study=") else ""
 
 
-def _read_files(fs: pafs.FileSystem, files: List[str], table: str,
+def _read_files(fs: pafs.FileSystem, table_dir: str, files: List[str], table: str,
                 columns: Optional[List[str]] = None) -> pd.DataFrame:
-    """Read files one by one, skipping (with a warning naming it) any that is corrupt or incomplete."""
+    """Read files (under `table_dir`) one by one, skipping (with a warning naming it) any that is
+    corrupt or incomplete."""
     tables = []
     for path in files:
         try:
@@ -176,9 +177,12 @@ def _read_files(fs: pafs.FileSystem, files: List[str], table: str,
         except (pa.ArrowException, OSError) as exc:
             warnings.warn(f"hpstudy store: skipping unreadable file {path}: {_first_line(exc)}")
             continue
-        tables.append(arrow.append_column("study", pa.array([_study_of(path)] * len(arrow), pa.string())))
+        arrow = arrow.append_column("study", pa.array([_study_of(path, table_dir)] * len(arrow), pa.string()))
+        tables.append(arrow.append_column(FILE, pa.array([path] * len(arrow), pa.string()))
+                      if table == "epochs" else arrow)
     if not tables:
-        return _empty(TABLES[table], columns)
+        empty = _empty(TABLES[table], columns)
+        return empty.assign(**{FILE: pd.Series(dtype=object)}) if table == "epochs" else empty
     return pa.concat_tables(tables).to_pandas()
 
 
@@ -196,6 +200,11 @@ def _read_file(fs: pafs.FileSystem, path: str, table: str, columns: Optional[Lis
 def _empty(schema: pa.Schema, columns: Optional[List[str]] = None) -> pd.DataFrame:
     frame = schema.append(pa.field("study", pa.string())).empty_table().to_pandas()
     return frame[columns] if columns else frame
+
+
+def _with_file(columns: List[str], table: str) -> List[str]:
+    """`columns`, and for epochs the file each row comes from (which of a trial's files is newest)."""
+    return [*columns, FILE] if table == "epochs" else columns
 
 
 # the columns that decide which of a trial's stored rows counts (see _load)
@@ -217,13 +226,29 @@ def _load(root: str, table: str, study: Optional[str], columns: Optional[Sequenc
         frame = arrow.to_pandas()
     else:
         # a corrupt, truncated or incomplete file: read file by file, skipping (and naming) the bad ones
-        frame = _read_files(fs, _list_files(fs, path + (f"/study={study}" if study else "")), table, columns)
+        frame = _read_files(fs, path, _list_files(fs, path + (f"/study={study}" if study else "")), table, columns)
     if table == "trials":
         frame = frame.sort_values("finished_at", kind="stable").drop_duplicates(
             ["study", "trial_key"], keep="last")
     else:
-        frame = frame.drop_duplicates(["study", "trial_key", "epoch"], keep="last")
+        frame = _rows_of_newest_file(fs, frame).drop_duplicates(["study", "trial_key", "epoch"], keep="last")
     return frame.reset_index(drop=True)
+
+
+FILE = "__filename"      # pyarrow's name for the file a dataset row was read from
+
+
+def _rows_of_newest_file(fs: pafs.FileSystem, frame: pd.DataFrame) -> pd.DataFrame:
+    """Each trial's epoch rows from the newest of the files that hold some (modification time, then
+    path, as compaction orders them); without the FILE column."""
+    files = sorted(frame[FILE].unique())
+    if len(files) > 1:
+        with store_io("list the epoch files"):
+            infos = fs.get_file_info(files)
+        age = {info.path: rank for rank, info in enumerate(sorted(infos, key=lambda i: (i.mtime_ns or 0, i.path)))}
+        order = frame[FILE].map(age)
+        frame = frame[order == order.groupby([frame["study"], frame["trial_key"]]).transform("max")]
+    return frame.drop(columns=FILE)
 
 
 def _read_dataset(fs: pafs.FileSystem, path: str, table: str, study: Optional[str],
@@ -233,15 +258,15 @@ def _read_dataset(fs: pafs.FileSystem, path: str, table: str, study: Optional[st
     the caller to the file-by-file reader, which checks each file's own columns."""
     schema = TABLES[table].append(pa.field("study", pa.string()))
     partitioning = pads.partitioning(pa.schema([("study", pa.string())]), flavor="hive")
-    read = None if columns is None else list(dict.fromkeys([*columns, *REQUIRED[table]]))
+    read = list(dict.fromkeys([*(schema.names if columns is None else columns), *REQUIRED[table]]))
     try:
         dataset = pads.dataset(path, filesystem=fs, schema=schema, format="parquet", partitioning=partitioning)
-        arrow = dataset.to_table(columns=read, filter=(pads.field("study") == study) if study else None)
+        arrow = dataset.to_table(columns=_with_file(read, table), filter=(pads.field("study") == study) if study else None)
     except (pa.ArrowException, OSError):
         return None
     if any(arrow[c].null_count for c in REQUIRED[table]):
         return None
-    return arrow if columns is None else arrow.select(columns)
+    return arrow.select(_with_file(columns or schema.names, table))
 
 
 def load_trials(root: str, study: Optional[str] = None, columns: Optional[Sequence[str]] = None) -> pd.DataFrame:
@@ -474,25 +499,9 @@ def load_spec_record(root: str, study: str) -> Optional[Dict]:
             return json.loads(f.read().decode())
 
 
-def write_report_files(root: str, study: str, folder: str) -> str:
-    """Copy a report written to a local `folder` into <root>/reports/<study>/ through the store's
-    filesystem (local path or URI), each file atomically; files of an earlier report that this one
-    lacks are deleted. Returns the report folder's location (a path, or a URI without its query)."""
+def report_location(root: str, study: str) -> Tuple[pafs.FileSystem, str, str, str]:
+    """(filesystem, store base, folder, location) of a study's report in the store: <root>/reports/<study>/;
+    the location is a path, or the store's URI without its query."""
     fs, base = open_root(root)
-    target = f"{base}/{REPORTS}/{check_study_name(study)}"
-    written = set()
-    for directory, _, names in os.walk(folder):
-        relative = os.path.relpath(directory, folder).replace(os.sep, "/")
-        destination = target if relative == "." else f"{target}/{relative}"
-        for name in sorted(names):
-            with open(os.path.join(directory, name), "rb") as f:
-                data = f.read()
-            written.add(_write_atomic(fs, destination, name, lambda out, data=data: out.write(data)))
-    with store_io(f"list {target}"):
-        present = {info.path for info in fs.get_file_info(pafs.FileSelector(target, recursive=True))
-                   if info.type == pafs.FileType.File}
-    for path in sorted(present - written):
-        with store_io(f"delete {path}"):
-            fs.delete_file(path)
     where = root.split("?", 1)[0].rstrip("/") if "://" in root else base
-    return f"{where}/{REPORTS}/{study}"
+    return fs, base, f"{base}/{REPORTS}/{check_study_name(study)}", f"{where}/{REPORTS}/{study}"

@@ -112,7 +112,7 @@ def _store_without_study(tmp_path):
     (hpstudy_main, ["run", "--config", "/no/such.yaml"], "--config: '/no/such.yaml' is not a file"),
     (run_edf_main, ["--max-concurrent", "0", "--dry-run"], "--max-concurrent: bad value 0"),
     (analysis_main, ["report", "--study", "nope"], "--study: no trials of study 'nope'"),
-    (analysis_main, ["query", "no_such_column > 1"], "query: bad expression or column"),
+    (analysis_main, ["query", "no_such_column > 1"], "--store: no store at"),
     (train_main, ["--model", "cnn_tiny", "--optimizer", "adamw", "--epochs", "1", "--lr", "-1", "--wd", "0"],
      "lr: bad value -1.0; allowed: > 0"),
     (train_main, ["--model", "cnn_tiny", "--optimizer", "adamw", "--epochs", "1", "--lr", "1", "--wd", "0",

@@ -10,9 +10,11 @@ import pyarrow.fs as pafs
 import pytest
 import yaml
 
+from analysis.report_folder import publish
+
 from study.cli import fetch_hint, hpstudy_main, run_edf_main, run_exit_code
 from study.progress import ProgressPrinter, Tally
-from study.store import load_trials, open_root, write_report_files, write_spec_record, write_trial
+from study.store import load_trials, open_root, report_location, write_spec_record, write_trial
 from tests.helpers import image_folder, make_trials, small_spec, stored_row, write_spec
 
 
@@ -110,16 +112,19 @@ def test_fuse_takes_yamls_booleans_for_off_and_refuses_on(value, code, message, 
 
 def test_a_report_goes_into_the_store_and_replaces_the_earlier_one(tmp_path):
     store, first, second = tmp_path / "store", tmp_path / "first", tmp_path / "second"
-    (first / "figures").mkdir(parents=True)
+    first.mkdir()
     (first / "index.html").write_text("one")
-    (first / "figures" / "old.svg").write_text("<svg/>")
-    assert write_report_files(str(store), "s", str(first)) == f"{store}/reports/s"
-    assert (store / "reports/s/figures/old.svg").read_text() == "<svg/>"
+    (first / "old.svg").write_text("<svg/>")
+    fs, base, folder, location = report_location(str(store), "s")
+    assert (folder, location) == (f"{store}/reports/s", f"{store}/reports/s")
+    publish(fs, folder, str(first), "report folder in the store", root=base)
+    assert (store / "reports/s/old.svg").read_text() == "<svg/>"
     second.mkdir()
     (second / "index.html").write_text("two")
-    write_report_files(str(store), "s", str(second))
+    publish(fs, folder, str(second), "report folder in the store", root=base)
     files = sorted(p.relative_to(store).as_posix() for p in store.rglob("*") if p.is_file())
-    assert files == ["reports/s/index.html"] and (store / "reports/s/index.html").read_text() == "two"
+    assert files == ["reports/s/.hpstudy-report.json", "reports/s/index.html"]
+    assert (store / "reports/s/index.html").read_text() == "two"
 
 
 def test_a_cluster_run_says_how_to_fetch_its_report(capsys):

@@ -11,8 +11,9 @@ import pyarrow.fs as pafs
 import pytest
 import torch
 
+from analysis.report_folder import publish
 from study.store import (StoreError, StoreFault, compact, delete_study, load_epochs, load_study, load_trials,
-                         open_root, probe_store, write_report_files, write_trial)
+                         open_root, probe_store, report_location, write_trial)
 from tests.helpers import epoch_row, row, tiny_trainer as trainer, write_file
 from trainers.loop import resolve_device
 from trainers.schema import EPOCH_SCHEMA, TRIAL_SCHEMA
@@ -103,7 +104,9 @@ def test_a_report_written_through_a_uri_says_where_it_is_as_that_uri(tmp_path):
     folder = tmp_path / "report"
     folder.mkdir()
     (folder / "index.html").write_text("<html/>")
-    assert write_report_files(f"file://{tmp_path}/store/", "s", str(folder)) == f"file://{tmp_path}/store/reports/s"
+    fs, base, target, location = report_location(f"file://{tmp_path}/store/", "s")
+    assert location == f"file://{tmp_path}/store/reports/s"
+    publish(fs, target, str(folder), "report folder in the store", root=base)
     assert (tmp_path / "store/reports/s/index.html").read_text() == "<html/>"
 
 

@@ -150,7 +150,7 @@ EXIT_CASES = [
     (["--store", "{dir}/store", "--out", "{dir}/a_file/sub"], 2, "error: --out: cannot write "
                                                                   "'{dir}/a_file/sub'"),
     (["--store", "{dir}/store", "--study", "nope"], 2, "error: --study: no trials of study 'nope'"),
-    (["--store", "{dir}/broken/store"], 3, "error: store: cannot write {dir}/broken/store/reports/s/"),
+    (["--store", "{dir}/broken/store"], 3, "error: store: cannot write the report into {dir}/broken/store/reports/s "),
 ]
 
 

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from analysis.findings import findings
-from study.sampling import expand
+from study.sampling import expand_for_store
 from study.spec import load_spec, resolve_config
 from study.store import load_study
 from tests.helpers import REPO
@@ -35,15 +35,16 @@ def _points(frame) -> list:
 
 @pytest.mark.parametrize("study", STUDIES)
 def test_the_committed_table_holds_every_trial_of_the_bundled_spec(study):
-    """Matched on the trials' configurations, not their keys: a sampled (or fixed, exp(log x))
-    lr differs in its last bit between numpy 1.x and 2.x, and with it the key (see the note in
-    docs/reproduction.md); the table was made with numpy 2."""
+    """The table was made before sampled values were rounded to 6 significant digits (its lr/wd are
+    exp/log values of numpy 2, keyed as such): every planned trial is found under its stored key, so a
+    rerun trains nothing again, and its stored values round to the planned ones."""
     trials, epochs, record = load_study(STORE, study)
-    planned = pd.DataFrame([t.config for t in expand(load_spec(resolve_config(study)))])
-    stored, wanted = _points(trials), _points(planned)
+    planned = expand_for_store(load_spec(resolve_config(study)), STORE)
+    assert {t.key for t in planned} == set(trials["trial_key"]) == set(record["trial_keys"])
+    stored, wanted = _points(trials), _points(pd.DataFrame([t.config for t in planned]))
     assert [p[:4] for p in stored] == [p[:4] for p in wanted]
-    assert np.allclose([p[4:] for p in stored], [p[4:] for p in wanted], rtol=1e-12, atol=0)
-    assert trials["trial_key"].is_unique and set(record["trial_keys"]) == set(trials["trial_key"])
+    assert np.allclose([p[4:] for p in stored], [p[4:] for p in wanted], rtol=5e-6, atol=0)
+    assert trials["trial_key"].is_unique
     assert set(trials["status"]) <= {"ok", "diverged"}                # nothing failed
     assert set(epochs["trial_key"]) <= set(trials["trial_key"]) and len(epochs) > 0
 

@@ -12,18 +12,18 @@ from typing import Any, Callable
 
 MAX_SHOWN = 200     # characters of a value a message prints (a spec value can be megabytes)
 _SHORT = reprlib.Repr()   # stops early in large or deep containers: a message never formats a whole expansion
-_SHORT.maxlevel, _SHORT.maxstring, _SHORT.maxother, _SHORT.maxlong = 4, MAX_SHOWN, MAX_SHOWN, MAX_SHOWN
-_SHORT.maxlist = _SHORT.maxtuple = _SHORT.maxdict = _SHORT.maxset = 16
+_SHORT.maxlevel, _SHORT.maxstring, _SHORT.maxother, _SHORT.maxlong = 3, MAX_SHOWN, MAX_SHOWN, MAX_SHOWN
+_SHORT.maxlist = _SHORT.maxtuple = _SHORT.maxdict = _SHORT.maxset = 8
 
 
 def shown(value: Any, limit: int = MAX_SHOWN) -> str:
     """`repr(value)` for a message, at most about `limit` characters: a large or deep container (a YAML
-    alias bomb, 100,000 nested lists) is abbreviated with `...`, a long text cut (saying how much)."""
+    alias bomb, 100,000 nested lists) is abbreviated with `...`, and so is a long text."""
     try:
         text = _SHORT.repr(value)
     except (RecursionError, MemoryError):
         return f"<{type(value).__name__} too deep to show>"
-    return text if len(text) <= limit else f"{text[:limit]}... ({len(text) - limit} more characters)"
+    return text if len(text) <= limit else f"{text[:limit]}..."
 
 
 class HpstudyError(Exception):

@@ -1,0 +1,125 @@
+"""Report folders: hpstudy writes into a folder only when it is new, empty or an earlier report of its own,
+and overwrites or deletes only the files that report's manifest lists.
+
+A report folder holds MANIFEST, the names of the files hpstudy wrote there. A file the manifest does not
+name (a user's notes.md, a hand-made figure) is never overwritten or deleted: a report that would
+overwrite one is refused, naming it. Inside a store, a report folder (or the folder above it) that is a
+symbolic link is refused, so nothing outside the store is written or deleted through it; a file in the
+folder that has become a link is left as it is. The folder is flat (reports write no subfolders).
+"""
+
+import json
+import os
+import re
+import uuid
+from typing import Optional, Set
+
+import pyarrow.fs as pafs
+
+from trainers.errors import HpstudyError
+
+MANIFEST = ".hpstudy-report.json"
+ALLOWED = "a new or empty folder, or one holding an hpstudy report"
+# The files a report wrote before reports had a manifest (hpstudy 0.1): such a folder (its report.json is
+# hpstudy's) is taken as a report whose manifest lists the files of these names that it holds.
+UNLISTED_REPORT_FILE = re.compile(r"index\.html|report\.json|(delta_edf_[a-z]+_[0-9]+ep|hp_scatter_[a-z]+|error_vs_epochs"
+                                  r"|delta_error_vs_epochs|generalization|expected_best)\.(pdf|svg|png|csv|json)")
+
+
+class ReportError(HpstudyError):
+    """A report folder that cannot be created, written or used: a bad path the user gave (exit code 2)."""
+
+
+def _is_link(fs: pafs.FileSystem, path: str) -> bool:
+    """Whether `path` is a symbolic link (only a local filesystem has them)."""
+    return isinstance(fs, pafs.LocalFileSystem) and os.path.islink(path)
+
+
+def _names(fs: pafs.FileSystem, folder: str) -> Set[str]:
+    """The names of the entries directly in `folder`."""
+    return {info.base_name for info in fs.get_file_info(pafs.FileSelector(folder))}
+
+
+def owned(fs: pafs.FileSystem, folder: str, what: str, root: Optional[str] = None) -> Set[str]:
+    """The names of the files in `folder` that an earlier hpstudy report wrote (so may be replaced or
+    deleted); ReportError naming `what` when hpstudy may not write `folder`: a file, a folder holding
+    anything without hpstudy's manifest, or (below `root`, a store) a symbolic link."""
+    if root is not None:
+        below = folder[len(root):].strip("/").split("/")
+        for depth in range(1, len(below) + 1):
+            link = f"{root}/{'/'.join(below[:depth])}"
+            if _is_link(fs, link):
+                raise ReportError(f"{what}: {link!r} is a symbolic link; allowed: a folder inside the store "
+                                  f"(hpstudy writes nothing through a link out of it)")
+    info = fs.get_file_info(folder)
+    if info.type == pafs.FileType.NotFound:
+        return set()
+    if info.type != pafs.FileType.Directory:
+        raise ReportError(f"{what}: {folder!r} is a file; allowed: {ALLOWED}")
+    present = _names(fs, folder)
+    if not present:
+        return set()
+    if MANIFEST not in present:
+        if _is_unlisted_report(fs, folder, present):
+            return {name for name in present if UNLISTED_REPORT_FILE.fullmatch(name)}
+        example = sorted(present)[0]
+        raise ReportError(f"{what}: {folder!r} holds files hpstudy did not write ({example!r}"
+                          f"{f' and {len(present) - 1} more' if len(present) > 1 else ''}); allowed: {ALLOWED}")
+    path = f"{folder}/{MANIFEST}"
+    try:
+        with fs.open_input_stream(path) as f:
+            listed = json.loads(f.read().decode())["files"]
+        return {name for name in listed if isinstance(name, str)} & present - {MANIFEST}
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ReportError(f"{what}: {path!r} is not an hpstudy report manifest ({type(exc).__name__}); allowed: "
+                          f"{ALLOWED} (delete the folder's files you do not need and the manifest)")
+
+
+def _is_unlisted_report(fs: pafs.FileSystem, folder: str, present: Set[str]) -> bool:
+    """Whether `folder` holds a report written before manifests: index.html and hpstudy's report.json."""
+    if not {"index.html", "report.json"} <= present:
+        return False
+    try:
+        with fs.open_input_stream(f"{folder}/report.json") as f:
+            record = json.loads(f.read().decode())
+    except (OSError, ValueError):
+        return False
+    return isinstance(record, dict) and {"study", "edf_convention", "findings"} <= set(record)
+
+
+def _write(fs: pafs.FileSystem, folder: str, name: str, data: bytes) -> None:
+    """Write folder/name through a dot-prefixed temporary file and a rename (a link there is replaced,
+    not written through)."""
+    tmp = f"{folder}/.{name}.tmp-{uuid.uuid4().hex}"
+    with fs.open_output_stream(tmp) as out:
+        out.write(data)
+    fs.move(tmp, f"{folder}/{name}")
+
+
+def _write_manifest(fs: pafs.FileSystem, folder: str, names: Set[str]) -> None:
+    text = json.dumps({"written_by": "hpstudy report", "files": sorted(names)}, indent=1)
+    _write(fs, folder, MANIFEST, text.encode())
+
+
+def publish(fs: pafs.FileSystem, folder: str, source: str, what: str, root: Optional[str] = None) -> None:
+    """Copy the files of the local folder `source` into `folder` on `fs`, each atomically, and delete the
+    files of the earlier report there that this one lacks; ReportError (before anything is written) when
+    hpstudy may not write `folder` (see `owned`) or a file would replace one hpstudy did not write.
+    OSError when the filesystem fails; the manifest always lists every file hpstudy may have left."""
+    mine = owned(fs, folder, what, root)
+    new = {name for name in os.listdir(source) if name != MANIFEST and os.path.isfile(os.path.join(source, name))}
+    if mine or fs.get_file_info(folder).type == pafs.FileType.Directory:
+        clash = sorted((new & _names(fs, folder)) - mine)
+        if clash:
+            raise ReportError(f"{what}: {folder}/{clash[0]} was not written by hpstudy; allowed: {ALLOWED} "
+                              f"(move that file away)")
+    fs.create_dir(folder, recursive=True)
+    _write_manifest(fs, folder, mine | new)       # first: a run killed part way leaves nothing unlisted
+    for name in sorted(new):
+        with open(os.path.join(source, name), "rb") as f:
+            _write(fs, folder, name, f.read())
+    for name in sorted(mine - new):
+        path = f"{folder}/{name}"
+        if not _is_link(fs, path):
+            fs.delete_file(path)
+    _write_manifest(fs, folder, new)
