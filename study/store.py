@@ -489,14 +489,23 @@ def write_spec_record(root: str, study: str, spec_source: Dict, n_trials: int,
 
 
 def load_spec_record(root: str, study: str) -> Optional[Dict]:
-    """The spec record written by `write_spec_record`, or None."""
+    """The spec record written by `write_spec_record`, or None; StoreFault naming the file when it cannot
+    be read as one (truncated, damaged): a run of the study's spec rewrites it."""
     fs, base = open_root(root)
     path = f"{base}/specs/{check_study_name(study)}.json"
     with store_io(f"read {path}"):
         if fs.get_file_info(path).type == pafs.FileType.NotFound:
             return None
         with fs.open_input_stream(path) as f:
-            return json.loads(f.read().decode())
+            data = f.read()
+    try:
+        record = json.loads(data.decode())
+        if not (isinstance(record, dict) and isinstance(record.get("n_trials"), int) and "spec" in record):
+            raise ValueError("not a spec record: no n_trials and spec")
+    except ValueError as exc:        # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise StoreFault(f"store: cannot read the spec record {path} ({_first_line(exc)}); rerun the study "
+                         f"(`hpstudy run --config <its spec>`) to rewrite it") from None
+    return record
 
 
 def report_location(root: str, study: str) -> Tuple[pafs.FileSystem, str, str, str]:
