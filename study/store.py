@@ -28,7 +28,7 @@ import pyarrow.dataset as pads
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from trainers.errors import HpstudyError
+from trainers.errors import HpstudyError, shown
 from trainers.schema import EPOCH_SCHEMA, FINISHED, TRIAL_SCHEMA, check_keys
 
 TABLES = {"trials": TRIAL_SCHEMA, "epochs": EPOCH_SCHEMA}
@@ -73,7 +73,7 @@ def store_io(what: str) -> Iterator[None]:
 def check_study_name(study: str) -> str:
     """The study name, or StoreError if it cannot name a partition folder (e.g. '..' or 'a/b')."""
     if not isinstance(study, str) or not STUDY_NAME.fullmatch(study):
-        raise StoreError(f"--study: bad value {study!r}; allowed: {STUDY_NAME_RULE}")
+        raise StoreError(f"--study: bad value {shown(study)}; allowed: {STUDY_NAME_RULE}")
     return study
 
 
@@ -84,7 +84,7 @@ def open_root(root: str) -> Tuple[pafs.FileSystem, str]:
             with store_io(f"open {root}"):
                 fs, path = pafs.FileSystem.from_uri(root)
         except pa.ArrowInvalid as exc:
-            raise StoreError(f"--store: bad value {root!r}; allowed: a local path or a filesystem URI "
+            raise StoreError(f"--store: bad value {shown(root)}; allowed: a local path or a filesystem URI "
                              f"such as s3://bucket/prefix ({_first_line(exc)})")
         return fs, path.rstrip("/")
     return pafs.LocalFileSystem(), os.path.abspath(root)

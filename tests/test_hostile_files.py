@@ -8,10 +8,13 @@ import os
 import time
 
 import pytest
+import yaml
 
 from study.cli import hpstudy_main, run_edf_main
+from study.spec import load_spec
 from study.store import load_epochs, load_trials, write_spec_record, write_trial
 from tests.helpers import REPO, epoch_row, row, small_spec, spec_text, write_spec
+from trainers.errors import HpstudyError
 
 
 def one_error_line(capsys) -> str:
@@ -171,3 +174,27 @@ def test_no_code_in_the_project_can_run_code_found_in_data():
                 path = os.path.join(REPO, package, name)
                 offences += [(path, line, call) for line, call in code_from_data_calls(open(path).read())]
     assert not offences, offences
+
+
+HUGE_VALUES = {"text": "x" * 20_000, "list": [[[[["deep", 1.5]] * 50] * 50]] + list(range(5_000))}
+SPEC_FIELDS = ["name", "dataset", "models", "optimizers", "epochs", "samples", "sampler", "paired",
+               "sampler_seed", "seeds", "space", "resources", "max_retries", "fuse", "recipe.batch_size",
+               "recipe.device", "recipe.warmup_epochs", "recipe.init", "dataset.path", "dataset.image_size",
+               "space.adamw.lr", "space.adamw"]
+
+
+@pytest.mark.parametrize("kind", ["text", "list"])
+@pytest.mark.parametrize("field", SPEC_FIELDS)
+def test_a_huge_value_in_any_spec_field_is_shown_in_at_most_about_200_characters(tmp_path, field, kind):
+    spec = small_spec(name="big", optimizers=["adamw"])
+    *parents, last = field.split(".")
+    holder = spec
+    for parent in parents:
+        holder = holder.setdefault(parent, {}) if isinstance(holder.get(parent), dict) else \
+            holder.__setitem__(parent, {"name": "digits"} if parent == "dataset" else {}) or holder[parent]
+    holder[last] = HUGE_VALUES[kind]
+    path = tmp_path / "big.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    with pytest.raises(HpstudyError, match=r"^[^\n]*$") as raised:
+        load_spec(str(path))
+    assert len(str(raised.value)) < 700, str(raised.value)[:1000]     # what is allowed may list every model

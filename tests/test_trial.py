@@ -64,8 +64,8 @@ def test_recipe_options_run_on_cpu():
     from trainers.loop import fit
     from trainers.trial import Trainer
     trainer = Trainer(TrialConfig.from_dict(dict(
-        BASE, model="vit_c_tiny", optimizer="adamw", epochs=1, lr=1e-3, wd=0.05, ema_decay=0.99, mixup=0.8,
-        cutmix=1.0, label_smoothing=0.1, amp=True, channels_last=True, grad_clip=1.0, device="cpu")))
+        BASE, model="vit_c_tiny", optimizer="adamw", epochs=1, warmup_epochs=0.5, lr=1e-3, wd=0.05, ema_decay=0.99,
+        mixup=0.8, cutmix=1.0, label_smoothing=0.1, amp=True, channels_last=True, grad_clip=1.0, device="cpu")))
     mixup = trainer.mixup
     assert (mixup.mixup_alpha, mixup.cutmix_alpha, mixup.label_smoothing, mixup.num_classes) == (0.8, 1.0, 0.1, 10)
     assert trainer.amp and trainer.ema.decay == 0.99

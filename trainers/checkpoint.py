@@ -18,7 +18,7 @@ from timm.models._manipulate import group_parameters
 from timm.utils.model import freeze
 from torch import nn
 
-from trainers.errors import ConfigError
+from trainers.errors import ConfigError, shown
 
 CHECKPOINT_KINDS = "a local torch state dict (.pt, .pth, .bin) or safetensors file (.safetensors)"
 NAMED = 3          # mismatched keys named per kind in an error
@@ -95,7 +95,12 @@ def load_checkpoint(model: nn.Module, path: str, model_name: str) -> bool:
         state = load_state_dict(path, use_ema=True, weights_only=True)
     except Exception as exc:   # torch.load and safetensors raise many types for a file they cannot read
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise ConfigError(f"init: cannot read {path!r} ({reason}); allowed: {CHECKPOINT_KINDS}")
+        raise ConfigError(f"init: cannot read {shown(path)} ({reason}); allowed: {CHECKPOINT_KINDS}")
+    loose = next((key for key, value in state.items() if not isinstance(value, torch.Tensor)), None)
+    if loose is not None:
+        raise ConfigError(f"init: {shown(path)} is not a state dict of tensors: its entry {shown(loose)} is "
+                          f"{type(state[loose]).__name__}; allowed: {CHECKPOINT_KINDS}, e.g. a model's "
+                          f"state_dict() saved with torch.save")
     own = model.state_dict()
     timm_filter = getattr(sys.modules[type(model).__module__], "checkpoint_filter_fn", None)
     if timm_filter is not None:     # timm's: resizes position embeddings and tables to the model's image size

@@ -9,9 +9,9 @@ from functools import lru_cache
 from typing import Any, Dict, Optional
 
 from trainers.checkpoint import CHECKPOINT_KINDS, count_parameter_groups
-from trainers.data import MAX_SEED, DataSpec, finite_in, raise_first_bad, whole_in
+from trainers.data import MAX_SEED, SHA256, DataSpec, finite_in, raise_first_bad, whole_in
 from trainers.device_decode import device_can_augment
-from trainers.errors import ConfigError
+from trainers.errors import ConfigError, shown
 from trainers.optim import OPTIMIZERS, scaled_lr
 from trainers.zoo import get_spec
 
@@ -41,7 +41,7 @@ DECODE_MODES = ("auto", "workers", "device")
 # JSON while at the default, so resuming an old study finds its trials under the same keys.
 ADDED_SINCE_0_1 = {"accum_steps": 1, "grad_checkpointing": False, "decode": "auto", "init": None,
                    "init_sha256": None, "freeze": 0}
-SHA256 = re.compile(r"[0-9a-f]{64}")
+DATASET_ADDED_SINCE_0_1 = {"digest": None}          # the same for fields of the nested `dataset`
 
 
 def _doc(text: str, default: Any = dataclasses.MISSING, **kwargs) -> Any:
@@ -157,6 +157,9 @@ class TrialConfig:
             ("dtype", self.dtype, self.dtype in ("float32", "float64"), "float32 or float64"),
             ("num_workers", self.num_workers, whole_in(self.num_workers, 0, 1024), "an integer in [0, 1024]"),
         ], ConfigError)
+        if self.warmup_epochs >= self.epochs:
+            raise ConfigError(f"warmup_epochs: bad value {shown(self.warmup_epochs)}; allowed: >= 0 and < epochs "
+                              f"({self.epochs}): a warmup as long as the training never reaches its peak lr")
         if (self.mixup or self.cutmix) and self.batch_size % 2:
             raise ConfigError(f"batch_size: {self.batch_size} is odd; mixup/CutMix need an even batch")
         if self.decode not in DECODE_MODES:
@@ -231,8 +234,10 @@ class TrialConfig:
     def to_json(self) -> str:
         """Canonical JSON (sorted keys, fields added since 0.1 left out at their default): equal
         configs give equal strings, and a config of 0.1 keeps its string (and trial key)."""
-        values = {k: v for k, v in self.to_dict().items()
-                  if not (k in ADDED_SINCE_0_1 and v == ADDED_SINCE_0_1[k])}
+        at_default = lambda added, k, v: k in added and v == added[k]
+        values = {k: v for k, v in self.to_dict().items() if not at_default(ADDED_SINCE_0_1, k, v)}
+        values["dataset"] = {k: v for k, v in values["dataset"].items()
+                             if not at_default(DATASET_ADDED_SINCE_0_1, k, v)}
         return json.dumps(values, sort_keys=True, separators=(",", ":"))
 
     @property

@@ -7,9 +7,11 @@ crops and flips drawn once per epoch; `imagefolder` uses multi-worker DataLoader
 trial, persistent workers) with timm's training transforms. Nothing downloads.
 """
 
+import dataclasses
 import math
 import os
 import pickle
+import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Iterable, Iterator, Optional, Tuple
@@ -19,9 +21,8 @@ import torch
 import torch.nn.functional as F
 
 from trainers.device_decode import DeviceDecodeData
-from trainers.prepared import IMAGENET_MEAN, IMAGENET_STD, PreparedData
-
-from trainers.errors import DataError
+from trainers.errors import DataError, shown
+from trainers.prepared import IMAGENET_MEAN, IMAGENET_STD, PreparedData, data_digest, read_meta
 
 DATASETS = ("digits", "cifar10", "cifar100", "imagefolder", "prepared", "synthetic")
 DEFAULT_IMAGE_SIZE = {"digits": 16, "cifar10": 32, "cifar100": 32, "imagefolder": 224, "prepared": 224,
@@ -30,6 +31,7 @@ MAX_IMAGE_SIZE = 4096
 MAX_IMAGES = 10_000_000            # synthetic n_train / n_val
 MAX_CLASSES = 100_000
 MAX_SEED = 2**63 - 1               # seeds are stored as int64
+SHA256 = re.compile(r"[0-9a-f]{64}")
 
 _CIFAR_LAYOUT = {
     "cifar10": ("cifar-10-batches-py", [f"data_batch_{i}" for i in range(1, 6)], ["test_batch"],
@@ -56,7 +58,7 @@ def raise_first_bad(checks: Iterable[Tuple[str, Any, bool, str]], error: type) -
     naming the field, the value and what is allowed."""
     for name, value, ok, allowed in checks:
         if not ok:
-            raise error(f"{name}: bad value {value!r}; allowed: {allowed}")
+            raise error(f"{name}: bad value {shown(value)}; allowed: {allowed}")
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,9 @@ class DataSpec:
     n_train: int = field(default=512, metadata={"doc": "training images (synthetic only)"})
     n_val: int = field(default=256, metadata={"doc": "validation images (synthetic only)"})
     seed: int = field(default=0, metadata={"doc": "seed of the images (synthetic only)"})
+    digest: Optional[str] = field(default=None, metadata={
+        "doc": "the preparation's digest (prepared only), filled in when a study is planned so the trial key "
+               "names the arrays; a trial refuses a folder that holds another preparation"})
 
     @classmethod
     def from_config(cls, value) -> "DataSpec":
@@ -79,11 +84,11 @@ class DataSpec:
         if isinstance(value, str):
             value = {"name": value}
         if not isinstance(value, dict) or "name" not in value:
-            raise DataError(f"dataset: bad value {value!r}; allowed: a dataset name or a mapping with "
+            raise DataError(f"dataset: bad value {shown(value)}; allowed: a dataset name or a mapping with "
                             f"`name` and options from {sorted(cls.__dataclass_fields__)}")
         unknown = set(value) - set(cls.__dataclass_fields__)
         if unknown:
-            raise DataError(f"dataset: unknown key(s) {sorted(unknown)}; allowed: "
+            raise DataError(f"dataset: unknown key(s) {shown(sorted(map(str, unknown)))}; allowed: "
                             f"{sorted(cls.__dataclass_fields__)}")
         spec = cls(**value)
         spec.validate()
@@ -92,7 +97,7 @@ class DataSpec:
     def validate(self) -> None:
         """Raise DataError naming the first field whose value is not allowed."""
         if not isinstance(self.name, str) or self.name not in DATASETS:
-            raise DataError(f"dataset.name: unknown dataset {self.name!r}; allowed: {', '.join(DATASETS)}")
+            raise DataError(f"dataset.name: unknown dataset {shown(self.name)}; allowed: {', '.join(DATASETS)}")
         raise_first_bad([
             ("dataset.path", self.path, self.path is None or (isinstance(self.path, str) and self.path != ""),
              "null or a folder path"),
@@ -104,6 +109,9 @@ class DataSpec:
             ("dataset.n_train", self.n_train, whole_in(self.n_train, 1, MAX_IMAGES), f"an integer in [1, {MAX_IMAGES}]"),
             ("dataset.n_val", self.n_val, whole_in(self.n_val, 1, MAX_IMAGES), f"an integer in [1, {MAX_IMAGES}]"),
             ("dataset.seed", self.seed, whole_in(self.seed, 0, MAX_SEED), "an integer in [0, 2**63)"),
+            ("dataset.digest", self.digest, self.digest is None or (self.name == "prepared" and isinstance(
+                self.digest, str) and SHA256.fullmatch(self.digest) is not None),
+             "null, or 64 lower-case hex digits with dataset prepared"),
         ], DataError)
 
     @property
@@ -270,7 +278,7 @@ def _require_dir(path: Optional[str], name: str, layout: str) -> str:
     if not path:
         raise DataError(f"dataset {name!r} needs `path`: a local folder laid out as {layout}")
     if not os.path.isdir(path):
-        raise DataError(f"dataset {name!r}: path {path!r} does not exist or is not a folder; "
+        raise DataError(f"dataset {name!r}: path {shown(path)} does not exist or is not a folder; "
                         f"expected {layout}")
     return path
 
@@ -307,10 +315,39 @@ def load_digits_data(size: int) -> TensorData:
     return _tensor_data(to_x(x_tr), to_y(y_tr), to_x(x_va), to_y(y_va), 10, size)
 
 
+def _latin1(text: str, encoding: str) -> bytes:
+    """`_codecs.encode` as a protocol-2 pickle of bytes calls it, for latin-1 only (no other codec)."""
+    if encoding not in ("latin1", "latin-1"):
+        raise pickle.UnpicklingError(f"refused _codecs.encode with encoding {shown(encoding)}")
+    return text.encode("latin1")
+
+
+_RECONSTRUCT = np.ndarray(0).__reduce__()[0]         # numpy's array rebuilders (_frombuffer: pickle protocol 5)
+_FROMBUFFER = np.ndarray(0).__reduce_ex__(5)[0]
+
+
+class CifarUnpickler(pickle.Unpickler):
+    """An unpickler for CIFAR's python batches: dicts of lists, numbers, strings and numpy arrays. Any other
+    global (os.system, eval, subprocess: how a crafted pickle runs code) is refused before it is called."""
+
+    GLOBALS = {("numpy.core.multiarray", "_reconstruct"): _RECONSTRUCT,       # numpy 1's name
+               ("numpy._core.multiarray", "_reconstruct"): _RECONSTRUCT,      # numpy 2's
+               ("numpy.core.numeric", "_frombuffer"): _FROMBUFFER,
+               ("numpy._core.numeric", "_frombuffer"): _FROMBUFFER,
+               ("numpy", "ndarray"): np.ndarray, ("numpy", "dtype"): np.dtype, ("_codecs", "encode"): _latin1}
+
+    def find_class(self, module: str, name: str):
+        try:
+            return self.GLOBALS[module, name]
+        except KeyError:
+            raise pickle.UnpicklingError(f"refused global {shown(f'{module}.{name}')}: a CIFAR batch holds "
+                                         f"only numpy arrays, lists, numbers and strings") from None
+
+
 def _read_cifar_batch(path: str, label_key: bytes):
     try:
         with open(path, "rb") as f:
-            batch = pickle.load(f, encoding="bytes")
+            batch = CifarUnpickler(f, encoding="bytes").load()
         data, labels = batch[b"data"], batch[label_key]
     except FileNotFoundError:
         raise
@@ -329,7 +366,7 @@ def load_cifar_data(name: str, path: str, size: int) -> TensorData:
         root = os.path.join(root, folder)
     missing = [f for f in train_files + val_files if not os.path.isfile(os.path.join(root, f))]
     if missing:
-        raise DataError(f"dataset {name!r}: {root!r} lacks {missing}; expected {layout}")
+        raise DataError(f"dataset {name!r}: {shown(root)} lacks {missing}; expected {layout}")
     read = lambda files: [_read_cifar_batch(os.path.join(root, f), label_key) for f in files]
     (tx, ty), (vx, vy) = [tuple(torch.cat(t) for t in zip(*read(files)))
                           for files in (train_files, val_files)]
@@ -361,13 +398,32 @@ def check_data_path(spec: DataSpec) -> None:
         root = _require_dir(spec.path, spec.name, layout)
         for split in ("train", "val"):
             if not os.path.isdir(os.path.join(root, split)):
-                raise DataError(f"dataset 'imagefolder': {os.path.join(root, split)!r} is missing; "
+                raise DataError(f"dataset 'imagefolder': {shown(os.path.join(root, split))} is missing; "
                                 f"expected {layout}")
     elif spec.name == "prepared":
-        root = _require_dir(spec.path, spec.name, "a folder made by `hpstudy prepare` (meta.json, *.npy)")
-        if not os.path.isfile(os.path.join(root, "meta.json")):
-            raise DataError(f"dataset 'prepared': {root!r} has no meta.json; make it with "
-                            f"`hpstudy prepare --data <image folder> --out {root}`")
+        read_meta(_require_dir(spec.path, spec.name, "a folder made by `hpstudy prepare` (meta.json, *.npy)"))
+
+
+def pin_data(spec: DataSpec, must_exist: bool) -> DataSpec:
+    """The dataset a study is planned with: with `must_exist`, its path absolute and laid out as expected
+    (DataError naming dataset.path); for `prepared`, `digest` set from the folder's meta.json where there is
+    one, so trial keys name its arrays (DataError naming dataset.digest when a given one differs)."""
+    if must_exist and spec.path is not None and not os.path.isabs(spec.path):
+        raise DataError(f"dataset.path: bad value {shown(spec.path)} (a relative path: trials run in other "
+                        f"working directories); allowed: an absolute path every worker can read")
+    try:
+        if must_exist:
+            check_data_path(spec)
+        if spec.name != "prepared" or not (spec.path and os.path.isabs(spec.path)
+                                           and os.path.isfile(os.path.join(spec.path, "meta.json"))):
+            return spec
+        found = data_digest(read_meta(spec.path))
+    except DataError as exc:
+        raise DataError(f"dataset.path: {exc}")
+    if spec.digest is not None and spec.digest != found:
+        raise DataError(f"dataset.digest: bad value {shown(spec.digest)}; allowed: the digest of "
+                        f"{shown(spec.path)} ({found}), or null to take it from the folder")
+    return dataclasses.replace(spec, digest=found)
 
 
 @lru_cache(maxsize=4)
@@ -384,7 +440,7 @@ def load_data(spec: DataSpec, num_workers: int = 4, auto_augment: Optional[str] 
     if spec.name == "synthetic":
         return load_synthetic_data(spec)
     if spec.name == "prepared":
-        return PreparedData(spec.path, spec.size, auto_augment)
+        return PreparedData(spec.path, spec.size, auto_augment, spec.digest)
     if decode_on_device:
         return DeviceDecodeData(spec.path, spec.size, num_workers, auto_augment)
     return LoaderData(spec.path, spec.size, num_workers, auto_augment)

@@ -4,10 +4,15 @@
 and centre-cropped to a square, and every validation image exactly as timm's eval transform does
 (short side to image_size / 0.875, centre crop image_size). The arrays are written under a
 temporary name, checksummed (sha256) and renamed, so a folder that exists is complete; a rerun of
-`prepare` reuses it after verifying the checksums. Every trial and study on the node then reads
-them through the page cache. `PreparedData` serves them: a
+`prepare` reuses it when the source images have the same names, labels, sizes and modification times
+(with `verify_content`, the same bytes), after verifying the checksums. Every trial and study on the
+node then reads them through the page cache. `PreparedData` serves them: a
 training batch is gathered on the CPU (a memory copy, no decoding), moved to the training device,
 and cropped, flipped and AutoAugmented there (trainers.augment).
+
+`prepare` deletes only what it wrote: `--out` must be missing, an empty folder or an earlier
+preparation (its meta.json and arrays and nothing else), checked before decoding; a trial key names
+a preparation by `data_digest` (its classes and its arrays' sha256s).
 
 How this differs from decoding the full-size JPEG every epoch: the random-resized crop samples its
 box from the stored `train_size` square, not the full image, so a non-square image loses its
@@ -16,43 +21,82 @@ The exact path (`imagefolder`) stays available.
 """
 
 import contextlib
+import functools
 import hashlib
+import io
 import json
+import multiprocessing
 import os
 import shutil
 import uuid
-import multiprocessing
-from typing import Dict, Iterator, Optional, Tuple
+from typing import Dict, Iterable, Iterator, List, Optional, Tuple
 
 import numpy as np
 import torch
 
 from trainers.augment import DeviceAutoAugment, train_augment
-from trainers.errors import DataError
+from trainers.errors import DataError, shown
 
 FORMAT_VERSION = 1
 ARRAYS = ("train_x", "train_y", "val_x", "val_y")
+PREPARED_FILES = ("meta.json",) + tuple(f"{name}.npy" for name in ARRAYS)     # all that prepare writes
+MARK = ("version", "source", "train_size", "image_size", "files_digest", "classes", "sha256")  # in every meta.json
+OUT_ALLOWED = ("allowed: a path that does not exist, an empty folder, or a folder written by `hpstudy prepare` "
+               "(replaced: only the files prepare wrote are deleted)")
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
-def _decode_train(args) -> np.ndarray:
-    path, size = args
-    from PIL import Image
+def _train_image(img, size: int) -> np.ndarray:
     from torchvision.transforms import functional as TF
-    with Image.open(path) as img:
-        img = TF.center_crop(TF.resize(img.convert("RGB"), size, TF.InterpolationMode.BICUBIC), size)
-        return np.asarray(img, dtype=np.uint8)
+    return np.asarray(TF.center_crop(TF.resize(img, size, TF.InterpolationMode.BICUBIC), size), dtype=np.uint8)
 
 
-def _decode_val(args) -> np.ndarray:
-    path, size = args
-    from PIL import Image
+@functools.lru_cache(maxsize=None)
+def _val_transform(size: int):
     from timm.data import create_transform
-    transform = create_transform(size, is_training=False, interpolation="bicubic", crop_pct=0.875,
-                                 use_prefetcher=True)
-    with Image.open(path) as img:
-        return transform(img.convert("RGB")).permute(1, 2, 0).numpy()
+    return create_transform(size, is_training=False, interpolation="bicubic", crop_pct=0.875, use_prefetcher=True)
+
+
+def _val_image(img, size: int) -> np.ndarray:
+    return _val_transform(size)(img).permute(1, 2, 0).numpy()
+
+
+_DECODERS = {"train": _train_image, "val": _val_image}
+
+
+def _unreadable(path: str, exc: OSError) -> DataError:
+    return DataError(f"prepare: cannot read {shown(path)} ({exc.strerror or type(exc).__name__}); allowed: "
+                     f"readable image files")
+
+
+def _source_bytes(path: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as exc:
+        raise _unreadable(path, exc)
+
+
+def _source_sha256(path: str) -> str:
+    return hashlib.sha256(_source_bytes(path)).hexdigest()
+
+
+def _decode(job: Tuple[str, str, int]) -> Tuple[np.ndarray, str]:
+    """One source image of a split decoded as that split is stored, and the sha256 of its bytes;
+    DataError naming the file when it cannot be decoded (raised in a pool worker, it reaches the caller)."""
+    from PIL import Image, UnidentifiedImageError
+    path, split, size = job
+    data = _source_bytes(path)
+    try:
+        with Image.open(io.BytesIO(data)) as img:
+            image = _DECODERS[split](img.convert("RGB"), size)
+    except Exception as exc:        # PIL raises many types for a damaged file
+        reason = ("not an image PIL can read" if isinstance(exc, UnidentifiedImageError) else
+                  str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+        raise DataError(f"prepare: cannot decode {shown(path)} ({reason}); allowed: image files PIL can "
+                        f"read (replace or remove this one)")
+    return image, hashlib.sha256(data).hexdigest()
 
 
 def _sha256(path: str) -> str:
@@ -65,23 +109,60 @@ def _sha256(path: str) -> str:
 
 def _listing(source: str):
     from torchvision.datasets import ImageFolder
+    layout = "train/<class>/*.JPEG and val/<class>/*.JPEG, at least one image per class"
     splits = {}
     for split in ("train", "val"):
         folder = os.path.join(source, split)
         if not os.path.isdir(folder):
-            raise DataError(f"prepare: {folder!r} is missing; expected train/<class>/*.JPEG and val/<class>/*.JPEG")
-        splits[split] = ImageFolder(folder)
+            raise DataError(f"prepare: {shown(folder)} is missing; expected {layout}")
+        try:
+            splits[split] = ImageFolder(folder)
+        except FileNotFoundError as exc:         # no class folders, or a class folder without images
+            raise DataError(f"prepare: {shown(folder)}: {exc}; expected {layout}")
     if splits["train"].classes != splits["val"].classes:
-        raise DataError(f"prepare: {source!r}: train and val have different class folders")
+        raise DataError(f"prepare: {shown(source)}: train and val have different class folders")
     return splits
 
 
-def _files_digest(splits) -> str:
-    digest = hashlib.sha256()
+def _entries(splits) -> Iterator[Tuple[str, str, str, int]]:
+    """(split, path, path in the split, label) of every source image, in the order they are stored."""
     for split, folder in splits.items():
         for path, label in folder.samples:
-            digest.update(f"{split}\0{os.path.relpath(path, folder.root)}\0{label}\0{os.path.getsize(path)}\n".encode())
+            yield split, path, os.path.relpath(path, folder.root), label
+
+
+def _digest(lines: Iterable[str]) -> str:
+    digest = hashlib.sha256()
+    for line in lines:
+        digest.update(f"{line}\n".encode())
     return digest.hexdigest()
+
+
+def _files_digest(splits) -> str:
+    """A digest of every source image's name, label, size and modification time (no reading)."""
+    def line(path, *named):
+        try:
+            stat = os.stat(path)
+        except OSError as exc:          # a dangling link
+            raise _unreadable(path, exc)
+        return "\0".join(map(str, (*named, stat.st_size, stat.st_mtime_ns)))
+    return _digest(line(path, split, rel, label) for split, path, rel, label in _entries(splits))
+
+
+def _content_digest(splits, shas: Iterable[str]) -> str:
+    """A digest of every source image's name, label and bytes (`shas`: their sha256s, in listing order)."""
+    return _digest(f"{split}\0{rel}\0{label}\0{sha}" for (split, _, rel, label), sha in zip(_entries(splits), shas))
+
+
+def _hashed_content(splits, workers: int) -> str:
+    """The content digest of the source images, each read and hashed now (by `workers` processes)."""
+    with _decoding(workers) as imap:
+        return _content_digest(splits, imap(_source_sha256, [path for _, path, _, _ in _entries(splits)]))
+
+
+def data_digest(meta: Dict) -> str:
+    """What a trial key names for a prepared folder: a sha256 over its classes and its arrays' sha256s."""
+    return hashlib.sha256(json.dumps([meta["classes"], meta["sha256"]], sort_keys=True).encode()).hexdigest()
 
 
 @contextlib.contextmanager
@@ -94,6 +175,64 @@ def _decoding(workers: int):
         return
     with multiprocessing.get_context("spawn").Pool(workers) as pool:
         yield lambda fn, jobs: pool.imap(fn, jobs, chunksize=64)
+
+
+def _own_meta(folder: str) -> Optional[Dict]:
+    """`folder`'s meta.json when `hpstudy prepare` wrote it (its format fields are there), else None."""
+    try:
+        with open(os.path.join(folder, "meta.json"), encoding="utf-8") as f:
+            meta = json.load(f)
+    except (OSError, ValueError, RecursionError):      # missing, unreadable or not JSON
+        return None
+    ok = (isinstance(meta, dict) and all(k in meta for k in MARK) and isinstance(meta["sha256"], dict)
+          and all(isinstance(meta["sha256"].get(name), str) for name in ARRAYS))
+    return meta if ok else None
+
+
+def read_meta(path: str) -> Dict:
+    """The meta.json of a folder written by `hpstudy prepare`; DataError naming the folder otherwise."""
+    meta = _own_meta(path)
+    if meta is None:
+        raise DataError(f"dataset 'prepared': {shown(path)} has no meta.json written by `hpstudy prepare`; "
+                        f"make it with `hpstudy prepare --data <image folder> --out {path}`")
+    return meta
+
+
+def _existing(out: str) -> Optional[Dict]:
+    """What `--out` holds that prepare may replace: None when nothing is there, {} for an empty folder,
+    the meta.json of an earlier preparation holding only prepare's files. DataError naming `--out`, why
+    and what is allowed for anything else (a file, a symbolic link, the working directory or a folder
+    above it, a folder holding anything prepare did not write)."""
+    def refuse(why: str) -> DataError:
+        return DataError(f"--out: {shown(out)} {why}; {OUT_ALLOWED}")
+    if os.path.islink(out):
+        raise refuse("is a symbolic link (never followed)")
+    if not os.path.lexists(out):
+        return None
+    if not os.path.isdir(out):
+        raise refuse("is not a folder")
+    real = os.path.realpath(out)
+    if os.path.commonpath([real, os.getcwd()]) == real:
+        raise refuse("is the working directory or a folder above it")
+    entries = sorted(os.listdir(out))
+    if not entries:
+        return {}
+    foreign = [e for e in entries if e not in PREPARED_FILES or os.path.islink(os.path.join(out, e))
+               or not os.path.isfile(os.path.join(out, e))]
+    if foreign:
+        raise refuse(f"holds {shown(foreign)}, which `hpstudy prepare` did not write")
+    meta = _own_meta(out)
+    if meta is None:
+        raise refuse("is not empty and holds no meta.json written by `hpstudy prepare`")
+    return meta
+
+
+def _remove_preparation(out: str) -> None:
+    """Delete the files prepare writes, then the folder: rmdir, so anything else in it stays."""
+    for name in PREPARED_FILES:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(out, name))
+    os.rmdir(out)
 
 
 def verify_arrays(path: str, meta: Dict) -> None:
@@ -112,68 +251,79 @@ def verify_arrays(path: str, meta: Dict) -> None:
 
 
 def prepare(source: str, out: str, train_size: int = 256, image_size: int = 224, workers: int = 1,
-            progress=print) -> Dict:
-    """Decode `source` (train/ and val/ class folders) once into `out`; reuse `out` when it already
-    holds the same files at the same sizes. Returns the meta record (with `reused`)."""
+            progress=print, verify_content: bool = False) -> Dict:
+    """Decode `source` (train/ and val/ class folders) once into `out`; reuse `out` when it already holds a
+    preparation of the same files (names, labels, sizes and modification times; with `verify_content`, also
+    their bytes), else replace it. Returns the meta record (with `reused`)."""
     if train_size < image_size:
         raise DataError(f"prepare: --train-size {train_size} < --image-size {image_size}; allowed: >=")
+    found = _existing(out)           # before any decoding: refuses what prepare must not replace
     splits = _listing(source)
     wanted = {"version": FORMAT_VERSION, "source": os.path.abspath(source), "train_size": train_size,
               "image_size": image_size, "crop_pct": 0.875, "files_digest": _files_digest(splits),
               "classes": splits["train"].classes,
               "n_train": len(splits["train"]), "n_val": len(splits["val"])}
-    meta_path = os.path.join(out, "meta.json")
-    if os.path.exists(meta_path):
-        with open(meta_path) as f:
-            found = json.load(f)
-        if {k: found.get(k) for k in wanted} == wanted:
-            verify_arrays(out, found)
-            return dict(found, reused=True)
-    tmp = f"{out.rstrip('/')}.tmp-{uuid.uuid4().hex[:8]}"
+    if found and {k: found.get(k) for k in wanted} == wanted and (
+            not verify_content or found.get("content_digest") == _hashed_content(splits, workers)):
+        verify_arrays(out, found)
+        return dict(found, reused=True)
+    tmp = f"{os.path.abspath(out)}.tmp-{uuid.uuid4().hex[:8]}"
     os.makedirs(tmp)
     try:
-        shapes = {"train_x": (wanted["n_train"], train_size, train_size, 3),
-                  "val_x": (wanted["n_val"], image_size, image_size, 3)}
-        with _decoding(workers) as imap:
-            for split, size, decode in (("train", train_size, _decode_train), ("val", image_size, _decode_val)):
-                samples = splits[split].samples
-                images = np.lib.format.open_memmap(os.path.join(tmp, f"{split}_x.npy"), mode="w+",
-                                                   dtype=np.uint8, shape=shapes[f"{split}_x"])
-                for i, image in enumerate(imap(decode, [(p, size) for p, _ in samples])):
-                    images[i] = image
-                    if progress and (i + 1) % 10000 == 0:
-                        progress(f"prepare: {split} {i + 1}/{len(samples)}")
-                images.flush()
-                del images
-                np.save(os.path.join(tmp, f"{split}_y.npy"), np.array([y for _, y in samples], dtype=np.int64))
-        meta = dict(wanted, sha256={name: _sha256(os.path.join(tmp, f"{name}.npy")) for name in ARRAYS})
-        with open(os.path.join(tmp, "meta.json"), "w") as f:
-            json.dump(meta, f, indent=1)
-        if os.path.exists(out):
-            shutil.rmtree(out)          # an older preparation of other files or sizes
+        meta = _write(splits, tmp, wanted, workers, progress)
+        if _existing(out) is not None:     # checked again: nothing has come into it since
+            _remove_preparation(out)
         os.replace(tmp, out)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(tmp, ignore_errors=True)        # made above: only prepare's files are in it
         raise
     return dict(meta, reused=False)
+
+
+def _write(splits, tmp: str, wanted: Dict, workers: int, progress) -> Dict:
+    """Decode every image into arrays in `tmp` and write its meta.json; returns the meta record."""
+    shapes = {"train": (wanted["n_train"], wanted["train_size"], wanted["train_size"], 3),
+              "val": (wanted["n_val"], wanted["image_size"], wanted["image_size"], 3)}
+    shas: List[str] = []
+    with _decoding(workers) as imap:
+        for split in ("train", "val"):
+            samples = splits[split].samples
+            size = shapes[split][1]
+            images = np.lib.format.open_memmap(os.path.join(tmp, f"{split}_x.npy"), mode="w+",
+                                               dtype=np.uint8, shape=shapes[split])
+            for i, (image, sha) in enumerate(imap(_decode, [(p, split, size) for p, _ in samples])):
+                images[i] = image
+                shas.append(sha)
+                if progress and (i + 1) % 10000 == 0:
+                    progress(f"prepare: {split} {i + 1}/{len(samples)}")
+            images.flush()
+            del images
+            np.save(os.path.join(tmp, f"{split}_y.npy"), np.array([y for _, y in samples], dtype=np.int64))
+    meta = dict(wanted, content_digest=_content_digest(splits, shas),
+                sha256={name: _sha256(os.path.join(tmp, f"{name}.npy")) for name in ARRAYS})
+    meta["digest"] = data_digest(meta)
+    with open(os.path.join(tmp, "meta.json"), "w") as f:
+        json.dump(meta, f, indent=1)
+    return meta
 
 
 class PreparedData:
     """A folder written by `prepare`: memory-mapped uint8 arrays, augmented on the training device."""
 
-    def __init__(self, path: str, image_size: int, auto_augment: Optional[str] = None):
-        meta_path = os.path.join(path, "meta.json")
-        if not os.path.isfile(meta_path):
-            raise DataError(f"dataset 'prepared': {path!r} has no meta.json; make it with "
-                            f"`hpstudy prepare --data <image folder> --out {path}`")
-        with open(meta_path) as f:
-            self.meta = json.load(f)
+    def __init__(self, path: str, image_size: int, auto_augment: Optional[str] = None,
+                 digest: Optional[str] = None):
+        self.meta = read_meta(path)
+        found = data_digest(self.meta)
+        if digest is not None and found != digest:
+            raise DataError(f"dataset.digest: {shown(path)} holds the preparation {found}, not the {digest} this "
+                            f"trial was planned with; allowed: the same preparation (rerun the study to plan it "
+                            f"with the new preparation's trial keys)")
         if self.meta.get("version") != FORMAT_VERSION:
-            raise DataError(f"dataset 'prepared': {path!r} has format {self.meta.get('version')}; "
+            raise DataError(f"dataset 'prepared': {shown(path)} has format {shown(self.meta.get('version'))}; "
                             f"allowed: {FORMAT_VERSION} (prepare it again)")
         if image_size != self.meta["image_size"]:
-            raise DataError(f"dataset.image_size: bad value {image_size}; {path!r} was prepared for "
-                            f"{self.meta['image_size']} px (validation images are stored at that size)")
+            raise DataError(f"dataset.image_size: bad value {image_size}; {shown(path)} was prepared for "
+                            f"{shown(self.meta['image_size'])} px (validation images are stored at that size)")
         self.path = path
         arrays = {name: np.load(os.path.join(path, f"{name}.npy"), mmap_mode="r") for name in ARRAYS}
         self.train_x, self.train_y, self.val_x, self.val_y = (arrays[name] for name in ARRAYS)
