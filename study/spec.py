@@ -263,7 +263,7 @@ def _check_recipe_values(spec: StudySpec) -> None:
         box = spec.box(model, spec.optimizers[0])
         try:
             TrialConfig.from_dict(dict(spec.recipe, model=model, optimizer=spec.optimizers[0],
-                                       epochs=spec.epochs[0], lr=box.lr[0], wd=box.wd[0],
+                                       epochs=min(spec.epochs), lr=box.lr[0], wd=box.wd[0],
                                        dataset=spec.dataset))
         except ConfigError as exc:
             field_name = str(exc).split(":")[0]

@@ -16,7 +16,7 @@ from tests.helpers import image_folder, small_spec
 from trainers.config import TrialConfig
 from trainers.data import DataSpec, load_data
 from trainers.errors import DataError
-from trainers.prepared import PREPARED_FILES, prepare
+from trainers.prepared import PREPARED_FILES, PreparedData, prepare
 
 SIZES = ["--train-size", "16", "--image-size", "12"]
 
@@ -263,3 +263,16 @@ def test_a_prepared_study_needs_a_folder_prepare_wrote(tmp_path):
     with pytest.raises(SpecError, match=r"^dataset.path: dataset 'prepared': .*other' has no meta.json written by "
                                         r"`hpstudy prepare`"):
         parse_spec(_study(tmp_path / "other"))
+
+
+@pytest.mark.parametrize("damage", ["missing", "truncated"])
+def test_a_preparation_with_a_damaged_array_is_one_line_naming_it(tmp_path, source, damage):
+    out = tmp_path / "prep"
+    _preparation(source, out)
+    array = out / "val_y.npy"
+    if damage == "missing":
+        array.unlink()
+    else:
+        array.write_bytes(array.read_bytes()[:20])
+    with pytest.raises(DataError, match=r"^dataset 'prepared': cannot read .*val_y.npy.*; prepare it again"):
+        PreparedData(str(out), 12)

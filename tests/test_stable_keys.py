@@ -20,7 +20,7 @@ from trainers.config import TrialConfig
 # stored study of that spec (say so in the changelog, and keep the old keys resumable as below)
 PINNED = {"demo_digits": "b99c70ff37d38dc1", "repro_digits_lr_wd": "fa60475add2603a5",
           "repro_digits_length": "410c75833facbc5c", "repro_digits_optimizer": "0ab3ee3e789326a5",
-          "cifar10_lr_wd": "f756b522b6031f31"}
+          "cifar10_lr_wd": "b1e85f937cae2c12"}
 
 
 def keys_digest(trials) -> str:

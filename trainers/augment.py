@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torchvision.transforms.v2 import AutoAugment, AutoAugmentPolicy
 
-from trainers.errors import ConfigError
+from trainers.errors import ConfigError, shown
 
 RRC_SCALE = (0.08, 1.0)          # timm's / torchvision's RandomResizedCrop defaults
 RRC_RATIO = (3 / 4, 4 / 3)
@@ -89,7 +89,7 @@ class DeviceAutoAugment:
 
     def __init__(self, policy: str = "original"):
         if policy != "original":
-            raise ConfigError(f"auto_augment: bad value {policy!r} on a device pipeline; allowed: original "
+            raise ConfigError(f"auto_augment: bad value {shown(policy)} on a device pipeline; allowed: original "
                               f"(or null), the ImageNet policy")
         self.aa = AutoAugment(AutoAugmentPolicy.IMAGENET)
         self._maps = {}

@@ -48,16 +48,16 @@ def pin_init(config: Mapping[str, Any], must_exist: bool) -> Dict[str, Any]:
     if not isinstance(path, str) or not path:
         return dict(config)                  # no init, or a bad value that TrialConfig.validate names
     if not os.path.isabs(path):
-        raise ConfigError(f"init: bad value {path!r} (a relative path: trials run in other working directories); "
+        raise ConfigError(f"init: bad value {shown(path)} (a relative path: trials run in other working directories); "
                           f"allowed: an absolute path every worker can read, of {CHECKPOINT_KINDS}")
     if not os.path.isfile(path):
         if must_exist:
-            raise ConfigError(f"init: {path!r} is not a file; allowed: {CHECKPOINT_KINDS}")
+            raise ConfigError(f"init: {shown(path)} is not a file; allowed: {CHECKPOINT_KINDS}")
         return dict(config)
     sha = file_sha256(path)
     given = config.get("init_sha256")
     if given is not None and given != sha:
-        raise ConfigError(f"init_sha256: bad value {given!r}; allowed: the sha256 of {path!r} ({sha}), "
+        raise ConfigError(f"init_sha256: bad value {shown(given)}; allowed: the sha256 of {shown(path)} ({sha}), "
                           f"or null to take it from the file")
     return dict(config, init_sha256=sha)
 
@@ -66,10 +66,10 @@ def verified_sha256(path: str, planned: Optional[str]) -> str:
     """The sha256 of the checkpoint a trial starts from; ConfigError if the file is missing or is not
     the one the trial was planned with (`planned`, its recorded sha256; None: not recorded)."""
     if not os.path.isfile(path):
-        raise ConfigError(f"init: {path!r} is not a file; allowed: {CHECKPOINT_KINDS}")
+        raise ConfigError(f"init: {shown(path)} is not a file; allowed: {CHECKPOINT_KINDS}")
     sha = file_sha256(path)
     if planned is not None and sha != planned:
-        raise ConfigError(f"init: {path!r} has sha256 {sha}, not the {planned} this trial was planned with; "
+        raise ConfigError(f"init: {shown(path)} has sha256 {sha}, not the {planned} this trial was planned with; "
                           f"allowed: the same file (rerun the study to plan it with the new file's trial keys)")
     return sha
 
@@ -116,7 +116,7 @@ def load_checkpoint(model: nn.Module, path: str, model_name: str) -> bool:
     problems = [f"{what} {_named(keys)}" for what, keys in (("missing", missing), ("unexpected", unexpected),
                                                              ("shape (checkpoint vs model)", shapes)) if keys]
     if problems:
-        raise ConfigError(f"init: {path!r} does not fit model {model_name}: {'; '.join(problems)}; allowed: "
+        raise ConfigError(f"init: {shown(path)} does not fit model {model_name}: {'; '.join(problems)}; allowed: "
                           f"a checkpoint of {model_name} (any class count)")
     with torch.no_grad():
         model.load_state_dict(state, strict=False)

@@ -116,10 +116,10 @@ class TrialConfig:
         """Raise ConfigError (DataError for `dataset`) naming the first bad field: every field has
         its type, every number is finite and in range, and the model can train on these batches."""
         if not isinstance(self.model, str):
-            raise ConfigError(f"model: bad value {self.model!r}; allowed: a registered model name")
+            raise ConfigError(f"model: bad value {shown(self.model)}; allowed: a registered model name")
         get_spec(self.model)
         if not isinstance(self.dataset, DataSpec):
-            raise ConfigError(f"dataset: bad value {self.dataset!r}; allowed: a DataSpec")
+            raise ConfigError(f"dataset: bad value {shown(self.dataset)}; allowed: a DataSpec")
         self.dataset.validate()
         optional = lambda value, ok: value is None or ok
         raise_first_bad([
@@ -163,10 +163,10 @@ class TrialConfig:
         if (self.mixup or self.cutmix) and self.batch_size % 2:
             raise ConfigError(f"batch_size: {self.batch_size} is odd; mixup/CutMix need an even batch")
         if self.decode not in DECODE_MODES:
-            raise ConfigError(f"decode: bad value {self.decode!r}; allowed: {', '.join(DECODE_MODES)}")
+            raise ConfigError(f"decode: bad value {shown(self.decode)}; allowed: {', '.join(DECODE_MODES)}")
         if not (isinstance(self.accum_steps, int) and 1 <= self.accum_steps <= self.batch_size
                 and self.batch_size % self.accum_steps == 0):
-            raise ConfigError(f"accum_steps: bad value {self.accum_steps!r}; allowed: an integer >= 1 that "
+            raise ConfigError(f"accum_steps: bad value {shown(self.accum_steps)}; allowed: an integer >= 1 that "
                               f"divides batch_size ({self.batch_size})")
         self._check_device_augment()
         self._check_init()
@@ -182,7 +182,7 @@ class TrialConfig:
         else:
             return
         if not device_can_augment(self.auto_augment):
-            raise ConfigError(f"auto_augment: bad value {self.auto_augment!r} with {where}; allowed: null or "
+            raise ConfigError(f"auto_augment: bad value {shown(self.auto_augment)} with {where}; allowed: null or "
                               f"original (the device pipeline runs AutoAugment's ImageNet policy only; other timm "
                               f"policies need {instead})")
 
@@ -190,18 +190,18 @@ class TrialConfig:
         """ConfigError naming `init`, `init_sha256` or `freeze` when one is malformed or out of range for
         the model (the head's group is never frozen; freezing needs a checkpoint to keep)."""
         if not (self.init is None or (isinstance(self.init, str) and self.init)):
-            raise ConfigError(f"init: bad value {self.init!r}; allowed: null (from scratch) or the path of "
+            raise ConfigError(f"init: bad value {shown(self.init)}; allowed: null (from scratch) or the path of "
                               f"{CHECKPOINT_KINDS}")
         if not (self.init_sha256 is None or (self.init is not None and isinstance(self.init_sha256, str)
                                              and SHA256.fullmatch(self.init_sha256))):
-            raise ConfigError(f"init_sha256: bad value {self.init_sha256!r}; allowed: null, or 64 lower-case hex "
+            raise ConfigError(f"init_sha256: bad value {shown(self.init_sha256)}; allowed: null, or 64 lower-case hex "
                               f"digits with init")
         if whole_in(self.freeze, 0, 0):
             return
         groups = count_parameter_groups(self.model)
         if not (self.init and whole_in(self.freeze, 1, groups - 1)):
             allowed = f"an integer in [0, {groups - 1}]" if self.init else "0 without init (nothing to keep)"
-            raise ConfigError(f"freeze: bad value {self.freeze!r} for model {self.model}; allowed: {allowed} "
+            raise ConfigError(f"freeze: bad value {shown(self.freeze)} for model {self.model}; allowed: {allowed} "
                               f"(leading parameter groups: 1 = the stem; the head's group is never frozen)")
 
     def _check_model_input(self) -> None:

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch.func import functional_call, grad_and_value, stack_module_state, vmap
 
 from trainers.config import TrialConfig
-from trainers.errors import ConfigError
+from trainers.errors import ConfigError, shown
 from trainers.data import DeviceBatches
 from trainers.loop import MemberRecords, diverged_mask, fit, release_device_memory, trial_schedule, trial_setup
 from trainers.models import build_model, set_fused_attention
@@ -50,7 +50,7 @@ def check_fusable(cfgs: Sequence[TrialConfig]) -> None:
     for name, off in UNSUPPORTED.items():
         if first[name] not in off:
             why = f" ({WHY_UNSUPPORTED[name]})" if name in WHY_UNSUPPORTED else ""
-            raise ConfigError(f"{name}: {first[name]!r} is not supported in fused training{why}; train alone")
+            raise ConfigError(f"{name}: {shown(first[name])} is not supported in fused training{why}; train alone")
 
 
 class FusedTrainer:

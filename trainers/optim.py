@@ -6,7 +6,7 @@ import torch
 from timm.scheduler import CosineLRScheduler
 from torch import nn
 
-from trainers.errors import ConfigError
+from trainers.errors import ConfigError, shown
 
 OPTIMIZERS = ("adamw", "sgd")
 
@@ -37,7 +37,7 @@ def build_optimizer(name: str, model: nn.Module, lr: float, weight_decay: float,
         return torch.optim.AdamW(groups, lr=lr, betas=tuple(betas))
     if name == "sgd":
         return torch.optim.SGD(groups, lr=lr, momentum=momentum, nesterov=True)
-    raise ConfigError(f"optimizer: unknown {name!r}; allowed: {', '.join(OPTIMIZERS)}")
+    raise ConfigError(f"optimizer: unknown {shown(name)}; allowed: {', '.join(OPTIMIZERS)}")
 
 
 def build_schedule(optimizer: torch.optim.Optimizer, total_steps: int, warmup_steps: int,

@@ -214,7 +214,10 @@ def _existing(out: str) -> Optional[Dict]:
     real = os.path.realpath(out)
     if os.path.commonpath([real, os.getcwd()]) == real:
         raise refuse("is the working directory or a folder above it")
-    entries = sorted(os.listdir(out))
+    try:
+        entries = sorted(os.listdir(out))
+    except OSError as exc:
+        raise refuse(f"cannot be listed ({exc.strerror or type(exc).__name__})")
     if not entries:
         return {}
     foreign = [e for e in entries if e not in PREPARED_FILES or os.path.islink(os.path.join(out, e))
@@ -325,10 +328,17 @@ class PreparedData:
             raise DataError(f"dataset.image_size: bad value {image_size}; {shown(path)} was prepared for "
                             f"{shown(self.meta['image_size'])} px (validation images are stored at that size)")
         self.path = path
-        arrays = {name: np.load(os.path.join(path, f"{name}.npy"), mmap_mode="r") for name in ARRAYS}
+        arrays = {}
+        for name in ARRAYS:
+            file = os.path.join(path, f"{name}.npy")
+            try:
+                arrays[name] = np.load(file, mmap_mode="r")
+            except (OSError, ValueError) as exc:     # missing, truncated, not an .npy
+                raise DataError(f"dataset 'prepared': cannot read {shown(file)} ({type(exc).__name__}); prepare "
+                                f"it again (delete {path} and run `hpstudy prepare`)")
         self.train_x, self.train_y, self.val_x, self.val_y = (arrays[name] for name in ARRAYS)
         if len(self.train_x) != self.meta["n_train"] or len(self.val_x) != self.meta["n_val"]:
-            raise DataError(f"dataset 'prepared': {path!r}: arrays do not match meta.json (prepare it again)")
+            raise DataError(f"dataset 'prepared': {shown(path)}: arrays do not match meta.json (prepare it again)")
         self.image_size = image_size
         self.num_classes = len(self.meta["classes"])
         self.mean, self.std = IMAGENET_MEAN, IMAGENET_STD

@@ -7,7 +7,7 @@ order; `trainers.models` turns a spec into a module (the recipe's `builder` name
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence
 
-from trainers.errors import ConfigError
+from trainers.errors import ConfigError, shown
 
 FAMILIES = ("vit_p", "vit_c", "cnn", "coatnet", "vit_rel")
 SIZE_ORDER = ("tiny", "1gf", "4gf", "8gf", "18gf", "36gf")   # compute classes, in panel order
@@ -49,7 +49,7 @@ def list_models(family: Optional[str] = None) -> List[str]:
 def get_spec(name: str) -> ModelSpec:
     """The spec of a registered model; ConfigError naming the registered ones otherwise."""
     if name not in _REGISTRY:
-        raise ConfigError(f"model: unknown model {name!r}; allowed: {', '.join(_REGISTRY)}")
+        raise ConfigError(f"model: unknown model {shown(name)}; allowed: {', '.join(_REGISTRY)}")
     return _REGISTRY[name]
 
 
