@@ -58,10 +58,10 @@ def filter_rows(frame: pd.DataFrame, expr: str) -> pd.DataFrame:
     text = expr.strip()
     try:
         ast.parse(text, mode="eval")    # a syntax error is reported in the user's own text
+        source = _pandas_precedence(text)
+        tree = ast.parse(source, mode="eval")      # `[*lr & wd]` parses only before the rewrite
     except SyntaxError as exc:
         raise QueryError(f"query {shown(expr)}: not an expression ({exc.msg}); {ALLOWED}") from None
-    source = _pandas_precedence(text)
-    tree = ast.parse(source, mode="eval")
     if _depth(tree) > MAX_DEPTH:
         raise QueryError(f"query {shown(expr)}: nested more than {MAX_DEPTH} levels deep")
     mask = _Filter(frame, expr, source).condition(tree.body)

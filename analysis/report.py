@@ -34,6 +34,9 @@ def check_report_dir(path: str, what: str = "report folder") -> None:
     """Create the folder `path` and write and delete a probe file in it, or raise ReportError naming
     `what` (the flag), the path and why (also when hpstudy may not write there: report_folder.owned);
     run before a study, so a bad --report stops nothing late."""
+    if "://" in path:
+        raise ReportError(f"{what}: {path!r} is a URI; allowed: a local folder (a study's report goes into a "
+                          f"store given as a URI by default, at <store>/reports/<study>/)")
     if os.path.exists(path) and not os.path.isdir(path):
         raise ReportError(f"{what}: {path!r} is a file; allowed: {FOLDER_RULE}")
     probe = os.path.join(path, f".probe-{uuid.uuid4().hex}")

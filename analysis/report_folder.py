@@ -4,15 +4,17 @@ and overwrites or deletes only the files that report's manifest lists.
 A report folder holds MANIFEST, the names of the files hpstudy wrote there. A file the manifest does not
 name (a user's notes.md, a hand-made figure) is never overwritten or deleted: a report that would
 overwrite one is refused, naming it. Inside a store, a report folder (or the folder above it) that is a
-symbolic link is refused, so nothing outside the store is written or deleted through it; a file in the
-folder that has become a link is left as it is. The folder is flat (reports write no subfolders).
+symbolic link is refused, so nothing outside the store is written or deleted through it; only regular
+files are ever replaced or deleted (a listed name that has become a link, a folder or a FIFO is left as
+it is, and a report that would replace it is refused). The folder is flat (reports write no subfolders).
 """
 
 import json
 import os
 import re
+import stat
 import uuid
-from typing import Optional, Set
+from typing import Dict, Optional, Set
 
 import pyarrow.fs as pafs
 
@@ -35,15 +37,40 @@ def _is_link(fs: pafs.FileSystem, path: str) -> bool:
     return isinstance(fs, pafs.LocalFileSystem) and os.path.islink(path)
 
 
-def _names(fs: pafs.FileSystem, folder: str) -> Set[str]:
-    """The names of the entries directly in `folder`."""
-    return {info.base_name for info in fs.get_file_info(pafs.FileSelector(folder))}
+MAX_RECORD_BYTES = 1 << 20     # a manifest or report.json hpstudy reads: a report's are a few kB
+
+
+def _entries(fs: pafs.FileSystem, folder: str) -> Dict[str, pafs.FileInfo]:
+    """The entries directly in `folder`, by name."""
+    return {info.base_name: info for info in fs.get_file_info(pafs.FileSelector(folder))}
+
+
+def _is_regular_file(fs: pafs.FileSystem, info: pafs.FileInfo) -> bool:
+    """Whether an entry is a plain file (not a folder, link, FIFO or device): the only kind hpstudy writes."""
+    return info.type == pafs.FileType.File and not _is_link(fs, info.path) and \
+        (not isinstance(fs, pafs.LocalFileSystem) or stat.S_ISREG(os.stat(info.path).st_mode))
+
+
+def _read_record(fs: pafs.FileSystem, info: pafs.FileInfo):
+    """The JSON value of a small regular file; ValueError for anything else (a link, a FIFO, a device,
+    a file over MAX_RECORD_BYTES, text that is not JSON or nests too deeply)."""
+    if not _is_regular_file(fs, info):
+        raise ValueError("not a regular file")
+    if (info.size or 0) > MAX_RECORD_BYTES:
+        raise ValueError(f"larger than {MAX_RECORD_BYTES} bytes")
+    with fs.open_input_stream(info.path) as f:
+        data = f.read(MAX_RECORD_BYTES + 1)
+    try:
+        return json.loads(data.decode())
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
 
 
 def owned(fs: pafs.FileSystem, folder: str, what: str, root: Optional[str] = None) -> Set[str]:
     """The names of the files in `folder` that an earlier hpstudy report wrote (so may be replaced or
-    deleted); ReportError naming `what` when hpstudy may not write `folder`: a file, a folder holding
-    anything without hpstudy's manifest, or (below `root`, a store) a symbolic link."""
+    deleted: regular files its manifest lists); ReportError naming `what` when hpstudy may not write
+    `folder`: a file, a folder holding anything without hpstudy's manifest, or (below `root`, a store)
+    a symbolic link."""
     if root is not None:
         below = folder[len(root):].strip("/").split("/")
         for depth in range(1, len(below) + 1):
@@ -56,32 +83,30 @@ def owned(fs: pafs.FileSystem, folder: str, what: str, root: Optional[str] = Non
         return set()
     if info.type != pafs.FileType.Directory:
         raise ReportError(f"{what}: {folder!r} is a file; allowed: {ALLOWED}")
-    present = _names(fs, folder)
+    present = _entries(fs, folder)
     if not present:
         return set()
+    files = {name for name, entry in present.items() if _is_regular_file(fs, entry)}
     if MANIFEST not in present:
-        if _is_unlisted_report(fs, folder, present):
-            return {name for name in present if UNLISTED_REPORT_FILE.fullmatch(name)}
+        if _is_unlisted_report(fs, present):
+            return {name for name in files if UNLISTED_REPORT_FILE.fullmatch(name)}
         example = sorted(present)[0]
         raise ReportError(f"{what}: {folder!r} holds files hpstudy did not write ({example!r}"
                           f"{f' and {len(present) - 1} more' if len(present) > 1 else ''}); allowed: {ALLOWED}")
-    path = f"{folder}/{MANIFEST}"
     try:
-        with fs.open_input_stream(path) as f:
-            listed = json.loads(f.read().decode())["files"]
-        return {name for name in listed if isinstance(name, str)} & present - {MANIFEST}
+        listed = _read_record(fs, present[MANIFEST])["files"]
+        return {name for name in listed if isinstance(name, str)} & files - {MANIFEST}
     except (ValueError, KeyError, TypeError) as exc:
-        raise ReportError(f"{what}: {path!r} is not an hpstudy report manifest ({type(exc).__name__}); allowed: "
-                          f"{ALLOWED} (delete the folder's files you do not need and the manifest)")
+        raise ReportError(f"{what}: {present[MANIFEST].path!r} is not an hpstudy report manifest ({exc}); "
+                          f"allowed: {ALLOWED} (delete the folder's files you do not need and the manifest)")
 
 
-def _is_unlisted_report(fs: pafs.FileSystem, folder: str, present: Set[str]) -> bool:
-    """Whether `folder` holds a report written before manifests: index.html and hpstudy's report.json."""
-    if not {"index.html", "report.json"} <= present:
+def _is_unlisted_report(fs: pafs.FileSystem, present: Dict[str, pafs.FileInfo]) -> bool:
+    """Whether a folder holds a report written before manifests: index.html and hpstudy's report.json."""
+    if not {"index.html", "report.json"} <= set(present):
         return False
     try:
-        with fs.open_input_stream(f"{folder}/report.json") as f:
-            record = json.loads(f.read().decode())
+        record = _read_record(fs, present["report.json"])
     except (OSError, ValueError):
         return False
     return isinstance(record, dict) and {"study", "edf_convention", "findings"} <= set(record)
@@ -109,7 +134,7 @@ def publish(fs: pafs.FileSystem, folder: str, source: str, what: str, root: Opti
     mine = owned(fs, folder, what, root)
     new = {name for name in os.listdir(source) if name != MANIFEST and os.path.isfile(os.path.join(source, name))}
     if mine or fs.get_file_info(folder).type == pafs.FileType.Directory:
-        clash = sorted((new & _names(fs, folder)) - mine)
+        clash = sorted((new & set(_entries(fs, folder))) - mine)
         if clash:
             raise ReportError(f"{what}: {folder}/{clash[0]} was not written by hpstudy; allowed: {ALLOWED} "
                               f"(move that file away)")
@@ -119,7 +144,5 @@ def publish(fs: pafs.FileSystem, folder: str, source: str, what: str, root: Opti
         with open(os.path.join(source, name), "rb") as f:
             _write(fs, folder, name, f.read())
     for name in sorted(mine - new):
-        path = f"{folder}/{name}"
-        if not _is_link(fs, path):
-            fs.delete_file(path)
+        fs.delete_file(f"{folder}/{name}")
     _write_manifest(fs, folder, new)

@@ -15,7 +15,7 @@ from analysis.metric import DEFAULT_METRIC, METRIC_DOCS, METRICS, usable
 from analysis.report import build_report, check_report_dir
 from analysis.report_folder import owned, publish
 from study.gpu_plan import memory_plan
-from study.sampling import cells, expand_for_store, first_trials
+from study.sampling import cells, check_samples, expand_for_store, first_trials
 from study.spec import SpecError, StudySpec, load_spec, resolve_config
 from study.store import (StoreFault, compact, load_spec_record, load_study, load_trials, report_location,
                          split_by_spec, store_io, stored_keys)
@@ -195,6 +195,7 @@ def run(args: argparse.Namespace) -> int:
     check_run_args(args)
     path = resolve_config(args.config)
     spec = load_spec(path, check_paths=not args.dry_run)
+    check_samples(spec)
     if args.dry_run:
         for warning in dry_run_warnings(path, spec, args):
             print(f"warning: {warning} (a run stops here; the dry run's plan does not need it)", flush=True)

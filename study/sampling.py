@@ -18,6 +18,7 @@ from scipy.stats import qmc
 from study.spec import Box, SpecError, StudySpec
 from study.store import load_trials
 from trainers.config import TrialConfig
+from trainers.schema import FINISHED
 
 
 @dataclass(frozen=True)
@@ -79,8 +80,20 @@ def sample_box(spec: StudySpec, model: str, optimizer: str, epochs: int) -> List
     """
     box = spec.box(model, optimizer)
     stream = (spec.sampler_seed, optimizer, asdict(box)) + (() if spec.paired else (model, epochs))
-    points = unit_points(spec.sampler, spec.samples, _stream_seed(*stream) % 2**32)
-    return scale_to_box(points, box)
+    points = scale_to_box(unit_points(spec.sampler, spec.samples, _stream_seed(*stream) % 2**32), box)
+    distinct = len(set(points))
+    if distinct < len(points):
+        raise SpecError(f"samples: bad value {spec.samples} for the box lr {list(box.lr)}, wd {list(box.wd)} of "
+                        f"{model} ({optimizer}): it gives {distinct} distinct (lr, wd) points at "
+                        f"{SIGNIFICANT_DIGITS} significant digits, so trials would repeat under one key; allowed: "
+                        f"samples <= {distinct}, or a wider box (repeat a fixed value with seeds)")
+    return points
+
+
+def check_samples(spec: StudySpec) -> None:
+    """SpecError when a cell's box gives fewer distinct (lr, wd) points than `samples` (see sample_box)."""
+    for cell in cells(spec):
+        sample_box(spec, *cell)
 
 
 def cells(spec: StudySpec) -> List[Tuple[str, str, int]]:
@@ -122,19 +135,22 @@ def _identity(config: Dict[str, Any]) -> str:
 
 
 def adopt_stored_keys(trials: List[PlannedTrial], stored: pd.DataFrame) -> List[PlannedTrial]:
-    """`trials` with the key of a stored row of the same trial (`trial_key`, `config_json` columns)
-    where that row was keyed by an older sampler (unrounded lr/wd, or another numpy): resume skips it and
-    the report counts it, instead of training it again under the new key."""
+    """`trials` with the key of a stored ok/diverged row of the same trial (`trial_key`, `config_json`,
+    `status`, `finished_at` columns; the newest where two are) that an older sampler keyed (unrounded lr/wd,
+    or another numpy): resume skips it and the report counts it, instead of training it again under the
+    new key. A failed row is not adopted (its trial is trained again, under the new key), nor one whose
+    config cannot be read."""
     planned, stored_keys = {t.key for t in trials}, set(stored["trial_key"])
-    older = stored[~stored["trial_key"].isin(planned) & stored["config_json"].notna()]
+    older = stored[~stored["trial_key"].isin(planned) & stored["config_json"].notna()
+                   & stored["status"].isin(FINISHED)].sort_values("finished_at", kind="stable")
     if older.empty:
         return trials
     by_identity = {}
     for key, text in zip(older["trial_key"], older["config_json"]):
         try:
-            by_identity[_identity(json.loads(text))] = key
-        except (ValueError, TypeError, KeyError):     # a row whose config cannot be read keeps its own key
-            continue
+            by_identity[_identity(json.loads(text))] = key            # the newest row of a trial wins
+        except (ValueError, TypeError, KeyError, ArithmeticError, RecursionError):
+            continue                                                   # not a config this sampler wrote
     adopted = []
     for trial in trials:
         if trial.key not in stored_keys:
@@ -146,4 +162,4 @@ def adopt_stored_keys(trials: List[PlannedTrial], stored: pd.DataFrame) -> List[
 
 def expand_for_store(spec: StudySpec, store: str) -> List[PlannedTrial]:
     """`expand(spec)`, each trial under the key its row has in `store` (see adopt_stored_keys)."""
-    return adopt_stored_keys(expand(spec), load_trials(store, spec.name, columns=["config_json"]))
+    return adopt_stored_keys(expand(spec), load_trials(store, spec.name, columns=["config_json", "status"]))

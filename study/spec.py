@@ -5,7 +5,7 @@ import math
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, Hashable, List, Mapping, Optional, Tuple
 
 import yaml
 
@@ -13,7 +13,7 @@ from study.store import STUDY_NAME, STUDY_NAME_RULE
 from trainers.checkpoint import pin_init
 from trainers.config import MAX_EPOCHS, TrialConfig
 from trainers.data import MAX_SEED, DataSpec, finite_in, pin_data, whole_in
-from trainers.errors import ConfigError, DataError, HpstudyError, shown
+from trainers.errors import MAX_SHOWN, ConfigError, DataError, HpstudyError, shown
 from trainers.optim import OPTIMIZERS
 from trainers.zoo import FAMILIES, get_spec, list_models
 
@@ -116,9 +116,9 @@ def _range(where: str, value: Any) -> Tuple[float, float]:
     if (not isinstance(value, list) or len(value) != 2
             or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)):
         _reject(where, value, "[low, high] with 0 < low <= high (a single number fixes the value)")
-    low, high = float(value[0]), float(value[1])
-    if not (math.isfinite(low) and math.isfinite(high)):
+    if not all(finite_in(v) for v in value):
         _reject(where, value, "finite numbers (no .nan or .inf)")
+    low, high = float(value[0]), float(value[1])
     if low <= 0:
         _reject(where, value, "low > 0 (the box is log-uniform)")
     if low > high:
@@ -198,7 +198,8 @@ def parse_spec(raw: Any, check_paths: bool = True) -> StudySpec:
         _reject("spec", unknown[0], f"the keys {', '.join(sorted(_KEYS))} (unknown keys are errors)")
     name = raw.get("name")
     if not isinstance(name, str) or not STUDY_NAME.fullmatch(name):
-        _reject("name", name, STUDY_NAME_RULE)
+        _reject("name", name, STUDY_NAME_RULE + ("" if isinstance(name, str) or name is None else
+                                                 " (quote it: YAML reads an unquoted 2001-12-14 as a date, 1e3 as a number)"))
     try:
         dataset = DataSpec.from_config(raw.get("dataset", "digits"))
     except DataError as exc:
@@ -295,6 +296,8 @@ def load_spec(path: str, check_paths: bool = True) -> StudySpec:
         raw = yaml.load(text, Loader=SpecLoader)
     except yaml.YAMLError as exc:
         raise SpecError(f"{path}: not valid YAML {_yaml_problem(exc)}")
+    except ValueError as exc:      # a value YAML's constructors cannot make (an integer of over 4,300 digits)
+        raise SpecError(f"{path}: a value YAML cannot read ({str(exc)[:MAX_SHOWN]}); allowed: a YAML study spec")
     except RecursionError:
         raise SpecError(f"{path}: nested too deeply to read; allowed: a YAML study spec")
     return parse_spec(raw, check_paths=check_paths)
@@ -310,8 +313,22 @@ def _yaml_problem(exc: yaml.YAMLError) -> str:
 
 
 class SpecLoader(yaml.SafeLoader):
-    """YAML's safe loader, except that `1e-4` and `1e7` are numbers: YAML 1.1 needs a dot in a
-    float (`1.0e-4`), so its loader leaves the common spelling as a string."""
+    """YAML's safe loader, except that `1e-4` and `1e7` are numbers (YAML 1.1 needs a dot in a float,
+    `1.0e-4`, so its loader leaves the common spelling as a string) and a key given twice in a mapping
+    is an error (YAML would keep the last one silently)."""
+
+    def construct_mapping(self, node, deep=False):
+        """A mapping; ConstructorError at the second occurrence of a key."""
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if not isinstance(key, Hashable):
+                continue                     # the safe loader's own construct_mapping names an unhashable key
+            if key in seen:
+                raise yaml.constructor.ConstructorError("while reading a mapping", node.start_mark,
+                                                        f"found the key {shown(key)} twice", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
 
 
 SpecLoader.add_implicit_resolver(

@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import re
+import stat
 import time
 import uuid
 import warnings
@@ -39,6 +40,7 @@ REQUIRED = {"trials": ("trial_key", "model", "optimizer", "epochs", "lr", "wd", 
 MERGED_PREFIX = "compact-"         # <partition>/compact-<id>.parquet: rows merged by one compaction
 QUARANTINE = "quarantine"          # <root>/quarantine/<table>/study=<name>/: files compaction could not read
 REPORTS = "reports"                # <root>/reports/<name>/: the study's report, as long-lived as its rows
+MAX_SPEC_RECORD_BYTES = 64 << 20     # a record of 100,000 trial keys is ~3 MB
 STUDY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 STUDY_NAME_RULE = "1 to 128 letters, digits, '-', '_' or '.', starting with a letter or digit"
 
@@ -494,17 +496,26 @@ def load_spec_record(root: str, study: str) -> Optional[Dict]:
     fs, base = open_root(root)
     path = f"{base}/specs/{check_study_name(study)}.json"
     with store_io(f"read {path}"):
-        if fs.get_file_info(path).type == pafs.FileType.NotFound:
+        info = fs.get_file_info(path)
+        if info.type == pafs.FileType.NotFound:
             return None
-        with fs.open_input_stream(path) as f:
-            data = f.read()
+        data = None
+        if info.type == pafs.FileType.File and (info.size or 0) <= MAX_SPEC_RECORD_BYTES \
+                and not (isinstance(fs, pafs.LocalFileSystem) and not stat.S_ISREG(os.lstat(path).st_mode)):
+            with fs.open_input_stream(path) as f:
+                data = f.read(MAX_SPEC_RECORD_BYTES + 1)
     try:
+        if data is None or len(data) > MAX_SPEC_RECORD_BYTES:
+            raise ValueError(f"not a regular file of at most {MAX_SPEC_RECORD_BYTES} bytes")
         record = json.loads(data.decode())
         if not (isinstance(record, dict) and isinstance(record.get("n_trials"), int) and "spec" in record):
             raise ValueError("not a spec record: no n_trials and spec")
-    except ValueError as exc:        # UnicodeDecodeError and JSONDecodeError are ValueErrors
-        raise StoreFault(f"store: cannot read the spec record {path} ({_first_line(exc)}); rerun the study "
-                         f"(`hpstudy run --config <its spec>`) to rewrite it") from None
+        keys = record.get("trial_keys", [])
+        if not (isinstance(keys, list) and all(isinstance(key, str) for key in keys)):
+            raise ValueError("its trial_keys are not a list of keys")
+    except (ValueError, RecursionError) as exc:        # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise StoreFault(f"store: cannot read the spec record {path} ({_first_line(exc)}); "
+                         f"rerun the study (`hpstudy run --config <its spec>`) to rewrite it") from None
     return record
 
 

@@ -198,7 +198,8 @@ def test_suggest_prints_spec_lines_at_the_known_best_region(tmp_path, capsys):
                                     good_ranges, "paper", optimizers=["adamw"]), "gen", store)
     both = yaml.safe_load("\n".join(both))["space"]
     assert both["vit_p_1gf"]["adamw"]["lr"] == pytest.approx(2 * both["vit_p_tiny"]["adamw"]["lr"], rel=1e-2)
-    spec = parse_spec(small_spec(models=["vit_p_tiny", "vit_c_tiny", "cnn_tiny"], space=space, epochs=[2, 4]),
+    spec = parse_spec(small_spec(models=["vit_p_tiny", "vit_c_tiny", "cnn_tiny"], space=space, epochs=[2, 4],
+                                 samples=1, seeds=[0, 1, 2]),
                       check_paths=False)
     for model in ("vit_p_tiny", "vit_c_tiny", "cnn_tiny"):
         for opt in ("adamw", "sgd"):

@@ -4,6 +4,7 @@ hang; the store's fallback reader labels rows by their own partition; a trial's 
 newest file; and no code of the project can run code found in data."""
 
 import ast
+import json
 import os
 import time
 
@@ -39,11 +40,21 @@ BAD_SPEC_FILES = [
     (b"name: h\n" + b"#" * (1 << 20), ": larger than 1048576 bytes"),
     (b"1: 2\nfoo: 3\n", "spec: bad value 1; allowed: the keys"),
     (b"\x00\x01\x02", ": not valid YAML"),
+    (spec_text(resources="{cpu: 1" + "0" * 400 + "}").encode(), "resources.cpu: bad value 1000"),
+    (spec_text(space="{adamw: {lr: [1.0e-4, 1" + "0" * 400 + "], wd: 0.1}}").encode(),
+     "space.adamw.lr: bad value [0.0001, 1000"),
+    (spec_text(recipe="{warmup_epochs: 1" + "0" * 400 + "}").encode(), "recipe.warmup_epochs: bad value 1000"),
+    (spec_text(samples="9" * 5000).encode(), ": a value YAML cannot read (Exceeds the limit"),
+    (spec_text().replace("samples: 3\n", "samples: 3\nsamples: 5\n").encode(),
+     ": not valid YAML at line 8, column 1: while reading a mapping, found the key 'samples' twice"),
+    (spec_text(name="2001-12-14").encode(), "name: bad value datetime.date(2001, 12, 14); allowed: 1 to 128 "),
 ]
 
 
 @pytest.mark.parametrize("data,fragment", BAD_SPEC_FILES, ids=["alias_bomb", "nested", "latin1", "huge",
-                                                               "mixed_keys", "binary"])
+                                                               "mixed_keys", "binary", "huge_int_cpu",
+                                                               "huge_int_lr", "huge_int_recipe", "int_digits",
+                                                               "duplicate_key", "date_name"])
 @pytest.mark.parametrize("command", ["dry_run", "status"])
 def test_a_spec_file_that_cannot_be_a_spec_fails_fast_with_one_short_line(tmp_path, capsys, data, fragment,
                                                                           command):
@@ -59,14 +70,26 @@ def test_a_spec_file_that_cannot_be_a_spec_fails_fast_with_one_short_line(tmp_pa
     assert fragment in err and len(err) < 600
 
 
-@pytest.mark.parametrize("damage", ["truncated", "not_json", "not_a_record", "binary"])
+@pytest.mark.parametrize("damage", ["truncated", "not_json", "not_a_record", "binary", "keys_not_a_list",
+                                    "keys_not_text", "keys_a_string", "nested", "link_to_zero", "fifo"])
 def test_a_damaged_spec_record_is_named_and_a_run_of_the_spec_rewrites_it(tmp_path, capsys, damage):
     root = str(tmp_path / "store")
     write_trial(root, "s", row("a"))
     write_spec_record(root, "s", {"name": "s"}, 1, trial_keys=["a"])
     path = tmp_path / "store/specs/s.json"
-    path.write_bytes({"truncated": path.read_bytes()[:20], "not_json": b"[1, 2", "not_a_record": b"[1, 2]",
-                      "binary": b"\xff\xfe\x00"}[damage])
+    record = json.loads(path.read_bytes())
+    path.unlink()
+    if damage == "link_to_zero":
+        path.symlink_to("/dev/zero")
+    elif damage == "fifo":
+        os.mkfifo(path)
+    else:
+        path.write_bytes({"truncated": json.dumps(record).encode()[:20], "not_json": b"[1, 2",
+                          "not_a_record": b"[1, 2]", "binary": b"\xff\xfe\x00",
+                          "keys_not_a_list": json.dumps(dict(record, trial_keys=5)).encode(),
+                          "keys_not_text": json.dumps(dict(record, trial_keys=[[1]])).encode(),
+                          "keys_a_string": json.dumps(dict(record, trial_keys="abc")).encode(),
+                          "nested": b"[" * 100_000 + b"]" * 100_000}[damage])
     for argv in (["status", "--store", root, "--study", "s"], ["report", "--store", root, "--study", "s"]):
         assert hpstudy_main(argv) == 3
         err = one_error_line(capsys)

@@ -82,6 +82,8 @@ ATTACKS = [
     ("status in [status]", "in / not in take a list or tuple of literals, not columns"),
     ("model < 1", "cannot evaluate: 'model < 1'"),
     ("__builtins__ == 1", "unknown column: '__builtins__'"),
+    ("[*lr & wd]", "not an expression"),       # valid Python until & is read with DataFrame.query's precedence
+    ("{**lr & wd}", "not an expression"),
 ]
 
 

@@ -97,10 +97,10 @@ def test_a_listed_file_that_became_a_link_is_left_and_its_target_untouched(tmp_p
     publish(LOCAL, str(target), report(tmp_path, "r2", **{"index.html": "2"}), "--out")
     assert (tmp_path / "paper.pdf").read_text() == "hand-made" and os.path.islink(target / "fig.pdf")
     (target / "index.html").unlink()
-    (target / "index.html").symlink_to(tmp_path / "paper.pdf")       # replaced by the rename, not written through
-    publish(LOCAL, str(target), report(tmp_path, "r3", **{"index.html": "3"}), "--out")
-    assert (tmp_path / "paper.pdf").read_text() == "hand-made" and (target / "index.html").read_text() == "3"
-    assert not os.path.islink(target / "index.html")
+    (target / "index.html").symlink_to(tmp_path / "paper.pdf")        # hpstudy did not write the link
+    with pytest.raises(ReportError, match=r"out/index.html was not written by hpstudy"):
+        publish(LOCAL, str(target), report(tmp_path, "r3", **{"index.html": "3"}), "--out")
+    assert (tmp_path / "paper.pdf").read_text() == "hand-made" and os.path.islink(target / "index.html")
 
 
 @pytest.mark.parametrize("linked", ["reports", "reports/s"])
@@ -194,3 +194,62 @@ def test_a_run_refuses_a_report_folder_that_is_not_hpstudys_before_any_trial(tmp
         assert run_edf_main(["--config", spec, "--store", str(tmp_path / "store"), *extra]) == 2
         assert capsys.readouterr().err.startswith(f"error: {flag}: ")
     assert not (tmp_path / "store/trials").exists()
+
+
+def _manifest_link_to_zero(target):
+    (target / MANIFEST).symlink_to("/dev/zero")
+
+
+def _manifest_fifo(target):
+    os.mkfifo(target / MANIFEST)
+
+
+def _manifest_folder(target):
+    (target / MANIFEST).mkdir()
+
+
+def _manifest_nested(target):
+    (target / MANIFEST).write_text("[" * 100_000 + "]" * 100_000)
+
+
+def _manifest_huge(target):
+    (target / MANIFEST).write_text(json.dumps({"files": ["a"] * 300_000}))
+
+
+@pytest.mark.parametrize("damage", [_manifest_link_to_zero, _manifest_fifo, _manifest_folder, _manifest_nested,
+                                    _manifest_huge], ids=lambda f: f.__name__[10:])
+def test_a_manifest_that_is_no_small_regular_file_is_refused_at_once(tmp_path, damage):
+    target = tmp_path / "out"
+    target.mkdir()
+    (target / "index.html").write_text("mine")
+    damage(target)
+    with pytest.raises(ReportError, match=r"^--out: '.*\.hpstudy-report\.json' is not an hpstudy report manifest "
+                                          r"\((not a regular file|larger than 1048576 bytes|nested too deeply)\)"):
+        publish(LOCAL, str(target), report(tmp_path, "r", **{"index.html": "x"}), "--out")
+    assert (target / "index.html").read_text() == "mine"
+
+
+def test_a_listed_folder_is_left_and_does_not_jam_later_reports(tmp_path):
+    target = tmp_path / "out"
+    publish(LOCAL, str(target), report(tmp_path, "r1", **{"index.html": "1"}), "--out")
+    (target / "sub").mkdir()
+    (target / "sub/data.csv").write_text("1")
+    (target / MANIFEST).write_text(json.dumps({"files": ["index.html", "sub"]}))
+    for n in (2, 3):
+        publish(LOCAL, str(target), report(tmp_path, f"r{n}", **{"index.html": str(n)}), "--out")
+    assert (target / "sub/data.csv").read_text() == "1" and (target / "index.html").read_text() == "3"
+
+
+@pytest.mark.parametrize("flag", ["--out", "--report"])
+def test_a_report_folder_given_as_a_uri_is_refused_not_written_locally(tmp_path, capsys, monkeypatch, flag):
+    monkeypatch.chdir(tmp_path)
+    root = store_with_one_trial(tmp_path)
+    if flag == "--out":
+        code = hpstudy_main(["report", "--store", root, "--study", "s", "--out", "s3://bucket/reports/x"])
+    else:
+        code = run_edf_main(["--config", write_spec(tmp_path, small_spec(name="u")), "--store", root,
+                             "--report", "s3://bucket/reports/x"])
+    assert code == 2
+    assert capsys.readouterr().err.startswith(f"error: {flag}: 's3://bucket/reports/x' is a URI; allowed: a local "
+                                              f"folder")
+    assert not (tmp_path / "s3:").exists()

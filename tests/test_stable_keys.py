@@ -11,7 +11,7 @@ import pytest
 import study.sampling
 from study.cli import hpstudy_main, run_edf_main
 from study.sampling import expand, expand_for_store, unit_points
-from study.spec import Box, load_spec, parse_spec, resolve_config
+from study.spec import Box, SpecError, load_spec, parse_spec, resolve_config
 from study.store import load_trials, write_spec_record, write_trial
 from tests.helpers import small_spec, stored_row, write_spec
 from trainers.config import TrialConfig
@@ -70,8 +70,8 @@ def test_sampled_values_have_six_significant_digits_and_stay_in_the_closed_box(s
 
 
 def test_a_fixed_value_is_exactly_the_value_written():
-    spec = spec_with("random", samples=3, lr=(0.0012345678912, 0.0012345678912), wd=(0.1, 0.1))
-    assert {(t.config["lr"], t.config["wd"]) for t in expand(spec)} == {(0.0012345678912, 0.1)}
+    spec = spec_with("random", samples=1, lr=(0.0012345678912, 0.0012345678912), wd=(0.1, 0.1))
+    assert [(t.config["lr"], t.config["wd"]) for t in expand(spec)] == [(0.0012345678912, 0.1)]
 
 
 def old_sampler_key(spec, trial) -> tuple:
@@ -122,3 +122,53 @@ def test_a_stored_row_of_another_trial_or_without_a_readable_config_is_not_adopt
                                           lr=1e-3, wd=0.1, status="ok", top1_err=1.0, config_json="{not json"))
     assert [t.key for t in expand_for_store(spec, root)] == [t.key for t in expand(spec)]
     assert len(load_trials(root, "other")) == 2
+
+
+def test_a_box_narrower_than_six_significant_digits_is_refused_before_it_repeats_trials(tmp_path, capsys):
+    raw = small_spec(name="narrow", samples=16, optimizers=["adamw"],
+                     space={"adamw": {"lr": [1.0e-3, 1.000002e-3], "wd": [0.05, 0.0500002]}})
+    config = write_spec(tmp_path, raw)
+    args = ["--config", config, "--store", str(tmp_path / "s")]
+    for command in (lambda: run_edf_main([*args, "--dry-run"]), lambda: hpstudy_main(["status", *args])):
+        assert command() == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: samples: bad value 16 for the box lr [0.001, 0.001000002], wd [0.05, "
+                              "0.0500002] of vit_c_tiny (adamw): it gives ") and err.count("\n") == 1
+        assert "allowed: samples <= " in err
+    fixed = small_spec(name="fixed", samples=2, optimizers=["adamw"], space={"adamw": {"lr": 1e-3, "wd": 0.05}})
+    with pytest.raises(SpecError, match=r"^samples: bad value 2 .* gives 1 distinct \(lr, wd\) points"):
+        expand(parse_spec(fixed))
+
+
+def _old_row(root, trial, key, lr, status, when):
+    config_json = TrialConfig.from_dict(dict(trial.config, lr=lr)).to_json()
+    write_trial(root, "dup", stored_row(trial_key=key, model=trial.model, optimizer=trial.optimizer, epochs=1,
+                                        lr=lr, wd=trial.config["wd"], seed=0, status=status, top1_err=10.0,
+                                        config_json=config_json, finished_at=when))
+
+
+def test_only_a_finished_older_row_is_adopted_and_the_newest_of_them(tmp_path):
+    spec = load_spec(write_spec(tmp_path, small_spec(name="dup", samples=2, optimizers=["adamw"])))
+    root = str(tmp_path / "store")
+    first, second = expand(spec)[:2]
+    lr = first.config["lr"]
+    _old_row(root, first, "a" * 20, lr * (1 + 1e-15), "ok", "2026-11-01T00:00:00+00:00")
+    _old_row(root, first, "b" * 20, lr * (1 - 1e-15), "failed", "2026-11-02T00:00:00+00:00")   # newer, failed
+    _old_row(root, second, "c" * 20, second.config["lr"] * (1 + 1e-15), "failed", "2026-11-01T00:00:00+00:00")
+    _old_row(root, second, "d" * 20, second.config["lr"] * (1 + 2e-15), "ok", "2026-11-01T00:00:00+00:00")
+    _old_row(root, second, "e" * 20, second.config["lr"] * (1 - 2e-15), "diverged", "2026-11-03T00:00:00+00:00")
+    keys = [t.key for t in expand_for_store(spec, root)]
+    assert keys[:2] == ["a" * 20, "e" * 20]
+
+
+@pytest.mark.parametrize("config_json", ['{"lr": 1' + "0" * 400 + ', "wd": 1}', "[" * 50_000 + "]" * 50_000,
+                                         '{"lr": "x", "wd": 1}', "[1, 2]", '"text"', '{"lr": NaN, "wd": 1}'])
+def test_a_stored_row_with_a_hostile_config_is_left_under_its_own_key(tmp_path, config_json, capsys):
+    config = write_spec(tmp_path, small_spec(name="hostile", samples=2, optimizers=["adamw"]))
+    root = str(tmp_path / "store")
+    write_trial(root, "hostile", stored_row(trial_key="z" * 20, model="cnn_tiny", optimizer="adamw", epochs=1,
+                                            lr=1e-3, wd=0.1, status="ok", top1_err=1.0, config_json=config_json))
+    spec = load_spec(config)
+    assert [t.key for t in expand_for_store(spec, root)] == [t.key for t in expand(spec)]
+    assert hpstudy_main(["status", "--store", root, "--config", config]) == 0
+    assert "0/4 trials of the spec stored as ok/diverged" in capsys.readouterr().out

@@ -48,7 +48,12 @@ def whole_in(value: Any, low: int, high: int) -> bool:
 def finite_in(value: Any, low: float = -math.inf, high: float = math.inf,
               open_low: bool = False, open_high: bool = False) -> bool:
     """Whether `value` is a finite int or float (not a bool) between low and high (ends open if asked)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        if not math.isfinite(value):
+            return False
+    except OverflowError:          # an int beyond the float range (YAML reads 1 followed by 400 zeros as one)
         return False
     return (value > low if open_low else value >= low) and (value < high if open_high else value <= high)
 
