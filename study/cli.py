@@ -1,6 +1,7 @@
 """Command lines: `run_edf.py` (run a study) and the `hpstudy` console script (run/status/report/compact)."""
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -272,9 +273,10 @@ def write_report(store: str, study: str, out: Optional[str], metric: str = DEFAU
 
 def check_store_report_dir(store: str, study: str) -> None:
     """ReportError (exit 2) now, not after a study, when the study's report folder in the store is not
-    hpstudy's to write (a user's files in it, or a symbolic link out of the store)."""
+    hpstudy's to write (a user's files in it, or a symbolic link out of the store). A store that cannot
+    be read is left to the store probe that follows (it says what to fix)."""
     fs, base, folder, _ = report_location(store, study)
-    with store_io(f"read {folder}"):
+    with contextlib.suppress(OSError):
         owned(fs, folder, STORE_REPORT, root=base)
 
 

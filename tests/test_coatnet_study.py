@@ -17,7 +17,7 @@ def test_the_digits_layout_study_reports_the_five_layouts(tmp_path):
     with open(resolve_config("coatnet_layouts_digits")) as f:
         spec = yaml.safe_load(f)
     assert spec["models"] == LAYOUT_MODELS
-    spec.update(name="layouts_small", epochs=[1], samples=2)
+    spec.update(name="layouts_small", epochs=[1], samples=2, recipe=dict(spec["recipe"], warmup_epochs=0.5))
     store, report = tmp_path / "store", tmp_path / "report"
     done = run_edf(write_spec(tmp_path, spec), str(store), "--report", str(report), timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
