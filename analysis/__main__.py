@@ -1,10 +1,10 @@
-"""python -m analysis report|query: a study's report, or the stored trials that match a filter.
+"""python -m hpstudy.analysis report|query: a study's report, or the stored trials that match a filter.
 
-    python -m analysis report --store results --study demo_digits --out report/ [--metric paper]
-    python -m analysis query --store results "model == 'vit_c_tiny' and top1_err < 5"
+    python -m hpstudy.analysis report --store results --study demo_digits --out report/ [--metric paper]
+    python -m hpstudy.analysis query --store results "model == 'vit_c_tiny' and top1_err < 5"
 
-This is the command-line layer: it loads from the store (study.store) and hands DataFrames to the
-analysis library, which itself never reads a store. Exit codes are hpstudy's (study.cli.guarded):
+This is the command-line layer: it loads from the store (hpstudy.study.store) and hands DataFrames to the
+analysis library, which itself never reads a store. Exit codes are hpstudy's (hpstudy.study.cli.guarded):
 2 for a user's mistake, 3 for a store fault, one `error:` line (and the traceback with --debug).
 """
 
@@ -15,10 +15,10 @@ from typing import Optional
 import pandas as pd
 import pyarrow.fs as pafs
 
-from analysis.query import MAX_LENGTH, QueryError, filter_rows
-from study.cli import add_debug_arg, add_store_args, guarded, write_report
-from study.store import StoreError, load_trials, open_root, store_io
-from trainers.errors import exits_on_user_error, shown
+from hpstudy.analysis.query import MAX_LENGTH, QueryError, filter_rows
+from hpstudy.study.cli import add_debug_arg, add_store_args, guarded, write_report
+from hpstudy.study.store import StoreError, load_trials, open_root, store_io
+from hpstudy.trainers.errors import exits_on_user_error, shown
 
 
 def _stored_trials(store: str, study: Optional[str]) -> pd.DataFrame:
@@ -36,7 +36,7 @@ def _stored_trials(store: str, study: Optional[str]) -> pd.DataFrame:
 
 
 def query(store: str, study: Optional[str], expr: str, columns: str) -> str:
-    """The `columns` of the stored trials that match the filter `expr` (analysis.query), as text."""
+    """The `columns` of the stored trials that match the filter `expr` (hpstudy.analysis.query), as text."""
     trials = _stored_trials(store, study)
     wanted = columns.split(",")
     unknown = [name for name in wanted if name not in trials.columns]
@@ -61,7 +61,7 @@ def command(args: argparse.Namespace) -> int:
 @exits_on_user_error
 def main(argv=None) -> int:
     """Entry point; exit 2 on a bad store, study, path or query, 3 when the store cannot be used."""
-    parser = argparse.ArgumentParser(prog="python -m analysis", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m hpstudy.analysis", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     report = add_store_args(sub.add_parser("report", help="figures, tables and index.html for a study"),
                             study_required=True, out=True)

@@ -1,9 +1,9 @@
 """Error distribution functions: exact step EDFs per group, Δ-EDFs, bands and normalized weights.
 
 Conventions (recorded in every output): F(e) = fraction of a group's trials with error <= e, a
-right-continuous step function, on the error of the chosen metric (`analysis.metric`); diverged
+right-continuous step function, on the error of the chosen metric (`hpstudy.analysis.metric`); diverged
 trials count at chance error; failed trials and non-finite errors are left out here, and counted
-(`analysis.metric.usable`, `analysis.metric.finite`).
+(`hpstudy.analysis.metric.usable`, `hpstudy.analysis.metric.finite`).
 """
 
 from typing import Dict, Optional, Sequence, Union
@@ -11,8 +11,8 @@ from typing import Dict, Optional, Sequence, Union
 import numpy as np
 import pandas as pd
 
-from analysis.metric import DEFAULT_METRIC, ERR, finite, left_out_per, usable, warn_left_out
-from trainers.schema import DIVERGED
+from hpstudy.analysis.metric import DEFAULT_METRIC, ERR, finite, left_out_per, usable, warn_left_out
+from hpstudy.trainers.schema import DIVERGED
 
 EDF_CONVENTION = "F(e) = #{trials with error <= e} / n (right-continuous step); diverged at chance error"
 

@@ -1,6 +1,6 @@
 """Paper figures (Xiao et al. 2021 layouts), saved as PDF/SVG/PNG with their numbers as CSV/JSON.
 
-Every figure is drawn on the error of a stated metric (`analysis.metric`; failed rows and
+Every figure is drawn on the error of a stated metric (`hpstudy.analysis.metric`; failed rows and
 non-finite errors left out) and says which in its title, its CSV (a `metric` column) and its JSON.
 
 Figures are built on `matplotlib.figure.Figure` (no pyplot, no global backend or rcParams change);
@@ -20,10 +20,10 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, NullFormatter, NullLocator, StrMethodFormatter
 
-from analysis.metric import DEFAULT_METRIC, ERR, usable, warn_left_out
-from analysis.stats import expected_best, expected_best_band
-from trainers.schema import DIVERGED, OK
-from trainers.zoo import SIZE_ORDER, get_spec, list_models
+from hpstudy.analysis.metric import DEFAULT_METRIC, ERR, usable, warn_left_out
+from hpstudy.analysis.stats import expected_best, expected_best_band
+from hpstudy.trainers.schema import DIVERGED, OK
+from hpstudy.trainers.zoo import SIZE_ORDER, get_spec, list_models
 
 PANEL = (3.0, 2.0)   # inches per panel
 OKABE_ITO = {"blue": "#0072B2", "sky": "#56B4E9", "vermillion": "#D55E00", "orange": "#E69F00",

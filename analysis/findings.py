@@ -3,10 +3,10 @@
 A report opens with these. Every sentence is produced by one test on the trial table, and none is
 stated without it: where the test cannot decide, the sentence says "inconclusive at this n" and how
 far the data are from deciding. Pure functions on the trial DataFrame (like the rest of
-`analysis`); the estimators are the ones the tables use (`analysis.stats`, `analysis.gaps`).
+`analysis`); the estimators are the ones the tables use (`hpstudy.analysis.stats`, `hpstudy.analysis.gaps`).
 
 Rows: failed trials and rows without a finite error under the metric are left out and counted
-(`analysis.metric.usable`); diverged trials count at their (chance) error, as everywhere else.
+(`hpstudy.analysis.metric.usable`); diverged trials count at their (chance) error, as everywhere else.
 
 Kinds (one `Finding` each; `models` in catalogue order, `verdict` relative to that order):
 
@@ -52,11 +52,11 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from analysis.gaps import bootstrap_min, length_gap, optimizer_gap, peak_table
-from analysis.metric import DEFAULT_METRIC, ERR, LeftOutWarning, usable
-from analysis.stats import effect_sizes, ks_compare, min_detectable_d, trials_for_ks
-from trainers.schema import DIVERGED, FAILED
-from trainers.zoo import list_models
+from hpstudy.analysis.gaps import bootstrap_min, length_gap, optimizer_gap, peak_table
+from hpstudy.analysis.metric import DEFAULT_METRIC, ERR, LeftOutWarning, usable
+from hpstudy.analysis.stats import effect_sizes, ks_compare, min_detectable_d, trials_for_ks
+from hpstudy.trainers.schema import DIVERGED, FAILED
+from hpstudy.trainers.zoo import list_models
 
 ALPHA = 0.05       # the error rate of every test (per finding; see `scope`)
 CI_LEVEL = 0.95    # every interval: bootstrap percentiles 2.5 / 97.5

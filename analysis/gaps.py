@@ -1,6 +1,6 @@
 """Optimizer gaps, training-length gaps, the EMA gain and the peak-performance table.
 
-Each function takes the trial table and a metric (`analysis.metric`), leaves out failed rows and
+Each function takes the trial table and a metric (`hpstudy.analysis.metric`), leaves out failed rows and
 non-finite errors itself, and reports how many per row of its result (`n_left_out`); a group whose
 rows were all left out has no row, and the function's LeftOutWarning names it.
 """
@@ -10,9 +10,9 @@ from typing import Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from analysis.metric import DEFAULT_METRIC, ERR, METRIC_COLUMNS, finite, left_out_per, usable
-from analysis.stats import expected_best
-from trainers.schema import DIVERGED
+from hpstudy.analysis.metric import DEFAULT_METRIC, ERR, METRIC_COLUMNS, finite, left_out_per, usable
+from hpstudy.analysis.stats import expected_best
+from hpstudy.trainers.schema import DIVERGED
 
 
 def bootstrap_min(errors: np.ndarray, rng: np.random.Generator, n_boot: int) -> np.ndarray:

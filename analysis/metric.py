@@ -24,8 +24,8 @@ from typing import List, NamedTuple, Sequence, Tuple
 import numpy as np
 import pandas as pd
 
-from trainers.errors import HpstudyError
-from trainers.schema import FAILED
+from hpstudy.trainers.errors import HpstudyError
+from hpstudy.trainers.schema import FAILED
 
 METRIC_COLUMNS = {"final": "top1_err", "best": "best_top1_err", "ema_best": "best_ema_top1_err"}
 METRICS = (*METRIC_COLUMNS, "paper")

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from trainers.errors import HpstudyError, shown
+from hpstudy.trainers.errors import HpstudyError, shown
 
 MAX_LENGTH = 1000   # characters of an expression
 MAX_DEPTH = 50      # levels of its parsed tree: the evaluator recurses once per level

@@ -15,16 +15,16 @@ import pandas as pd
 import pyarrow.fs as pafs
 import yaml
 
-from analysis.edf import EDF_CONVENTION, bootstrap_band, dkw_epsilon, edf_table
-from analysis.findings import ALPHA, CI_LEVEL, Finding, findings as make_findings
-from analysis.figures import (delta_edf_figure, delta_error_vs_epochs_figure, error_vs_epochs_figure,
+from hpstudy.analysis.edf import EDF_CONVENTION, bootstrap_band, dkw_epsilon, edf_table
+from hpstudy.analysis.findings import ALPHA, CI_LEVEL, Finding, findings as make_findings
+from hpstudy.analysis.figures import (delta_edf_figure, delta_error_vs_epochs_figure, error_vs_epochs_figure,
                               expected_best_figure, generalization_figure, hp_scatter_figure, save_figure)
-from analysis.gaps import ema_gain, length_gap, optimizer_gap, peak_table
-from analysis.metric import DEFAULT_METRIC, ERR, METRIC_DOCS, LeftOutWarning, Rows, left_out_per, usable
-from analysis.report_folder import ALLOWED, ReportError, owned, publish
-from analysis.stats import (ad_compare, effect_sizes, good_ranges, hp_importance, ks_compare,
+from hpstudy.analysis.gaps import ema_gain, length_gap, optimizer_gap, peak_table
+from hpstudy.analysis.metric import DEFAULT_METRIC, ERR, METRIC_DOCS, LeftOutWarning, Rows, left_out_per, usable
+from hpstudy.analysis.report_folder import ALLOWED, ReportError, owned, publish
+from hpstudy.analysis.stats import (ad_compare, effect_sizes, good_ranges, hp_importance, ks_compare,
                             min_detectable_d)
-from trainers.schema import DIVERGED, FAILED, FINISHED, OK, STATUSES
+from hpstudy.trainers.schema import DIVERGED, FAILED, FINISHED, OK, STATUSES
 
 CELL = ["model", "optimizer", "epochs"]
 FOLDER_RULE = f"a folder that can be written (created if missing): {ALLOWED}"
@@ -292,11 +292,11 @@ def build_report(trials: pd.DataFrame, epochs: pd.DataFrame, record: Optional[Di
                  metric: str = DEFAULT_METRIC) -> str:
     """Write figures, JSON tables and index.html for one study's trials (complete or still running).
 
-    `trials` and `epochs` are the study's rows (trainers.schema), `record` its spec record (the
+    `trials` and `epochs` are the study's rows (hpstudy.trainers.schema), `record` its spec record (the
     spec, its trial count and `earlier_spec_rows`, the rows of earlier versions of the spec left out
     of `trials`; or None); every number is on the `metric` error, which the page, report.json and
     every figure state (with any fallback). The report is made in a temporary folder and published into
-    `out` (analysis.report_folder.publish: only files of an earlier report are replaced or deleted).
+    `out` (hpstudy.analysis.report_folder.publish: only files of an earlier report are replaced or deleted).
     ReportError if `out` cannot be written or is not hpstudy's to write. Returns the path of index.html.
     """
     check_report_dir(out)

@@ -18,7 +18,7 @@ from typing import Dict, Optional, Set
 
 import pyarrow.fs as pafs
 
-from trainers.errors import HpstudyError
+from hpstudy.trainers.errors import HpstudyError
 
 MANIFEST = ".hpstudy-report.json"
 ALLOWED = "a new or empty folder, or one holding an hpstudy report"

@@ -1,8 +1,8 @@
 """Statistics on trial errors: EDF comparisons, expected best-of-k, good lr/wd ranges, importance.
 
 Functions on arrays of errors leave out non-finite values (a failed trial's null error) and say how
-many (`analysis.metric.finite`); functions on tables leave out failed rows and non-finite errors
-under the chosen metric (`analysis.metric.usable`). Both report the count as `n_left_out`.
+many (`hpstudy.analysis.metric.finite`); functions on tables leave out failed rows and non-finite errors
+under the chosen metric (`hpstudy.analysis.metric.usable`). Both report the count as `n_left_out`.
 """
 
 import math
@@ -13,8 +13,8 @@ import pandas as pd
 from scipy import stats
 from scipy.special import gammaln
 
-from analysis.metric import DEFAULT_METRIC, ERR, finite, finite_samples, usable
-from trainers.errors import HpstudyError
+from hpstudy.analysis.metric import DEFAULT_METRIC, ERR, finite, finite_samples, usable
+from hpstudy.trainers.errors import HpstudyError
 
 ESTIMATORS = ("plugin", "unbiased")
 

@@ -14,8 +14,8 @@ import time
 import numpy as np
 import pandas as pd
 
-from analysis.edf import edf_table
-from analysis.gaps import optimizer_gap
+from hpstudy.analysis.edf import edf_table
+from hpstudy.analysis.gaps import optimizer_gap
 
 
 def make_table(rows: int, seed: int = 0) -> pd.DataFrame:

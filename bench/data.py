@@ -27,9 +27,9 @@ import numpy as np
 import torch
 from PIL import Image
 
-from trainers.data import DeviceBatches, LoaderData
-from trainers.device_decode import DeviceDecodeData
-from trainers.prepared import IMAGENET_MEAN, IMAGENET_STD, PreparedData, prepare
+from hpstudy.trainers.data import DeviceBatches, LoaderData
+from hpstudy.trainers.device_decode import DeviceDecodeData
+from hpstudy.trainers.prepared import IMAGENET_MEAN, IMAGENET_STD, PreparedData, prepare
 
 BATCH = 32
 

@@ -16,8 +16,8 @@ import sys
 
 import torch
 
-from trainers.fused import measure_fusion
-from trainers.loop import resolve_device
+from hpstudy.trainers.fused import measure_fusion
+from hpstudy.trainers.loop import resolve_device
 
 
 def sweep(models, ks, batches, image_size: int, optimizer: str = "adamw", device: str = "auto", steps: int = 3,

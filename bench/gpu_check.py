@@ -29,13 +29,13 @@ import yaml
 from bench.data import make_folder
 from bench.fused import sweep
 from bench.trainer import compare
-from trainers.config import TrialConfig
-from trainers.data import DeviceBatches, load_data
-from trainers.fused import train_fused
-from trainers.loop import fit
-from trainers.memory import OVERHEAD_GB, peak_memory_gb
-from trainers.prepared import prepare
-from trainers.trial import Trainer, train_trial
+from hpstudy.trainers.config import TrialConfig
+from hpstudy.trainers.data import DeviceBatches, load_data
+from hpstudy.trainers.fused import train_fused
+from hpstudy.trainers.loop import fit
+from hpstudy.trainers.memory import OVERHEAD_GB, peak_memory_gb
+from hpstudy.trainers.prepared import prepare
+from hpstudy.trainers.trial import Trainer, train_trial
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY_TWINS = ["vit_p_tiny", "vit_c_tiny", "cnn_tiny"]
@@ -83,7 +83,7 @@ def run_cuda_tests() -> dict:
 def quarter_gpu_study(tmp: str, trials: int = 32, gpu: float = 0.25) -> dict:
     """A study of `trials` short trials with `gpu` (a quarter) each, run by run_edf.py through a
     local Ray; wall time, statuses and the trials' summed wall over the study's (Ray's start in it)."""
-    from study.store import load_trials
+    from hpstudy.study.store import load_trials
     per_cell = trials // 4
     spec = {"name": "gpu_quarter", "recipe": {"batch_size": 128},
             "dataset": {"name": "synthetic", "image_size": 32, "n_train": 4096, "n_val": 512, "num_classes": 10},
@@ -114,7 +114,7 @@ def fused_summary(results: list) -> dict:
 
 
 def cuda_flags() -> dict:
-    """cuDNN autotuning and TF32 (matmuls, convolutions): what trainers.loop.configure_device sets on CUDA."""
+    """cuDNN autotuning and TF32 (matmuls, convolutions): what hpstudy.trainers.loop.configure_device sets on CUDA."""
     return {"cudnn_benchmark": torch.backends.cudnn.benchmark, "tf32_matmul": torch.backends.cuda.matmul.allow_tf32,
             "tf32_cudnn": torch.backends.cudnn.allow_tf32}
 
@@ -277,9 +277,9 @@ def main() -> None:
             return {"skipped": "CUDA only"}
         import ray
 
-        from study.fusion import fusion_sizes
-        from study.sampling import expand
-        from study.spec import parse_spec
+        from hpstudy.study.fusion import fusion_sizes
+        from hpstudy.study.sampling import expand
+        from hpstudy.study.spec import parse_spec
         ray.init(num_cpus=2, num_gpus=1, include_dashboard=False, logging_level="WARNING")
         try:
             spec = parse_spec({"name": "oom", "dataset": {"name": "synthetic", "image_size": 224, "num_classes": 1000},

@@ -119,7 +119,7 @@ EQUIVALENT = {
     ("analysis/gaps.py", "length_gap", ("for key, group in rows.kept.groupby(by, sort=True, ):",)): _OBSERVED,
     ("analysis/gaps.py", "optimizer_gap", ("for key, group in rows.kept.groupby(by, observed=True):",)): _SORTED,
     ("analysis/gaps.py", "optimizer_gap", ('adamw = group.loc[group["optimizer"] == "adamw", ERR].to_numpy(None)',)):
-        "the metric column is float64 (analysis.metric.usable builds it from a float array)",
+        "the metric column is float64 (hpstudy.analysis.metric.usable builds it from a float array)",
     ("analysis/gaps.py", "peak_table", ('for model, group in rows.kept.groupby("model", observed=True):',)): _SORTED,
     ("trainers/optim.py", "build_schedule",
      ("warmup_t=warmup_steps, warmup_lr_init=0.0, warmup_prefix=True, t_in_epochs=None)",)):
@@ -132,7 +132,7 @@ EQUIVALENT = {
 
 
 def _function(name: str) -> str:
-    """`analysis.edf.x_dkw_epsilon__mutmut_3` -> `dkw_epsilon`; methods as `Class.method`."""
+    """`hpstudy.analysis.edf.x_dkw_epsilon__mutmut_3` -> `dkw_epsilon`; methods as `Class.method`."""
     base = name.rsplit(".", 1)[1].rsplit("__mutmut_", 1)[0]
     return base[2:] if base.startswith("x_") else base.lstrip("xǁ").replace("ǁ", ".")
 

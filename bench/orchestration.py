@@ -30,11 +30,11 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 import torch  # noqa: E402
 
-from study.runner import TUNE_ENV, run_study  # noqa: E402
-from study.sampling import expand  # noqa: E402
-from study.spec import parse_spec  # noqa: E402
-from study.store import load_trials  # noqa: E402
-from trainers.trial import train_trial  # noqa: E402
+from hpstudy.study.runner import TUNE_ENV, run_study  # noqa: E402
+from hpstudy.study.sampling import expand  # noqa: E402
+from hpstudy.study.spec import parse_spec  # noqa: E402
+from hpstudy.study.store import load_trials  # noqa: E402
+from hpstudy.trainers.trial import train_trial  # noqa: E402
 
 MICRO_DATA = {"name": "synthetic", "image_size": 8, "n_train": 32, "n_val": 16, "num_classes": 4}
 METHODS = ("hpstudy", "raw", "tune", "optuna")

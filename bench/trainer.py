@@ -17,11 +17,11 @@ import time
 import torch
 import torch.nn.functional as F
 
-from trainers.config import TrialConfig
-from trainers.flops import model_profile
-from trainers.models import build_model
-from trainers.optim import build_optimizer
-from trainers.trial import Trainer
+from hpstudy.trainers.config import TrialConfig
+from hpstudy.trainers.flops import model_profile
+from hpstudy.trainers.models import build_model
+from hpstudy.trainers.optim import build_optimizer
+from hpstudy.trainers.trial import Trainer
 
 # Dense bf16 peak of an H100/H200 SXM (the vendor's datasheet): the MFU denominator on CUDA
 # unless --peak-tflops names another.

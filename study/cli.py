@@ -12,16 +12,16 @@ import traceback
 from collections import Counter
 from typing import Callable, Dict, List, Optional
 
-from analysis.metric import DEFAULT_METRIC, METRIC_DOCS, METRICS, usable
-from analysis.report import build_report, check_report_dir
-from analysis.report_folder import owned, publish
-from study.gpu_plan import memory_plan
-from study.sampling import cells, check_samples, expand_for_store, first_trials
-from study.spec import SpecError, StudySpec, load_spec, resolve_config
-from study.store import (StoreFault, compact, load_spec_record, load_study, load_trials, report_location,
+from hpstudy.analysis.metric import DEFAULT_METRIC, METRIC_DOCS, METRICS, usable
+from hpstudy.analysis.report import build_report, check_report_dir
+from hpstudy.analysis.report_folder import owned, publish
+from hpstudy.study.gpu_plan import memory_plan
+from hpstudy.study.sampling import cells, check_samples, expand_for_store, first_trials
+from hpstudy.study.spec import SpecError, StudySpec, load_spec, resolve_config
+from hpstudy.study.store import (StoreFault, compact, load_spec_record, load_study, load_trials, report_location,
                          split_by_spec, store_io, stored_keys)
-from trainers.errors import HpstudyError, exits_on_user_error
-from trainers.schema import DIVERGED, FAILED, FINISHED, OK
+from hpstudy.trainers.errors import HpstudyError, exits_on_user_error
+from hpstudy.trainers.schema import DIVERGED, FAILED, FINISHED, OK
 
 DEFAULT_CONFIG = "demo_digits"
 EXIT_STORE_FAULT = 3        # the store is full, unwritable or unreachable: fix it and rerun to resume
@@ -125,7 +125,7 @@ def dry_run_warnings(path: str, spec: StudySpec, args: argparse.Namespace) -> Li
 def print_plan(spec: StudySpec, store: str, assume_tflops: Optional[float]) -> None:
     """The dry-run plan: trials per cell, boxes, resources and estimated trial-hours. Trials are
     counted, not expanded, unless some of the study is stored (then expanded, to match keys)."""
-    from trainers.flops import model_profile
+    from hpstudy.trainers.flops import model_profile
     n_train = spec.dataset.n_train if spec.dataset.name == "synthetic" else TRAIN_SIZES[spec.dataset.name]
     tflops = assume_tflops or (100.0 if spec.resources.gpu else 0.02)
     per_cell = spec.samples * len(spec.seeds)
@@ -216,7 +216,7 @@ def run(args: argparse.Namespace) -> int:
         if spec.resources.gpu:
             print("\n".join(memory_plan(spec, first_trials(spec), args.gpu_memory_gb)))
         return 0
-    from study.runner import RunStopped, run_study
+    from hpstudy.study.runner import RunStopped, run_study
     try:
         stored = run_study(spec, args.store, fresh=args.fresh, address=args.address,
                            max_concurrent=args.max_concurrent, num_cpus=args.num_cpus,
@@ -252,7 +252,7 @@ def write_report(store: str, study: str, out: Optional[str], metric: str = DEFAU
     `metric` error into the folder `out`, or by default into the store (<store>/reports/<study>/,
     through its filesystem, so the report lives as long as the rows); prints the full location of
     its index.html, and which metric was used (naming any fallback). Returns that location. Either
-    folder is written only if it is new, empty or an earlier report (analysis.report_folder)."""
+    folder is written only if it is new, empty or an earlier report (hpstudy.analysis.report_folder)."""
     if out:
         check_report_dir(out, "--out")
     else:
@@ -291,7 +291,7 @@ def fetch_hint(page: str) -> str:
 
 @exits_on_user_error
 def run_edf_main(argv: Optional[List[str]] = None) -> int:
-    """Entry point of study/run_edf.py and `python -m study.run_edf`."""
+    """Entry point of study/run_edf.py and `python -m hpstudy.study.run_edf`."""
     parser = argparse.ArgumentParser(prog="run_edf.py", description="Run an hpstudy study on Ray Tune.")
     add_run_args(parser)
     return guarded(run, parser.parse_args(argv))
@@ -345,7 +345,7 @@ def print_compaction(store: str, counts: Dict[str, Dict[str, int]]) -> None:
 
 def prepare_data(args: argparse.Namespace) -> int:
     """`hpstudy prepare`: decode an image folder once (or find it already prepared) and say where."""
-    from trainers.prepared import prepare
+    from hpstudy.trainers.prepared import prepare
     for flag, value in (("--train-size", args.train_size), ("--image-size", args.image_size),
                         ("--workers", args.workers)):
         if value < 1:
@@ -366,7 +366,7 @@ def hpstudy_main(argv: Optional[List[str]] = None) -> int:
     add_run_args(sub.add_parser("run", help="run a study (same flags as run_edf.py)"))
     p_status = add_store_args(sub.add_parser("status", help="what a store holds for a study"))
     p_status.add_argument("--config", default=None, help="spec to compare against (how complete)")
-    p_report = add_store_args(sub.add_parser("report", help="write a study's report (see python -m analysis)"),
+    p_report = add_store_args(sub.add_parser("report", help="write a study's report (see python -m hpstudy.analysis)"),
                               study_required=True, out=True)
     p_compact = add_store_args(sub.add_parser("compact", help="merge a study's per-trial files"),
                                study_required=True)
@@ -382,8 +382,8 @@ def hpstudy_main(argv: Optional[List[str]] = None) -> int:
     p_prepare.add_argument("--verify-content", action="store_true",
                            help="reuse --out only after hashing every source image (by default: when their "
                                 "names, labels, sizes and modification times match)")
-    from analysis.stats import good_ranges      # for suggest: study/ does not import analysis, the CLI does
-    from study.suggest import add_suggest_args, suggest_command
+    from hpstudy.analysis.stats import good_ranges      # for suggest: study/ does not import analysis, the CLI does
+    from hpstudy.study.suggest import add_suggest_args, suggest_command
     p_suggest = add_suggest_args(add_store_args(sub.add_parser(
         "suggest", help="spec lines (YAML) of a fixed lr/wd per model, from a stored lr/wd study's good ranges"),
         study_required=True))

@@ -5,12 +5,12 @@ from typing import Dict, List
 
 import ray
 
-from study.sampling import PlannedTrial
-from study.spec import SpecError, StudySpec
-from study.trainable import use_assigned_cpus, use_assigned_gpus
-from trainers.config import TrialConfig
-from trainers.errors import ConfigError
-from trainers.fused import check_fusable, measure_fusion
+from hpstudy.study.sampling import PlannedTrial
+from hpstudy.study.spec import SpecError, StudySpec
+from hpstudy.study.trainable import use_assigned_cpus, use_assigned_gpus
+from hpstudy.trainers.config import TrialConfig
+from hpstudy.trainers.errors import ConfigError
+from hpstudy.trainers.fused import check_fusable, measure_fusion
 
 AUTO_FUSE_K = 8
 AUTO_FUSE_MIN_SPEEDUP = 1.2
@@ -80,7 +80,7 @@ def _first_line(exc: Exception) -> str:
 
 
 def _measure_fusion(*args) -> Dict[str, float]:
-    """trainers.fused.measure_fusion on a Ray worker, with as many torch threads as a trial would have."""
+    """hpstudy.trainers.fused.measure_fusion on a Ray worker, with as many torch threads as a trial would have."""
     use_assigned_cpus()
     use_assigned_gpus()
     return measure_fusion(*args)

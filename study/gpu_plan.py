@@ -2,11 +2,11 @@
 
 from typing import List, Optional
 
-from study.sampling import PlannedTrial
-from study.spec import StudySpec
-from trainers.config import TrialConfig
-from trainers.errors import ConfigError
-from trainers.memory import peak_memory_gb
+from hpstudy.study.sampling import PlannedTrial
+from hpstudy.study.spec import StudySpec
+from hpstudy.trainers.config import TrialConfig
+from hpstudy.trainers.errors import ConfigError
+from hpstudy.trainers.memory import peak_memory_gb
 
 # cluster.yaml's p4d.24xlarge nodes carry A100s with 40 GB each.
 DEFAULT_GPU_MEMORY_GB = 40.0

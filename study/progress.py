@@ -6,7 +6,7 @@ from typing import Dict, Set
 
 from ray import tune
 
-from trainers.schema import FAILED, STATUSES
+from hpstudy.trainers.schema import FAILED, STATUSES
 
 
 def _minutes(seconds: float) -> str:

@@ -22,16 +22,16 @@ from ray.tune.search import Searcher
 from ray.tune.stopper import Stopper
 from ray.util.debug import reset_log_once
 
-from study.fusion import fusion_groups, fusion_sizes
-from study.progress import ProgressPrinter, SavedEmpty, Tally
-from study.sampling import PlannedTrial, expand, expand_for_store
-from study.spec import StudySpec
-from study.store import (StoreFault, compact, delete_study, load_trials, probe_store, stored_keys,
+from hpstudy.study.fusion import fusion_groups, fusion_sizes
+from hpstudy.study.progress import ProgressPrinter, SavedEmpty, Tally
+from hpstudy.study.sampling import PlannedTrial, expand, expand_for_store
+from hpstudy.study.spec import StudySpec
+from hpstudy.study.store import (StoreFault, compact, delete_study, load_trials, probe_store, stored_keys,
                          write_spec_record, write_trial)
-from study.trainable import run_tune_trial
-from trainers import schema
-from trainers.config import TrialConfig
-from trainers.provenance import versions
+from hpstudy.study.trainable import run_tune_trial
+from hpstudy.trainers import schema
+from hpstudy.trainers.config import TrialConfig
+from hpstudy.trainers.provenance import versions
 
 # Read by Tune when a run starts (not at import): its JSON/CSV/TensorBoard loggers cost driver
 # memory and files per trial (the store is the record), and our ProgressPrinter replaces its tables.
@@ -362,7 +362,7 @@ def run_study(spec: StudySpec, store: str, fresh: bool = False, address: Optiona
 
     The store is probed (a file written and deleted) before anything runs; a store fault at any
     point raises StoreFault saying what is stored and that rerunning the same command resumes.
-    The study's files are compacted (study.store.compact) before the run, every `compact_every`
+    The study's files are compacted (hpstudy.study.store.compact) before the run, every `compact_every`
     stored trials (0: not during the run) and after it, so a long study stays a few files to read.
     SIGINT or SIGTERM stops the run (see Interruption) and raises RunStopped with exit code 128 +
     the signal's number; so does a node that cannot run the trials, with exit code 1. On a local

@@ -15,10 +15,10 @@ import numpy as np
 import pandas as pd
 from scipy.stats import qmc
 
-from study.spec import Box, SpecError, StudySpec
-from study.store import load_trials
-from trainers.config import TrialConfig
-from trainers.schema import FINISHED
+from hpstudy.study.spec import Box, SpecError, StudySpec
+from hpstudy.study.store import load_trials
+from hpstudy.trainers.config import TrialConfig
+from hpstudy.trainers.schema import FINISHED
 
 
 @dataclass(frozen=True)

@@ -9,13 +9,13 @@ from typing import Any, Dict, Hashable, List, Mapping, Optional, Tuple
 
 import yaml
 
-from study.store import STUDY_NAME, STUDY_NAME_RULE
-from trainers.checkpoint import pin_init
-from trainers.config import MAX_EPOCHS, TrialConfig
-from trainers.data import MAX_SEED, DataSpec, finite_in, pin_data, whole_in
-from trainers.errors import MAX_SHOWN, ConfigError, DataError, HpstudyError, shown
-from trainers.optim import OPTIMIZERS
-from trainers.zoo import FAMILIES, get_spec, list_models
+from hpstudy.study.store import STUDY_NAME, STUDY_NAME_RULE
+from hpstudy.trainers.checkpoint import pin_init
+from hpstudy.trainers.config import MAX_EPOCHS, TrialConfig
+from hpstudy.trainers.data import MAX_SEED, DataSpec, finite_in, pin_data, whole_in
+from hpstudy.trainers.errors import MAX_SHOWN, ConfigError, DataError, HpstudyError, shown
+from hpstudy.trainers.optim import OPTIMIZERS
+from hpstudy.trainers.zoo import FAMILIES, get_spec, list_models
 
 SAMPLERS = ("random", "sobol", "grid")
 MAX_TRIALS = 100_000        # per study: expansion, the plan and the store stay quick below this

@@ -29,8 +29,8 @@ import pyarrow.dataset as pads
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from trainers.errors import HpstudyError, shown
-from trainers.schema import EPOCH_SCHEMA, FINISHED, TRIAL_SCHEMA, check_keys
+from hpstudy.trainers.errors import HpstudyError, shown
+from hpstudy.trainers.schema import EPOCH_SCHEMA, FINISHED, TRIAL_SCHEMA, check_keys
 
 TABLES = {"trials": TRIAL_SCHEMA, "epochs": EPOCH_SCHEMA}
 # The columns every stored row has a value in: a file without one of them (not written by hpstudy)

@@ -6,7 +6,7 @@ stored study it prints the spec lines (YAML, under `space:`) of a fixed point,
 
     lr = 10 ** p50(log10 lr),  wd = 10 ** p50(log10 wd)
 
-of the study's good ranges (`analysis.stats.good_ranges`, pycls's `get_filters`: 2500 bootstrap
+of the study's good ranges (`hpstudy.analysis.stats.good_ranges`, pycls's `get_filters`: 2500 bootstrap
 subsets of 25% of the trials, the best trial of each; p50 is the median of the winners' values).
 
 Why the median winner, not the best trial or the centre of the range: the single best trial is one
@@ -32,12 +32,12 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 import pandas as pd
 
-from study.store import load_study
-from trainers.errors import ConfigError
-from trainers.schema import FAILED
-from trainers.zoo import get_spec, list_models
+from hpstudy.study.store import load_study
+from hpstudy.trainers.errors import ConfigError
+from hpstudy.trainers.schema import FAILED
+from hpstudy.trainers.zoo import get_spec, list_models
 
-RangesFn = Callable[..., pd.DataFrame]     # analysis.stats.good_ranges(frame, metric) -> table
+RangesFn = Callable[..., pd.DataFrame]     # hpstudy.analysis.stats.good_ranges(frame, metric) -> table
 
 
 def yaml_number(value: float) -> str:
@@ -100,7 +100,7 @@ def space_lines(points: List[Dict], study: str, store: str) -> List[str]:
     usable_points = [p for p in points if p["lr"] is not None]
     metric = usable_points[0]["metric"] if usable_points else "?"
     lines = [f"# hpstudy suggest --store {store} --study {study}   (metric: {metric})",
-             "# lr, wd = 10^p50 of the good ranges (analysis.stats.good_ranges): the median best trial over",
+             "# lr, wd = 10^p50 of the good ranges (hpstudy.analysis.stats.good_ranges): the median best trial over",
              "# 2500 bootstrap subsets of 25% of the trials (study/suggest.py says why). A single number fixes",
              "# the value. Paste under a length or optimizer spec's `space:` (replacing its boxes).",
              "space:"]

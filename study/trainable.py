@@ -10,11 +10,11 @@ import ray
 import torch
 from ray import tune
 
-from study.faults import crash_if_asked
-from trainers.errors import HpstudyError
-from trainers.fused import train_fused
-from trainers.provenance import cuda_unusable_reason
-from trainers.trial import train_trial
+from hpstudy.study.faults import crash_if_asked
+from hpstudy.trainers.errors import HpstudyError
+from hpstudy.trainers.fused import train_fused
+from hpstudy.trainers.provenance import cuda_unusable_reason
+from hpstudy.trainers.trial import train_trial
 
 
 def use_assigned_cpus() -> None:

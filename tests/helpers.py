@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
-from trainers.schema import EPOCH_FIELDS, TRIAL_FIELDS
+from hpstudy.trainers.schema import EPOCH_FIELDS, TRIAL_FIELDS
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FINISHED_AT = "2026-11-29T10:00:00+00:00"
@@ -65,8 +65,8 @@ TINY_TRIAL = dict(model="cnn_tiny", optimizer="sgd", epochs=1, lr=0.05, wd=0.0, 
 
 def tiny_trainer(**changes):
     """A Trainer of TINY_TRIAL (cnn_tiny on 4-class 8 px synthetic data, 2 steps an epoch) with `changes`."""
-    from trainers.config import TrialConfig
-    from trainers.trial import Trainer
+    from hpstudy.trainers.config import TrialConfig
+    from hpstudy.trainers.trial import Trainer
     return Trainer(TrialConfig.from_dict(dict(TINY_TRIAL, **changes)))
 
 
@@ -167,7 +167,7 @@ def write_spec(tmp_path, spec: dict) -> str:
 
 def run_edf_command(config: str, store: str, *extra: str, module: bool = False):
     """The argv of run_edf.py (as a script, or with -m) for a local 2-CPU Ray."""
-    entry = ["-m", "study.run_edf"] if module else [os.path.join(REPO, "study", "run_edf.py")]
+    entry = ["-m", "hpstudy.study.run_edf"] if module else [os.path.join(REPO, "study", "run_edf.py")]
     return [sys.executable, *entry, "--config", config, "--store", store, "--num-cpus", "2",
             "--report", "none", "--progress-interval", "1", *extra]
 

@@ -10,19 +10,19 @@ import pyarrow.parquet as pq
 import pytest
 from matplotlib.colors import to_hex
 
-from analysis.__main__ import main as analysis_cli
-from analysis.edf import edf_table
-from analysis.figures import (PALETTE, delta_edf_figure, delta_error_vs_epochs_figure,
+from hpstudy.analysis.__main__ import main as analysis_cli
+from hpstudy.analysis.edf import edf_table
+from hpstudy.analysis.figures import (PALETTE, delta_edf_figure, delta_error_vs_epochs_figure,
                               error_vs_epochs_figure, expected_best_figure, hp_scatter_figure, model_style,
                               save_figure)
-from analysis.gaps import length_gap
-from analysis.report import build_report
-from analysis.stats import good_ranges
-from study.cli import hpstudy_main
-from study.store import load_study, load_trials, write_spec_record, write_trial
+from hpstudy.analysis.gaps import length_gap
+from hpstudy.analysis.report import build_report
+from hpstudy.analysis.stats import good_ranges
+from hpstudy.study.cli import hpstudy_main
+from hpstudy.study.store import load_study, load_trials, write_spec_record, write_trial
 from tests.helpers import make_trials, stored_row
-from trainers.schema import TRIAL_SCHEMA
-from trainers.zoo import get_spec
+from hpstudy.trainers.schema import TRIAL_SCHEMA
+from hpstudy.trainers.zoo import get_spec
 
 
 def test_importing_and_plotting_leave_global_rcparams_alone(tmp_path):

@@ -11,21 +11,21 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from analysis.edf import (bootstrap_band, dkw_epsilon, edf_at, edf_table, effective_sample_size,
+from hpstudy.analysis.edf import (bootstrap_band, dkw_epsilon, edf_at, edf_table, effective_sample_size,
                           normalized_weights, step_points, weighted_edf_at)
-from analysis.figures import (error_vs_epochs_figure, expected_best_figure, generalization_figure,
+from hpstudy.analysis.figures import (error_vs_epochs_figure, expected_best_figure, generalization_figure,
                               hp_scatter_figure)
-from analysis.findings import findings
-from analysis.gaps import bootstrap_min, ema_gain, length_gap, optimizer_gap, peak_table
-from analysis.metric import ERR, LeftOutWarning, MetricError, usable
-from analysis.report import (comparison_table, equalize_counts, left_out_table, ranges_and_importance,
+from hpstudy.analysis.findings import findings
+from hpstudy.analysis.gaps import bootstrap_min, ema_gain, length_gap, optimizer_gap, peak_table
+from hpstudy.analysis.metric import ERR, LeftOutWarning, MetricError, usable
+from hpstudy.analysis.report import (comparison_table, equalize_counts, left_out_table, ranges_and_importance,
                              summary_table)
-from analysis.stats import (StatsError, ad_compare, area_between, effect_sizes, expected_best, expected_best_band,
+from hpstudy.analysis.stats import (StatsError, ad_compare, area_between, effect_sizes, expected_best, expected_best_band,
                             good_ranges, hp_importance, ks_compare, min_detectable_d, share_within,
                             trials_for_dkw, trials_for_ks)
 from tests.helpers import REPO, make_trials
-from trainers.errors import HpstudyError
-from trainers.zoo import get_spec
+from hpstudy.trainers.errors import HpstudyError
+from hpstudy.trainers.zoo import get_spec
 
 
 def test_edf_is_the_exact_right_continuous_step():
@@ -439,7 +439,7 @@ def test_good_ranges_find_the_bowl_and_importance_finds_lr():
 
 
 def test_bootstrap_min_matches_resampling():
-    from analysis.gaps import bootstrap_min
+    from hpstudy.analysis.gaps import bootstrap_min
     v = np.array([5.0, 1.0, 3.0, 2.0, 8.0])
     rng = np.random.default_rng(0)
     exact = bootstrap_min(v, rng, 200_000)
@@ -487,7 +487,7 @@ def _backticked_names(path):
     tree = ast.parse(open(path).read())
     docs = [ast.get_docstring(node) or "" for node in ast.walk(tree)
             if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef))]
-    return set(re.findall(r"`((?:analysis|trainers|study)\.[A-Za-z_][\w.]*)`", "\n".join(docs)))
+    return set(re.findall(r"`(hpstudy\.(?:analysis|trainers|study)\.[A-Za-z_][\w.]*)`", "\n".join(docs)))
 
 
 def test_analysis_docstrings_name_things_that_exist():
@@ -495,7 +495,7 @@ def test_analysis_docstrings_name_things_that_exist():
     for module in sorted(os.listdir(os.path.join(REPO, "analysis"))):
         if module.endswith(".py"):
             names |= _backticked_names(os.path.join(REPO, "analysis", module))
-    assert "analysis.metric.usable" in names
+    assert "hpstudy.analysis.metric.usable" in names
     for name in names:
         parts = name.split(".")
         for cut in range(len(parts), 0, -1):

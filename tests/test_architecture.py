@@ -11,35 +11,41 @@ from datetime import timezone
 
 import pytest
 
-import analysis.__main__
-from analysis.__main__ import main as analysis_main
-from analysis.metric import METRIC_COLUMNS
-from analysis.report import CELL
-from study.cli import hpstudy_main, run_edf_main
-from study.sampling import expand
-from study.spec import parse_spec
-from study.store import load_trials, write_trial
+import hpstudy.analysis.__main__
+from hpstudy.analysis.__main__ import main as analysis_main
+from hpstudy.analysis.metric import METRIC_COLUMNS
+from hpstudy.analysis.report import CELL
+from hpstudy.study.cli import hpstudy_main, run_edf_main
+from hpstudy.study.sampling import expand
+from hpstudy.study.spec import parse_spec
+from hpstudy.study.store import load_trials, write_trial
 from tests.helpers import REPO, small_spec
-from trainers.schema import FAILED, RESULT_FIELDS, TRIAL_FIELDS
-from trainers.train import main as train_main
+from hpstudy.trainers.schema import FAILED, RESULT_FIELDS, TRIAL_FIELDS
+from hpstudy.trainers.train import main as train_main
 
 PACKAGES = ("trainers", "study", "analysis")
 TESTS = os.path.join(REPO, "tests")
 SHARED_TEST_MODULES = {"tests.helpers", "tests.conftest"}
 PARTITION_COLUMN = "study"     # added by the store's readers from the study=<name> folder, not stored in a row
-CLI_MODULES = {"study.cli", "study.run_edf", "analysis.__main__", "trainers.train"}
-TORCH_FREE_TRAINERS = {"trainers.errors", "trainers.schema", "trainers.zoo"}
+CLI_MODULES = {"hpstudy.study.cli", "hpstudy.study.run_edf", "hpstudy.analysis.__main__", "hpstudy.trainers.train"}
+TORCH_FREE_TRAINERS = {"hpstudy.trainers.errors", "hpstudy.trainers.schema", "hpstudy.trainers.zoo"}
 
 
 def _module_files():
-    """{module name: source path} of every module of the three packages."""
+    """{module name (hpstudy.<package>.<module>): source path} of every module of the three packages."""
     files = {}
     for package in PACKAGES:
         for name in sorted(os.listdir(os.path.join(REPO, package))):
             if name.endswith(".py"):
-                files[package if name == "__init__.py" else f"{package}.{name[:-3]}"] = \
-                    os.path.join(REPO, package, name)
+                module = f"hpstudy.{package}" if name == "__init__.py" else f"hpstudy.{package}.{name[:-3]}"
+                files[module] = os.path.join(REPO, package, name)
     return files
+
+
+def layer_of(module: str) -> str:
+    """The package (trainers, study, analysis) of an hpstudy module, else the module's top-level name."""
+    parts = module.split(".")
+    return parts[1] if parts[0] == "hpstudy" and len(parts) > 1 else parts[0]
 
 
 def import_graph():
@@ -54,17 +60,19 @@ def import_graph():
                 names |= {alias.name for alias in node.names}
             elif isinstance(node, ast.ImportFrom) and node.module:
                 names |= {node.module} | {f"{node.module}.{alias.name}" for alias in node.names}
-        graph[module] = ({n for n in names if n in files}, {n.split(".")[0] for n in names} - set(PACKAGES))
+        graph[module] = ({n for n in names if n in files}, {n.split(".")[0] for n in names} - {"hpstudy"})
     return graph
 
 
 def test_layers_point_one_way():
     allowed = {"trainers": {"trainers"}, "study": {"trainers", "study"}, "analysis": {"analysis"}}
-    for module, (internal, external) in import_graph().items():
+    graph = import_graph()
+    assert {"hpstudy.study.store", "hpstudy.trainers.schema"} <= graph["hpstudy.study.runner"][0]   # edges are seen
+    for module, (internal, external) in graph.items():
         if module in CLI_MODULES:
             continue
-        layer = module.split(".")[0]
-        outside = {m for m in internal if m.split(".")[0] not in allowed[layer]}
+        layer = layer_of(module)
+        outside = {m for m in internal if layer_of(m) not in allowed[layer]}
         if layer == "analysis":   # the library: DataFrames in, tables and figures out
             outside -= TORCH_FREE_TRAINERS
             assert not external & {"torch", "timm", "ray"}, (module, external)
@@ -90,15 +98,16 @@ def test_no_import_cycles():
 
 
 @pytest.mark.parametrize("modules,banned", [
-    (["analysis.edf", "analysis.stats", "analysis.gaps", "analysis.figures", "analysis.report"],
+    (["hpstudy.analysis.edf", "hpstudy.analysis.stats", "hpstudy.analysis.gaps", "hpstudy.analysis.figures", "hpstudy.analysis.report"],
      ["torch", "timm", "ray", "study"]),
-    (["trainers.schema", "trainers.zoo", "trainers.errors"], ["torch", "timm", "ray", "study", "analysis"]),
-    pytest.param(["trainers.trial", "trainers.fused", "trainers.train", "trainers.flops"], ["ray", "study", "analysis"],
+    (["hpstudy.trainers.schema", "hpstudy.trainers.zoo", "hpstudy.trainers.errors"], ["torch", "timm", "ray", "study", "analysis"]),
+    pytest.param(["hpstudy.trainers.trial", "hpstudy.trainers.fused", "hpstudy.trainers.train", "hpstudy.trainers.flops"], ["ray", "study", "analysis"],
                  marks=pytest.mark.slow),
 ])
 def test_what_a_layer_loads_at_run_time(modules, banned):
     code = (f"import sys\nfor m in {modules!r}: __import__(m)\n"
-            f"print(sorted({{m.split('.')[0] for m in sys.modules}} & {set(banned)!r}))")
+            f"parts = [m.split('.') for m in sys.modules]\n"
+            f"print(sorted({{p[1] if p[0] == 'hpstudy' and len(p) > 1 else p[0] for p in parts}} & {set(banned)!r}))")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout
 
@@ -142,8 +151,8 @@ def test_installed_commands_exit_2_without_a_traceback(command, tmp_path):
 @pytest.mark.slow
 def test_importing_the_study_runner_changes_no_environment():
     """hpstudy sets Tune's variables when Ray starts, not at import (Ray and torch set their own)."""
-    code = ("import os\nimport study.runner, study.cli, study.trainable\n"
-            "print(sorted(k for k in study.runner.TUNE_ENV if k in os.environ))")
+    code = ("import os\nimport hpstudy.study.runner, hpstudy.study.cli, hpstudy.study.trainable\n"
+            "print(sorted(k for k in hpstudy.study.runner.TUNE_ENV if k in os.environ))")
     env = {k: v for k, v in os.environ.items() if k not in ("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS",
                                                             "TUNE_MAX_PENDING_TRIALS_PG", "RAY_AIR_NEW_OUTPUT")}
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True, env=env)
@@ -193,7 +202,7 @@ def test_the_import_check_sees_every_spelling_of_a_test_module_import(tmp_path):
 def _by_defaults():
     """{function: its default `by` columns} for every analysis function that groups by default."""
     found = {}
-    for module in ("analysis.edf", "analysis.gaps", "analysis.stats", "analysis.findings", "analysis.report"):
+    for module in ("hpstudy.analysis.edf", "hpstudy.analysis.gaps", "hpstudy.analysis.stats", "hpstudy.analysis.findings", "hpstudy.analysis.report"):
         for name, function in inspect.getmembers(importlib.import_module(module), inspect.isfunction):
             by = inspect.signature(function).parameters.get("by")
             if function.__module__ == module and by is not None and by.default not in (inspect.Parameter.empty, ()):
@@ -202,20 +211,20 @@ def _by_defaults():
 
 
 def _query_default_columns(tmp_path, monkeypatch):
-    """The columns `python -m analysis query` shows when --columns is not given."""
+    """The columns `python -m hpstudy.analysis query` shows when --columns is not given."""
     asked = []
-    monkeypatch.setattr(analysis.__main__, "query", lambda store, study, expr, columns: asked.append(columns) or "")
+    monkeypatch.setattr(hpstudy.analysis.__main__, "query", lambda store, study, expr, columns: asked.append(columns) or "")
     assert analysis_main(["query", "status == 'ok'", "--store", str(tmp_path)]) == 0
     return asked[0].split(",")
 
 
 def test_every_column_the_analysis_and_the_cli_ask_for_is_a_stored_trial_column(tmp_path, monkeypatch):
-    """A column renamed or dropped in trainers.schema fails here, not as a KeyError in a user's report."""
-    from study.runner import SUMMARY_COLUMNS
-    asked = {"analysis.metric.METRIC_COLUMNS": list(METRIC_COLUMNS.values()), "analysis.report.CELL": CELL,
-             "study.runner.SUMMARY_COLUMNS": SUMMARY_COLUMNS,
-             "python -m analysis query --columns": _query_default_columns(tmp_path, monkeypatch), **_by_defaults()}
-    assert {"analysis.edf.edf_table", "analysis.gaps.optimizer_gap"} <= set(asked)    # the `by` defaults were found
+    """A column renamed or dropped in hpstudy.trainers.schema fails here, not as a KeyError in a user's report."""
+    from hpstudy.study.runner import SUMMARY_COLUMNS
+    asked = {"hpstudy.analysis.metric.METRIC_COLUMNS": list(METRIC_COLUMNS.values()), "hpstudy.analysis.report.CELL": CELL,
+             "hpstudy.study.runner.SUMMARY_COLUMNS": SUMMARY_COLUMNS,
+             "python -m hpstudy.analysis query --columns": _query_default_columns(tmp_path, monkeypatch), **_by_defaults()}
+    assert {"hpstudy.analysis.edf.edf_table", "hpstudy.analysis.gaps.optimizer_gap"} <= set(asked)    # the `by` defaults were found
     unknown = {where: sorted(set(columns) - set(TRIAL_FIELDS) - {PARTITION_COLUMN}) for where, columns in asked.items()}
     assert not {where: names for where, names in unknown.items() if names}
 
@@ -223,7 +232,7 @@ def test_every_column_the_analysis_and_the_cli_ask_for_is_a_stored_trial_column(
 def test_a_failed_trials_row_is_a_complete_schema_row_from_its_planned_trial(tmp_path):
     """failed_row: exactly the schema's keys, status failed, no result, the error's last 4000
     characters, and the config columns of the trial that was planned; the store takes it as is."""
-    from study.runner import failed_row
+    from hpstudy.study.runner import failed_row
     trial = expand(parse_spec(small_spec(models=["cnn_tiny"], optimizers=["sgd"], samples=1)))[0]
     error = "Traceback (most recent call last):\n" + "x" * 5000 + "\nRuntimeError: boom"
     row = failed_row(trial, error)
@@ -241,3 +250,16 @@ def test_a_failed_trials_row_is_a_complete_schema_row_from_its_planned_trial(tmp
     write_trial(str(tmp_path), "s", row)
     stored = load_trials(str(tmp_path), "s")
     assert list(zip(stored["trial_key"], stored["status"], stored["error"])) == [(trial.key, FAILED, error[-4000:])]
+
+
+@pytest.mark.parametrize("entry", ["module", "script"])
+def test_a_users_own_study_and_analysis_modules_do_not_shadow_hpstudys(tmp_path, entry):
+    """Every import goes through the hpstudy root: a notebook folder with its own study.py, analysis.py and
+    trainers.py (each failing on import) runs the commands as usual."""
+    for name in ("study", "analysis", "trainers"):
+        (tmp_path / f"{name}.py").write_text(f"raise SystemExit('the user\\'s own {name}.py was imported')\n")
+    command = ["-m", "hpstudy.study.run_edf"] if entry == "module" else [os.path.join(REPO, "study", "run_edf.py")]
+    out = subprocess.run([sys.executable, *command, "--dry-run", "--store", str(tmp_path / "s")], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "study demo_digits: 48 trials, 48 to run" in out.stdout

@@ -10,11 +10,11 @@ import pyarrow.fs as pafs
 import pytest
 import yaml
 
-from analysis.report_folder import publish
+from hpstudy.analysis.report_folder import publish
 
-from study.cli import fetch_hint, hpstudy_main, run_edf_main, run_exit_code
-from study.progress import ProgressPrinter, Tally
-from study.store import load_trials, open_root, report_location, write_spec_record, write_trial
+from hpstudy.study.cli import fetch_hint, hpstudy_main, run_edf_main, run_exit_code
+from hpstudy.study.progress import ProgressPrinter, Tally
+from hpstudy.study.store import load_trials, open_root, report_location, write_spec_record, write_trial
 from tests.helpers import image_folder, make_trials, small_spec, stored_row, write_spec
 
 

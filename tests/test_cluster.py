@@ -10,9 +10,9 @@ import ray.autoscaler
 import yaml
 from ray.cluster_utils import Cluster
 
-from study.runner import run_study
-from study.spec import parse_spec
-from study.store import load_trials
+from hpstudy.study.runner import run_study
+from hpstudy.study.spec import parse_spec
+from hpstudy.study.store import load_trials
 from tests.helpers import REPO, small_spec
 
 

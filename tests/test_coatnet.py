@@ -6,12 +6,12 @@ import torch
 from timm.models.maxxvit import MaxxVit, TransformerBlock2d, model_cfgs
 from torch import nn
 
-from analysis.figures import generalization_figure, model_style
-from analysis.metric import LeftOutWarning
+from hpstudy.analysis.figures import generalization_figure, model_style
+from hpstudy.analysis.metric import LeftOutWarning
 from tests.helpers import make_trials
-from trainers.flops import count_flops, model_profile
-from trainers.models import build_model
-from trainers.zoo import get_spec, list_models
+from hpstudy.trainers.flops import count_flops, model_profile
+from hpstudy.trainers.models import build_model
+from hpstudy.trainers.zoo import get_spec, list_models
 
 # Tables 3/4 of the paper (ImageNet-1K, 224 px): (GFLOPs, M params).
 PAPER = {"coatnet_0": (4.2, 25), "coatnet_1": (8.4, 42), "coatnet_2": (15.7, 75), "coatnet_3": (34.7, 168)}

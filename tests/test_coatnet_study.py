@@ -5,7 +5,7 @@ import json
 import pytest
 import yaml
 
-from study.spec import resolve_config
+from hpstudy.study.spec import resolve_config
 from tests.helpers import run_edf, write_spec
 
 pytestmark = pytest.mark.slow

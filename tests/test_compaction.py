@@ -14,7 +14,7 @@ import pandas as pd
 import pyarrow.dataset as pads
 import pytest
 
-from study.store import compact, load_epochs, load_trials, write_trial
+from hpstudy.study.store import compact, load_epochs, load_trials, write_trial
 from tests.helpers import REPO, epoch_row, row
 
 
@@ -74,7 +74,7 @@ def test_compaction_merges_finished_trials_into_one_file_and_every_reader_sees_t
 _KILLER = textwrap.dedent("""
     import contextlib, os, signal, sys
     import pyarrow.parquet as pq
-    import study.store as store
+    import hpstudy.study.store as store
     point, nth = sys.argv[2], int(sys.argv[3])
     seen = {"delete": 0}
     real_io, real_write = store.store_io, pq.write_table

@@ -11,12 +11,12 @@ import pyarrow.fs as pafs
 import pytest
 import torch
 
-from analysis.report_folder import publish
-from study.store import (StoreError, StoreFault, compact, delete_study, load_epochs, load_study, load_trials,
+from hpstudy.analysis.report_folder import publish
+from hpstudy.study.store import (StoreError, StoreFault, compact, delete_study, load_epochs, load_study, load_trials,
                          open_root, probe_store, report_location, write_trial)
 from tests.helpers import epoch_row, row, tiny_trainer as trainer, write_file
-from trainers.loop import resolve_device
-from trainers.schema import EPOCH_SCHEMA, TRIAL_SCHEMA
+from hpstudy.trainers.loop import resolve_device
+from hpstudy.trainers.schema import EPOCH_SCHEMA, TRIAL_SCHEMA
 
 
 def test_auto_picks_cuda_when_present_and_named_devices_are_taken_as_named(monkeypatch):
@@ -29,7 +29,7 @@ def test_auto_picks_cuda_when_present_and_named_devices_are_taken_as_named(monke
 def test_the_model_and_its_optimizer_live_on_the_trials_device(monkeypatch):
     """Whatever device the trial resolves to (meta here: any device but the CPU the model is built
     on), every parameter and buffer of the model, and so every parameter the optimizer steps, is on it."""
-    monkeypatch.setattr("trainers.loop.resolve_device", lambda name: torch.device("meta"))
+    monkeypatch.setattr("hpstudy.trainers.loop.resolve_device", lambda name: torch.device("meta"))
     t = trainer(dtype="float64")
     assert t.device == torch.device("meta")
     tensors = [*t.model.parameters(), *t.model.buffers()]

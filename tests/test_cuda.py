@@ -43,8 +43,8 @@ def test_cuda_batches_and_convolution_weights_are_channels_last():
 
 def test_prepared_batches_are_pinned_on_the_host_before_the_copy(tmp_path, monkeypatch):
     from tests.helpers import image_folder
-    from trainers.data import DeviceBatches
-    from trainers.prepared import PreparedData, prepare
+    from hpstudy.trainers.data import DeviceBatches
+    from hpstudy.trainers.prepared import PreparedData, prepare
     root = image_folder(tmp_path / "imgs", n=8)
     out = str(tmp_path / "prepared")
     prepare(root, out, train_size=32, image_size=24, workers=1, progress=None)
@@ -65,7 +65,7 @@ def test_prepared_batches_are_pinned_on_the_host_before_the_copy(tmp_path, monke
 def test_gpu_shares_through_ray_no_gpu_for_gpu_0_and_quarters_four_at_once_each_capped():
     import ray
 
-    from study.trainable import use_assigned_gpus
+    from hpstudy.study.trainable import use_assigned_gpus
     ray.init(num_cpus=4, num_gpus=1, include_dashboard=False, logging_level="WARNING")
     try:
         @ray.remote(num_gpus=0, max_calls=1)      # its worker, CUDA hidden, exits after it

@@ -6,8 +6,8 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
-from trainers.data import DataSpec, DeviceBatches, TensorData, TensorEpochs, load_data, random_crop
-from trainers.errors import DataError
+from hpstudy.trainers.data import DataSpec, DeviceBatches, TensorData, TensorEpochs, load_data, random_crop
+from hpstudy.trainers.errors import DataError
 
 
 def _write_fake_cifar10(folder, n_per_batch=20):

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 import torch
 
-from study.spec import SpecError, parse_spec
+from hpstudy.study.spec import SpecError, parse_spec
 from tests.helpers import small_spec
-from trainers.config import TrialConfig
-from trainers.data import DataSpec, load_data
-from trainers.errors import ConfigError, DataError
-from trainers.train import main as train_main
+from hpstudy.trainers.config import TrialConfig
+from hpstudy.trainers.data import DataSpec, load_data
+from hpstudy.trainers.errors import ConfigError, DataError
+from hpstudy.trainers.train import main as train_main
 
 BASE = dict(model="cnn_tiny", optimizer="adamw", epochs=3, lr=1e-3, wd=0.05)
 TRAIN = ["--model", "cnn_tiny", "--optimizer", "adamw", "--epochs", "1", "--lr", "1e-3", "--wd", "0", "--device", "cpu"]

@@ -9,14 +9,14 @@ import pytest
 import yaml
 from scipy import stats
 
-from analysis.findings import findings, fmt_p
-from analysis.gaps import length_gap, optimizer_gap
-from analysis.stats import good_ranges, min_detectable_d, trials_for_ks
-from study.cli import hpstudy_main
-from study.sampling import expand
-from study.spec import parse_spec
-from study.store import load_study, write_spec_record, write_trial
-from study.suggest import fixed_points, space_lines
+from hpstudy.analysis.findings import findings, fmt_p
+from hpstudy.analysis.gaps import length_gap, optimizer_gap
+from hpstudy.analysis.stats import good_ranges, min_detectable_d, trials_for_ks
+from hpstudy.study.cli import hpstudy_main
+from hpstudy.study.sampling import expand
+from hpstudy.study.spec import parse_spec
+from hpstudy.study.store import load_study, write_spec_record, write_trial
+from hpstudy.study.suggest import fixed_points, space_lines
 from tests.helpers import make_trials, small_spec, stored_row
 
 N_BOOT = 200
@@ -155,7 +155,7 @@ def _store(root, trials):
 
 @pytest.mark.slow
 def test_report_opens_with_findings_and_report_json_carries_them(tmp_path):
-    from analysis.report import build_report
+    from hpstudy.analysis.report import build_report
     store = str(tmp_path / "store")
     trials = make_trials(models=("vit_p_tiny", "vit_c_tiny"), optimizers=("adamw",), n=10, fail_share=0.1, seed=3)
     _store(store, trials)

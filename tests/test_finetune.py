@@ -5,17 +5,17 @@ import ray
 import torch
 from safetensors.torch import save_file
 
-from study.runner import run_study
-from study.sampling import expand
-from study.spec import SpecError, parse_spec
-from study.store import load_trials
+from hpstudy.study.runner import run_study
+from hpstudy.study.sampling import expand
+from hpstudy.study.spec import SpecError, parse_spec
+from hpstudy.study.store import load_trials
 from tests.helpers import small_spec
-from trainers.checkpoint import file_sha256
-from trainers.config import TrialConfig
-from trainers.errors import ConfigError
-from trainers.fused import check_fusable
-from trainers.models import build_model
-from trainers.trial import Trainer, train_trial
+from hpstudy.trainers.checkpoint import file_sha256
+from hpstudy.trainers.config import TrialConfig
+from hpstudy.trainers.errors import ConfigError
+from hpstudy.trainers.fused import check_fusable
+from hpstudy.trainers.models import build_model
+from hpstudy.trainers.trial import Trainer, train_trial
 
 MODEL = "coatnet_tiny_cctt"
 HEAD = ("head.fc.weight", "head.fc.bias")

@@ -6,9 +6,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from trainers.config import ConfigError, TrialConfig
-from trainers.fused import FusedTrainer, train_fused
-from trainers.trial import Trainer
+from hpstudy.trainers.config import ConfigError, TrialConfig
+from hpstudy.trainers.fused import FusedTrainer, train_fused
+from hpstudy.trainers.trial import Trainer
 
 DATA = {"name": "synthetic", "image_size": 8, "n_train": 64, "n_val": 32, "num_classes": 4}
 BASE = dict(epochs=3, batch_size=16, warmup_epochs=1, min_lr_ratio=0.1, device="cpu", dtype="float64",
@@ -107,7 +107,7 @@ def test_a_stack_of_one_trains_without_vmap_as_its_trial_alone(model, monkeypatc
     0.6x its trial alone on CPU) and uses torch's fused attention; its numbers are its trial's."""
     config = members(model, "adamw", [2e-3], [0.05])[0]
     fused, alone = FusedTrainer([TrialConfig.from_dict(config)]), Trainer(TrialConfig.from_dict(config))
-    monkeypatch.setattr("trainers.fused.vmap", _no_vmap)
+    monkeypatch.setattr("hpstudy.trainers.fused.vmap", _no_vmap)
     for _ in range(2):
         fused.train_epoch(), alone.train_epoch()
     for name, param in alone.model.named_parameters():
@@ -123,7 +123,7 @@ def test_a_group_left_with_one_member_goes_on_without_vmap_and_keeps_its_numbers
     alone = Trainer(TrialConfig.from_dict(keep))
     assert sorted(trainer.run_epoch()) == [0] and trainer.k == 1          # the other diverged
     alone.train_epoch()
-    monkeypatch.setattr("trainers.fused.vmap", _no_vmap)
+    monkeypatch.setattr("hpstudy.trainers.fused.vmap", _no_vmap)
     second = trainer.run_epoch()[0]
     assert second["train_loss"] == pytest.approx(alone.train_epoch()["train_loss"], rel=1e-6)
     for name, param in alone.model.named_parameters():
@@ -160,9 +160,9 @@ def test_fuse_auto_takes_an_out_of_memory_while_measuring_as_no_fusion(monkeypat
     started here: the measuring task and its RayTaskError are stand-ins)."""
     import ray
 
-    from study.fusion import fusion_sizes
-    from study.sampling import expand
-    from study.spec import parse_spec
+    from hpstudy.study.fusion import fusion_sizes
+    from hpstudy.study.sampling import expand
+    from hpstudy.study.spec import parse_spec
     from tests.helpers import small_spec
     oom = torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
     error = ray.exceptions.RayTaskError("_measure_fusion", f"Traceback (most recent call last):\n  ...\n"

@@ -9,11 +9,11 @@ import pytest
 import torch
 
 from tests.helpers import image_folder
-from trainers.config import TrialConfig
-from trainers.data import DataSpec, DeviceBatches, load_data
-from trainers.loop import configure_device, fit
-from trainers.memory import activation_bytes_per_image, peak_memory_gb
-from trainers.trial import DIVERGENCE_CHECK_EVERY, Trainer
+from hpstudy.trainers.config import TrialConfig
+from hpstudy.trainers.data import DataSpec, DeviceBatches, load_data
+from hpstudy.trainers.loop import configure_device, fit
+from hpstudy.trainers.memory import activation_bytes_per_image, peak_memory_gb
+from hpstudy.trainers.trial import DIVERGENCE_CHECK_EVERY, Trainer
 
 SYNTH = {"name": "synthetic", "image_size": 8, "n_train": 64, "n_val": 16, "num_classes": 4}
 
@@ -51,7 +51,7 @@ def test_a_finished_trial_keeps_no_model_optimizer_or_loader_alive():
 def test_loaders_are_built_once_per_trial_and_the_model_and_its_ema_share_each_validation_pass(monkeypatch):
     """Persistent DataLoader workers serve every epoch only if the loaders outlive the epoch; the
     EMA must not decode the validation set a second time."""
-    from trainers.data import TensorData
+    from hpstudy.trainers.data import TensorData
     built, passes = [], []
     train_loader, val_loader = TensorData.train_loader, TensorData.val_loader
 
@@ -77,7 +77,7 @@ def test_loaders_are_built_once_per_trial_and_the_model_and_its_ema_share_each_v
 
 @pytest.mark.parametrize("fused", [False, True])
 def test_training_reads_the_device_only_every_few_steps(fused, monkeypatch):
-    from trainers.fused import FusedTrainer
+    from hpstudy.trainers.fused import FusedTrainer
     data = dict(SYNTH, n_train=512)
     cfgs = [TrialConfig.from_dict(dict(model="cnn_tiny", optimizer="sgd", epochs=1, lr=0.05 * (i + 1), wd=0.0,
                                        batch_size=8, seed=i, dataset=data, device="cpu")) for i in range(2)]
@@ -109,11 +109,11 @@ def test_fused_trials_configure_their_device_and_refuse_channels_last(monkeypatc
     """The fused trainer sets up its device as a trial alone does, through the same trial_setup
     (cuDNN autotuning and TF32 on CUDA), and refuses the channels_last layout, which vmap's stacked
     tensors cannot have."""
-    import trainers.loop
-    from trainers.config import ConfigError
-    from trainers.fused import FusedTrainer
+    import hpstudy.trainers.loop
+    from hpstudy.trainers.config import ConfigError
+    from hpstudy.trainers.fused import FusedTrainer
     seen = []
-    monkeypatch.setattr(trainers.loop, "configure_device", seen.append)
+    monkeypatch.setattr(hpstudy.trainers.loop, "configure_device", seen.append)
     cfgs = [TrialConfig.from_dict(dict(model="cnn_tiny", optimizer="sgd", epochs=1, lr=0.1, wd=0.0, batch_size=16,
                                        seed=i, dataset=SYNTH, device="cpu")) for i in range(2)]
     FusedTrainer(cfgs)
@@ -171,9 +171,9 @@ def test_activation_estimate_matches_measured_regnety_and_scales_with_the_micro_
 def test_unfusable_recipe_is_never_measured_and_fuse_k_is_refused(capsys):
     import ray
 
-    from study.fusion import fusion_sizes
-    from study.sampling import expand
-    from study.spec import SpecError, parse_spec
+    from hpstudy.study.fusion import fusion_sizes
+    from hpstudy.study.sampling import expand
+    from hpstudy.study.spec import SpecError, parse_spec
     from tests.helpers import SMALL, small_spec
     recipe = dict(SMALL["recipe"], mixup=0.8)
     auto = parse_spec(small_spec(name="mix", models=["cnn_tiny"], recipe=recipe, fuse="auto"))
@@ -192,7 +192,7 @@ def test_a_trial_without_a_gpu_sees_none_even_if_the_node_sets_cuda_visible_devi
 
     import ray
 
-    from study.trainable import use_assigned_gpus
+    from hpstudy.study.trainable import use_assigned_gpus
     ray.init(num_cpus=1, include_dashboard=False, logging_level="WARNING")
     try:
         @ray.remote(num_cpus=1, num_gpus=0, runtime_env={"env_vars": {"CUDA_VISIBLE_DEVICES": "0"}})

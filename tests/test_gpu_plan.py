@@ -6,12 +6,12 @@ import re
 import pytest
 import yaml
 
-from study.gpu_plan import memory_plan
-from study.sampling import first_trials
-from study.spec import parse_spec, resolve_config
+from hpstudy.study.gpu_plan import memory_plan
+from hpstudy.study.sampling import first_trials
+from hpstudy.study.spec import parse_spec, resolve_config
 from tests.helpers import small_spec
-from trainers.config import TrialConfig
-from trainers.memory import peak_memory_gb
+from hpstudy.trainers.config import TrialConfig
+from hpstudy.trainers.memory import peak_memory_gb
 
 LARGEST = {"vit_p_18gf", "vit_c_18gf", "regnety_16gf"}    # the paper spec's models above 140 GB at batch 2048
 

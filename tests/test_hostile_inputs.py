@@ -6,12 +6,12 @@ import re
 import pytest
 import yaml
 
-import study.sampling
-from study.cli import hpstudy_main, run_edf_main
-from study.spec import SpecError, SpecLoader, load_spec
-from study.store import write_trial
+import hpstudy.study.sampling
+from hpstudy.study.cli import hpstudy_main, run_edf_main
+from hpstudy.study.spec import SpecError, SpecLoader, load_spec
+from hpstudy.study.store import write_trial
 from tests.helpers import spec_text, stored_row
-from trainers.train import main as train_main
+from hpstudy.trainers.train import main as train_main
 
 
 def box(lr: str) -> str:
@@ -106,7 +106,7 @@ COMMAND_CASES = [
     (hpstudy_main, ["status", "--store", "{dir}", "--study", ".."], 2, "--study: bad value '..'"),
     (hpstudy_main, ["compact", "--store", "{dir}", "--study", "../x"], 2, "--study: bad value '../x'"),
     (hpstudy_main, ["report", "--store", "{dir}", "--study", ".."], 2, "--study: bad value '..'"),
-    # python -m trainers.train goes through the same validator (TrialConfig.validate)
+    # python -m hpstudy.trainers.train goes through the same validator (TrialConfig.validate)
     (train_main, TRAIN + ["--lr", "inf"], 2, "lr: bad value inf; allowed: > 0"),
     (train_main, TRAIN + ["--lr", "nan"], 2, "lr: bad value nan; allowed: > 0"),
     (train_main, TRAIN + ["--lr", "1e-3", "--device", "banana"], 2, "device: bad value 'banana'"),
@@ -145,8 +145,8 @@ def test_unwritable_store_says_nothing_ran_and_debug_shows_the_traceback(tmp_pat
 
 def test_dry_run_counts_trials_without_materialising_them(tmp_path, capsys, monkeypatch):
     made = []
-    planned = study.sampling._planned
-    monkeypatch.setattr(study.sampling, "_planned", lambda *a: made.append(a) or planned(*a))
+    planned = hpstudy.study.sampling._planned
+    monkeypatch.setattr(hpstudy.study.sampling, "_planned", lambda *a: made.append(a) or planned(*a))
     config = tmp_path / "big.yaml"
     config.write_text(spec_text(models="[vit_p_tiny]", samples="100000"))
     store = str(tmp_path / "store")
@@ -156,7 +156,7 @@ def test_dry_run_counts_trials_without_materialising_them(tmp_path, capsys, monk
     # with rows stored, the plan matches keys cell by cell
     small = tmp_path / "small.yaml"
     small.write_text(spec_text(models="[vit_p_tiny]"))
-    key = study.sampling.expand(load_spec(str(small)))[0].key
+    key = hpstudy.study.sampling.expand(load_spec(str(small)))[0].key
     write_trial(store, "h", stored_row(trial_key=key, model="vit_p_tiny", optimizer="adamw", status="ok"))
     assert run_edf_main(["--config", str(small), "--store", store, "--dry-run"]) == 0
     out = capsys.readouterr().out

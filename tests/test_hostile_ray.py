@@ -5,10 +5,10 @@ import subprocess
 
 import pytest
 
-from study.cli import hpstudy_main
-from study.sampling import expand
-from study.spec import load_spec
-from study.store import load_study, load_trials
+from hpstudy.study.cli import hpstudy_main
+from hpstudy.study.sampling import expand
+from hpstudy.study.spec import load_spec
+from hpstudy.study.store import load_study, load_trials
 from tests.helpers import run_edf, small_spec, write_spec
 
 pytestmark = pytest.mark.slow

@@ -1,5 +1,5 @@
 """Hostile inputs on the way to a report: store files lacking a column, rows of an earlier spec,
-report folders that cannot be written, and `python -m analysis` exiting as `hpstudy` does."""
+report folders that cannot be written, and `python -m hpstudy.analysis` exiting as `hpstudy` does."""
 
 import json
 import os
@@ -10,10 +10,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from analysis.__main__ import main as analysis_main
-from analysis.report import ReportError, build_report, check_report_dir
-from study.cli import hpstudy_main
-from study.store import (REQUIRED, TABLES, compact, load_epochs, load_study, load_trials, stored_keys,
+from hpstudy.analysis.__main__ import main as analysis_main
+from hpstudy.analysis.report import ReportError, build_report, check_report_dir
+from hpstudy.study.cli import hpstudy_main
+from hpstudy.study.store import (REQUIRED, TABLES, compact, load_epochs, load_study, load_trials, stored_keys,
                          write_spec_record, write_trial)
 from tests.helpers import epoch_row, stored_row
 

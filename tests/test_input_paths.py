@@ -7,14 +7,14 @@ import pytest
 import torch
 from PIL import Image
 
-from trainers.augment import GEOMETRIC_OPS, DeviceAutoAugment, crop_resize_flip, rrc_boxes
-from trainers.config import TrialConfig
-from trainers.data import DataSpec, DeviceBatches, LoaderData, load_data
-from trainers.device_decode import DeviceDecodeData
-from trainers.errors import ConfigError, DataError
-from trainers.loop import data_for
-from trainers.prepared import PreparedData, prepare
-from trainers.trial import train_trial
+from hpstudy.trainers.augment import GEOMETRIC_OPS, DeviceAutoAugment, crop_resize_flip, rrc_boxes
+from hpstudy.trainers.config import TrialConfig
+from hpstudy.trainers.data import DataSpec, DeviceBatches, LoaderData, load_data
+from hpstudy.trainers.device_decode import DeviceDecodeData
+from hpstudy.trainers.errors import ConfigError, DataError
+from hpstudy.trainers.loop import data_for
+from hpstudy.trainers.prepared import PreparedData, prepare
+from hpstudy.trainers.trial import train_trial
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ import pytest
 import ray
 import yaml
 
-from study.store import load_trials
+from hpstudy.study.store import load_trials
 from tests.helpers import REPO, small_spec, write_spec
 
 # Run before the code under test: every `import ray` fails as on a machine without Ray.
@@ -37,10 +37,10 @@ except ModuleNotFoundError:
     pass
 else:
     raise SystemExit("ray is importable: the check would prove nothing")
-from analysis.edf import edf_table
+from hpstudy.analysis.edf import edf_table
 from tests.helpers import make_trials
-from trainers.provenance import cuda_unusable_reason
-from trainers.trial import train_trial
+from hpstudy.trainers.provenance import cuda_unusable_reason
+from hpstudy.trainers.trial import train_trial
 
 row = train_trial({"model": "cnn_tiny", "optimizer": "adamw", "epochs": 1, "lr": 1e-3, "wd": 0.05,
                    "batch_size": 16, "device": "auto",
@@ -113,7 +113,7 @@ def ray_with_a_gpu_cuda_cannot_use(monkeypatch):
 
 @pytest.mark.slow
 def test_a_trial_holding_a_gpu_cuda_cannot_use_stops_the_study(ray_with_a_gpu_cuda_cannot_use, tmp_path, capsys):
-    from study.cli import run_edf_main
+    from hpstudy.study.cli import run_edf_main
     spec = small_spec(name="nogpu", models=["cnn_tiny"], optimizers=["adamw"], samples=4,
                       recipe={"batch_size": 64, "device": "auto"}, resources={"cpu": 1, "gpu": 1},
                       space={"adamw": {"lr": [5e-4, 5e-3], "wd": [0.01, 0.1]}})

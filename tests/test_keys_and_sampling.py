@@ -6,10 +6,10 @@ import dataclasses
 import numpy as np
 import pytest
 
-from study.sampling import cells, expand, first_trials, sample_box, scale_to_box, unit_points
-from study.spec import Box, SpecError, parse_spec
-from trainers.config import TrialConfig
-from trainers.data import DataSpec
+from hpstudy.study.sampling import cells, expand, first_trials, sample_box, scale_to_box, unit_points
+from hpstudy.study.spec import Box, SpecError, parse_spec
+from hpstudy.trainers.config import TrialConfig
+from hpstudy.trainers.data import DataSpec
 
 BASE = {"model": "cnn_tiny", "optimizer": "adamw", "epochs": 2, "lr": 1e-3, "wd": 0.05,
         "dataset": {"name": "synthetic", "image_size": 8}}

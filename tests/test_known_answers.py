@@ -9,10 +9,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.edf import bootstrap_band, edf_table, normalized_weights, weighted_edf_at
-from analysis.gaps import bootstrap_min, ema_gain, length_gap, optimizer_gap, peak_table
-from analysis.metric import usable
-from analysis.stats import (ad_compare, effect_sizes, expected_best_band, good_ranges, hp_importance, ks_power,
+from hpstudy.analysis.edf import bootstrap_band, edf_table, normalized_weights, weighted_edf_at
+from hpstudy.analysis.gaps import bootstrap_min, ema_gain, length_gap, optimizer_gap, peak_table
+from hpstudy.analysis.metric import usable
+from hpstudy.analysis.stats import (ad_compare, effect_sizes, expected_best_band, good_ranges, hp_importance, ks_power,
                             trials_for_dkw, trials_for_ks)
 from tests.helpers import make_trials
 

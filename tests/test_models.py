@@ -1,10 +1,10 @@
 import pytest
 import torch
 
-from trainers.errors import ConfigError
-from trainers.flops import model_profile
-from trainers.models import ConvStem, build_model
-from trainers.zoo import get_spec, list_models
+from hpstudy.trainers.errors import ConfigError
+from hpstudy.trainers.flops import model_profile
+from hpstudy.trainers.models import ConvStem, build_model
+from hpstudy.trainers.zoo import get_spec, list_models
 
 # Table 1 of Xiao et al. 2021: (GFLOPs, M params).
 TABLE_1 = {

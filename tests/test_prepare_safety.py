@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 from PIL import Image
 
-import trainers.prepared
-from study.cli import hpstudy_main
-from study.spec import SpecError, parse_spec
+import hpstudy.trainers.prepared
+from hpstudy.study.cli import hpstudy_main
+from hpstudy.study.spec import SpecError, parse_spec
 from tests.helpers import image_folder, small_spec
-from trainers.config import TrialConfig
-from trainers.data import DataSpec, load_data
-from trainers.errors import DataError
-from trainers.prepared import PREPARED_FILES, PreparedData, prepare
+from hpstudy.trainers.config import TrialConfig
+from hpstudy.trainers.data import DataSpec, load_data
+from hpstudy.trainers.errors import DataError
+from hpstudy.trainers.prepared import PREPARED_FILES, PreparedData, prepare
 
 SIZES = ["--train-size", "16", "--image-size", "12"]
 
@@ -131,7 +131,7 @@ def test_an_out_that_prepare_did_not_write_is_refused_before_decoding(make, tmp_
     if cwd is not None:
         monkeypatch.chdir(cwd)
     before = tree(guarded)
-    monkeypatch.setattr(trainers.prepared, "_decode", lambda job: pytest.fail("decoding started"))
+    monkeypatch.setattr(hpstudy.trainers.prepared, "_decode", lambda job: pytest.fail("decoding started"))
     assert run_prepare(source, out) == 2
     err = one_error(capsys)
     assert err.startswith(f"error: --out: {str(out)!r} ") and "allowed: a path that does not exist, an empty " \

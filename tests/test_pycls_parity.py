@@ -3,7 +3,7 @@
 
 pycls's formulas are written out again below, from its source and independently of hpstudy's
 code, and run on the same fixed sweep: trials built by hpstudy's one row builder
-(`trainers.loop.trial_row`) from per-epoch errors, with failed and diverged trials. Two conventions
+(`hpstudy.trainers.loop.trial_row`) from per-epoch errors, with failed and diverged trials. Two conventions
 are hpstudy's and are stated where they enter: a diverged trial counts at chance error (pycls has
 no diverged jobs), and a job without EMA uses its raw best error (pycls's `error_tst`; every pycls
 job has EMA). The bootstrap draws one (b, n_sample) array from `default_rng(seed)`, where pycls
@@ -15,12 +15,12 @@ import pandas as pd
 import pytest
 import torch
 
-from analysis.edf import edf_table
-from analysis.gaps import ema_gain, peak_table
-from analysis.stats import good_ranges
+from hpstudy.analysis.edf import edf_table
+from hpstudy.analysis.gaps import ema_gain, peak_table
+from hpstudy.analysis.stats import good_ranges
 from tests.helpers import stored_row
-from trainers.config import TrialConfig
-from trainers.loop import chance_error, trial_row
+from hpstudy.trainers.config import TrialConfig
+from hpstudy.trainers.loop import chance_error, trial_row
 
 CHANCE = chance_error(10)
 SEED, B = 3, 2500

@@ -1,5 +1,5 @@
-"""analysis.query: a filter parsed and evaluated over a frame's columns, never run as code (pandas'
-DataFrame.query is only the reference for what an allowed filter selects); and `python -m analysis
+"""hpstudy.analysis.query: a filter parsed and evaluated over a frame's columns, never run as code (pandas'
+DataFrame.query is only the reference for what an allowed filter selects); and `python -m hpstudy.analysis
 query` on it: exit 2 and one `error:` line for a bad filter, --columns, store or study."""
 
 import os
@@ -8,11 +8,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.__main__ import main as analysis_main
-from analysis.query import MAX_DEPTH, MAX_LENGTH, QueryError, filter_rows
-from study.store import write_trial
+from hpstudy.analysis.__main__ import main as analysis_main
+from hpstudy.analysis.query import MAX_DEPTH, MAX_LENGTH, QueryError, filter_rows
+from hpstudy.study.store import write_trial
 from tests.helpers import stored_row
-from trainers.errors import HpstudyError
+from hpstudy.trainers.errors import HpstudyError
 
 TRIALS = pd.DataFrame({
     "model": ["vit_c_tiny", "vit_c_tiny", "cnn_tiny", None, "cnn_tiny"],

@@ -9,10 +9,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.findings import findings
-from study.sampling import expand_for_store
-from study.spec import load_spec, resolve_config
-from study.store import load_study
+from hpstudy.analysis.findings import findings
+from hpstudy.study.sampling import expand_for_store
+from hpstudy.study.spec import load_spec, resolve_config
+from hpstudy.study.store import load_study
 from tests.helpers import REPO
 
 STORE = os.path.join(REPO, "docs", "reproduction", "store")

@@ -2,10 +2,10 @@
 
 from ray import cloudpickle
 
-from study.progress import ProgressPrinter
-from study.runner import RunStopper, StoreWriter
-from study.sampling import expand
-from study.spec import parse_spec
+from hpstudy.study.progress import ProgressPrinter
+from hpstudy.study.runner import RunStopper, StoreWriter
+from hpstudy.study.sampling import expand
+from hpstudy.study.spec import parse_spec
 from tests.helpers import small_spec
 
 

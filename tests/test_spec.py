@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 import yaml
 
-from study.sampling import expand, sample_box
-from trainers.config import TrialConfig
-from study.spec import Box, SpecError, bundled_configs, load_spec, parse_spec, resolve_config
+from hpstudy.study.sampling import expand, sample_box
+from hpstudy.trainers.config import TrialConfig
+from hpstudy.study.spec import Box, SpecError, bundled_configs, load_spec, parse_spec, resolve_config
 
 BASE = {
     "name": "t",
@@ -81,7 +81,7 @@ def test_every_bad_input_is_rejected_by_name(raw, message):
 
 
 def test_unreadable_resources_for_this_machine(tmp_path):
-    from study.cli import check_local_resources
+    from hpstudy.study.cli import check_local_resources
     spec = parse_spec(with_(resources={"cpu": 1, "gpu": 1}))
     with pytest.raises(SpecError, match="resources.gpu: bad value 1; allowed: <= 0"):
         check_local_resources(spec, num_cpus=2)

@@ -8,13 +8,13 @@ import math
 import numpy as np
 import pytest
 
-import study.sampling
-from study.cli import hpstudy_main, run_edf_main
-from study.sampling import expand, expand_for_store, unit_points
-from study.spec import Box, SpecError, load_spec, parse_spec, resolve_config
-from study.store import load_trials, write_spec_record, write_trial
+import hpstudy.study.sampling
+from hpstudy.study.cli import hpstudy_main, run_edf_main
+from hpstudy.study.sampling import expand, expand_for_store, unit_points
+from hpstudy.study.spec import Box, SpecError, load_spec, parse_spec, resolve_config
+from hpstudy.study.store import load_trials, write_spec_record, write_trial
 from tests.helpers import small_spec, stored_row, write_spec
-from trainers.config import TrialConfig
+from hpstudy.trainers.config import TrialConfig
 
 # sha256 (first 16 hex digits) of the sorted trial keys of bundled specs: a change here re-keys every
 # stored study of that spec (say so in the changelog, and keep the old keys resumable as below)
@@ -52,8 +52,8 @@ def test_a_last_bit_of_exp_or_log_elsewhere_changes_no_key(monkeypatch, sampler,
             return y
         return shifted
 
-    monkeypatch.setattr(study.sampling.math, "exp", off(math.exp))
-    monkeypatch.setattr(study.sampling.math, "log", off(math.log))
+    monkeypatch.setattr(hpstudy.study.sampling.math, "exp", off(math.exp))
+    monkeypatch.setattr(hpstudy.study.sampling.math, "log", off(math.log))
     assert [t.key for t in expand(spec)] == before
 
 
@@ -77,7 +77,7 @@ def test_a_fixed_value_is_exactly_the_value_written():
 def old_sampler_key(spec, trial) -> tuple:
     """The (lr, wd) and key the sampler of hpstudy 0.1 gave `trial`: np.exp of the log-box, unrounded."""
     box: Box = spec.box(trial.model, trial.optimizer)
-    seed = study.sampling._stream_seed(spec.sampler_seed, trial.optimizer,
+    seed = hpstudy.study.sampling._stream_seed(spec.sampler_seed, trial.optimizer,
                                        {"lr": box.lr, "wd": box.wd}) % 2**32
     u = unit_points(spec.sampler, spec.samples, seed)[trial.sample]
     lr, wd = (float(np.exp(np.log(lo) + x * (np.log(hi) - np.log(lo)))) for x, (lo, hi) in zip(u, (box.lr, box.wd)))

@@ -2,10 +2,10 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from study.store import compact, load_epochs, load_trials, stored_keys, write_trial
+from hpstudy.study.store import compact, load_epochs, load_trials, stored_keys, write_trial
 from tests.helpers import epoch_row, row
-from trainers.errors import SchemaError
-from trainers.schema import EPOCH_SCHEMA, TRIAL_SCHEMA
+from hpstudy.trainers.errors import SchemaError
+from hpstudy.trainers.schema import EPOCH_SCHEMA, TRIAL_SCHEMA
 
 
 def test_layout_and_pandas_reads_the_hive_tree(tmp_path):

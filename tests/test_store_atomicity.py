@@ -6,11 +6,11 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
-import study.store
-from study.runner import StoreWriter
-from study.sampling import expand
-from study.spec import parse_spec
-from study.store import (StoreFault, load_epochs, load_spec_record, load_trials, write_spec_record,
+import hpstudy.study.store
+from hpstudy.study.runner import StoreWriter
+from hpstudy.study.sampling import expand
+from hpstudy.study.spec import parse_spec
+from hpstudy.study.store import (StoreFault, load_epochs, load_spec_record, load_trials, write_spec_record,
                          write_trial)
 from tests.helpers import epoch_row, small_spec, stored_row
 
@@ -38,7 +38,7 @@ def test_a_trial_rewrite_that_fails_halfway_keeps_the_old_trial(table, tmp_path,
         seen.append(load_trials(str(root), "s")["top1_err"].tolist())
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(study.store.pq, "write_table", write_half)
+    monkeypatch.setattr(hpstudy.study.store.pq, "write_table", write_half)
     epochs = [epoch_row(epoch=1, train_loss=1.0)] if table == "epochs" else []
     with pytest.raises(StoreFault, match=f"cannot write .*{table}/study=s/a.parquet.*No space left"):
         write_trial(str(root), "s", _row("a", 5.0), epochs)
@@ -83,8 +83,8 @@ def test_a_spec_record_rewrite_that_fails_halfway_keeps_the_old_record(tmp_path,
         def open_output_stream(self, path, *args, **kwargs):
             return HalfStream(self.fs.open_output_stream(path, *args, **kwargs))
 
-    open_root = study.store.open_root
-    monkeypatch.setattr(study.store, "open_root",
+    open_root = hpstudy.study.store.open_root
+    monkeypatch.setattr(hpstudy.study.store, "open_root",
                         lambda r: (HalfWritingFileSystem(open_root(r)[0]), open_root(r)[1]))
     with pytest.raises(StoreFault, match="Input/output error"):
         write_spec_record(root, "s", {"samples": 16}, 32, ["k1"])

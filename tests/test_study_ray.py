@@ -12,13 +12,13 @@ import pyarrow.parquet as pq
 import pytest
 import ray
 
-from study.faults import CRASH_DIR_ENV
-from study.runner import run_study
-from study.sampling import expand
-from study.spec import parse_spec
-from study.store import load_epochs, load_trials
+from hpstudy.study.faults import CRASH_DIR_ENV
+from hpstudy.study.runner import run_study
+from hpstudy.study.sampling import expand
+from hpstudy.study.spec import parse_spec
+from hpstudy.study.store import load_epochs, load_trials
 from tests.helpers import REPO, run_edf, run_edf_command, small_spec, stored_row, write_spec
-from trainers.schema import TRIAL_SCHEMA
+from hpstudy.trainers.schema import TRIAL_SCHEMA
 
 pytestmark = pytest.mark.slow
 
@@ -136,8 +136,8 @@ def test_worker_crash_is_retried_then_failed_trials_rerun(tmp_path):
 
 
 def test_fused_groups_store_k_rows_and_resume_per_member(local_ray, tmp_path, capsys):
-    from study.fusion import AUTO_FUSE_MIN_SPEEDUP, fusion_groups, fusion_sizes
-    from study.store import write_trial
+    from hpstudy.study.fusion import AUTO_FUSE_MIN_SPEEDUP, fusion_groups, fusion_sizes
+    from hpstudy.study.store import write_trial
     spec = parse_spec(small_spec(name="fused", models=["cnn_tiny"], optimizers=["adamw"], samples=4, fuse=2))
     trials = expand(spec)
     assert [len(g) for g in fusion_groups(trials, {"cnn_tiny": 2})] == [2, 2]
@@ -167,7 +167,7 @@ def test_a_study_longer_than_one_tune_run_stores_each_trial_once_and_compacts_as
     """Tune runs of at most TUNE_RUN_GROUPS groups (here 3) bound the driver's bookkeeping; the
     store is compacted before the run, every 2 stored trials and after it; each Tune run's folder is
     removed when it ends."""
-    import study.runner as runner
+    import hpstudy.study.runner as runner
     compactions = []
     real_compact = runner.compact
     monkeypatch.setattr(runner, "TUNE_RUN_GROUPS", 3)
@@ -195,7 +195,7 @@ def test_a_local_ray_runs_as_many_trials_at_once_as_it_holds(local_ray, tmp_path
     """On a local Ray (here 2 CPUs) the run is capped at what it holds, --max-concurrent lower; and
     Tune's scheduler picks no trial to start first (its pick took idle actors from trials whose own
     actor was starting, and killed that actor)."""
-    import study.runner as runner
+    import hpstudy.study.runner as runner
     assert runner.local_slots({"cpu": 1, "gpu": 0}) == 2 and runner.local_slots({"cpu": 0.5, "gpu": 0}) == 4
     assert runner.local_slots({"cpu": 3, "gpu": 0}) == 1 and runner.local_slots({"cpu": 0, "gpu": 0}) is None
     assert runner.local_slots({"cpu": 0.1, "gpu": 0}) == 20

@@ -10,14 +10,14 @@ import torch
 import torch.nn.functional as F
 
 from tests.helpers import TINY_DATA as DATA, TINY_TRIAL as BASE, image_folder, tiny_trainer as trainer
-from trainers.config import TrialConfig
-from trainers.data import LoaderData
-from trainers.device_decode import DeviceDecodeData
-from trainers.errors import ConfigError
-from trainers.fused import FusedTrainer, train_fused
-from trainers.loop import chance_error, data_for, diverged_mask, fit, trial_row
-from trainers.optim import build_optimizer, build_schedule
-from trainers.trial import DIVERGENCE_CHECK_EVERY, evaluate, train_trial
+from hpstudy.trainers.config import TrialConfig
+from hpstudy.trainers.data import LoaderData
+from hpstudy.trainers.device_decode import DeviceDecodeData
+from hpstudy.trainers.errors import ConfigError
+from hpstudy.trainers.fused import FusedTrainer, train_fused
+from hpstudy.trainers.loop import chance_error, data_for, diverged_mask, fit, trial_row
+from hpstudy.trainers.optim import build_optimizer, build_schedule
+from hpstudy.trainers.trial import DIVERGENCE_CHECK_EVERY, evaluate, train_trial
 
 def _params(model):
     return torch.cat([p.detach().flatten() for p in model.parameters()])
@@ -184,7 +184,7 @@ def test_fit_waits_for_a_cuda_device_before_timing_an_epoch(monkeypatch):
     is needed to check the call; none happens on the CPU)."""
     calls = []
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: calls.append(device))
-    monkeypatch.setattr("trainers.loop.trial_row", lambda cfg, log, diverged, trainer, wall_s: log)
+    monkeypatch.setattr("hpstudy.trainers.loop.trial_row", lambda cfg, log, diverged, trainer, wall_s: log)
     fit(_Scripted("cuda", epochs=2))
     assert calls == [torch.device("cuda")] * 2
     fit(_Scripted("cpu", epochs=2))

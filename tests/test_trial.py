@@ -3,10 +3,10 @@ import json
 import pytest
 import torch
 
-from trainers.errors import ConfigError
-from trainers.train import main as train_cli
-from trainers.loop import chance_error
-from trainers.trial import train_trial
+from hpstudy.trainers.errors import ConfigError
+from hpstudy.trainers.train import main as train_cli
+from hpstudy.trainers.loop import chance_error
+from hpstudy.trainers.trial import train_trial
 
 BASE = dict(dataset={"name": "digits", "image_size": 16}, batch_size=64, warmup_epochs=1)
 
@@ -60,9 +60,9 @@ def test_row_has_design_fields_and_epoch_callback():
 def test_recipe_options_run_on_cpu():
     """EMA, mixup/CutMix, label smoothing, bf16 autocast, channels_last and clipping all reach the
     trainer and run together (each one's effect: tests/test_trainer_contract.py)."""
-    from trainers.config import TrialConfig
-    from trainers.loop import fit
-    from trainers.trial import Trainer
+    from hpstudy.trainers.config import TrialConfig
+    from hpstudy.trainers.loop import fit
+    from hpstudy.trainers.trial import Trainer
     trainer = Trainer(TrialConfig.from_dict(dict(
         BASE, model="vit_c_tiny", optimizer="adamw", epochs=1, warmup_epochs=0.5, lr=1e-3, wd=0.05, ema_decay=0.99,
         mixup=0.8, cutmix=1.0, label_smoothing=0.1, amp=True, channels_last=True, grad_clip=1.0, device="cpu")))
@@ -97,9 +97,9 @@ def test_cli_prints_progress_and_result(capsys):
 def test_cli_flags_are_the_config_fields_with_their_defaults():
     import dataclasses
 
-    from trainers.config import TrialConfig
-    from trainers.data import DataSpec
-    from trainers.train import build_parser, config_from_args
+    from hpstudy.trainers.config import TrialConfig
+    from hpstudy.trainers.data import DataSpec
+    from hpstudy.trainers.train import build_parser, config_from_args
     parser = build_parser()
     flags = {a.dest for a in parser._actions}
     assert {f.name for f in dataclasses.fields(TrialConfig)} <= flags

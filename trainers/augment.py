@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torchvision.transforms.v2 import AutoAugment, AutoAugmentPolicy
 
-from trainers.errors import ConfigError, shown
+from hpstudy.trainers.errors import ConfigError, shown
 
 RRC_SCALE = (0.08, 1.0)          # timm's / torchvision's RandomResizedCrop defaults
 RRC_RATIO = (3 / 4, 4 / 3)

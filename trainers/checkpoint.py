@@ -18,7 +18,7 @@ from timm.models._manipulate import group_parameters
 from timm.utils.model import freeze
 from torch import nn
 
-from trainers.errors import ConfigError, shown
+from hpstudy.trainers.errors import ConfigError, shown
 
 CHECKPOINT_KINDS = "a local torch state dict (.pt, .pth, .bin) or safetensors file (.safetensors)"
 NAMED = 3          # mismatched keys named per kind in an error
@@ -131,7 +131,7 @@ def parameter_groups(model: nn.Module) -> Dict[int, List[str]]:
 @lru_cache(maxsize=None)
 def count_parameter_groups(model_name: str) -> int:
     """How many coarse parameter groups a registered model has (built on the meta device)."""
-    from trainers.models import build_model
+    from hpstudy.trainers.models import build_model
     with torch.device("meta"):
         return len(parameter_groups(build_model(model_name, num_classes=10)))
 

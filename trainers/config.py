@@ -8,12 +8,12 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Dict, Optional
 
-from trainers.checkpoint import CHECKPOINT_KINDS, count_parameter_groups
-from trainers.data import MAX_SEED, SHA256, DataSpec, finite_in, raise_first_bad, whole_in
-from trainers.device_decode import device_can_augment
-from trainers.errors import ConfigError, shown
-from trainers.optim import OPTIMIZERS, scaled_lr
-from trainers.zoo import get_spec
+from hpstudy.trainers.checkpoint import CHECKPOINT_KINDS, count_parameter_groups
+from hpstudy.trainers.data import MAX_SEED, SHA256, DataSpec, finite_in, raise_first_bad, whole_in
+from hpstudy.trainers.device_decode import device_can_augment
+from hpstudy.trainers.errors import ConfigError, shown
+from hpstudy.trainers.optim import OPTIMIZERS, scaled_lr
+from hpstudy.trainers.zoo import get_spec
 
 MAX_EPOCHS = 100_000
 MAX_BATCH = 1_048_576
@@ -26,7 +26,7 @@ def model_input_error(model: str, image_size: int, batch: int) -> Optional[str]:
     """Why a registered model cannot train on a batch of `batch` images of `image_size` px, or None:
     one training-mode forward pass on the meta device (no memory, a fraction of a second)."""
     import torch
-    from trainers.models import build_model
+    from hpstudy.trainers.models import build_model
     try:
         with torch.device("meta"):
             net = build_model(model, num_classes=10, image_size=image_size)
@@ -53,13 +53,13 @@ def _doc(text: str, default: Any = dataclasses.MISSING, **kwargs) -> Any:
 class TrialConfig:
     """Everything that determines one training trial (model, data, optimizer, recipe, seed)."""
 
-    model: str = _doc("registered model name (trainers.zoo)")
+    model: str = _doc("registered model name (hpstudy.trainers.zoo)")
     optimizer: str = _doc("adamw or sgd")
     epochs: int = _doc("training epochs")
     lr: float = _doc("peak learning rate, given for reference_batch_size")
     wd: float = _doc("weight decay (not applied to 1-D parameters)")
     dataset: DataSpec = field(default_factory=lambda: DataSpec("digits"),
-                              metadata={"doc": "dataset name and options (trainers.data.DataSpec)"})
+                              metadata={"doc": "dataset name and options (hpstudy.trainers.data.DataSpec)"})
     seed: int = _doc("seed of the initial weights and the data order", 0)
     batch_size: int = _doc("training batch size", 128)
     reference_batch_size: Optional[int] = _doc("lr is given for this batch and scaled linearly "
@@ -214,7 +214,7 @@ class TrialConfig:
                               f"allowed: a size the model can take ({reason})")
         batch = min(self.batch_size, self.dataset.n_train) if self.dataset.name == "synthetic" \
             else self.batch_size
-        chunk = -(-batch // self.accum_steps)           # trainers.trial splits a batch with Tensor.chunk
+        chunk = -(-batch // self.accum_steps)           # hpstudy.trainers.trial splits a batch with Tensor.chunk
         if (batch % chunk or chunk) == 1 and model_input_error(self.model, size, 1):
             field_name, value, allowed = (("batch_size", 1, ">= 2") if self.batch_size == 1 else
                                           ("dataset.n_train", 1, ">= 2") if batch == 1 else
@@ -246,7 +246,7 @@ class TrialConfig:
         return hashlib.sha256(self.to_json().encode()).hexdigest()[:20]
 
     def row_fields(self) -> Dict[str, Any]:
-        """The trial row's `config` columns (trainers.schema), known before training."""
+        """The trial row's `config` columns (hpstudy.trainers.schema), known before training."""
         return {"model": self.model, "family": get_spec(self.model).family,
                 "optimizer": self.optimizer, "epochs": self.epochs, "lr": self.lr, "wd": self.wd,
                 "seed": self.seed, "dataset": self.dataset.name, "batch_size": self.batch_size,

@@ -20,9 +20,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from trainers.device_decode import DeviceDecodeData
-from trainers.errors import DataError, shown
-from trainers.prepared import IMAGENET_MEAN, IMAGENET_STD, PreparedData, data_digest, read_meta
+from hpstudy.trainers.device_decode import DeviceDecodeData
+from hpstudy.trainers.errors import DataError, shown
+from hpstudy.trainers.prepared import IMAGENET_MEAN, IMAGENET_STD, PreparedData, data_digest, read_meta
 
 DATASETS = ("digits", "cifar10", "cifar100", "imagefolder", "prepared", "synthetic")
 DEFAULT_IMAGE_SIZE = {"digits": 16, "cifar10": 32, "cifar100": 32, "imagefolder": 224, "prepared": 224,
@@ -436,7 +436,7 @@ def load_data(spec: DataSpec, num_workers: int = 4, auto_augment: Optional[str] 
               decode_on_device: bool = False):
     """Load a dataset once per process (trials reusing a Ray actor share it). `auto_augment` is
     the AutoAugment policy of image folders (None: off); `decode_on_device` makes an image folder
-    send JPEG bytes and decode them on the training device (trainers.device_decode)."""
+    send JPEG bytes and decode them on the training device (hpstudy.trainers.device_decode)."""
     check_data_path(spec)
     if spec.name == "digits":
         return load_digits_data(spec.size)

@@ -1,6 +1,6 @@
 """An image folder decoded on the training device: DataLoader workers only read the JPEG bytes;
 each batch is decoded at once by torchvision.io.decode_jpeg (nvJPEG on CUDA) and cropped, resized,
-flipped and AutoAugmented there (trainers.augment). Selected by `decode: auto` on CUDA; on the CPU
+flipped and AutoAugmented there (hpstudy.trainers.augment). Selected by `decode: auto` on CUDA; on the CPU
 it runs too (torchvision's CPU decoder), for tests and benchmarks.
 
 Differences from the worker path: bilinear (antialiased) instead of PIL bicubic resizing; the crop
@@ -15,16 +15,16 @@ import torch
 from torchvision.io import ImageReadMode, decode_jpeg
 from torchvision.transforms.v2 import functional as TF
 
-from trainers.augment import DeviceAutoAugment, rrc_boxes
-from trainers.errors import ConfigError
-from trainers.prepared import IMAGENET_MEAN, IMAGENET_STD
+from hpstudy.trainers.augment import DeviceAutoAugment, rrc_boxes
+from hpstudy.trainers.errors import ConfigError
+from hpstudy.trainers.prepared import IMAGENET_MEAN, IMAGENET_STD
 
 EVAL_CROP_PCT = 0.875
 
 
 def device_can_augment(policy: Optional[str]) -> bool:
-    """Whether the device pipelines (this one and trainers.prepared) can run the AutoAugment
-    `policy` (None: off); trainers.augment.DeviceAutoAugment says which it runs."""
+    """Whether the device pipelines (this one and hpstudy.trainers.prepared) can run the AutoAugment
+    `policy` (None: off); hpstudy.trainers.augment.DeviceAutoAugment says which it runs."""
     try:
         if policy is not None:
             DeviceAutoAugment(policy)

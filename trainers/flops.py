@@ -6,7 +6,7 @@ from typing import Tuple
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from trainers.models import build_model, set_fused_attention
+from hpstudy.trainers.models import build_model, set_fused_attention
 
 
 def count_flops(model: torch.nn.Module, image_size: int, in_chans: int = 3) -> int:
@@ -33,5 +33,5 @@ def model_profile(name: str, num_classes: int = 1000, image_size: int = None) ->
 
 
 def _default_size(name: str) -> int:
-    from trainers.models import get_spec
+    from hpstudy.trainers.models import get_spec
     return get_spec(name).image_size

@@ -23,12 +23,12 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call, grad_and_value, stack_module_state, vmap
 
-from trainers.config import TrialConfig
-from trainers.errors import ConfigError, shown
-from trainers.data import DeviceBatches
-from trainers.loop import MemberRecords, diverged_mask, fit, release_device_memory, trial_schedule, trial_setup
-from trainers.models import build_model, set_fused_attention
-from trainers.trial import Trainer
+from hpstudy.trainers.config import TrialConfig
+from hpstudy.trainers.errors import ConfigError, shown
+from hpstudy.trainers.data import DeviceBatches
+from hpstudy.trainers.loop import MemberRecords, diverged_mask, fit, release_device_memory, trial_schedule, trial_setup
+from hpstudy.trainers.models import build_model, set_fused_attention
+from hpstudy.trainers.trial import Trainer
 
 PER_MEMBER = ("lr", "wd", "seed")
 # recipe options fusion does not implement, with the values that mean "off"
@@ -226,7 +226,7 @@ class FusedTrainer:
         set_fused_attention(self.base, self.k == 1)
 
     def run_epoch(self) -> Dict[int, Dict[str, Any]]:
-        """Train and evaluate one epoch (trainers.loop.EpochTrainer): metrics of the live members,
+        """Train and evaluate one epoch (hpstudy.trainers.loop.EpochTrainer): metrics of the live members,
         by original member index; diverged members leave the stack first."""
         train = self.train_epoch()
         if not self.alive.any():

@@ -1,5 +1,5 @@
 """The one training driver: the epoch loop, epoch records and trial rows shared by the solo trainer
-(`trainers.trial.Trainer`) and the fused one (`trainers.fused.FusedTrainer`).
+(`hpstudy.trainers.trial.Trainer`) and the fused one (`hpstudy.trainers.fused.FusedTrainer`).
 
 A trainer trains K >= 1 members (K = 1 alone) and implements `EpochTrainer`; `fit` runs its epochs,
 builds each member's epoch records and, at the end, one trial row per member: `ok` with the last
@@ -15,13 +15,13 @@ from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence
 
 import torch
 
-from trainers import schema
-from trainers.config import TrialConfig
-from trainers.data import DataSpec, load_data
-from trainers.device_decode import device_can_augment
-from trainers.flops import model_profile
-from trainers.optim import build_schedule
-from trainers.provenance import run_info
+from hpstudy.trainers import schema
+from hpstudy.trainers.config import TrialConfig
+from hpstudy.trainers.data import DataSpec, load_data
+from hpstudy.trainers.device_decode import device_can_augment
+from hpstudy.trainers.flops import model_profile
+from hpstudy.trainers.optim import build_schedule
+from hpstudy.trainers.provenance import run_info
 
 MemberRecords = Dict[int, Dict[str, Any]]     # member index -> epoch record
 
@@ -155,7 +155,7 @@ def fit(trainer: EpochTrainer, on_epoch: Optional[Callable[[MemberRecords], None
 
 def trial_row(cfg: TrialConfig, epoch_log: List[Dict[str, Any]], diverged: bool, trainer: EpochTrainer,
               wall_s: float) -> Dict[str, Any]:
-    """The trial row (trainers.schema, all but the study's columns) plus `epoch_log`."""
+    """The trial row (hpstudy.trainers.schema, all but the study's columns) plus `epoch_log`."""
     last = epoch_log[-1] if epoch_log else {}
     if diverged:
         chance = chance_error(trainer.num_classes)

@@ -11,8 +11,8 @@ from functools import lru_cache
 
 import torch
 
-from trainers.config import TrialConfig
-from trainers.models import build_model
+from hpstudy.trainers.config import TrialConfig
+from hpstudy.trainers.models import build_model
 
 OVERHEAD_GB = 2.0          # CUDA context, cuDNN/cuBLAS workspaces, allocator slack
 OPTIMIZER_STATE = {"adamw": 2, "sgd": 1}   # fp32 tensors of state per parameter

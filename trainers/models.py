@@ -1,7 +1,7 @@
 """Model builders: ViT-P / ViT-C of Xiao et al. 2021 on timm's VisionTransformer, timm CNNs, and CoAtNet
 (Dai et al. 2021) and its ViT_REL on timm's MaxxVit and VisionTransformerRelPos.
 
-The catalogue of names, families and recipes is `trainers.zoo` (torch-free); this module builds them.
+The catalogue of names, families and recipes is `hpstudy.trainers.zoo` (torch-free); this module builds them.
 """
 
 from functools import partial
@@ -16,7 +16,7 @@ from timm.models.vision_transformer import VisionTransformer
 from timm.models.vision_transformer_relpos import VisionTransformerRelPos
 from torch import nn
 
-from trainers.zoo import get_spec
+from hpstudy.trainers.zoo import get_spec
 
 
 class ConvStem(PatchEmbed):

@@ -6,7 +6,7 @@ import torch
 from timm.scheduler import CosineLRScheduler
 from torch import nn
 
-from trainers.errors import ConfigError, shown
+from hpstudy.trainers.errors import ConfigError, shown
 
 OPTIMIZERS = ("adamw", "sgd")
 

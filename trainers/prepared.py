@@ -8,7 +8,7 @@ temporary name, checksummed (sha256) and renamed, so a folder that exists is com
 (with `verify_content`, the same bytes), after verifying the checksums. Every trial and study on the
 node then reads them through the page cache. `PreparedData` serves them: a
 training batch is gathered on the CPU (a memory copy, no decoding), moved to the training device,
-and cropped, flipped and AutoAugmented there (trainers.augment).
+and cropped, flipped and AutoAugmented there (hpstudy.trainers.augment).
 
 `prepare` deletes only what it wrote: `--out` must be missing, an empty folder or an earlier
 preparation (its meta.json and arrays and nothing else), checked before decoding; a trial key names
@@ -34,8 +34,8 @@ from typing import Dict, Iterable, Iterator, List, Optional, Tuple
 import numpy as np
 import torch
 
-from trainers.augment import DeviceAutoAugment, train_augment
-from trainers.errors import DataError, shown
+from hpstudy.trainers.augment import DeviceAutoAugment, train_augment
+from hpstudy.trainers.errors import DataError, shown
 
 FORMAT_VERSION = 1
 ARRAYS = ("train_x", "train_y", "val_x", "val_y")

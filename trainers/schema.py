@@ -7,7 +7,7 @@ plus the code that produces its value (see docs/architecture.md).
 Each trial column has a `kind` that says who fills it in:
 - `config`: from the trial config (`TrialConfig.row_fields`), known before training;
 - `result`: measured by training; null in a failed row;
-- `run`: where and with what it ran (`trainers.provenance.run_info`);
+- `run`: where and with what it ran (`hpstudy.trainers.provenance.run_info`);
 - `study`: added by the study runner (`trial_key`, `node`, `error`).
 """
 
@@ -16,7 +16,7 @@ from typing import Any, Dict, Iterable, Mapping, Tuple
 
 import pyarrow as pa
 
-from trainers.errors import SchemaError
+from hpstudy.trainers.errors import SchemaError
 
 OK, DIVERGED, FAILED = "ok", "diverged", "failed"
 STATUSES = (OK, DIVERGED, FAILED)

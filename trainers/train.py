@@ -1,6 +1,6 @@
 """Train one trial from the command line and print per-epoch progress and the result row.
 
-    python -m trainers.train --model vit_c_tiny --dataset digits --epochs 10 \
+    python -m hpstudy.trainers.train --model vit_c_tiny --dataset digits --epochs 10 \
         --optimizer adamw --lr 1e-3 --wd 0.05
 
 Every flag comes from a field of `TrialConfig` (and `DataSpec`, as --data-*): same names, same
@@ -14,12 +14,12 @@ import sys
 import typing
 from typing import Any, Callable, Dict, Optional
 
-from trainers.config import TrialConfig
-from trainers.data import DATASETS, DataSpec
-from trainers.errors import exits_on_user_error
-from trainers.optim import OPTIMIZERS
-from trainers.trial import train_trial
-from trainers.zoo import list_models
+from hpstudy.trainers.config import TrialConfig
+from hpstudy.trainers.data import DATASETS, DataSpec
+from hpstudy.trainers.errors import exits_on_user_error
+from hpstudy.trainers.optim import OPTIMIZERS
+from hpstudy.trainers.trial import train_trial
+from hpstudy.trainers.zoo import list_models
 
 CHOICES = {"model": list_models(), "optimizer": OPTIMIZERS, "dataset": DATASETS}
 
@@ -52,7 +52,7 @@ def _add_field(parser: argparse.ArgumentParser, field: dataclasses.Field, flag: 
 
 def build_parser() -> argparse.ArgumentParser:
     """Flags for every TrialConfig field (dataset as --dataset NAME plus --data-* options)."""
-    parser = argparse.ArgumentParser(prog="python -m trainers.train", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m hpstudy.trainers.train", description=__doc__.splitlines()[0])
     hints = typing.get_type_hints(TrialConfig)
     for field in dataclasses.fields(TrialConfig):
         if field.name != "dataset":

@@ -1,4 +1,4 @@
-"""Training one trial alone: the `Trainer` of one member, run by the shared driver (trainers.loop)."""
+"""Training one trial alone: the `Trainer` of one member, run by the shared driver (hpstudy.trainers.loop)."""
 
 import contextlib
 import dataclasses
@@ -11,12 +11,12 @@ from timm.data import Mixup
 from timm.loss import SoftTargetCrossEntropy
 from timm.utils import ModelEmaV3
 
-from trainers.checkpoint import freeze_leading, load_checkpoint, verified_sha256
-from trainers.config import TrialConfig
-from trainers.data import DeviceBatches
-from trainers.loop import diverged_mask, fit, release_device_memory, trial_schedule, trial_setup
-from trainers.models import build_model
-from trainers.optim import build_optimizer
+from hpstudy.trainers.checkpoint import freeze_leading, load_checkpoint, verified_sha256
+from hpstudy.trainers.config import TrialConfig
+from hpstudy.trainers.data import DeviceBatches
+from hpstudy.trainers.loop import diverged_mask, fit, release_device_memory, trial_schedule, trial_setup
+from hpstudy.trainers.models import build_model
+from hpstudy.trainers.optim import build_optimizer
 
 EpochCallback = Callable[[Dict[str, Any]], None]
 # Steps between checks of the divergence flag: each check is one host sync; a diverged trial
@@ -154,7 +154,7 @@ class Trainer:
         return metrics
 
     def run_epoch(self) -> Dict[int, Dict[str, Any]]:
-        """Train and evaluate one epoch (trainers.loop.EpochTrainer); {} once diverged."""
+        """Train and evaluate one epoch (hpstudy.trainers.loop.EpochTrainer); {} once diverged."""
         train = self.train_epoch()
         if train.pop("diverged"):
             self._diverged = True
@@ -173,7 +173,7 @@ class Trainer:
 
 
 def train_trial(config: Dict[str, Any], on_epoch: Optional[EpochCallback] = None) -> Dict[str, Any]:
-    """Train one trial from a plain config dict; return its row (trainers.schema) and `epoch_log`.
+    """Train one trial from a plain config dict; return its row (hpstudy.trainers.schema) and `epoch_log`.
 
     Divergence (non-finite loss or loss above `divergence_loss`) ends the trial with status
     `diverged` and chance error; it never raises. Infrastructure errors (e.g. out of memory) do

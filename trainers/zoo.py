@@ -1,13 +1,13 @@
 """The model catalogue: every registered model's name, family, size class and build recipe.
 
 Importable without torch, so the analysis layer can look up a model's family, size and display
-order; `trainers.models` turns a spec into a module (the recipe's `builder` names a function there).
+order; `hpstudy.trainers.models` turns a spec into a module (the recipe's `builder` names a function there).
 """
 
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence
 
-from trainers.errors import ConfigError, shown
+from hpstudy.trainers.errors import ConfigError, shown
 
 FAMILIES = ("vit_p", "vit_c", "cnn", "coatnet", "vit_rel")
 SIZE_ORDER = ("tiny", "1gf", "4gf", "8gf", "18gf", "36gf")   # compute classes, in panel order
@@ -15,11 +15,11 @@ SIZE_ORDER = ("tiny", "1gf", "4gf", "8gf", "18gf", "36gf")   # compute classes, 
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """A named model: its family, size class and how `trainers.models` builds it."""
+    """A named model: its family, size class and how `hpstudy.trainers.models` builds it."""
 
     name: str
     family: str
-    builder: str                # "vit", "timm", "regnet", "coatnet" or "vit_rel" (trainers.models.BUILDERS)
+    builder: str                # "vit", "timm", "regnet", "coatnet" or "vit_rel" (hpstudy.trainers.models.BUILDERS)
     image_size: int
     size: str = ""              # compute class for side-by-side panels: one of SIZE_ORDER
     description: str = ""
