@@ -24,18 +24,10 @@ from typing import List, NamedTuple, Sequence, Tuple
 import numpy as np
 import pandas as pd
 
+from hpstudy.analysis.metric_names import DEFAULT_METRIC, METRIC_COLUMNS, METRIC_DOCS, METRICS
 from hpstudy.trainers.errors import HpstudyError
 from hpstudy.trainers.schema import FAILED
 
-METRIC_COLUMNS = {"final": "top1_err", "best": "best_top1_err", "ema_best": "best_ema_top1_err"}
-METRICS = (*METRIC_COLUMNS, "paper")
-DEFAULT_METRIC = "paper"
-METRIC_DOCS = {
-    "final": "top-1 error after the last epoch, raw weights",
-    "best": "lowest top-1 error over epochs, raw weights",
-    "ema_best": "lowest top-1 error over epochs, EMA weights (trials without EMA left out)",
-    "paper": "ema_best where EMA was on, else best (pycls's test_ema_epoch.min_top1_err)",
-}
 ERR = "metric_err"     # the column `usable` adds to the rows it keeps: their error under the metric
 UNRECORDED = "stored before best_ema_top1_err existed: EMA best not recorded"
 NAMED = 5              # groups named per warning

@@ -10,7 +10,7 @@ package and nothing relative to itself.
 
 import sys
 
-from hpstudy.study.cli import run_edf_main
+from hpstudy.cli import run_edf_main
 
 if __name__ == "__main__":
     sys.exit(run_edf_main())

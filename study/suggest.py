@@ -27,7 +27,6 @@ model its own fixed point, and the top-level boxes the values of the first model
 command line passes it in (`ranges_fn`).
 """
 
-import argparse
 from typing import Callable, Dict, List, Optional, Sequence
 
 import pandas as pd
@@ -126,18 +125,3 @@ def suggest(store: str, study: str, ranges_fn: RangesFn, metric: str = "paper",
     """The spec lines for a stored lr/wd study (see the module docstring)."""
     trials, _, _ = load_study(store, study)
     return "\n".join(space_lines(fixed_points(trials, ranges_fn, metric, models, optimizers), study, store))
-
-
-def add_suggest_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """--model, --optimizer and --metric of `hpstudy suggest` (after --store/--study)."""
-    p.add_argument("--model", action="append", default=None, help="only this model (repeatable)")
-    p.add_argument("--optimizer", action="append", default=None, help="only this optimizer (repeatable)")
-    p.add_argument("--metric", default="paper", help="the error the good ranges are built on (as hpstudy report)")
-    return p
-
-
-def suggest_command(args: argparse.Namespace, ranges_fn: RangesFn) -> int:
-    """Print the spec lines; 0."""
-    print(suggest(args.store, args.study, ranges_fn, args.metric, args.model, args.optimizer))
-    return 0
-

@@ -10,7 +10,6 @@ import pyarrow.parquet as pq
 import pytest
 from matplotlib.colors import to_hex
 
-from hpstudy.analysis.__main__ import main as analysis_cli
 from hpstudy.analysis.edf import edf_table
 from hpstudy.analysis.figures import (PALETTE, delta_edf_figure, delta_error_vs_epochs_figure,
                               error_vs_epochs_figure, expected_best_figure, hp_scatter_figure, model_style,
@@ -18,7 +17,7 @@ from hpstudy.analysis.figures import (PALETTE, delta_edf_figure, delta_error_vs_
 from hpstudy.analysis.gaps import length_gap
 from hpstudy.analysis.report import build_report
 from hpstudy.analysis.stats import good_ranges
-from hpstudy.study.cli import hpstudy_main
+from hpstudy.cli import hpstudy_main
 from hpstudy.study.store import load_study, load_trials, write_spec_record, write_trial
 from tests.helpers import make_trials, stored_row
 from hpstudy.trainers.schema import TRIAL_SCHEMA
@@ -166,10 +165,10 @@ def test_analysis_cli_report_and_query(tmp_path, capsys):
     assert capsys.readouterr().out.strip().endswith("metric: final")
     summary = json.load(open(tmp_path / "rep" / "report.json"))["tables"]["summary"][0]
     assert summary["best"] == pytest.approx(trials["top1_err"].min()) and summary["metric"] == "final"
-    assert analysis_cli(["query", "--store", store, "top1_err < 100 and model == 'vit_c_tiny'"]) == 0
+    assert hpstudy_main(["query", "--store", store, "top1_err < 100 and model == 'vit_c_tiny'"]) == 0
     out = capsys.readouterr().out
     assert "vit_c_tiny" in out and len(out.strip().splitlines()) >= 2
-    assert analysis_cli(["report", "--store", store, "--study", "nope"]) == 2
+    assert hpstudy_main(["report", "--store", store, "--study", "nope"]) == 2
     assert "no trials of study 'nope'" in capsys.readouterr().err
 
 
@@ -193,7 +192,7 @@ def test_a_store_written_before_best_ema_still_reports_and_says_which_metric(tmp
     assert "best_ema_top1_err" not in pq.read_schema(os.path.join(directory, os.listdir(directory)[0])).names
     loaded = load_trials(store, "gen")
     assert loaded["best_ema_top1_err"].isna().all() and len(loaded) == len(trials)
-    assert analysis_cli(["report", "--store", store, "--study", "gen", "--out", str(tmp_path / "rep")]) == 0
+    assert hpstudy_main(["report", "--store", store, "--study", "gen", "--out", str(tmp_path / "rep")]) == 0
     fallback = "paper = best (EMA ran but best_ema_top1_err is missing: a store written before that column existed)"
     assert f"metric: {fallback}" in capsys.readouterr().out
     assert json.load(open(tmp_path / "rep" / "report.json"))["metric"]["used"] == fallback
@@ -202,5 +201,5 @@ def test_a_store_written_before_best_ema_still_reports_and_says_which_metric(tmp
     counted = trials[trials["status"] != "failed"]
     assert summary["best"] == pytest.approx(counted["best_top1_err"].min()) and summary["metric"] == fallback
     assert summary["n_left_out"] == (trials["status"] == "failed").sum() > 0
-    assert analysis_cli(["report", "--store", store, "--study", "gen", "--metric", "ema_best"]) == 2
+    assert hpstudy_main(["report", "--store", store, "--study", "gen", "--metric", "ema_best"]) == 2
     assert "error: metric ema_best: no trial has a value" in capsys.readouterr().err

@@ -11,11 +11,10 @@ from datetime import timezone
 
 import pytest
 
-import hpstudy.analysis.__main__
-from hpstudy.analysis.__main__ import main as analysis_main
+import hpstudy.commands
 from hpstudy.analysis.metric import METRIC_COLUMNS
 from hpstudy.analysis.report import CELL
-from hpstudy.study.cli import hpstudy_main, run_edf_main
+from hpstudy.cli import hpstudy_main, run_edf_main
 from hpstudy.study.sampling import expand
 from hpstudy.study.spec import parse_spec
 from hpstudy.study.store import load_trials, write_trial
@@ -27,25 +26,38 @@ PACKAGES = ("trainers", "study", "analysis")
 TESTS = os.path.join(REPO, "tests")
 SHARED_TEST_MODULES = {"tests.helpers", "tests.conftest"}
 PARTITION_COLUMN = "study"     # added by the store's readers from the study=<name> folder, not stored in a row
-CLI_MODULES = {"hpstudy.study.cli", "hpstudy.study.run_edf", "hpstudy.analysis.__main__", "hpstudy.trainers.train"}
 TORCH_FREE_TRAINERS = {"hpstudy.trainers.errors", "hpstudy.trainers.schema", "hpstudy.trainers.zoo"}
 
 
 def _module_files():
-    """{module name (hpstudy.<package>.<module>): source path} of every module of the three packages."""
+    """{module name (hpstudy.<package>.<module>, hpstudy.<module>): source path} of every module of the
+    three packages and of the command line above them (hpstudy/)."""
     files = {}
-    for package in PACKAGES:
-        for name in sorted(os.listdir(os.path.join(REPO, package))):
+    for package in (*PACKAGES, ""):
+        folder = os.path.join(REPO, package or "hpstudy")
+        prefix = f"hpstudy.{package}" if package else "hpstudy"
+        for name in sorted(os.listdir(folder)):
             if name.endswith(".py"):
-                module = f"hpstudy.{package}" if name == "__init__.py" else f"hpstudy.{package}.{name[:-3]}"
-                files[module] = os.path.join(REPO, package, name)
+                files[prefix if name == "__init__.py" else f"{prefix}.{name[:-3]}"] = os.path.join(folder, name)
     return files
 
 
 def layer_of(module: str) -> str:
-    """The package (trainers, study, analysis) of an hpstudy module, else the module's top-level name."""
+    """The package (trainers, study, analysis) of an hpstudy module, `cli` for the command line above them
+    (hpstudy.cli, hpstudy.commands, ...), else the module's top-level name."""
     parts = module.split(".")
-    return parts[1] if parts[0] == "hpstudy" and len(parts) > 1 else parts[0]
+    if parts[0] != "hpstudy":
+        return parts[0]
+    return parts[1] if len(parts) > 1 and parts[1] in PACKAGES else "cli"
+
+
+def is_entry_script(path: str) -> bool:
+    """A file that only imports and calls an entry point under `if __name__ == "__main__":` (study/run_edf.py,
+    which `ray submit` copies alone to the head node): it defines nothing and no module imports it."""
+    body = ast.parse(open(path).read()).body
+    return all(isinstance(node, (ast.Import, ast.ImportFrom)) or
+               (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)) or
+               (isinstance(node, ast.If) and ast.unparse(node.test) == "__name__ == '__main__'") for node in body)
 
 
 def import_graph():
@@ -65,11 +77,16 @@ def import_graph():
 
 
 def test_layers_point_one_way():
-    allowed = {"trainers": {"trainers"}, "study": {"trainers", "study"}, "analysis": {"analysis"}}
-    graph = import_graph()
+    """trainers <- analysis (its torch-free trainers modules only) and trainers <- study; the command line
+    (hpstudy.cli, hpstudy.commands) above both; no exemptions but entry scripts, which define nothing."""
+    allowed = {"trainers": {"trainers"}, "study": {"trainers", "study"}, "analysis": {"analysis"},
+               "cli": {"trainers", "study", "analysis", "cli"}}
+    graph, files = import_graph(), _module_files()
     assert {"hpstudy.study.store", "hpstudy.trainers.schema"} <= graph["hpstudy.study.runner"][0]   # edges are seen
+    assert "hpstudy.cli" in graph["hpstudy.study.run_edf"][0] and is_entry_script(files["hpstudy.study.run_edf"])
+    assert not is_entry_script(files["hpstudy.study.runner"])
     for module, (internal, external) in graph.items():
-        if module in CLI_MODULES:
+        if is_entry_script(files[module]):
             continue
         layer = layer_of(module)
         outside = {m for m in internal if layer_of(m) not in allowed[layer]}
@@ -118,10 +135,9 @@ def _store_without_study(tmp_path):
 
 @pytest.mark.parametrize("entry,argv,message", [
     (hpstudy_main, ["report", "--study", "nope"], "--study: no trials of study 'nope'"),
+    (hpstudy_main, ["query", "no_such_column > 1"], "--store: no store at"),
     (hpstudy_main, ["run", "--config", "/no/such.yaml"], "--config: '/no/such.yaml' is not a file"),
     (run_edf_main, ["--max-concurrent", "0", "--dry-run"], "--max-concurrent: bad value 0"),
-    (analysis_main, ["report", "--study", "nope"], "--study: no trials of study 'nope'"),
-    (analysis_main, ["query", "no_such_column > 1"], "--store: no store at"),
     (train_main, ["--model", "cnn_tiny", "--optimizer", "adamw", "--epochs", "1", "--lr", "-1", "--wd", "0"],
      "lr: bad value -1.0; allowed: > 0"),
     (train_main, ["--model", "cnn_tiny", "--optimizer", "adamw", "--epochs", "1", "--lr", "1", "--wd", "0",
@@ -151,7 +167,7 @@ def test_installed_commands_exit_2_without_a_traceback(command, tmp_path):
 @pytest.mark.slow
 def test_importing_the_study_runner_changes_no_environment():
     """hpstudy sets Tune's variables when Ray starts, not at import (Ray and torch set their own)."""
-    code = ("import os\nimport hpstudy.study.runner, hpstudy.study.cli, hpstudy.study.trainable\n"
+    code = ("import os\nimport hpstudy.study.runner, hpstudy.cli, hpstudy.commands, hpstudy.study.trainable\n"
             "print(sorted(k for k in hpstudy.study.runner.TUNE_ENV if k in os.environ))")
     env = {k: v for k, v in os.environ.items() if k not in ("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS",
                                                             "TUNE_MAX_PENDING_TRIALS_PG", "RAY_AIR_NEW_OUTPUT")}
@@ -211,10 +227,10 @@ def _by_defaults():
 
 
 def _query_default_columns(tmp_path, monkeypatch):
-    """The columns `python -m hpstudy.analysis query` shows when --columns is not given."""
+    """The columns `hpstudy query` shows when --columns is not given."""
     asked = []
-    monkeypatch.setattr(hpstudy.analysis.__main__, "query", lambda store, study, expr, columns: asked.append(columns) or "")
-    assert analysis_main(["query", "status == 'ok'", "--store", str(tmp_path)]) == 0
+    monkeypatch.setattr(hpstudy.commands, "query", lambda store, study, expr, columns: asked.append(columns) or "")
+    assert hpstudy_main(["query", "status == 'ok'", "--store", str(tmp_path)]) == 0
     return asked[0].split(",")
 
 
@@ -223,7 +239,7 @@ def test_every_column_the_analysis_and_the_cli_ask_for_is_a_stored_trial_column(
     from hpstudy.study.runner import SUMMARY_COLUMNS
     asked = {"hpstudy.analysis.metric.METRIC_COLUMNS": list(METRIC_COLUMNS.values()), "hpstudy.analysis.report.CELL": CELL,
              "hpstudy.study.runner.SUMMARY_COLUMNS": SUMMARY_COLUMNS,
-             "python -m hpstudy.analysis query --columns": _query_default_columns(tmp_path, monkeypatch), **_by_defaults()}
+             "hpstudy query --columns": _query_default_columns(tmp_path, monkeypatch), **_by_defaults()}
     assert {"hpstudy.analysis.edf.edf_table", "hpstudy.analysis.gaps.optimizer_gap"} <= set(asked)    # the `by` defaults were found
     unknown = {where: sorted(set(columns) - set(TRIAL_FIELDS) - {PARTITION_COLUMN}) for where, columns in asked.items()}
     assert not {where: names for where, names in unknown.items() if names}

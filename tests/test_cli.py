@@ -12,7 +12,8 @@ import yaml
 
 from hpstudy.analysis.report_folder import publish
 
-from hpstudy.study.cli import fetch_hint, hpstudy_main, run_edf_main, run_exit_code
+from hpstudy.cli import hpstudy_main, run_edf_main
+from hpstudy.commands import fetch_hint, run_exit_code
 from hpstudy.study.progress import ProgressPrinter, Tally
 from hpstudy.study.store import load_trials, open_root, report_location, write_spec_record, write_trial
 from tests.helpers import image_folder, make_trials, small_spec, stored_row, write_spec

@@ -12,7 +12,7 @@ from scipy import stats
 from hpstudy.analysis.findings import findings, fmt_p
 from hpstudy.analysis.gaps import length_gap, optimizer_gap
 from hpstudy.analysis.stats import good_ranges, min_detectable_d, trials_for_ks
-from hpstudy.study.cli import hpstudy_main
+from hpstudy.cli import hpstudy_main
 from hpstudy.study.sampling import expand
 from hpstudy.study.spec import parse_spec
 from hpstudy.study.store import load_study, write_spec_record, write_trial

@@ -11,7 +11,7 @@ import time
 import pytest
 import yaml
 
-from hpstudy.study.cli import hpstudy_main, run_edf_main
+from hpstudy.cli import hpstudy_main, run_edf_main
 from hpstudy.study.spec import load_spec
 from hpstudy.study.store import load_epochs, load_trials, write_spec_record, write_trial
 from tests.helpers import REPO, epoch_row, row, small_spec, spec_text, write_spec

@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 import hpstudy.study.sampling
-from hpstudy.study.cli import hpstudy_main, run_edf_main
+from hpstudy.cli import hpstudy_main, run_edf_main
 from hpstudy.study.spec import SpecError, SpecLoader, load_spec
 from hpstudy.study.store import write_trial
 from tests.helpers import spec_text, stored_row

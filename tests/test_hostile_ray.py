@@ -5,7 +5,7 @@ import subprocess
 
 import pytest
 
-from hpstudy.study.cli import hpstudy_main
+from hpstudy.cli import hpstudy_main
 from hpstudy.study.sampling import expand
 from hpstudy.study.spec import load_spec
 from hpstudy.study.store import load_study, load_trials

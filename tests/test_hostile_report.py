@@ -10,9 +10,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from hpstudy.analysis.__main__ import main as analysis_main
 from hpstudy.analysis.report import ReportError, build_report, check_report_dir
-from hpstudy.study.cli import hpstudy_main
+from hpstudy.cli import hpstudy_main
 from hpstudy.study.store import (REQUIRED, TABLES, compact, load_epochs, load_study, load_trials, stored_keys,
                          write_spec_record, write_trial)
 from tests.helpers import epoch_row, stored_row
@@ -155,17 +154,16 @@ EXIT_CASES = [
 
 
 @pytest.mark.parametrize("extra,code,fragment", EXIT_CASES, ids=[f[7:45] for _, _, f in EXIT_CASES])
-def test_python_m_analysis_report_exits_as_hpstudy_report_does(tmp_path, capsys, extra, code, fragment):
+def test_hpstudy_report_exits_2_or_3_with_one_line(tmp_path, capsys, extra, code, fragment):
     (tmp_path / "a_file").write_text("x")
     store_for_report(tmp_path)
     (tmp_path / "broken").mkdir()
     store_for_report(tmp_path / "broken")
     (tmp_path / "broken/store/reports").write_text("not a folder")
     argv = ["report", "--study", "s", *[a.format(dir=tmp_path) for a in extra]]
-    for main in (hpstudy_main, analysis_main):
-        assert main(argv) == code, main
-        err = capsys.readouterr().err
-        assert err.startswith(fragment.format(dir=tmp_path)) and err.count("\n") == 1, (main, err)
-        assert main(argv + ["--debug"]) == code
-        err = capsys.readouterr().err
-        assert "Traceback (most recent call last)" in err and err.strip().splitlines()[-1].startswith("error: ")
+    assert hpstudy_main(argv) == code
+    err = capsys.readouterr().err
+    assert err.startswith(fragment.format(dir=tmp_path)) and err.count("\n") == 1, err
+    assert hpstudy_main(argv + ["--debug"]) == code
+    err = capsys.readouterr().err
+    assert "Traceback (most recent call last)" in err and err.strip().splitlines()[-1].startswith("error: ")

@@ -10,7 +10,7 @@ import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 import pytest
 
-from hpstudy.study.cli import hpstudy_main
+from hpstudy.cli import hpstudy_main
 from hpstudy.study.store import (StoreError, StoreFault, compact, load_epochs, load_spec_record, load_study,
                          load_trials, probe_store, write_spec_record, write_trial)
 from tests.helpers import epoch_row, row, write_file
@@ -208,7 +208,7 @@ def test_a_read_only_store_fails_the_probe(tmpfs):
 
 @pytest.mark.slow
 def test_an_unreachable_s3_store_stops_before_any_trial(tmp_path, capsys, monkeypatch):
-    from hpstudy.study.cli import run_edf_main
+    from hpstudy.cli import run_edf_main
     from tests.helpers import free_port, spec_text
     for name, value in {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
                         "AWS_EC2_METADATA_DISABLED": "true"}.items():

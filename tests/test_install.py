@@ -113,7 +113,7 @@ def ray_with_a_gpu_cuda_cannot_use(monkeypatch):
 
 @pytest.mark.slow
 def test_a_trial_holding_a_gpu_cuda_cannot_use_stops_the_study(ray_with_a_gpu_cuda_cannot_use, tmp_path, capsys):
-    from hpstudy.study.cli import run_edf_main
+    from hpstudy.cli import run_edf_main
     spec = small_spec(name="nogpu", models=["cnn_tiny"], optimizers=["adamw"], samples=4,
                       recipe={"batch_size": 64, "device": "auto"}, resources={"cpu": 1, "gpu": 1},
                       space={"adamw": {"lr": [5e-4, 5e-3], "wd": [0.01, 0.1]}})

@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 
 import hpstudy.trainers.prepared
-from hpstudy.study.cli import hpstudy_main
+from hpstudy.cli import hpstudy_main
 from hpstudy.study.spec import SpecError, parse_spec
 from tests.helpers import image_folder, small_spec
 from hpstudy.trainers.config import TrialConfig

@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hpstudy.analysis.__main__ import main as analysis_main
 from hpstudy.analysis.query import MAX_DEPTH, MAX_LENGTH, QueryError, filter_rows
+from hpstudy.cli import hpstudy_main
 from hpstudy.study.store import write_trial
 from tests.helpers import stored_row
 from hpstudy.trainers.errors import HpstudyError
@@ -146,14 +146,14 @@ def store(tmp_path):
 
 def test_cli_prints_the_matching_rows(store, capsys):
     argv = ["query", "--store", store, "--study", "s", "--columns", "trial_key,top1_err"]
-    assert analysis_main(argv + ["model == 'vit_c_tiny' and top1_err < 5"]) == 0
+    assert hpstudy_main(argv + ["model == 'vit_c_tiny' and top1_err < 5"]) == 0
     assert capsys.readouterr().out.split() == ["trial_key", "top1_err", "a", "4.0"]
-    assert analysis_main(["query", "--store", store, "status in ['ok', 'diverged'] & lr > 1e-2"]) == 0
+    assert hpstudy_main(["query", "--store", store, "status in ['ok', 'diverged'] & lr > 1e-2"]) == 0
     assert "diverged" in capsys.readouterr().out
 
 
 def test_cli_says_when_no_row_matches(store, capsys):
-    assert analysis_main(["query", "--store", store, "--study", "s", "top1_err < 1"]) == 0
+    assert hpstudy_main(["query", "--store", store, "--study", "s", "top1_err < 1"]) == 0
     assert capsys.readouterr().out == "no rows match 'top1_err < 1' (of 3 trials)\n"
 
 
@@ -167,13 +167,13 @@ def _error_line(capsys) -> str:
 @pytest.mark.parametrize("expr", ["@pd.io.common.os.system('touch M') == 0", "lr.to_csv('M2') == 0"])
 def test_cli_refuses_a_bad_filter_with_exit_2_and_runs_nothing(expr, store, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    assert analysis_main(["query", "--store", store, expr]) == 2
+    assert hpstudy_main(["query", "--store", store, expr]) == 2
     assert _error_line(capsys).startswith(f"error: query {expr!r}: ")
     assert sorted(os.listdir(tmp_path)) == ["store"]
 
 
 def test_cli_names_an_unknown_column_and_lists_the_columns(store, capsys):
-    assert analysis_main(["query", "--store", store, "--columns", "model,nope", "top1_err < 5"]) == 2
+    assert hpstudy_main(["query", "--store", store, "--columns", "model,nope", "top1_err < 5"]) == 2
     err = _error_line(capsys)
     assert "--columns: unknown column 'nope'; columns: " in err and "top1_err" in err
 
@@ -181,18 +181,18 @@ def test_cli_names_an_unknown_column_and_lists_the_columns(store, capsys):
 @pytest.mark.parametrize("make", [lambda path: None, lambda path: path.mkdir()])
 def test_cli_refuses_a_store_that_does_not_exist(make, tmp_path, capsys):
     make(tmp_path / "nowhere")
-    assert analysis_main(["query", "--store", str(tmp_path / "nowhere"), "top1_err < 5"]) == 2
+    assert hpstudy_main(["query", "--store", str(tmp_path / "nowhere"), "top1_err < 5"]) == 2
     assert f"error: --store: no store at '{tmp_path / 'nowhere'}'" in _error_line(capsys)
 
 
 def test_cli_refuses_a_study_with_no_rows_and_lists_the_stored_ones(store, capsys):
-    assert analysis_main(["query", "--store", store, "--study", "nope", "top1_err < 5"]) == 2
+    assert hpstudy_main(["query", "--store", store, "--study", "nope", "top1_err < 5"]) == 2
     err = _error_line(capsys)
     assert "--study: no trials of study 'nope'" in err and "studies stored: ['s', 't']" in err
 
 
 def test_cli_help_describes_the_filter_language(capsys):
     with pytest.raises(SystemExit):
-        analysis_main(["query", "--help"])
+        hpstudy_main(["query", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "never run as code" in text and "in / not in [literals]" in text and "DataFrame.query" not in text

@@ -10,7 +10,7 @@ import pytest
 
 import hpstudy.analysis.report_folder as report_folder
 from hpstudy.analysis.report_folder import MANIFEST, ReportError, owned, publish
-from hpstudy.study.cli import hpstudy_main, run_edf_main
+from hpstudy.cli import hpstudy_main, run_edf_main
 from hpstudy.study.store import write_spec_record, write_trial
 from tests.helpers import small_spec, stored_row, write_spec
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import hpstudy.study.sampling
-from hpstudy.study.cli import hpstudy_main, run_edf_main
+from hpstudy.cli import hpstudy_main, run_edf_main
 from hpstudy.study.sampling import expand, expand_for_store, unit_points
 from hpstudy.study.spec import Box, SpecError, load_spec, parse_spec, resolve_config
 from hpstudy.study.store import load_trials, write_spec_record, write_trial

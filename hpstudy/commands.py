@@ -1,4 +1,6 @@
-"""Command lines: `run_edf.py` (run a study) and the `hpstudy` console script (run/status/report/compact)."""
+"""What each `hpstudy` command does (hpstudy.cli parses the flags and calls these): run, status, report,
+query, compact, prepare and suggest. This layer sits above study/ and analysis/: it reads the store
+(hpstudy.study.store) and hands DataFrames to the analysis library, which never reads a store."""
 
 import argparse
 import contextlib
@@ -8,74 +10,28 @@ import os
 import socket
 import sys
 import tempfile
-import traceback
 from collections import Counter
 from typing import Callable, Dict, List, Optional
 
-from hpstudy.analysis.metric import DEFAULT_METRIC, METRIC_DOCS, METRICS, usable
+import pandas as pd
+import pyarrow.fs as pafs
+
+from hpstudy.analysis.metric import DEFAULT_METRIC, usable
+from hpstudy.analysis.query import QueryError, filter_rows
 from hpstudy.analysis.report import build_report, check_report_dir
 from hpstudy.analysis.report_folder import owned, publish
+from hpstudy.analysis.stats import good_ranges
 from hpstudy.study.gpu_plan import memory_plan
 from hpstudy.study.sampling import cells, check_samples, expand_for_store, first_trials
 from hpstudy.study.spec import SpecError, StudySpec, load_spec, resolve_config
-from hpstudy.study.store import (StoreFault, compact, load_spec_record, load_study, load_trials, report_location,
-                         split_by_spec, store_io, stored_keys)
-from hpstudy.trainers.errors import HpstudyError, exits_on_user_error
+from hpstudy.study.store import (StoreError, StoreFault, compact, load_spec_record, load_study, load_trials,
+                                 open_root, report_location, split_by_spec, store_io, stored_keys)
+from hpstudy.study.suggest import suggest as suggest_lines
+from hpstudy.trainers.errors import HpstudyError, shown
 from hpstudy.trainers.schema import DIVERGED, FAILED, FINISHED, OK
 
-DEFAULT_CONFIG = "demo_digits"
-EXIT_STORE_FAULT = 3        # the store is full, unwritable or unreachable: fix it and rerun to resume
 # Nominal training-set sizes for the dry-run estimate (image folders: ImageNet-1k is assumed).
 TRAIN_SIZES = {"digits": 1437, "cifar10": 50000, "cifar100": 50000, "imagefolder": 1281167, "prepared": 1281167}
-
-
-def add_run_args(p: argparse.ArgumentParser) -> None:
-    """Flags of `run_edf.py` / `hpstudy run`."""
-    p.add_argument("--config", default=DEFAULT_CONFIG,
-                   help="study spec: a YAML path or a bundled name (default: demo_digits)")
-    p.add_argument("--store", default="./results", help="store root: a path or s3://, gs:// URI")
-    p.add_argument("--address", default=None,
-                   help="Ray address ('auto' inside a cluster); default: start a local Ray on loopback")
-    p.add_argument("--max-concurrent", type=int, default=None,
-                   help="cap on trials running at once (default: on a local Ray, as many as its CPUs and GPUs hold)")
-    p.add_argument("--num-cpus", type=int, default=None, help="CPUs for a local Ray (default: all)")
-    p.add_argument("--dry-run", action="store_true", help="print the plan and exit")
-    mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--resume", dest="fresh", action="store_false", default=False,
-                      help="skip trials already stored as ok/diverged (default)")
-    mode.add_argument("--fresh", dest="fresh", action="store_true",
-                      help="delete this study's stored rows first and run every trial")
-    p.add_argument("--report", default=None,
-                   help="report folder (default: <store>/reports/<study>/, in the store); 'none' to skip")
-    p.add_argument("--assume-tflops", type=float, default=None,
-                   help="effective TFLOP/s per trial for the dry-run time estimate "
-                        "(default: 100 with a GPU per trial, 0.02 on CPU)")
-    p.add_argument("--progress-interval", type=float, default=10.0, help="seconds between status lines")
-    p.add_argument("--compact-every", type=int, default=1000,
-                   help="merge the study's per-trial files into one every N stored trials during the run "
-                        "(it is also done before and after the run); 0: only before and after (default 1000)")
-    p.add_argument("--gpu-memory-gb", type=float, default=None,
-                   help="GPU memory for the dry run's memory plan (default: 40, the A100s of cluster.yaml)")
-    add_debug_arg(p)
-
-
-def add_debug_arg(p: argparse.ArgumentParser) -> None:
-    """--debug: print the traceback of an error too (by default: one `error:` line)."""
-    p.add_argument("--debug", action="store_true", help="print the traceback of an error too")
-
-
-def add_store_args(p: argparse.ArgumentParser, study_required: bool = False,
-                   out: bool = False) -> argparse.ArgumentParser:
-    """--store and --study (and --out) of the commands that read a store."""
-    p.add_argument("--store", default="./results", help="store root: a path or a URI")
-    p.add_argument("--study", required=study_required, default=None)
-    if out:
-        p.add_argument("--out", default=None, help="report folder (default: <store>/reports/<study>/, in the store)")
-        p.add_argument("--metric", choices=METRICS, default=DEFAULT_METRIC,
-                       help="the error every number is built on: "
-                            + "; ".join(f"{m}: {doc}" for m, doc in METRIC_DOCS.items())
-                            + f" (default: {DEFAULT_METRIC})")
-    return p
 
 
 def check_local_resources(spec: StudySpec, num_cpus: Optional[int]) -> None:
@@ -289,28 +245,6 @@ def fetch_hint(page: str) -> str:
             f"cluster.yaml {folder}/ ./{os.path.basename(folder)}-report/  (your cluster file for cluster.yaml)")
 
 
-@exits_on_user_error
-def run_edf_main(argv: Optional[List[str]] = None) -> int:
-    """Entry point of study/run_edf.py and `python -m hpstudy.study.run_edf`."""
-    parser = argparse.ArgumentParser(prog="run_edf.py", description="Run an hpstudy study on Ray Tune.")
-    add_run_args(parser)
-    return guarded(run, parser.parse_args(argv))
-
-
-def guarded(command: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
-    """Run a command: a store fault prints one `error:` line and returns EXIT_STORE_FAULT (3); a
-    user's error goes on to exits_on_user_error (2); with --debug both print their traceback first."""
-    try:
-        return command(args)
-    except HpstudyError as exc:
-        if args.debug:
-            traceback.print_exc()
-        if not isinstance(exc, StoreFault):
-            raise
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_STORE_FAULT
-
-
 def status(args: argparse.Namespace) -> int:
     """Counts per model and status of the rows of a study's spec (--config's, else the recorded one)
     and how much of it is done; rows of earlier versions of the spec are counted apart."""
@@ -358,44 +292,46 @@ def prepare_data(args: argparse.Namespace) -> int:
     return 0
 
 
-@exits_on_user_error
-def hpstudy_main(argv: Optional[List[str]] = None) -> int:
-    """The `hpstudy` console script: run | status | report | compact | prepare | suggest."""
-    parser = argparse.ArgumentParser(prog="hpstudy", description="Hyperparameter-robustness studies.")
-    sub = parser.add_subparsers(dest="command", required=True)
-    add_run_args(sub.add_parser("run", help="run a study (same flags as run_edf.py)"))
-    p_status = add_store_args(sub.add_parser("status", help="what a store holds for a study"))
-    p_status.add_argument("--config", default=None, help="spec to compare against (how complete)")
-    p_report = add_store_args(sub.add_parser("report", help="write a study's report (see python -m hpstudy.analysis)"),
-                              study_required=True, out=True)
-    p_compact = add_store_args(sub.add_parser("compact", help="merge a study's per-trial files"),
-                               study_required=True)
-    p_prepare = sub.add_parser("prepare", help="decode an image folder once into memory-mapped arrays "
-                                               "(dataset `prepared`), on this node's local disk")
-    p_prepare.add_argument("--data", required=True, help="image folder with train/<class>/ and val/<class>/")
-    p_prepare.add_argument("--out", required=True, help="output folder (local disk of the node): missing, empty "
-                                                        "or an earlier preparation (replaced)")
-    p_prepare.add_argument("--train-size", type=int, default=256, help="side of the stored training squares")
-    p_prepare.add_argument("--image-size", type=int, default=224, help="the trials' image size (validation "
-                                                                       "images are stored at it)")
-    p_prepare.add_argument("--workers", type=int, default=os.cpu_count(), help="decoding processes")
-    p_prepare.add_argument("--verify-content", action="store_true",
-                           help="reuse --out only after hashing every source image (by default: when their "
-                                "names, labels, sizes and modification times match)")
-    from hpstudy.analysis.stats import good_ranges      # for suggest: study/ does not import analysis, the CLI does
-    from hpstudy.study.suggest import add_suggest_args, suggest_command
-    p_suggest = add_suggest_args(add_store_args(sub.add_parser(
-        "suggest", help="spec lines (YAML) of a fixed lr/wd per model, from a stored lr/wd study's good ranges"),
-        study_required=True))
-    add_debug_arg(p_suggest)
-    for p in (p_status, p_report, p_compact, p_prepare):
-        add_debug_arg(p)
-    args = parser.parse_args(argv)
-    commands = {
-        "run": run, "status": status,
-        "report": lambda a: write_report(a.store, a.study, a.out, a.metric) and 0,
-        "compact": lambda a: print_compaction(a.store, compact(a.store, a.study)) or 0,
-        "prepare": prepare_data,
-        "suggest": lambda a: suggest_command(a, good_ranges),
-    }
-    return guarded(commands[args.command], args)
+def stored_trials(store: str, study: Optional[str]) -> pd.DataFrame:
+    """The store's trials (of `study` when given); StoreError if there is no store, or no row of the study."""
+    fs, base = open_root(store)
+    with store_io(f"read {store}"):
+        if fs.get_file_info(f"{base}/trials").type == pafs.FileType.NotFound:
+            raise StoreError(f"--store: no store at {shown(store)} ({base}/trials does not exist)")
+    trials = load_trials(store, study)
+    if study is not None and trials.empty:
+        studies = sorted(set(load_trials(store, columns=["study"])["study"]))
+        raise StoreError(f"--study: no trials of study {shown(study)} in store {shown(store)}; "
+                         f"studies stored: {shown(studies)}")
+    return trials
+
+
+def query(store: str, study: Optional[str], expr: str, columns: str) -> str:
+    """The `columns` of the stored trials that match the filter `expr` (hpstudy.analysis.query), as text."""
+    trials = stored_trials(store, study)
+    wanted = columns.split(",")
+    unknown = [name for name in wanted if name not in trials.columns]
+    if unknown:
+        raise QueryError(f"--columns: unknown column {shown(unknown[0])}; columns: {', '.join(trials.columns)}")
+    rows = filter_rows(trials, expr)[wanted]
+    if rows.empty:
+        return f"no rows match {shown(expr)} (of {len(trials)} trials)"
+    with pd.option_context("display.max_rows", 200, "display.width", 200):
+        return rows.to_string(index=False)
+
+
+def suggest(args: argparse.Namespace) -> int:
+    """`hpstudy suggest`: the spec lines of a fixed lr/wd per model (hpstudy.study.suggest, on
+    hpstudy.analysis.stats.good_ranges, which study/ does not import)."""
+    print(suggest_lines(args.store, args.study, good_ranges, args.metric, args.model, args.optimizer))
+    return 0
+
+
+COMMANDS: Dict[str, Callable[[argparse.Namespace], int]] = {
+    "run": run, "status": status,
+    "report": lambda a: write_report(a.store, a.study, a.out, a.metric) and 0,
+    "query": lambda a: print(query(a.store, a.study, a.expr, a.columns)) or 0,
+    "compact": lambda a: print_compaction(a.store, compact(a.store, a.study)) or 0,
+    "prepare": prepare_data,
+    "suggest": suggest,
+}
