@@ -46,7 +46,7 @@ Kinds (one `Finding` each; `models` in catalogue order, `verdict` relative to th
 import itertools
 import warnings
 from dataclasses import asdict, dataclass, field
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import pandas as pd
@@ -236,8 +236,8 @@ def _decide(lo: float, hi: float, positive: str, negative: str) -> str:
     return positive if lo > 0 else negative if hi < 0 else "inconclusive"
 
 
-def _pair_gap_numbers(a: str, b: str, diff: float, ci: Tuple[float, float], n: Tuple[int, int],
-                      left: Tuple[int, int]) -> str:
+def _pair_gap_numbers(a: str, b: str, diff: float, ci: Tuple[float, float], n: Tuple[int, ...],
+                      left: Tuple[int, ...]) -> str:
     """The numbers of a finding on the difference of two models' gaps (optimizer or length)."""
     return (f"gap {a} − gap {b} = {_pts(diff, True)} points {_ci(*ci)} (bootstrap 95% CI), "
             f"n = {n[0]}/{n[1]}{_left(left)}")
@@ -252,7 +252,7 @@ def optimizer_gap_findings(trials: pd.DataFrame, metric: str = DEFAULT_METRIC, n
     table = optimizer_gap(trials, metric=metric, n_boot=n_boot, seed=seed)
     out = []
     for rec in table.itertuples(index=False):
-        left = (_left_out(rows, model=rec.model, epochs=rec.epochs),)
+        left: Tuple[int, ...] = (_left_out(rows, model=rec.model, epochs=rec.epochs),)
         verdict = _decide(rec.gap_lo, rec.gap_hi, "adamw_better", "sgd_better")
         where = _cell(epochs=rec.epochs)
         numbers = (f"best SGD − best AdamW = {_pts(rec.gap, True)} points {_ci(rec.gap_lo, rec.gap_hi)} "
@@ -323,7 +323,7 @@ def length_gap_findings(trials: pd.DataFrame, metric: str = DEFAULT_METRIC, n_bo
         draws_of[(model, opt)] = (e_min, draws, len(short) + len(ref))
         lo, hi = _ci_of(draws)
         verdict = _decide(lo, hi, "shorter_worse", "shorter_better")
-        left = (_left_out(rows, model=model, optimizer=opt),)
+        left: Tuple[int, ...] = (_left_out(rows, model=model, optimizer=opt),)
         all_gaps = ", ".join(f"{int(r.epochs)} ep {_pts(r.gap, True)}" for r in group.itertuples() if r.epochs != e_ref)
         fallback = " (the longest schedule diverged: reference is the best shorter one)" if first["reference_fallback"] else ""
         numbers = (f"error({e_min} ep) − error({e_ref} ep) = {_pts(first['gap'], True)} points {_ci(lo, hi)} "
@@ -347,7 +347,9 @@ def length_gap_findings(trials: pd.DataFrame, metric: str = DEFAULT_METRIC, n_bo
             (ea, da, na), (eb, db, nb) = draws_of[(a, opt)], draws_of[(b, opt)]
             if ea != eb:
                 continue
-            diff = gaps[(a, opt)].statistic - gaps[(b, opt)].statistic
+            gap_a, gap_b = gaps[(a, opt)].statistic, gaps[(b, opt)].statistic
+            assert gap_a is not None and gap_b is not None   # every length_gap finding carries its gap
+            diff = gap_a - gap_b
             lo, hi = _ci_of(da - db)
             verdict = _decide(lo, hi, "b_better", "a_better")   # a larger gap: further from converged
             left = (gaps[(a, opt)].n_left_out[0], gaps[(b, opt)].n_left_out[0])
@@ -398,8 +400,8 @@ def peak_findings(trials: pd.DataFrame, metric: str = DEFAULT_METRIC, alpha: flo
         n, left = (int(ra["n"]), int(rb["n"])), (int(ra["n_left_out"]), int(rb["n_left_out"]))
         bests = (f"best {a} {ra['best_err']:.2f}% ({_cell(ra['optimizer'], ra['epochs'])}), "
                  f"{b} {rb['best_err']:.2f}% ({_cell(rb['optimizer'], rb['epochs'])})")
-        base = dict(kind="peak", models=(a, b), cell={}, statistic_name="best a - best b (points)", statistic=diff,
-                    n=n, n_left_out=left)
+        base: Dict[str, Any] = dict(kind="peak", models=(a, b), cell={}, statistic_name="best a - best b (points)",
+                                    statistic=diff, n=n, n_left_out=left)
         if not floors or sigma == 0:
             why = ("neither model's best configuration ran with more than one seed" if not floors
                    else "the repeated seeds gave identical errors")

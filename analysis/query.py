@@ -24,7 +24,7 @@ import io
 import itertools
 import operator
 import tokenize
-from typing import Any
+from typing import Any, Callable, ClassVar, Dict, Type
 
 import numpy as np
 import pandas as pd
@@ -201,5 +201,6 @@ class _Filter:
         return values
 
     # the whitelist: any other node is refused (REFUSED says why, for the common ones)
-    HANDLERS = {ast.Constant: literal, ast.Name: column, ast.BoolOp: boolean, ast.UnaryOp: unary,
-                ast.BinOp: arithmetic, ast.Compare: compare}
+    HANDLERS: ClassVar[Dict[Type[ast.AST], Callable[..., Any]]] = {
+        ast.Constant: literal, ast.Name: column, ast.BoolOp: boolean, ast.UnaryOp: unary, ast.BinOp: arithmetic,
+        ast.Compare: compare}

@@ -15,10 +15,12 @@ import pandas as pd
 import pyarrow.fs as pafs
 import yaml
 
-from hpstudy.analysis.edf import EDF_CONVENTION, bootstrap_band, dkw_epsilon, edf_table
+from hpstudy.analysis.edf import EDF_CONVENTION, bootstrap_band, dkw_epsilon
 from hpstudy.analysis.findings import ALPHA, CI_LEVEL, Finding, findings as make_findings
-from hpstudy.analysis.figures import (delta_edf_figure, delta_error_vs_epochs_figure, error_vs_epochs_figure,
-                              expected_best_figure, generalization_figure, hp_scatter_figure, save_figure)
+from hpstudy.analysis.figures import (delta_edf_figure, delta_edf_table, delta_error_vs_epochs_figure,
+                                     delta_error_vs_epochs_table, error_vs_epochs_figure, error_vs_epochs_table,
+                                     expected_best_figure, expected_best_table, generalization_figure,
+                                     generalization_table, hp_scatter_figure, hp_scatter_table, save_figure)
 from hpstudy.analysis.gaps import ema_gain, length_gap, optimizer_gap, peak_table
 from hpstudy.analysis.metric import DEFAULT_METRIC, ERR, METRIC_DOCS, LeftOutWarning, Rows, left_out_per, usable
 from hpstudy.analysis.report_folder import ALLOWED, ReportError, owned, publish
@@ -132,58 +134,51 @@ def ranges_and_importance(trials: pd.DataFrame, metric: str = DEFAULT_METRIC) ->
 
 
 def _figures(trials: pd.DataFrame, rows: Rows, ranges: Dict, out: str, metric: str) -> List[Tuple[str, str, Dict]]:
-    """Render every figure the data supports; returns (name, caption, paths)."""
+    """Render every figure the data supports, each from its table, saved beside it; returns (name,
+    caption, paths)."""
     made = []
     stated = {"metric": rows.metric, "metric_definition": METRIC_DOCS[metric]}
+
+    def draw(name: str, caption: str, table: pd.DataFrame, figure, **meta) -> None:
+        made.append((name, caption, save_figure(figure(table), out, name, table, {**stated, **meta})))
+
     usable_rows = rows.kept
     for (opt, epochs), cell in usable_rows.groupby(["optimizer", "epochs"], sort=True, observed=True):
         if cell.groupby("model").size().min() < 2:
             continue
         whole = trials[(trials["optimizer"] == opt) & (trials["epochs"] == epochs)]
-        table = edf_table(equalize_counts(whole, ["model"], metric), by=["model"], metric=metric, reference="min")
-        name = f"delta_edf_{opt}_{epochs}ep"
-        meta = {**stated, "n_per_model": int(table.groupby("model")["n"].first().min()),
-                "reference": "group minimum", "edf_convention": EDF_CONVENTION, "band": "DKW 95% simultaneous",
-                "optimizer": opt, "epochs": int(epochs)}
-        made.append((name, f"Δ-EDF of top-1 error ({rows.metric}), {opt}, {epochs} epochs (equal n per model)",
-                     save_figure(delta_edf_figure(table), out, name, table, meta)))
+        table = delta_edf_table(equalize_counts(whole, ["model"], metric), metric)
+        draw(f"delta_edf_{opt}_{epochs}ep",
+             f"Δ-EDF of top-1 error ({rows.metric}), {opt}, {epochs} epochs (equal n per model)", table,
+             delta_edf_figure, n_per_model=int(table.groupby("model")["n"].first().min()),
+             reference="group minimum", edf_convention=EDF_CONVENTION, band="DKW 95% simultaneous",
+             optimizer=opt, epochs=int(epochs))
     for opt in sorted(usable_rows["optimizer"].unique()):
-        cell = usable_rows[usable_rows["optimizer"] == opt]
-        whole = trials[trials["optimizer"] == opt]
         by_model = {m: r for (m, o), r in ranges.items() if o == opt}
-        if cell["lr"].nunique() > 1:
-            name = f"hp_scatter_{opt}"
-            data = cell[["model", "optimizer", "epochs", "lr", "wd", ERR, "status"]].rename(columns={ERR: "error"})
-            meta = {**stated, "good_ranges": "bootstrap (2500 x max(1, int(25% n))) of the best trial's log10 "
-                                              "values, 2.5-97.5%",
-                    "ranges": {m: r.to_dict() for m, r in by_model.items()}}
-            made.append((name, f"Top-1 error ({rows.metric}) against lr, wd and lr·wd ({opt}); shaded: good ranges",
-                         save_figure(hp_scatter_figure(whole, by_model, metric), out, name, data, meta)))
+        if usable_rows.loc[usable_rows["optimizer"] == opt, "lr"].nunique() > 1:
+            draw(f"hp_scatter_{opt}",
+                 f"Top-1 error ({rows.metric}) against lr, wd and lr·wd ({opt}); shaded: good ranges",
+                 hp_scatter_table(trials[trials["optimizer"] == opt], metric),
+                 lambda table: hp_scatter_figure(table, by_model),
+                 good_ranges="bootstrap (2500 x max(1, int(25% n))) of the best trial's log10 values, 2.5-97.5%",
+                 ranges={m: r.to_dict() for m, r in by_model.items()})
     if usable_rows["epochs"].nunique() > 1:
-        name = "error_vs_epochs"
-        data = usable_rows[["model", "optimizer", "epochs", ERR, "status"]].rename(columns={ERR: "error"})
-        made.append((name, f"Best top-1 error ({rows.metric}) against training length (diverged runs dashed)",
-                     save_figure(error_vs_epochs_figure(trials, metric), out, name, data,
-                                 {**stated, "aggregate": "best trial per (model, optimizer, epochs)"})))
-        gaps = length_gap(trials, metric=metric)
-        name = "delta_error_vs_epochs"
-        made.append((name, f"Training-length gap: error(E) - error(E_max), {rows.metric}",
-                     save_figure(delta_error_vs_epochs_figure(gaps), out, name, gaps,
-                                 {**stated, "rule": "E_max all diverged -> best shorter schedule, flagged"})))
+        draw("error_vs_epochs", f"Best top-1 error ({rows.metric}) against training length (diverged runs dashed)",
+             error_vs_epochs_table(trials, metric), error_vs_epochs_figure,
+             aggregate="best trial per (model, optimizer, epochs)")
+        draw("delta_error_vs_epochs", f"Training-length gap: error(E) - error(E_max), {rows.metric}",
+             delta_error_vs_epochs_table(trials, metric), delta_error_vs_epochs_figure,
+             rule="E_max all diverged -> best shorter schedule, flagged")
     if usable_rows["family"].nunique() > 1 and (usable_rows["status"] == OK).any():
-        fig, points = generalization_figure(trials, metric)
-        name = "generalization"
-        made.append((name, f"Generalization vs capacity (CoAtNet's Fig. 1 from the stored rows): validation top-1 "
-                           f"error ({rows.metric}) against final train loss per trial, medians per model large; "
-                           f"diverged trials left out",
-                     save_figure(fig, out, name, points, {**stated, "aggregate": "median per model",
-                                                          "left_out": "failed, no finite error, diverged"})))
+        draw("generalization", f"Generalization vs capacity (CoAtNet's Fig. 1 from the stored rows): validation "
+                               f"top-1 error ({rows.metric}) against final train loss per trial, medians per model "
+                               f"large; diverged trials left out",
+             generalization_table(trials, metric), generalization_figure, aggregate="median per model",
+             left_out="failed, no finite error, diverged")
     if usable_rows.groupby(["model", "optimizer"]).size().max() >= 2:
-        fig, curves = expected_best_figure(trials, metric)
-        name = "expected_best"
-        made.append((name, f"Expected best top-1 error ({rows.metric}) after k random trials (unbiased estimator)",
-                     save_figure(fig, out, name, curves, {**stated, "estimator": "unbiased, Tang et al. 2020",
-                                                          "band": "bootstrap 95% pointwise"})))
+        draw("expected_best", f"Expected best top-1 error ({rows.metric}) after k random trials (unbiased estimator)",
+             expected_best_table(trials, metric), expected_best_figure,
+             estimator="unbiased, Tang et al. 2020", band="bootstrap 95% pointwise")
     return made
 
 

@@ -123,7 +123,7 @@ def _check_budgets(ks: np.ndarray, n: int) -> None:
         raise StatsError(f"expected_best: ks: bad value {ks.min()}..{ks.max()}; {allowed}")
 
 
-def expected_best_band(errors: np.ndarray, ks: Sequence[int], estimator: str = "unbiased",
+def expected_best_band(errors: np.ndarray, ks: Iterable[int], estimator: str = "unbiased",
                        n_boot: int = 500, seed: int = 0, alpha: float = 0.05):
     """Pointwise bootstrap (1 - alpha) band of the expected-best curve of the finite errors:
     (low, high) arrays."""

@@ -83,7 +83,7 @@ def run_cuda_tests() -> dict:
 def quarter_gpu_study(tmp: str, trials: int = 32, gpu: float = 0.25) -> dict:
     """A study of `trials` short trials with `gpu` (a quarter) each, run by run_edf.py through a
     local Ray; wall time, statuses and the trials' summed wall over the study's (Ray's start in it)."""
-    from hpstudy.study.store import load_trials
+    from hpstudy.study.store_read import load_trials
     per_cell = trials // 4
     spec = {"name": "gpu_quarter", "recipe": {"batch_size": 128},
             "dataset": {"name": "synthetic", "image_size": 32, "n_train": 4096, "n_val": 512, "num_classes": 10},

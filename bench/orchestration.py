@@ -33,7 +33,7 @@ import torch  # noqa: E402
 from hpstudy.study.runner import TUNE_ENV, run_study  # noqa: E402
 from hpstudy.study.sampling import expand  # noqa: E402
 from hpstudy.study.spec import parse_spec  # noqa: E402
-from hpstudy.study.store import load_trials  # noqa: E402
+from hpstudy.study.store_read import load_trials  # noqa: E402
 from hpstudy.trainers.trial import train_trial  # noqa: E402
 
 MICRO_DATA = {"name": "synthetic", "image_size": 8, "n_train": 32, "n_val": 16, "num_classes": 4}

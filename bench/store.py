@@ -18,7 +18,9 @@ from datetime import datetime, timedelta, timezone
 
 import pandas as pd
 
-from hpstudy.study.store import compact, load_epochs, load_trials, write_trial
+from hpstudy.study.store import write_trial
+from hpstudy.study.store_compaction import compact
+from hpstudy.study.store_read import load_epochs, load_trials
 from hpstudy.trainers.schema import EPOCH_FIELDS, TRIAL_FIELDS
 
 STUDY = "bench_store"

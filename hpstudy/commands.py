@@ -23,9 +23,11 @@ from hpstudy.analysis.report_folder import owned, publish
 from hpstudy.analysis.stats import good_ranges
 from hpstudy.study.gpu_plan import memory_plan
 from hpstudy.study.sampling import cells, check_samples, expand_for_store, first_trials
-from hpstudy.study.spec import SpecError, StudySpec, load_spec, resolve_config
-from hpstudy.study.store import (StoreError, StoreFault, compact, load_spec_record, load_study, load_trials,
-                                 open_root, report_location, split_by_spec, store_io, stored_keys)
+from hpstudy.study.spec import SpecError, StudySpec, check_models, load_spec, resolve_config
+from hpstudy.study.store import StoreError, StoreFault, open_root, store_io
+from hpstudy.study.store_compaction import compact
+from hpstudy.study.store_read import load_study, load_trials, split_by_spec, stored_keys
+from hpstudy.study.store_spec_record import load_spec_record, report_location
 from hpstudy.study.suggest import suggest as suggest_lines
 from hpstudy.trainers.errors import HpstudyError, shown
 from hpstudy.trainers.schema import DIVERGED, FAILED, FINISHED, OK
@@ -152,6 +154,7 @@ def run(args: argparse.Namespace) -> int:
     check_run_args(args)
     path = resolve_config(args.config)
     spec = load_spec(path, check_paths=not args.dry_run)
+    check_models(spec)
     check_samples(spec)
     if args.dry_run:
         for warning in dry_run_warnings(path, spec, args):
@@ -172,7 +175,8 @@ def run(args: argparse.Namespace) -> int:
         if spec.resources.gpu:
             print("\n".join(memory_plan(spec, first_trials(spec), args.gpu_memory_gb)))
         return 0
-    from hpstudy.study.runner import RunStopped, run_study
+    from hpstudy.study.interruption import RunStopped
+    from hpstudy.study.runner import run_study
     try:
         stored = run_study(spec, args.store, fresh=args.fresh, address=args.address,
                            max_concurrent=args.max_concurrent, num_cpus=args.num_cpus,

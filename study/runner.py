@@ -1,147 +1,41 @@
-"""Running a study on Ray Tune: Ray start-up, the queue searcher that hands out trial groups, and
-the driver-side callback that writes each finished trial to the store."""
+"""Running a study on Ray Tune: Ray start-up, the study's trial groups as Tune runs of at most
+TUNE_RUN_GROUPS groups (with the searcher, scheduler, stopper and store-writing callback of the
+tune_*.py modules), and the store probe, compactions and summary around them."""
 
 import contextlib
 import gc
-import json
 import logging
 import os
 import shutil
 import signal
-import sys
 import tempfile
-import threading
 import time
-from datetime import datetime, timezone
 from typing import Dict, Iterator, List, Optional
 
 import ray
 from ray import tune
-from ray.tune.schedulers import FIFOScheduler
-from ray.tune.search import Searcher
-from ray.tune.stopper import Stopper
 from ray.util.debug import reset_log_once
 
 from hpstudy.study.fusion import fusion_groups, fusion_sizes
-from hpstudy.study.progress import ProgressPrinter, SavedEmpty, Tally
+from hpstudy.study.interruption import Interruption, RunStopped
+from hpstudy.study.progress import ProgressPrinter, Tally
 from hpstudy.study.sampling import PlannedTrial, expand, expand_for_store
 from hpstudy.study.spec import StudySpec
-from hpstudy.study.store import (StoreFault, compact, delete_study, load_trials, probe_store, stored_keys,
-                         write_spec_record, write_trial)
+from hpstudy.study.store import StoreFault, delete_study, probe_store
+from hpstudy.study.store_compaction import compact
+from hpstudy.study.store_read import load_trials, stored_keys
+from hpstudy.study.store_spec_record import write_spec_record
 from hpstudy.study.trainable import run_tune_trial
-from hpstudy.trainers import schema
-from hpstudy.trainers.config import TrialConfig
-from hpstudy.trainers.provenance import versions
+from hpstudy.study.tune_scheduler import IdleActorsToNewTrials
+from hpstudy.study.tune_searcher import GroupQueue
+from hpstudy.study.tune_stopper import RunStopper
+from hpstudy.study.tune_store_writer import StoreWriter
 
 # Read by Tune when a run starts (not at import): its JSON/CSV/TensorBoard loggers cost driver
 # memory and files per trial (the store is the record), and our ProgressPrinter replaces its tables.
 # Tune's own SIGINT handler is off: hpstudy's (Interruption) stops the run and says how to resume.
 TUNE_ENV = {"TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1", "TUNE_MAX_PENDING_TRIALS_PG": "16",
             "RAY_AIR_NEW_OUTPUT": "0", "TUNE_DISABLE_SIGINT_HANDLER": "1"}
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-
-class RunStopped(Exception):
-    """The run ended before every trial was stored: interrupted by a signal, or stopped because a
-    node cannot run the trials. The message is the line to print; `exit_code` the command's status."""
-
-    def __init__(self, message: str, exit_code: int):
-        super().__init__(message)
-        self.exit_code = exit_code
-
-
-class Interruption:
-    """SIGINT or SIGTERM during a run. The first one stops it: no new trial starts, running trials
-    are cancelled (a rerun trains them again), what finished stays stored. A second one raises
-    KeyboardInterrupt at once, except while a trial is being written to the store."""
-
-    def __init__(self):
-        self.signum: Optional[int] = None
-        self.noted = False
-        self._before: Optional[Dict] = None
-        self._writing = False
-        self._pending = False
-
-    def arm(self) -> None:
-        """Install the handlers (again after ray.init, which sets its own SIGTERM handler); only
-        the main thread can."""
-        if threading.current_thread() is not threading.main_thread():
-            return
-        before = {s: signal.signal(s, self._handle) for s in STOP_SIGNALS}
-        if self._before is None:
-            self._before = before
-
-    def __enter__(self) -> "Interruption":
-        self.arm()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        for s, handler in (self._before or {}).items():
-            signal.signal(s, handler)
-        self._before = None
-
-    def _handle(self, signum: int, frame) -> None:
-        if self.signum is None:
-            self.signum = signum
-        elif self._writing:
-            self._pending = True
-        else:
-            raise KeyboardInterrupt
-
-    @contextlib.contextmanager
-    def writing(self) -> Iterator[None]:
-        """A block a second signal does not cut short (it takes effect at the block's end)."""
-        self._writing = True
-        try:
-            yield
-        finally:
-            self._writing = False
-        if self._pending:
-            raise KeyboardInterrupt
-
-
-def failed_row(trial: PlannedTrial, error: str) -> Dict:
-    """The stored row of a trial that failed after its last retry (left out of EDFs, counted)."""
-    row = {**dict.fromkeys(schema.TRIAL_FIELDS), **TrialConfig.from_dict(trial.config).row_fields()}
-    return dict(row, trial_key=trial.key, status=schema.FAILED, versions=versions(), error=error[-4000:],
-                finished_at=datetime.now(timezone.utc))
-
-
-class GroupQueue(Searcher):
-    """Hands out trial groups first..stop-1 in order, one index per Tune trial.
-
-    Tune's grid_search deep-copies the whole value list for every variant, which is quadratic in
-    the number of trials (5,000 trials never started); this is linear.
-    """
-
-    def __init__(self, first: int, stop: int):
-        super().__init__()
-        self.next_group, self.stop = first, stop
-
-    def suggest(self, trial_id: str):
-        """The next group's index, or FINISHED."""
-        if self.next_group >= self.stop:
-            return Searcher.FINISHED
-        self.next_group += 1
-        return {"group": self.next_group - 1}
-
-    def on_trial_complete(self, trial_id: str, result=None, error: bool = False) -> None:
-        """Nothing to learn: the queue is fixed."""
-
-
-class IdleActorsToNewTrials(FIFOScheduler):
-    """Tune's FIFO order, without its pick of a trial to start first. Tune gives that trial (the
-    oldest pending, whose own new actor may still be starting) an idle actor a finished trial left,
-    and kills the starting one; while trials are shorter than an actor's start (~4.5 s of importing
-    torch on a 2-core CPU) that repeats for the rest of the run: one slot keeps starting actors that
-    are killed as they come up (measured: ~10 a minute, the trials per second halved). Without the
-    pick, Tune hands idle actors to trials that have no actor yet; with the number of trials capped
-    at what the machine runs at once (`local_slots`), no trial waits for an actor that is starting
-    while another stands idle."""
-
-    def choose_trial_to_run(self, tune_controller) -> None:
-        """None: idle actors go to new trials (TuneController's own queue does the rest)."""
-        return None
 
 
 def local_slots(resources: Dict[str, float]) -> Optional[int]:
@@ -153,97 +47,8 @@ def local_slots(resources: Dict[str, float]) -> Optional[int]:
     return max(1, int(min(fits))) if fits else None
 
 
-class StoreWriter(SavedEmpty, tune.Callback):
-    """Writes each finished trial (and its epochs) to the store from the driver, exactly once.
-
-    A store fault (full, unwritable, unreachable) is kept in `fault` and stops writing; the
-    `RunStopper` then ends the run."""
-
-    def __init__(self, store: str, study: str, trials: List[PlannedTrial], groups: List[Dict],
-                 interruption: Optional[Interruption] = None, compact_every: int = 0):
-        self.store, self.study, self.compact_every = store, study, compact_every
-        self.by_key = {t.key: t for t in trials}
-        self.groups = groups
-        self.interruption = interruption or Interruption()
-        self.tally = Tally()                 # counts, not rows: the driver's memory stays flat
-        self.fault: Optional[StoreFault] = None
-        self.stop_reason: Optional[str] = None   # a trial found its node unable to run any trial
-
-    def on_trial_result(self, iteration, trials, trial, result, **info):
-        """Store the rows a group reports at its end (as failed when it reports a deterministic error;
-        a `stop_study` error also stops the whole run)."""
-        if "trial_error" in result:
-            self._store_failed(trial.config["group"], result["trial_error"])
-            if result.get("stop_study") and self.stop_reason is None:
-                self.stop_reason = result["trial_error"]
-        if "rows_json" not in result:
-            return
-        # written, the rows leave the result: Tune keeps each trial's last result for the whole run
-        for row in json.loads(result.pop("rows_json")):
-            epochs = row.pop("epoch_log")
-            self._write(row, epochs)
-
-    def on_trial_error(self, iteration, trials, trial, **info):
-        """Store the group's trials as failed (after Ray's retries)."""
-        self._store_failed(trial.config["group"], _error_text(trial))
-
-    def _store_failed(self, group: int, error: str) -> None:
-        """Store a group's trials as failed, except those it had already stored."""
-        for key in self.groups[group]["keys"]:
-            if key not in self.tally.keys:
-                self._write(failed_row(self.by_key[key], error))
-
-    def _write(self, row: Dict, epochs=()) -> None:
-        if self.fault is not None:
-            return
-        try:
-            with self.interruption.writing():
-                write_trial(self.store, self.study, row, epochs)
-        except StoreFault as exc:
-            self.fault = exc
-            return
-        self.tally.add(row)
-        if self.compact_every and len(self.tally) % self.compact_every == 0:
-            try:
-                compact(self.store, self.study)
-            except StoreFault as exc:
-                self.fault = exc
-
-
-class RunStopper(SavedEmpty, Stopper):
-    """Stops the whole run (no new trials; running ones cancelled) once the StoreWriter has met a
-    store fault (nothing more can be stored), a trial found its node unable to run trials, or a
-    stop signal came; says so once on stderr for a signal."""
-
-    def __init__(self, writer: StoreWriter):
-        self.writer = writer
-
-    def __call__(self, trial_id: str, result: Dict) -> bool:
-        """No single trial is stopped for its own results."""
-        return False
-
-    def stop_all(self) -> bool:
-        """True once a write has failed, a node cannot run trials, or a stop signal came."""
-        interruption = self.writer.interruption
-        if interruption.signum is not None and not interruption.noted:
-            interruption.noted = True
-            print(f"{signal.Signals(interruption.signum).name}: stopping: no new trial starts, running trials "
-                  f"are cancelled (a rerun trains them again), finished trials stay stored; send it again to "
-                  f"quit at once", file=sys.stderr, flush=True)
-        return self.writer.fault is not None or self.writer.stop_reason is not None or interruption.signum is not None
-
-
-def _error_text(trial) -> str:
-    """The trial's error trace: Tune writes it to the trial's local folder first, and only later to
-    storage (where `Trial.get_error` reads), so read the local file when it is there."""
-    path = trial.error_file
-    if path and os.path.exists(path):
-        with open(path) as f:
-            return f.read()
-    return str(trial.get_error() or "unknown error")
-
-
 def _trial_name(trial) -> str:
+    """A Tune trial's name (and folder name): its group's index."""
     return f"group-{trial.config['group']:06d}"
 
 
@@ -362,7 +167,7 @@ def run_study(spec: StudySpec, store: str, fresh: bool = False, address: Optiona
 
     The store is probed (a file written and deleted) before anything runs; a store fault at any
     point raises StoreFault saying what is stored and that rerunning the same command resumes.
-    The study's files are compacted (hpstudy.study.store.compact) before the run, every `compact_every`
+    The study's files are compacted (hpstudy.study.store_compaction.compact) before the run, every `compact_every`
     stored trials (0: not during the run) and after it, so a long study stays a few files to read.
     SIGINT or SIGTERM stops the run (see Interruption) and raises RunStopped with exit code 128 +
     the signal's number; so does a node that cannot run the trials, with exit code 1. On a local

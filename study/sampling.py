@@ -16,7 +16,7 @@ import pandas as pd
 from scipy.stats import qmc
 
 from hpstudy.study.spec import Box, SpecError, StudySpec
-from hpstudy.study.store import load_trials
+from hpstudy.study.store_read import load_trials
 from hpstudy.trainers.config import TrialConfig
 from hpstudy.trainers.schema import FINISHED
 
@@ -105,7 +105,7 @@ def _planned(spec: StudySpec, model: str, optimizer: str, epochs: int, sample: i
              seed: int) -> PlannedTrial:
     """One trial of the spec, its config validated and keyed."""
     cfg = TrialConfig.from_dict(dict(spec.recipe, model=model, optimizer=optimizer, epochs=epochs, lr=lr,
-                                     wd=wd, seed=seed, dataset=asdict(spec.dataset)))
+                                     wd=wd, seed=seed, dataset=asdict(spec.dataset)), check_model=False)
     return PlannedTrial(cfg.key, model, optimizer, epochs, sample, seed, cfg.to_dict())
 
 
@@ -154,7 +154,7 @@ def adopt_stored_keys(trials: List[PlannedTrial], stored: pd.DataFrame) -> List[
     adopted = []
     for trial in trials:
         if trial.key not in stored_keys:
-            canonical = json.loads(TrialConfig.from_dict(trial.config).to_json())   # as its row stores it
+            canonical = json.loads(TrialConfig.from_dict(trial.config, check_model=False).to_json())  # as stored
             trial = dataclasses.replace(trial, key=by_identity.get(_identity(canonical), trial.key))
         adopted.append(trial)
     return adopted

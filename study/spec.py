@@ -10,7 +10,7 @@ from typing import Any, Dict, Hashable, List, Mapping, Optional, Tuple
 import yaml
 
 from hpstudy.study.store import STUDY_NAME, STUDY_NAME_RULE
-from hpstudy.trainers.checkpoint import pin_init
+from hpstudy.trainers.init_file import pin_init
 from hpstudy.trainers.config import MAX_EPOCHS, TrialConfig
 from hpstudy.trainers.data import MAX_SEED, DataSpec, finite_in, pin_data, whole_in
 from hpstudy.trainers.errors import MAX_SHOWN, ConfigError, DataError, HpstudyError, shown
@@ -257,18 +257,26 @@ def parse_spec(raw: Any, check_paths: bool = True) -> StudySpec:
         raise SpecError(str(exc))
 
 
-def _check_recipe_values(spec: StudySpec) -> None:
+def _check_recipe_values(spec: StudySpec, check_model: bool = False) -> None:
     """Build one TrialConfig per model so bad recipe values fail now, not in a worker; an error
-    about a recipe field is named `recipe.<field>`."""
+    about a recipe field is named `recipe.<field>`. With `check_model`, each model is also built on the
+    meta device (TrialConfig.check_model), which imports torch: see check_models."""
     for model in spec.models:
         box = spec.box(model, spec.optimizers[0])
         try:
             TrialConfig.from_dict(dict(spec.recipe, model=model, optimizer=spec.optimizers[0],
                                        epochs=min(spec.epochs), lr=box.lr[0], wd=box.wd[0],
-                                       dataset=spec.dataset))
+                                       dataset=spec.dataset), check_model=check_model)
         except ConfigError as exc:
             field_name = str(exc).split(":")[0]
             raise SpecError(f"recipe.{exc}" if field_name in spec.recipe else str(exc))
+
+
+def check_models(spec: StudySpec) -> None:
+    """SpecError when a model of the spec cannot train as its recipe and dataset ask (image size, batches of
+    one image under BatchNorm, `freeze` beyond its parameter groups): run before any trial, after the
+    spec was read (reading it imports no torch; this does)."""
+    _check_recipe_values(spec, check_model=True)
 
 
 MAX_SPEC_BYTES = 1 << 20      # a study spec is a few hundred bytes; a larger file is not one

@@ -31,7 +31,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 import pandas as pd
 
-from hpstudy.study.store import load_study
+from hpstudy.study.store_read import load_study
 from hpstudy.trainers.errors import ConfigError
 from hpstudy.trainers.schema import FAILED
 from hpstudy.trainers.zoo import get_spec, list_models

@@ -12,13 +12,15 @@ from matplotlib.colors import to_hex
 
 from hpstudy.analysis.edf import edf_table
 from hpstudy.analysis.figures import (PALETTE, delta_edf_figure, delta_error_vs_epochs_figure,
-                              error_vs_epochs_figure, expected_best_figure, hp_scatter_figure, model_style,
-                              save_figure)
-from hpstudy.analysis.gaps import length_gap
+                                     delta_error_vs_epochs_table, error_vs_epochs_figure, error_vs_epochs_table,
+                                     expected_best_figure, expected_best_table, hp_scatter_figure, hp_scatter_table,
+                                     model_style, save_figure)
 from hpstudy.analysis.report import build_report
 from hpstudy.analysis.stats import good_ranges
 from hpstudy.cli import hpstudy_main
-from hpstudy.study.store import load_study, load_trials, write_spec_record, write_trial
+from hpstudy.study.store import write_trial
+from hpstudy.study.store_read import load_study, load_trials
+from hpstudy.study.store_spec_record import write_spec_record
 from tests.helpers import make_trials, stored_row
 from hpstudy.trainers.schema import TRIAL_SCHEMA
 from hpstudy.trainers.zoo import get_spec
@@ -55,12 +57,15 @@ def test_every_figure_renders_with_its_numbers_and_states_the_metric(tmp_path):
     trials = make_trials(epochs=(5, 10, 20), n=12, ema=True)
     trials.loc[(trials["model"] == "vit_p_tiny") & (trials["epochs"] == 20), "status"] = "diverged"
     ranges = {m: good_ranges(g) for m, g in trials[trials["optimizer"] == "adamw"].groupby("model")}
-    curves_fig, curves = expected_best_figure(trials, n_boot=20)
+    curves = expected_best_table(trials, n_boot=20)
+    curves_fig = expected_best_figure(curves)
+    scatter, epochs, gaps = (hp_scatter_table(trials[trials["optimizer"] == "adamw"]), error_vs_epochs_table(trials),
+                             delta_error_vs_epochs_table(trials))
     figures = {
         "edf": (delta_edf_figure(edf_table(trials[trials["epochs"] == 10])), trials),
-        "scatter": (hp_scatter_figure(trials[trials["optimizer"] == "adamw"], ranges), trials),
-        "epochs": (error_vs_epochs_figure(trials), trials),
-        "length": (delta_error_vs_epochs_figure(length_gap(trials)), length_gap(trials)),
+        "scatter": (hp_scatter_figure(scatter, ranges), scatter),
+        "epochs": (error_vs_epochs_figure(epochs), epochs),
+        "length": (delta_error_vs_epochs_figure(gaps), gaps),
         "best": (curves_fig, curves),
     }
     for name, (fig, data) in figures.items():

@@ -13,8 +13,8 @@ from scipy import stats
 
 from hpstudy.analysis.edf import (bootstrap_band, dkw_epsilon, edf_at, edf_table, effective_sample_size,
                           normalized_weights, step_points, weighted_edf_at)
-from hpstudy.analysis.figures import (error_vs_epochs_figure, expected_best_figure, generalization_figure,
-                              hp_scatter_figure)
+from hpstudy.analysis.figures import (error_vs_epochs_table, expected_best_table, generalization_table,
+                                     hp_scatter_table)
 from hpstudy.analysis.findings import findings
 from hpstudy.analysis.gaps import bootstrap_min, ema_gain, length_gap, optimizer_gap, peak_table
 from hpstudy.analysis.metric import ERR, LeftOutWarning, MetricError, usable
@@ -194,12 +194,6 @@ def _count(result):
     return int(result.drop_duplicates(groups)["n_left_out"].sum() if groups else result["n_left_out"].iloc[0])
 
 
-def _plotted(fig):
-    """What a figure shows: its title, and each panel's lines and scatter points."""
-    return (fig.get_suptitle(), [[*(line.get_xydata() for line in ax.get_lines()),
-                                  *(points.get_offsets() for points in ax.collections)] for ax in fig.axes])
-
-
 def _trained(trials):
     """The trials that did not diverge, with the family and a final train loss, as the store has them."""
     trained = trials[trials["status"] != "diverged"]
@@ -217,10 +211,10 @@ TABLE_CALLS = {
     "length_gap": lambda t: length_gap(t),
     "peak_table": lambda t: peak_table(t),
     "ema_gain": lambda t: ema_gain(t),
-    "expected_best_figure": lambda t: expected_best_figure(t, n_boot=10)[1],
-    "hp_scatter_figure": lambda t: _plotted(hp_scatter_figure(t, {})),
-    "error_vs_epochs_figure": lambda t: _plotted(error_vs_epochs_figure(t)),
-    "generalization_figure": lambda t: generalization_figure(_trained(t))[1],
+    "expected_best_table": lambda t: expected_best_table(t, n_boot=10),
+    "hp_scatter_table": hp_scatter_table,
+    "error_vs_epochs_table": error_vs_epochs_table,
+    "generalization_table": lambda t: generalization_table(_trained(t)),
     "findings": lambda t: findings(t, n_boot=50),
     "equalize_counts+edf_table": lambda t: edf_table(equalize_counts(t, ["model"])),
 }

@@ -17,7 +17,8 @@ from hpstudy.analysis.report import CELL
 from hpstudy.cli import hpstudy_main, run_edf_main
 from hpstudy.study.sampling import expand
 from hpstudy.study.spec import parse_spec
-from hpstudy.study.store import load_trials, write_trial
+from hpstudy.study.store import write_trial
+from hpstudy.study.store_read import load_trials
 from tests.helpers import REPO, small_spec
 from hpstudy.trainers.schema import FAILED, RESULT_FIELDS, TRIAL_FIELDS
 from hpstudy.trainers.train import main as train_main
@@ -82,7 +83,7 @@ def test_layers_point_one_way():
     allowed = {"trainers": {"trainers"}, "study": {"trainers", "study"}, "analysis": {"analysis"},
                "cli": {"trainers", "study", "analysis", "cli"}}
     graph, files = import_graph(), _module_files()
-    assert {"hpstudy.study.store", "hpstudy.trainers.schema"} <= graph["hpstudy.study.runner"][0]   # edges are seen
+    assert {"hpstudy.study.store", "hpstudy.trainers.schema"} <= graph["hpstudy.study.tune_store_writer"][0]   # edges are seen
     assert "hpstudy.cli" in graph["hpstudy.study.run_edf"][0] and is_entry_script(files["hpstudy.study.run_edf"])
     assert not is_entry_script(files["hpstudy.study.runner"])
     for module, (internal, external) in graph.items():
@@ -248,7 +249,7 @@ def test_every_column_the_analysis_and_the_cli_ask_for_is_a_stored_trial_column(
 def test_a_failed_trials_row_is_a_complete_schema_row_from_its_planned_trial(tmp_path):
     """failed_row: exactly the schema's keys, status failed, no result, the error's last 4000
     characters, and the config columns of the trial that was planned; the store takes it as is."""
-    from hpstudy.study.runner import failed_row
+    from hpstudy.study.tune_store_writer import failed_row
     trial = expand(parse_spec(small_spec(models=["cnn_tiny"], optimizers=["sgd"], samples=1)))[0]
     error = "Traceback (most recent call last):\n" + "x" * 5000 + "\nRuntimeError: boom"
     row = failed_row(trial, error)

@@ -15,7 +15,9 @@ from hpstudy.analysis.report_folder import publish
 from hpstudy.cli import hpstudy_main, run_edf_main
 from hpstudy.commands import fetch_hint, run_exit_code
 from hpstudy.study.progress import ProgressPrinter, Tally
-from hpstudy.study.store import load_trials, open_root, report_location, write_spec_record, write_trial
+from hpstudy.study.store import open_root, write_trial
+from hpstudy.study.store_read import load_trials
+from hpstudy.study.store_spec_record import report_location, write_spec_record
 from tests.helpers import image_folder, make_trials, small_spec, stored_row, write_spec
 
 

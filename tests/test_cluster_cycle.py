@@ -19,7 +19,7 @@ import psutil
 import pytest
 import yaml
 
-from hpstudy.study.store import load_trials
+from hpstudy.study.store_read import load_trials
 from tests.helpers import REPO, free_port, in_terminal, small_spec
 
 pytestmark = pytest.mark.slow

@@ -6,7 +6,7 @@ import torch
 from timm.models.maxxvit import MaxxVit, TransformerBlock2d, model_cfgs
 from torch import nn
 
-from hpstudy.analysis.figures import generalization_figure, model_style
+from hpstudy.analysis.figures import generalization_figure, generalization_table, model_style
 from hpstudy.analysis.metric import LeftOutWarning
 from tests.helpers import make_trials
 from hpstudy.trainers.flops import count_flops, model_profile
@@ -115,7 +115,8 @@ def test_the_generalization_figure_leaves_out_diverged_trials_and_says_so():
                            train_loss=np.linspace(0.01, 1.0, len(trials)))
     diverged = int((trials["status"] == "diverged").sum())
     assert diverged
-    with pytest.warns(LeftOutWarning, match=f"generalization_figure: left out {diverged} of 20 counted rows"):
-        fig, points = generalization_figure(trials)
+    with pytest.warns(LeftOutWarning, match=f"generalization_table: left out {diverged} of 20 counted rows"):
+        points = generalization_table(trials)
+    fig = generalization_figure(points)
     assert len(points) == 20 - diverged and set(points["n_left_out"]) == {diverged}
     assert set(points["family"]) == {"coatnet", "vit_rel"} and "metric: paper = best" in fig.get_suptitle()

@@ -14,7 +14,9 @@ import pandas as pd
 import pyarrow.dataset as pads
 import pytest
 
-from hpstudy.study.store import compact, load_epochs, load_trials, write_trial
+from hpstudy.study.store import write_trial
+from hpstudy.study.store_compaction import compact
+from hpstudy.study.store_read import load_epochs, load_trials
 from tests.helpers import REPO, epoch_row, row
 
 
@@ -74,10 +76,10 @@ def test_compaction_merges_finished_trials_into_one_file_and_every_reader_sees_t
 _KILLER = textwrap.dedent("""
     import contextlib, os, signal, sys
     import pyarrow.parquet as pq
-    import hpstudy.study.store as store
+    import hpstudy.study.store_compaction as compaction
     point, nth = sys.argv[2], int(sys.argv[3])
     seen = {"delete": 0}
-    real_io, real_write = store.store_io, pq.write_table
+    real_io, real_write = compaction.store_io, pq.write_table
 
     @contextlib.contextmanager
     def store_io(what):
@@ -94,8 +96,8 @@ _KILLER = textwrap.dedent("""
             os.kill(os.getpid(), signal.SIGKILL)
         return real_write(table, where, **kw)
 
-    store.store_io, store.pq.write_table = store_io, write_table
-    store.compact(sys.argv[1], "s")
+    compaction.store_io, pq.write_table = store_io, write_table
+    compaction.compact(sys.argv[1], "s")
 """)
 
 

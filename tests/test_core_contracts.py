@@ -12,8 +12,10 @@ import pytest
 import torch
 
 from hpstudy.analysis.report_folder import publish
-from hpstudy.study.store import (StoreError, StoreFault, compact, delete_study, load_epochs, load_study, load_trials,
-                         open_root, probe_store, report_location, write_trial)
+from hpstudy.study.store import StoreError, StoreFault, delete_study, open_root, probe_store, write_trial
+from hpstudy.study.store_compaction import compact
+from hpstudy.study.store_read import load_epochs, load_study, load_trials
+from hpstudy.study.store_spec_record import report_location
 from tests.helpers import epoch_row, row, tiny_trainer as trainer, write_file
 from hpstudy.trainers.loop import resolve_device
 from hpstudy.trainers.schema import EPOCH_SCHEMA, TRIAL_SCHEMA

@@ -2,11 +2,10 @@
 `#anchor`, one of its headings), every hpstudy command in their code blocks uses only flags that the
 command's `--help` lists, and the README stays a tour of at most 200 lines.
 
-Fast tier: reading the pages takes milliseconds; the help texts come from one Python process that
-runs each command's `--help` as `python -m <module> ... --help` would (see `_help_texts`)."""
+Fast tier: reading the pages takes milliseconds; each command's `python -m ... --help` runs once per
+session, side by side (the slowest, `python -m hpstudy.trainers.train --help`, imports torch: ~3 s)."""
 
 import functools
-import json
 import os
 import re
 import shlex
@@ -14,6 +13,7 @@ import subprocess
 import sys
 import unicodedata
 import urllib.parse
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -50,20 +50,18 @@ def split_blocks(text: str):
         fence = FENCE.match(line)
         if fence:
             marker, info, body = fence.group(1), fence.group(2).lower(), []
+            closing = re.compile(rf"^ {{0,3}}{re.escape(marker[0])}{{{len(marker)},}}\s*$")
             i += 1
-            while i < len(lines) and not re.match(r"^ {0,3}" + re.escape(marker[0]) + "{%d,}\\s*$" % len(marker),
-                                                  lines[i]):
+            while i < len(lines) and not closing.match(lines[i]):
                 body.append((i + 1, lines[i]))
                 i += 1
             blocks.append(("code", info, body))
             i += 1
             continue
-        starts_indented = (line.startswith("    ") or line.startswith("\t")) and line.strip() \
-            and (i == 0 or not lines[i - 1].strip())
+        starts_indented = line.startswith(("    ", "\t")) and line.strip() and (i == 0 or not lines[i - 1].strip())
         if starts_indented:
             body = []
-            while i < len(lines) and (lines[i].startswith("    ") or lines[i].startswith("\t")
-                                      or not lines[i].strip()):
+            while i < len(lines) and (lines[i].startswith(("    ", "\t")) or not lines[i].strip()):
                 if not lines[i].strip() and (i + 1 == len(lines) or not lines[i + 1].startswith(("    ", "\t"))):
                     break
                 body.append((i + 1, lines[i]))
@@ -128,7 +126,13 @@ def broken_link(page: Path, target: str):
     if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:", target) or target.startswith("//"):
         return None
     path_part, _, anchor = target.partition("#")
-    file = page if not path_part else (page.parent / urllib.parse.unquote(path_part)).resolve()
+    path_part = urllib.parse.unquote(path_part)
+    if not path_part:
+        file = page
+    elif path_part.startswith("/"):                   # GitHub: from the repository's root
+        file = (ROOT / path_part.lstrip("/")).resolve()
+    else:
+        file = (page.parent / path_part).resolve()
     if not file.exists():
         return f"{target}: no file {file.relative_to(ROOT) if file.is_relative_to(ROOT) else file}"
     if not file.is_relative_to(ROOT):
@@ -152,9 +156,7 @@ def logical_lines(body):
     out = []
     pending = None
     for number, line in body:
-        stripped = line.strip()
-        if stripped.startswith("$ "):
-            stripped = stripped[2:]
+        stripped = line.strip().removeprefix("$ ")
         if pending is not None:
             pending[1] += " " + stripped
         elif out and stripped[:1] in ("[", "-") and not out[-1][1].rstrip().endswith("\\"):
@@ -258,36 +260,12 @@ def argv_for(key):
     return ["-m", {"run_edf": "hpstudy.study.run_edf", "train": "hpstudy.trainers.train"}[key[0]], "--help"]
 
 
-# Runs each `python -m MODULE ARGS...` as the interpreter's -m does (runpy, as __main__, argv set), in
-# one process so that torch, Ray and hpstudy are imported once for all of them.
-HELP_RUNNER = r"""
-import contextlib, io, json, runpy, sys, traceback
-results = {}
-for name, argv in json.loads(sys.argv[1]):
-    out, err, code = io.StringIO(), io.StringIO(), 0
-    sys.argv = [argv[1]] + argv[2:]
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
-        except SystemExit as stop:
-            code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
-        except BaseException:
-            traceback.print_exc()
-            code = 1
-    results[name] = [code, out.getvalue(), err.getvalue()]
-print(json.dumps(results))
-"""
-
-
 @functools.cache
-def _help_texts(keys: tuple) -> dict:
-    """{key: (exit code, stdout, stderr)} of each key's `python -m ... --help`, once per session."""
-    jobs = [[json.dumps(key), argv_for(key)] for key in keys]
-    done = subprocess.run([sys.executable, "-c", HELP_RUNNER, json.dumps(jobs)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300, env={**os.environ, "COLUMNS": "200"})
-    assert done.returncode == 0, f"the help runner failed:\n{done.stderr[-3000:]}"
-    results = json.loads(done.stdout.strip().splitlines()[-1])
-    return {tuple(json.loads(name)): tuple(value) for name, value in results.items()}
+def help_text(key: tuple) -> tuple:
+    """(exit code, stdout, stderr) of the key's `python -m ... --help`, run once per session."""
+    done = subprocess.run([sys.executable, *argv_for(key)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300, check=False, env={**os.environ, "COLUMNS": "200"})
+    return done.returncode, done.stdout, done.stderr
 
 
 COMMAND_PAGES = [README] + sorted(DOCS.glob("*.md"))
@@ -303,7 +281,9 @@ def command_id(case):
 
 @pytest.fixture(scope="session")
 def help_texts():
-    return _help_texts(HELP_KEYS)
+    """Every help text the checked commands need, fetched side by side (each process is its own)."""
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        return dict(zip(HELP_KEYS, pool.map(help_text, HELP_KEYS)))
 
 
 # ---------------------------------------------------------------- tests

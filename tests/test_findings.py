@@ -15,7 +15,9 @@ from hpstudy.analysis.stats import good_ranges, min_detectable_d, trials_for_ks
 from hpstudy.cli import hpstudy_main
 from hpstudy.study.sampling import expand
 from hpstudy.study.spec import parse_spec
-from hpstudy.study.store import load_study, write_spec_record, write_trial
+from hpstudy.study.store import write_trial
+from hpstudy.study.store_read import load_study
+from hpstudy.study.store_spec_record import write_spec_record
 from hpstudy.study.suggest import fixed_points, space_lines
 from tests.helpers import make_trials, small_spec, stored_row
 

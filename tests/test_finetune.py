@@ -8,9 +8,9 @@ from safetensors.torch import save_file
 from hpstudy.study.runner import run_study
 from hpstudy.study.sampling import expand
 from hpstudy.study.spec import SpecError, parse_spec
-from hpstudy.study.store import load_trials
+from hpstudy.study.store_read import load_trials
 from tests.helpers import small_spec
-from hpstudy.trainers.checkpoint import file_sha256
+from hpstudy.trainers.init_file import file_sha256
 from hpstudy.trainers.config import TrialConfig
 from hpstudy.trainers.errors import ConfigError
 from hpstudy.trainers.fused import check_fusable

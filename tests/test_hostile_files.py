@@ -13,7 +13,9 @@ import yaml
 
 from hpstudy.cli import hpstudy_main, run_edf_main
 from hpstudy.study.spec import load_spec
-from hpstudy.study.store import load_epochs, load_trials, write_spec_record, write_trial
+from hpstudy.study.store import write_trial
+from hpstudy.study.store_read import load_epochs, load_trials
+from hpstudy.study.store_spec_record import write_spec_record
 from tests.helpers import REPO, epoch_row, row, small_spec, spec_text, write_spec
 from hpstudy.trainers.errors import HpstudyError
 

@@ -8,7 +8,7 @@ import pytest
 from hpstudy.cli import hpstudy_main
 from hpstudy.study.sampling import expand
 from hpstudy.study.spec import load_spec
-from hpstudy.study.store import load_study, load_trials
+from hpstudy.study.store_read import load_study, load_trials
 from tests.helpers import run_edf, small_spec, write_spec
 
 pytestmark = pytest.mark.slow

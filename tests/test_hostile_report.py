@@ -12,8 +12,10 @@ import pytest
 
 from hpstudy.analysis.report import ReportError, build_report, check_report_dir
 from hpstudy.cli import hpstudy_main
-from hpstudy.study.store import (REQUIRED, TABLES, compact, load_epochs, load_study, load_trials, stored_keys,
-                         write_spec_record, write_trial)
+from hpstudy.study.store import REQUIRED, TABLES, write_trial
+from hpstudy.study.store_compaction import compact
+from hpstudy.study.store_read import load_epochs, load_study, load_trials, stored_keys
+from hpstudy.study.store_spec_record import write_spec_record
 from tests.helpers import epoch_row, stored_row
 
 GOOD = ("a", "b", "c")

@@ -11,8 +11,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from hpstudy.cli import hpstudy_main
-from hpstudy.study.store import (StoreError, StoreFault, compact, load_epochs, load_spec_record, load_study,
-                         load_trials, probe_store, write_spec_record, write_trial)
+from hpstudy.study.store import StoreError, StoreFault, probe_store, write_trial
+from hpstudy.study.store_compaction import compact
+from hpstudy.study.store_read import load_epochs, load_study, load_trials
+from hpstudy.study.store_spec_record import load_spec_record, write_spec_record
 from tests.helpers import epoch_row, row, write_file
 from hpstudy.trainers.schema import EPOCH_SCHEMA, TRIAL_SCHEMA
 

@@ -3,9 +3,10 @@
 from ray import cloudpickle
 
 from hpstudy.study.progress import ProgressPrinter
-from hpstudy.study.runner import RunStopper, StoreWriter
 from hpstudy.study.sampling import expand
 from hpstudy.study.spec import parse_spec
+from hpstudy.study.tune_stopper import RunStopper
+from hpstudy.study.tune_store_writer import StoreWriter
 from tests.helpers import small_spec
 
 

@@ -7,11 +7,13 @@ import pyarrow.parquet as pq
 import pytest
 
 import hpstudy.study.store
-from hpstudy.study.runner import StoreWriter
+import hpstudy.study.store_spec_record
 from hpstudy.study.sampling import expand
 from hpstudy.study.spec import parse_spec
-from hpstudy.study.store import (StoreFault, load_epochs, load_spec_record, load_trials, write_spec_record,
-                         write_trial)
+from hpstudy.study.store import StoreFault, write_trial
+from hpstudy.study.store_read import load_epochs, load_trials
+from hpstudy.study.store_spec_record import load_spec_record, write_spec_record
+from hpstudy.study.tune_store_writer import StoreWriter
 from tests.helpers import epoch_row, small_spec, stored_row
 
 
@@ -83,8 +85,8 @@ def test_a_spec_record_rewrite_that_fails_halfway_keeps_the_old_record(tmp_path,
         def open_output_stream(self, path, *args, **kwargs):
             return HalfStream(self.fs.open_output_stream(path, *args, **kwargs))
 
-    open_root = hpstudy.study.store.open_root
-    monkeypatch.setattr(hpstudy.study.store, "open_root",
+    open_root = hpstudy.study.store_spec_record.open_root
+    monkeypatch.setattr(hpstudy.study.store_spec_record, "open_root",
                         lambda r: (HalfWritingFileSystem(open_root(r)[0]), open_root(r)[1]))
     with pytest.raises(StoreFault, match="Input/output error"):
         write_spec_record(root, "s", {"samples": 16}, 32, ["k1"])

@@ -16,7 +16,7 @@ from hpstudy.study.faults import CRASH_DIR_ENV
 from hpstudy.study.runner import run_study
 from hpstudy.study.sampling import expand
 from hpstudy.study.spec import parse_spec
-from hpstudy.study.store import load_epochs, load_trials
+from hpstudy.study.store_read import load_epochs, load_trials
 from tests.helpers import REPO, run_edf, run_edf_command, small_spec, stored_row, write_spec
 from hpstudy.trainers.schema import TRIAL_SCHEMA
 
@@ -168,11 +168,13 @@ def test_a_study_longer_than_one_tune_run_stores_each_trial_once_and_compacts_as
     store is compacted before the run, every 2 stored trials and after it; each Tune run's folder is
     removed when it ends."""
     import hpstudy.study.runner as runner
+    import hpstudy.study.tune_store_writer as tune_store_writer
     compactions = []
     real_compact = runner.compact
     monkeypatch.setattr(runner, "TUNE_RUN_GROUPS", 3)
     monkeypatch.setattr(runner, "TUNE_STORAGE", str(tmp_path / "tune"))
-    monkeypatch.setattr(runner, "compact", lambda *a: compactions.append(a) or real_compact(*a))
+    for module in (runner, tune_store_writer):     # before the run, after it (runner) and during it (the writer)
+        monkeypatch.setattr(module, "compact", lambda *a: compactions.append(a) or real_compact(*a))
     spec = parse_spec(small_spec(name="long", models=["cnn_tiny"], optimizers=["adamw"], samples=7,
                                  dataset={"name": "synthetic", "image_size": 8, "n_train": 32, "n_val": 16,
                                           "num_classes": 4}))

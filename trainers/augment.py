@@ -9,7 +9,7 @@ on one image at a time on the CPU; the per-operation kernels are torchvision's.
 
 import math
 from collections import defaultdict
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -68,7 +68,7 @@ def crop_resize_flip(x: torch.Tensor, boxes: torch.Tensor, flips: torch.Tensor, 
     theta[:, 0, 2] = (2 * left + w) / width - 1
     theta[:, 1, 1] = h / height
     theta[:, 1, 2] = (2 * top + h) / height - 1
-    grid = F.affine_grid(theta, (n, 3, size, size), align_corners=False)
+    grid = F.affine_grid(theta, [n, 3, size, size], align_corners=False)
     out = F.grid_sample(x.float(), grid, mode="bilinear", padding_mode="border", align_corners=False)
     return out.round_().clamp_(0, 255).to(torch.uint8)
 
@@ -92,7 +92,7 @@ class DeviceAutoAugment:
             raise ConfigError(f"auto_augment: bad value {shown(policy)} on a device pipeline; allowed: original "
                               f"(or null), the ImageNet policy")
         self.aa = AutoAugment(AutoAugmentPolicy.IMAGENET)
-        self._maps = {}
+        self._maps: Dict[Tuple[str, float, int, int, torch.device], Tuple[torch.Tensor, torch.Tensor]] = {}
 
     def draw(self, n: int, generator: torch.Generator) -> List[Ops]:
         """Each image's operations, drawn from `generator` (empty where neither applies)."""

@@ -1,4 +1,4 @@
-"""Fine-tuning from a local checkpoint: its sha256 (part of the trial key), loading it into a freshly built
+"""Fine-tuning from a local checkpoint (its sha256: hpstudy.trainers.init_file): loading it into a freshly built
 model (the classifier re-initialised when the class count differs), and freezing leading parameter groups.
 
 Nothing downloads: `init` names a local file, a torch state dict (.pt, .pth, .bin; read with
@@ -6,11 +6,9 @@ Nothing downloads: `init` names a local file, a torch state dict (.pt, .pth, .bi
 `load_state_dict` (which takes a checkpoint's EMA weights where it holds them and strips DDP prefixes).
 """
 
-import hashlib
-import os
 import sys
 from functools import lru_cache
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Dict, List
 
 import torch
 from timm.models import load_state_dict
@@ -19,64 +17,15 @@ from timm.utils.model import freeze
 from torch import nn
 
 from hpstudy.trainers.errors import ConfigError, shown
+from hpstudy.trainers.init_file import CHECKPOINT_KINDS
 
-CHECKPOINT_KINDS = "a local torch state dict (.pt, .pth, .bin) or safetensors file (.safetensors)"
 NAMED = 3          # mismatched keys named per kind in an error
-
-
-def file_sha256(path: str) -> str:
-    """The sha256 (hex) of a file's bytes, hashed once per (path, size, modification time)."""
-    stat = os.stat(path)
-    return _sha256(os.path.realpath(path), stat.st_size, stat.st_mtime_ns)
-
-
-@lru_cache(maxsize=32)
-def _sha256(path: str, size: int, mtime_ns: int) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def pin_init(config: Mapping[str, Any], must_exist: bool) -> Dict[str, Any]:
-    """`config` (a trial config or a study recipe) with `init_sha256` set from its `init` file, so its
-    trial key names the checkpoint's bytes. A relative path is a ConfigError (trials run in other working
-    directories, on other nodes); a missing file is a ConfigError when `must_exist`, else the config is
-    returned unpinned; a given `init_sha256` that the file does not have is a ConfigError."""
-    path = config.get("init")
-    if not isinstance(path, str) or not path:
-        return dict(config)                  # no init, or a bad value that TrialConfig.validate names
-    if not os.path.isabs(path):
-        raise ConfigError(f"init: bad value {shown(path)} (a relative path: trials run in other working directories); "
-                          f"allowed: an absolute path every worker can read, of {CHECKPOINT_KINDS}")
-    if not os.path.isfile(path):
-        if must_exist:
-            raise ConfigError(f"init: {shown(path)} is not a file; allowed: {CHECKPOINT_KINDS}")
-        return dict(config)
-    sha = file_sha256(path)
-    given = config.get("init_sha256")
-    if given is not None and given != sha:
-        raise ConfigError(f"init_sha256: bad value {shown(given)}; allowed: the sha256 of {shown(path)} ({sha}), "
-                          f"or null to take it from the file")
-    return dict(config, init_sha256=sha)
-
-
-def verified_sha256(path: str, planned: Optional[str]) -> str:
-    """The sha256 of the checkpoint a trial starts from; ConfigError if the file is missing or is not
-    the one the trial was planned with (`planned`, its recorded sha256; None: not recorded)."""
-    if not os.path.isfile(path):
-        raise ConfigError(f"init: {shown(path)} is not a file; allowed: {CHECKPOINT_KINDS}")
-    sha = file_sha256(path)
-    if planned is not None and sha != planned:
-        raise ConfigError(f"init: {shown(path)} has sha256 {sha}, not the {planned} this trial was planned with; "
-                          f"allowed: the same file (rerun the study to plan it with the new file's trial keys)")
-    return sha
 
 
 def _classifier_keys(model: nn.Module) -> List[str]:
     """State-dict keys of the model's classifier (timm's `get_classifier`)."""
-    classifier = model.get_classifier()
+    # timm's method, typed Tensor | Module by torch's Module.__getattr__
+    classifier = model.get_classifier()  # type: ignore[operator]
     prefix = next(name for name, module in model.named_modules() if module is classifier)
     return [f"{prefix}.{key}" for key in classifier.state_dict()]
 
@@ -125,7 +74,8 @@ def load_checkpoint(model: nn.Module, path: str, model_name: str) -> bool:
 
 def parameter_groups(model: nn.Module) -> Dict[int, List[str]]:
     """timm's coarse parameter groups in order: 0 the stem, then stages (blocks of a ViT), the head last."""
-    return group_parameters(model, model.group_matcher(coarse=True))
+    # timm's method, typed Tensor | Module by torch's Module.__getattr__
+    return group_parameters(model, model.group_matcher(coarse=True))  # type: ignore[operator]
 
 
 @lru_cache(maxsize=None)

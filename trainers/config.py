@@ -3,12 +3,13 @@
 import dataclasses
 import hashlib
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Dict, Optional
 
-from hpstudy.trainers.checkpoint import CHECKPOINT_KINDS, count_parameter_groups
+from hpstudy.trainers.init_file import CHECKPOINT_KINDS
 from hpstudy.trainers.data import MAX_SEED, SHA256, DataSpec, finite_in, raise_first_bad, whole_in
 from hpstudy.trainers.device_decode import device_can_augment
 from hpstudy.trainers.errors import ConfigError, shown
@@ -95,8 +96,9 @@ class TrialConfig:
                        "statistics too; 0 = none)", 0)
 
     @classmethod
-    def from_dict(cls, config: Dict[str, Any]) -> "TrialConfig":
-        """Validate a plain dict: unknown keys and bad values raise ConfigError naming the field."""
+    def from_dict(cls, config: Dict[str, Any], check_model: bool = True) -> "TrialConfig":
+        """Validate a plain dict: unknown keys and bad values raise ConfigError naming the field (the
+        model's own checks, which build it on the meta device, only with `check_model`)."""
         fields = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(config) - fields)
         if unknown:
@@ -109,12 +111,13 @@ class TrialConfig:
         values = dict(config)
         values["dataset"] = DataSpec.from_config(values.get("dataset", "digits"))
         cfg = cls(**values)
-        cfg.validate()
+        cfg.validate(check_model=check_model)
         return cfg
 
-    def validate(self) -> None:
+    def validate(self, check_model: bool = True) -> None:
         """Raise ConfigError (DataError for `dataset`) naming the first bad field: every field has
-        its type, every number is finite and in range, and the model can train on these batches."""
+        its type, every number is finite and in range, and (`check_model`) the model can train on these
+        batches (see `check_model`)."""
         if not isinstance(self.model, str):
             raise ConfigError(f"model: bad value {shown(self.model)}; allowed: a registered model name")
         get_spec(self.model)
@@ -170,7 +173,8 @@ class TrialConfig:
                               f"divides batch_size ({self.batch_size})")
         self._check_device_augment()
         self._check_init()
-        self._check_model_input()
+        if check_model:
+            self.check_model()
 
     def _check_device_augment(self) -> None:
         """ConfigError naming `auto_augment` when the data are augmented on the device (dataset
@@ -196,17 +200,23 @@ class TrialConfig:
                                              and SHA256.fullmatch(self.init_sha256))):
             raise ConfigError(f"init_sha256: bad value {shown(self.init_sha256)}; allowed: null, or 64 lower-case hex "
                               f"digits with init")
-        if whole_in(self.freeze, 0, 0):
-            return
-        groups = count_parameter_groups(self.model)
-        if not (self.init and whole_in(self.freeze, 1, groups - 1)):
-            allowed = f"an integer in [0, {groups - 1}]" if self.init else "0 without init (nothing to keep)"
-            raise ConfigError(f"freeze: bad value {shown(self.freeze)} for model {self.model}; allowed: {allowed} "
-                              f"(leading parameter groups: 1 = the stem; the head's group is never frozen)")
+        if not (whole_in(self.freeze, 0, 0) or (self.init and whole_in(self.freeze, 1, math.inf))):
+            self._refuse_freeze("an integer >= 0" if self.init else "0 without init (nothing to keep)")
 
-    def _check_model_input(self) -> None:
-        """ConfigError if the model cannot take the dataset's image size, or cannot train on the
-        smallest micro-batch it will see (BatchNorm needs more than one value per channel)."""
+    def _refuse_freeze(self, allowed: str) -> None:
+        raise ConfigError(f"freeze: bad value {shown(self.freeze)} for model {self.model}; allowed: {allowed} "
+                          f"(leading parameter groups: 1 = the stem; the head's group is never frozen)")
+
+    def check_model(self) -> None:
+        """ConfigError if the model cannot train as configured: it cannot take the dataset's image size,
+        cannot train on the smallest micro-batch it will see (BatchNorm needs more than one value per
+        channel), or has fewer parameter groups than `freeze` leaves trainable. Builds the model on the
+        meta device (no memory, a fraction of a second; imports torch)."""
+        from hpstudy.trainers.checkpoint import count_parameter_groups
+        if self.freeze:
+            groups = count_parameter_groups(self.model)
+            if self.freeze > groups - 1:
+                self._refuse_freeze(f"an integer in [0, {groups - 1}]")
         size = self.dataset.size
         reason = model_input_error(self.model, size, 2)
         if reason:

@@ -14,12 +14,13 @@ import pickle
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Iterable, Iterator, Optional, Tuple
+from typing import Any, Dict, Iterable, Iterator, Optional, Tuple, cast
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
+from hpstudy.trainers.dataset import Batches, Dataset
 from hpstudy.trainers.device_decode import DeviceDecodeData
 from hpstudy.trainers.errors import DataError, shown
 from hpstudy.trainers.prepared import IMAGENET_MEAN, IMAGENET_STD, PreparedData, data_digest, read_meta
@@ -40,7 +41,7 @@ _CIFAR_LAYOUT = {
 }
 
 
-def whole_in(value: Any, low: int, high: int) -> bool:
+def whole_in(value: Any, low: float, high: float) -> bool:
     """Whether `value` is an int (not a bool) in [low, high]."""
     return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
 
@@ -124,7 +125,7 @@ class DataSpec:
         return self.image_size or DEFAULT_IMAGE_SIZE[self.name]
 
 
-class TensorData:
+class TensorData(Dataset):
     """A dataset held as uint8 NCHW tensors on one device, batched by indexing (no DataLoader)."""
 
     def __init__(self, train_x, train_y, val_x, val_y, num_classes: int, mean, std,
@@ -138,15 +139,13 @@ class TensorData:
     def num_train(self) -> int:
         return len(self.train_y)
 
-    def to(self, device) -> "TensorData":
+    def to(self, device: torch.device) -> "TensorData":
         """The same data on `device` (a new object; a no-op when it is already there)."""
         if self.train_x.device == torch.device(device):
             return self
-        moved = [t.to(device) for t in (self.train_x, self.train_y, self.val_x, self.val_y)]
-        return TensorData(*moved, self.num_classes, self.mean, self.std, self.flip, self.pad_crop)
-
-    def steps_per_epoch(self, batch_size: int) -> int:
-        return max(1, self.num_train // batch_size)
+        train_x, train_y, val_x, val_y = (t.to(device) for t in (self.train_x, self.train_y, self.val_x, self.val_y))
+        return TensorData(train_x, train_y, val_x, val_y, self.num_classes, self.mean, self.std, self.flip,
+                          self.pad_crop)
 
     def train_loader(self, batch_size: int, generator: torch.Generator, pin_memory: bool = False,
                      device: Optional[torch.device] = None) -> "TensorEpochs":
@@ -174,8 +173,8 @@ class TensorEpochs:
         shifts = torch.randint(0, 2 * data.pad_crop + 1, (2, steps * b), generator=self.generator) \
             if data.pad_crop else None
         mirrored = (torch.rand(steps * b, generator=self.generator) < 0.5) if data.flip else None
-        order, shifts, mirrored = (t.to(device, non_blocking=True) if t is not None else None
-                                   for t in (order, shifts, mirrored))
+        order = order.to(device, non_blocking=True)
+        shifts, mirrored = (t.to(device, non_blocking=True) if t is not None else None for t in (shifts, mirrored))
         for step in range(steps):
             window = slice(step * b, (step + 1) * b)
             idx = order[window]
@@ -198,7 +197,7 @@ def random_crop(x: torch.Tensor, pad: int, dy: torch.Tensor, dx: torch.Tensor) -
     return padded[batch, chan, rows, cols]
 
 
-class LoaderData:
+class LoaderData(Dataset):
     """An ImageNet-layout folder, decoded and augmented (timm's transforms: random-resized crop,
     flip, AutoAugment) by DataLoader workers, which send uint8 batches; normalisation happens on
     the training device."""
@@ -220,12 +219,9 @@ class LoaderData:
     def num_train(self) -> int:
         return len(self.train_set)
 
-    def to(self, device) -> "LoaderData":
+    def to(self, device: torch.device) -> "LoaderData":
         """Images are decoded on the CPU by workers; batches move to the device per trial."""
         return self
-
-    def steps_per_epoch(self, batch_size: int) -> int:
-        return max(1, self.num_train // batch_size)
 
     def _loader(self, dataset, batch_size: int, shuffle: bool, pin_memory: bool, generator=None):
         # built once per trial: persistent workers then serve every epoch
@@ -248,13 +244,13 @@ class DeviceBatches:
     `dtype` (channels_last when asked). Loaders are built once per trial (per generator) and reused
     every epoch; the cached dataset itself is never changed."""
 
-    def __init__(self, data, device: torch.device, dtype: torch.dtype, channels_last: bool = False):
+    def __init__(self, data: Dataset, device: torch.device, dtype: torch.dtype, channels_last: bool = False):
         self.data, self.device, self.dtype, self.channels_last = data, device, dtype, channels_last
         self.pin_memory = device.type == "cuda"
         self.mean = torch.tensor(data.mean, dtype=dtype).view(1, -1, 1, 1).to(device)
         self.std = torch.tensor(data.std, dtype=dtype).view(1, -1, 1, 1).to(device)
-        self._train = {}
-        self._val = {}
+        self._train: Dict[Tuple[int, int], Batches] = {}
+        self._val: Dict[int, Batches] = {}
 
     def prepare(self, x: torch.Tensor, y: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         """A uint8 batch as normalised `dtype` on the device (labels too)."""
@@ -433,19 +429,20 @@ def pin_data(spec: DataSpec, must_exist: bool) -> DataSpec:
 
 @lru_cache(maxsize=4)
 def load_data(spec: DataSpec, num_workers: int = 4, auto_augment: Optional[str] = None,
-              decode_on_device: bool = False):
+              decode_on_device: bool = False) -> Dataset:
     """Load a dataset once per process (trials reusing a Ray actor share it). `auto_augment` is
     the AutoAugment policy of image folders (None: off); `decode_on_device` makes an image folder
     send JPEG bytes and decode them on the training device (hpstudy.trainers.device_decode)."""
     check_data_path(spec)
+    path = cast(str, spec.path)     # check_data_path has refused a missing path for the datasets read from a folder
     if spec.name == "digits":
         return load_digits_data(spec.size)
     if spec.name in _CIFAR_LAYOUT:
-        return load_cifar_data(spec.name, spec.path, spec.size)
+        return load_cifar_data(spec.name, path, spec.size)
     if spec.name == "synthetic":
         return load_synthetic_data(spec)
     if spec.name == "prepared":
-        return PreparedData(spec.path, spec.size, auto_augment, spec.digest)
+        return PreparedData(path, spec.size, auto_augment, spec.digest)
     if decode_on_device:
-        return DeviceDecodeData(spec.path, spec.size, num_workers, auto_augment)
-    return LoaderData(spec.path, spec.size, num_workers, auto_augment)
+        return DeviceDecodeData(path, spec.size, num_workers, auto_augment)
+    return LoaderData(path, spec.size, num_workers, auto_augment)

@@ -16,6 +16,7 @@ from torchvision.io import ImageReadMode, decode_jpeg
 from torchvision.transforms.v2 import functional as TF
 
 from hpstudy.trainers.augment import DeviceAutoAugment, rrc_boxes
+from hpstudy.trainers.dataset import Dataset
 from hpstudy.trainers.errors import ConfigError
 from hpstudy.trainers.prepared import IMAGENET_MEAN, IMAGENET_STD
 
@@ -69,7 +70,7 @@ def eval_crops(images: List[torch.Tensor], size: int) -> torch.Tensor:
     return torch.stack([TF.center_crop(TF.resize(img, scaled, antialias=True), [size, size]) for img in images])
 
 
-class DeviceDecodeData:
+class DeviceDecodeData(Dataset):
     """An ImageNet-layout folder whose workers send JPEG bytes; decoding happens on the device."""
 
     def __init__(self, root: str, image_size: int, num_workers: int, auto_augment: Optional[str]):
@@ -85,12 +86,9 @@ class DeviceDecodeData:
     def num_train(self) -> int:
         return len(self.train_set)
 
-    def to(self, device) -> "DeviceDecodeData":
+    def to(self, device: torch.device) -> "DeviceDecodeData":
         """Bytes are read on the CPU; images are decoded on the device per batch."""
         return self
-
-    def steps_per_epoch(self, batch_size: int) -> int:
-        return max(1, self.num_train // batch_size)
 
     def _loader(self, dataset, batch_size: int, shuffle: bool, generator=None):
         return torch.utils.data.DataLoader(
@@ -98,12 +96,13 @@ class DeviceDecodeData:
             num_workers=self.num_workers, collate_fn=_bytes_and_label, persistent_workers=self.num_workers > 0)
 
     def train_loader(self, batch_size: int, generator: torch.Generator, pin_memory: bool = False,
-                     device: torch.device = torch.device("cpu")):
-        """An iterable whose every pass is one epoch of augmented uint8 batches decoded on `device`."""
+                     device: Optional[torch.device] = None) -> "DecodedEpochs":
+        """An iterable whose every pass is one epoch of augmented uint8 batches decoded on `device` (None: CPU)."""
         return DecodedEpochs(self, self._loader(self.train_set, batch_size, True, generator), generator, device)
 
-    def val_loader(self, batch_size: int, pin_memory: bool = False, device: torch.device = torch.device("cpu")):
-        """The validation set in order, decoded and centre-cropped on `device`."""
+    def val_loader(self, batch_size: int, pin_memory: bool = False,
+                   device: Optional[torch.device] = None) -> "DecodedEpochs":
+        """The validation set in order, decoded and centre-cropped on `device` (None: the CPU)."""
         return DecodedEpochs(self, self._loader(self.val_set, batch_size, False), None, device)
 
 
@@ -111,8 +110,10 @@ class DecodedEpochs:
     """Passes over a byte loader, decoding each batch on the device (training crops when a
     generator is given, evaluation crops otherwise)."""
 
-    def __init__(self, data: DeviceDecodeData, loader, generator: Optional[torch.Generator], device: torch.device):
-        self.data, self.loader, self.generator, self.device = data, loader, generator, device
+    def __init__(self, data: DeviceDecodeData, loader, generator: Optional[torch.Generator],
+                 device: Optional[torch.device]):
+        self.data, self.loader, self.generator = data, loader, generator
+        self.device = torch.device("cpu") if device is None else device
 
     def __iter__(self) -> Iterator[Tuple[torch.Tensor, torch.Tensor]]:
         size = self.data.image_size

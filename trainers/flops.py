@@ -1,7 +1,7 @@
 """FLOPs (multiply-adds, as in the paper) and parameter counts, measured by counting."""
 
 from functools import lru_cache
-from typing import Tuple
+from typing import Optional, Tuple
 
 import torch
 from torch.utils.flop_counter import FlopCounterMode
@@ -24,7 +24,7 @@ def count_flops(model: torch.nn.Module, image_size: int, in_chans: int = 3) -> i
 
 
 @lru_cache(maxsize=None)
-def model_profile(name: str, num_classes: int = 1000, image_size: int = None) -> Tuple[int, int]:
+def model_profile(name: str, num_classes: int = 1000, image_size: Optional[int] = None) -> Tuple[int, int]:
     """(FLOPs, params) of a registered model, counted on the meta device (no memory, fast)."""
     with torch.device("meta"):
         model = build_model(name, num_classes=num_classes, image_size=image_size)

@@ -29,7 +29,10 @@ MemberRecords = Dict[int, Dict[str, Any]]     # member index -> epoch record
 class EpochTrainer(Protocol):
     """What `fit` needs of a trainer of K members (K = len(cfgs))."""
 
-    cfgs: Sequence[TrialConfig]
+    @property
+    def cfgs(self) -> Sequence[TrialConfig]:
+        """The members' configs, member k's at k (read only: a list or any other sequence)."""
+
     device: torch.device
     num_classes: int
 
@@ -163,10 +166,10 @@ def trial_row(cfg: TrialConfig, epoch_log: List[Dict[str, Any]], diverged: bool,
         errors = {"top1_err": chance, "top5_err": chance_error(trainer.num_classes, 5),
                   "best_top1_err": chance, "ema_top1_err": ema, "best_ema_top1_err": ema}
     else:
-        ema = [e["ema_top1_err"] for e in epoch_log if e["ema_top1_err"] is not None]
+        ema_errors = [e["ema_top1_err"] for e in epoch_log if e["ema_top1_err"] is not None]
         errors = {"top1_err": last["top1_err"], "top5_err": last["top5_err"],
                   "best_top1_err": min(e["top1_err"] for e in epoch_log),
-                  "ema_top1_err": last["ema_top1_err"], "best_ema_top1_err": min(ema) if ema else None}
+                  "ema_top1_err": last["ema_top1_err"], "best_ema_top1_err": min(ema_errors) if ema_errors else None}
     flops, params = model_profile(cfg.model, trainer.num_classes, cfg.dataset.size)
     row = schema.trainer_row(
         **cfg.row_fields(), **errors, **run_info(trainer.device),

@@ -5,7 +5,7 @@ The catalogue of names, families and recipes is `hpstudy.trainers.zoo` (torch-fr
 """
 
 from functools import partial
-from typing import Callable, Dict, List, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import timm
 from timm.layers import PatchEmbed
@@ -43,11 +43,12 @@ class ConvStem(PatchEmbed):
                        nn.BatchNorm2d(c_out), nn.ReLU(inplace=True)]
             c_in = c_out
         layers.append(nn.Conv2d(c_in, embed_dim, 1, bias=True))
-        self.proj = nn.Sequential(*layers)
+        # timm's PatchEmbed leaves proj's type to be inferred as Conv2d; the stem replaces it
+        self.proj = nn.Sequential(*layers)  # type: ignore[assignment]
 
 
 def _vit(num_classes: int, image_size: int, dim: int, depth: int, heads: int, mlp: int,
-         patch: int, stem: Tuple[Sequence[int], Sequence[int]] = None) -> VisionTransformer:
+         patch: int, stem: Optional[Tuple[Sequence[int], Sequence[int]]] = None) -> VisionTransformer:
     """Pre-LN ViT with class token, learned position embedding, LN eps 1e-6 and a linear head."""
     embed_layer = PatchEmbed if stem is None else partial(ConvStem, stem[0], stem[1])
     return VisionTransformer(
@@ -92,7 +93,7 @@ BUILDERS: Dict[str, Callable[..., nn.Module]] = {"vit": _vit, "timm": _timm_cnn,
                                                  "coatnet": _coatnet, "vit_rel": _vit_rel}
 
 
-def build_model(name: str, num_classes: int = 1000, image_size: int = None) -> nn.Module:
+def build_model(name: str, num_classes: int = 1000, image_size: Optional[int] = None) -> nn.Module:
     """Build a registered model with fresh (seeded by the caller) weights."""
     spec = get_spec(name)
     return BUILDERS[spec.builder](num_classes=num_classes, image_size=image_size or spec.image_size,
@@ -103,5 +104,6 @@ def set_fused_attention(model: nn.Module, enabled: bool) -> nn.Module:
     """Switch timm attention modules between fused SDPA and explicit softmax(QK^T)V."""
     for module in model.modules():
         if hasattr(module, "fused_attn"):
-            module.fused_attn = enabled
+            # torch types Module.__setattr__'s value as Tensor | Module; timm's fused_attn is a plain bool
+            module.fused_attn = enabled  # type: ignore[assignment]
     return model

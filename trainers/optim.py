@@ -16,7 +16,8 @@ def param_groups(model: nn.Module, weight_decay: float) -> List[Dict]:
 
     Tokens and position embeddings are 3-D and decay, as in pycls.
     """
-    decay, no_decay = [], []
+    decay: List[nn.Parameter] = []
+    no_decay: List[nn.Parameter] = []
     for param in model.parameters():
         if param.requires_grad:
             (no_decay if param.ndim <= 1 else decay).append(param)

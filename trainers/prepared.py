@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 from hpstudy.trainers.augment import DeviceAutoAugment, train_augment
+from hpstudy.trainers.dataset import Dataset
 from hpstudy.trainers.errors import DataError, shown
 
 FORMAT_VERSION = 1
@@ -310,7 +311,7 @@ def _write(splits, tmp: str, wanted: Dict, workers: int, progress) -> Dict:
     return meta
 
 
-class PreparedData:
+class PreparedData(Dataset):
     """A folder written by `prepare`: memory-mapped uint8 arrays, augmented on the training device."""
 
     def __init__(self, path: str, image_size: int, auto_augment: Optional[str] = None,
@@ -352,12 +353,9 @@ class PreparedData:
     def num_train(self) -> int:
         return len(self.train_y)
 
-    def to(self, device) -> "PreparedData":
+    def to(self, device: torch.device) -> "PreparedData":
         """Arrays stay memory-mapped on the CPU; batches move to the device per trial."""
         return self
-
-    def steps_per_epoch(self, batch_size: int) -> int:
-        return max(1, self.num_train // batch_size)
 
     def gather(self, index: np.ndarray, split: str = "train") -> Tuple[torch.Tensor, torch.Tensor]:
         """Images (uint8 NCHW, channels_last) and labels at `index`: a memory copy, no decoding."""
@@ -366,11 +364,12 @@ class PreparedData:
         return images, torch.from_numpy(np.take(y, index))
 
     def train_loader(self, batch_size: int, generator: torch.Generator, pin_memory: bool = False,
-                     device: torch.device = torch.device("cpu")):
-        """An iterable whose every pass is one epoch of augmented uint8 batches on `device`."""
+                     device: Optional[torch.device] = None) -> "PreparedEpochs":
+        """An iterable whose every pass is one epoch of augmented uint8 batches on `device` (None: the CPU)."""
         return PreparedEpochs(self, batch_size, generator, pin_memory, device)
 
-    def val_loader(self, batch_size: int, pin_memory: bool = False, device=None) -> "PreparedVal":
+    def val_loader(self, batch_size: int, pin_memory: bool = False,
+                   device: Optional[torch.device] = None) -> "PreparedVal":
         """The validation set in order (stored exactly as timm's eval transform makes it)."""
         return PreparedVal(self, batch_size)
 
@@ -392,7 +391,7 @@ class PreparedEpochs:
     """Epochs of a PreparedData: shuffled batches gathered on the CPU, augmented on the device."""
 
     def __init__(self, data: PreparedData, batch_size: int, generator: torch.Generator, pin_memory: bool,
-                 device: torch.device):
+                 device: Optional[torch.device]):
         self.data, self.batch_size, self.generator = data, batch_size, generator
         self.pin_memory, self.device = pin_memory, device
 

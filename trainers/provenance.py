@@ -8,7 +8,7 @@ import socket
 import subprocess
 from functools import lru_cache
 from importlib import metadata
-from typing import Optional
+from typing import Dict, Optional
 
 import torch
 
@@ -22,7 +22,7 @@ GIT_SHA_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "GIT_SHA
 @lru_cache(maxsize=1)
 def versions() -> str:
     """JSON of the versions of torch, timm, ray, hpstudy and the source tree's git sha."""
-    found = {}
+    found: Dict[str, Optional[str]] = {}
     for package in _PACKAGES:
         try:
             found[package] = metadata.version(package)

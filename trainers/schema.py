@@ -12,7 +12,7 @@ Each trial column has a `kind` that says who fills it in:
 """
 
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, Mapping, Tuple
+from typing import Any, Dict, Iterable, Mapping, Optional, Tuple
 
 import pyarrow as pa
 
@@ -85,7 +85,7 @@ EPOCH_COLUMNS: Tuple[Column, ...] = (     # the epoch record a trainer reports a
 )
 
 
-def names(columns: Iterable[Column], kinds: Iterable[str] = None) -> Tuple[str, ...]:
+def names(columns: Iterable[Column], kinds: Optional[Iterable[str]] = None) -> Tuple[str, ...]:
     """Column names, optionally only those of the given kinds."""
     kinds = None if kinds is None else set(kinds)
     return tuple(c.name for c in columns if kinds is None or c.kind in kinds)

@@ -2,7 +2,7 @@
 
 import contextlib
 import dataclasses
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import numpy as np
 import torch
@@ -11,7 +11,8 @@ from timm.data import Mixup
 from timm.loss import SoftTargetCrossEntropy
 from timm.utils import ModelEmaV3
 
-from hpstudy.trainers.checkpoint import freeze_leading, load_checkpoint, verified_sha256
+from hpstudy.trainers.checkpoint import freeze_leading, load_checkpoint
+from hpstudy.trainers.init_file import verified_sha256
 from hpstudy.trainers.config import TrialConfig
 from hpstudy.trainers.data import DeviceBatches
 from hpstudy.trainers.loop import diverged_mask, fit, release_device_memory, trial_schedule, trial_setup
@@ -25,9 +26,9 @@ DIVERGENCE_CHECK_EVERY = 16
 
 
 @torch.no_grad()
-def evaluate(models: Dict[str, torch.nn.Module], batches, autocast) -> Dict[str, float]:
+def evaluate(models: Dict[str, torch.nn.Module], batches, autocast) -> Dict[str, Dict[str, float]]:
     """Top-1 and top-5 error (%) of each model on the validation batches, in one pass over them."""
-    counts = {}
+    counts: Dict[str, Tuple[torch.Tensor, torch.Tensor]] = {}
     for model in models.values():
         model.eval()
     total = 0
@@ -70,7 +71,8 @@ class Trainer:
         if channels_last:
             self.model = self.model.to(memory_format=torch.channels_last)
         if cfg.grad_checkpointing:
-            self.model.set_grad_checkpointing(True)
+            # timm's method, typed Tensor | Module by torch's Module.__getattr__
+            self.model.set_grad_checkpointing(True)  # type: ignore[operator]
         self.optimizer = build_optimizer(cfg.optimizer, self.model, cfg.peak_lr, cfg.wd)
         self.steps_per_epoch = data.steps_per_epoch(cfg.batch_size)
         self.schedule = trial_schedule(self.optimizer, cfg, self.steps_per_epoch)

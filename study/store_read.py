@@ -1,0 +1,189 @@
+"""Reading the store: a table's rows (one study's or all), one row per trial_key (per epoch), read
+as one dataset and, when a file is corrupt or incomplete, file by file, skipping (and naming) the
+bad ones; and the rows of the spec recorded for a study."""
+
+import os
+import warnings
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.dataset as pads
+import pyarrow.fs as pafs
+
+from hpstudy.study.store import REQUIRED, TABLES, StoreError, _first_line, check_study_name, open_root, store_io
+from hpstudy.study.store_spec_record import load_spec_record
+from hpstudy.trainers.schema import FINISHED
+
+
+class IncompleteFile(pa.ArrowInvalid):
+    """A store file that lacks a column every row needs (see REQUIRED): read as unreadable."""
+
+
+def _list_files(fs: pafs.FileSystem, path: str) -> List[str]:
+    """The store's Parquet files under `path`, sorted, without dot files (temporaries) and '_' files."""
+    selector = pafs.FileSelector(path, recursive=True, allow_not_found=True)
+    return sorted(info.path for info in fs.get_file_info(selector)
+                  if info.type == pafs.FileType.File and info.path.endswith(".parquet")
+                  and not os.path.basename(info.path).startswith((".", "_")))
+
+
+def _study_of(path: str, table_dir: str) -> str:
+    """The study of a file under `table_dir` (<root>/<table>): its partition folder, right below
+    `table_dir` (a `study=` further up, in the store's own path, is not it)."""
+    partition = path[len(table_dir) + 1:].split("/", 1)[0]
+    return partition[len("study="):] if partition.startswith("study=") else ""
+
+
+def _read_files(fs: pafs.FileSystem, table_dir: str, files: List[str], table: str,
+                columns: Optional[List[str]] = None) -> pd.DataFrame:
+    """Read files (under `table_dir`) one by one, skipping (with a warning naming it) any that is
+    corrupt or incomplete."""
+    tables = []
+    for path in files:
+        try:
+            arrow = _read_file(fs, path, table)
+            arrow = arrow.select([c for c in columns if c != "study"]) if columns else arrow
+        except (pa.ArrowException, OSError) as exc:
+            warnings.warn(f"hpstudy store: skipping unreadable file {path}: {_first_line(exc)}")
+            continue
+        arrow = arrow.append_column("study", pa.array([_study_of(path, table_dir)] * len(arrow), pa.string()))
+        tables.append(arrow.append_column(FILE, pa.array([path] * len(arrow), pa.string()))
+                      if table == "epochs" else arrow)
+    if not tables:
+        empty = _empty(TABLES[table], columns)
+        return empty.assign(**{FILE: pd.Series(dtype=object)}) if table == "epochs" else empty
+    return pa.concat_tables(tables).to_pandas()
+
+
+def _read_file(fs: pafs.FileSystem, path: str, table: str, columns: Optional[List[str]] = None) -> pa.Table:
+    """One Parquet file of the store as a table of `table`'s schema (only `columns`, if given);
+    IncompleteFile if it lacks a column of REQUIRED (which a schema-aware read would fill with nulls)."""
+    fragment = pads.ParquetFileFormat().make_fragment(path, filesystem=fs)
+    missing = [c for c in REQUIRED[table] if c not in fragment.physical_schema.names]
+    if missing:
+        raise IncompleteFile(f"missing column {missing[0]!r} (every {table} row needs "
+                             f"{', '.join(REQUIRED[table])})")
+    return fragment.to_table(schema=TABLES[table], columns=columns)
+
+
+def _empty(schema: pa.Schema, columns: Optional[List[str]] = None) -> pd.DataFrame:
+    """An empty frame of `schema` and a `study` column (only `columns`, if given)."""
+    frame = schema.append(pa.field("study", pa.string())).empty_table().to_pandas()
+    return frame[columns] if columns else frame
+
+
+def _with_file(columns: List[str], table: str) -> List[str]:
+    """`columns`, and for epochs the file each row comes from (which of a trial's files is newest)."""
+    return [*columns, FILE] if table == "epochs" else columns
+
+
+# the columns that decide which of a trial's stored rows counts (see _load)
+_IDENTITY = {"trials": ["trial_key", "finished_at"], "epochs": ["trial_key", "epoch"]}
+
+
+def _load(root: str, table: str, study: Optional[str], columns: Optional[Sequence[str]] = None) -> pd.DataFrame:
+    """A table's rows (of `study`, or all studies): one per trial_key, or per trial_key and epoch."""
+    fs, base = open_root(root)
+    path = f"{base}/{table}"
+    if columns is not None:
+        unknown = sorted(set(columns) - set(TABLES[table].names) - {"study"})
+        if unknown:
+            raise StoreError(f"columns: unknown {table} column {unknown[0]!r}")
+        columns = list(dict.fromkeys([*columns, "study", *_IDENTITY[table]]))
+    if fs.get_file_info(path).type == pafs.FileType.NotFound:
+        return _empty(TABLES[table], columns)
+    arrow = _read_dataset(fs, path, table, study, columns)
+    if arrow is not None:
+        frame = arrow.to_pandas()
+    else:
+        # a corrupt, truncated or incomplete file: read file by file, skipping (and naming) the bad ones
+        frame = _read_files(fs, path, _list_files(fs, path + (f"/study={study}" if study else "")), table, columns)
+    if table == "trials":
+        frame = frame.sort_values("finished_at", kind="stable").drop_duplicates(
+            ["study", "trial_key"], keep="last")
+    else:
+        frame = _rows_of_newest_file(fs, frame).drop_duplicates(["study", "trial_key", "epoch"], keep="last")
+    return frame.reset_index(drop=True)
+
+
+FILE = "__filename"      # pyarrow's name for the file a dataset row was read from
+
+
+def _rows_of_newest_file(fs: pafs.FileSystem, frame: pd.DataFrame) -> pd.DataFrame:
+    """Each trial's epoch rows from the newest of the files that hold some (modification time, then
+    path, as compaction orders them); without the FILE column."""
+    files = sorted(frame[FILE].unique())
+    if len(files) > 1:
+        with store_io("list the epoch files"):
+            infos = fs.get_file_info(files)
+        age = {info.path: rank for rank, info in enumerate(sorted(infos, key=lambda i: (i.mtime_ns or 0, i.path)))}
+        order = frame[FILE].map(age)
+        frame = frame[order == order.groupby([frame["study"], frame["trial_key"]]).transform("max")]
+    return frame.drop(columns=FILE)
+
+
+def _read_dataset(fs: pafs.FileSystem, path: str, table: str, study: Optional[str],
+                  columns: Optional[List[str]]) -> Optional[pa.Table]:
+    """A table's files (one study's, or all) read as one dataset, or None if a file is corrupt or may
+    lack a column of REQUIRED: the dataset reads a missing column as nulls, so a null there sends
+    the caller to the file-by-file reader, which checks each file's own columns."""
+    schema = TABLES[table].append(pa.field("study", pa.string()))
+    partitioning = pads.partitioning(pa.schema([("study", pa.string())]), flavor="hive")
+    read = list(dict.fromkeys([*(schema.names if columns is None else columns), *REQUIRED[table]]))
+    try:
+        dataset = pads.dataset(path, filesystem=fs, schema=schema, format="parquet", partitioning=partitioning)
+        arrow = dataset.to_table(columns=_with_file(read, table), filter=(pads.field("study") == study) if study else None)
+    except (pa.ArrowException, OSError):
+        return None
+    if any(arrow[c].null_count for c in REQUIRED[table]):
+        return None
+    return arrow.select(_with_file(columns or schema.names, table))
+
+
+def load_trials(root: str, study: Optional[str] = None, columns: Optional[Sequence[str]] = None) -> pd.DataFrame:
+    """All stored trials (one row per trial_key per study), with a `study` column; only `columns`
+    (and the key columns) when given, which reads only those from the files."""
+    with store_io(f"read {root}"):
+        return _load(root, "trials", None if study is None else check_study_name(study), columns)
+
+
+def load_epochs(root: str, study: Optional[str] = None) -> pd.DataFrame:
+    """All stored epoch rows, with a `study` column."""
+    with store_io(f"read {root}"):
+        return _load(root, "epochs", None if study is None else check_study_name(study))
+
+
+def split_by_spec(trials: pd.DataFrame, record: Optional[Dict]) -> Tuple[pd.DataFrame, pd.DataFrame]:
+    """(rows of the spec recorded for the study, rows of earlier versions of it); without recorded
+    trial keys (no record, or one written before they were kept) every row counts as current."""
+    if not record or "trial_keys" not in record:
+        return trials, trials.iloc[:0]
+    current = trials["trial_key"].isin(set(record["trial_keys"]))
+    return trials[current].reset_index(drop=True), trials[~current].reset_index(drop=True)
+
+
+def load_study(root: str, study: str) -> Tuple[pd.DataFrame, pd.DataFrame, Optional[Dict]]:
+    """(trials, epochs, spec record) of one study's current spec: rows whose trial_key the recorded
+    spec does not produce (an earlier version of the spec) are left out, counted in the record's
+    `earlier_spec_rows` and named in a warning; StoreError if the study has no trials (of that spec)."""
+    trials = load_trials(root, study)
+    if trials.empty:
+        raise StoreError(f"--study: no trials of study {study!r} in store {root!r}")
+    record = load_spec_record(root, study)
+    trials, earlier = split_by_spec(trials, record)
+    if trials.empty:
+        raise StoreError(f"--study: none of the {len(earlier)} stored trials of study {study!r} in store "
+                         f"{root!r} belongs to the spec recorded last for it (`hpstudy status` lists them)")
+    if len(earlier):
+        record = dict(record, earlier_spec_rows=len(earlier))
+        warnings.warn(f"hpstudy store: {len(earlier)} rows from an earlier spec of study {study!r} are "
+                      f"not in these figures (`hpstudy status --store {root} --study {study}` lists them)")
+    epochs = load_epochs(root, study)
+    return trials, epochs[epochs["trial_key"].isin(set(trials["trial_key"]))].reset_index(drop=True), record
+
+
+def stored_keys(root: str, study: str, statuses: Sequence[str] = FINISHED) -> set:
+    """trial_keys already stored with one of `statuses` (resume skips these)."""
+    trials = load_trials(root, study, columns=["status"])
+    return set(trials.loc[trials["status"].isin(statuses), "trial_key"])
