@@ -2,7 +2,7 @@
 
     bash bench/gpu_check.sh [--out results.json] [--only cuda_tests,trainer_vit_c_1gf_224]
 
-The CUDA tests (tests/test_cuda.py), hpstudy's trainer against the raw loop on vit_c_1gf at 224 px
+The CUDA tests (tests/e2e/test_cuda.py), hpstudy's trainer against the raw loop on vit_c_1gf at 224 px
 (images/s, MFU), fused against alone for the tiny twins and the 1 GF ViTs at K = 1/4/8/16, a
 32-trial study with `gpu: 0.25` per trial through Ray, then the GPU-ready defects' checks. Each
 check records its numbers or its error and the next one runs; `--out` is rewritten after each
@@ -71,10 +71,10 @@ def checker(results: dict, out: str = None, only: str = None):
 
 
 def run_cuda_tests() -> dict:
-    """tests/test_cuda.py in a pytest subprocess with the GPU visible; its summary line."""
+    """tests/e2e/test_cuda.py in a pytest subprocess with the GPU visible; its summary line."""
     env = dict(os.environ, CUDA_VISIBLE_DEVICES=os.environ.get("CUDA_VISIBLE_DEVICES") or "0")
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfEs",
-                           "tests/test_cuda.py"], cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
+                           "tests/e2e/test_cuda.py"], cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
     lines = done.stdout.strip().splitlines()
     return {"exit_code": done.returncode, "summary": lines[-1] if lines else done.stderr[-300:],
             "not_passed": [line for line in lines if line.startswith(("FAILED", "ERROR", "SKIPPED"))]}

@@ -32,18 +32,18 @@ from typing import Optional
 
 REPO = Path(__file__).resolve().parent.parent
 FAST = ["-m", "not slow"]
-ANALYSIS_TESTS = ["tests/test_analysis_numbers.py", "tests/test_pycls_parity.py", "tests/test_known_answers.py"]
-TRAINER_TESTS = ["tests/test_trainer_contract.py", "tests/test_trial.py", "tests/test_optim.py",
-                 "tests/test_gpu_paths.py", "tests/test_fused.py", "tests/test_finetune.py", "tests/test_pycls_parity.py",
-                 "tests/test_core_contracts.py"]
-STORE_TESTS = ["tests/test_store_atomicity.py", "tests/test_store.py", "tests/test_hostile_store.py",
-               "tests/test_compaction.py", "tests/test_core_contracts.py",
+ANALYSIS_TESTS = ["tests/analysis/test_numbers.py", "tests/parity/test_pycls.py", "tests/parity/test_known_answers.py"]
+TRAINER_TESTS = ["tests/contracts/test_trainer.py", "tests/trainers/test_trial.py", "tests/trainers/test_optim.py",
+                 "tests/trainers/test_gpu_paths.py", "tests/trainers/test_fused.py", "tests/trainers/test_checkpoint.py", "tests/parity/test_pycls.py",
+                 "tests/contracts/test_core.py"]
+STORE_TESTS = ["tests/study/test_store_atomicity.py", "tests/study/test_store.py", "tests/hostile/test_store.py",
+               "tests/study/test_store_compaction.py", "tests/contracts/test_core.py",
                # the fast tests of report folders (the rest of the CLI tests only pass through the store)
-               "tests/test_cli.py::test_a_report_goes_into_the_store_and_replaces_the_earlier_one", "tests/test_report_folder.py"]
+               "tests/cli/test_commands.py::test_a_report_goes_into_the_store_and_replaces_the_earlier_one", "tests/analysis/test_report_folder.py"]
 # test_spec's bundled-config test expands the paper specs (12 s a run): it checks the YAML files, not sampling
-SAMPLING_TESTS = ["tests/test_keys_and_sampling.py", "tests/test_spec.py",
-                  "--deselect", "tests/test_spec.py::test_bundled_configs_are_valid"]
-PRESENTATION_TESTS = ["tests/test_analysis_figures.py", "tests/test_analysis_numbers.py"]
+SAMPLING_TESTS = ["tests/study/test_sampling.py", "tests/study/test_spec.py",
+                  "--deselect", "tests/study/test_spec.py::test_bundled_configs_are_valid"]
+PRESENTATION_TESTS = ["tests/analysis/test_figures.py", "tests/analysis/test_numbers.py"]
 # module -> the fast test files run against its mutants (mutmut runs, per mutant, the ones that call it)
 MODULES = {
     "analysis/metric.py": ANALYSIS_TESTS,

@@ -23,7 +23,7 @@ family, then the optimizer's box), and needs a top-level box per optimizer. So t
 model its own fixed point, and the top-level boxes the values of the first model in catalogue order
 (required by the spec, used by no model the lines name).
 
-`good_ranges` lives in `analysis`, which `study` does not import (tests/test_architecture.py): the
+`good_ranges` lives in `analysis`, which `study` does not import (tests/contracts/test_architecture.py): the
 command line passes it in (`ranges_fn`).
 """
 

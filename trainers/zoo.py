@@ -96,7 +96,7 @@ def _register_layouts(prefix: str, image_size: int, size: str, depths: Dict[str,
 # The layouts of the paper's Sec. 2.2 at CoAtNet-0 size and, as the paper asks ("all models have similar
 # parameter size and computational cost"), at CoAtNet-0's FLOPs: widths, stem and S4 as CoAtNet-0; a layout
 # with a cheaper C stage in S3 gets more S3 blocks, C-T-T-T (attention over 28x28 in S2) fewer S2 blocks.
-# `cctt` is CoAtNet-0 itself. Counted FLOPs are within 3% of CoAtNet-0 (tests/test_coatnet.py).
+# `cctt` is CoAtNet-0 itself. Counted FLOPs are within 3% of CoAtNet-0 (tests/trainers/test_coatnet.py).
 _register_layouts("coatnet_0", 224, "4gf", {"cccc": (2, 3, 9, 2), "ccct": (2, 3, 8, 2), "cctt": (2, 3, 5, 2),
                                              "cttt": (2, 1, 5, 2)}, timm_cfg="coatnet_0")
 # CoAtNet-0..3 from timm's MaxxVitCfg `coatnet_N`, CoAtNet-1/2/3 beside the 8/18/36 GF models (registered

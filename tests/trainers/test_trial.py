@@ -59,7 +59,7 @@ def test_row_has_design_fields_and_epoch_callback():
 
 def test_recipe_options_run_on_cpu():
     """EMA, mixup/CutMix, label smoothing, bf16 autocast, channels_last and clipping all reach the
-    trainer and run together (each one's effect: tests/test_trainer_contract.py)."""
+    trainer and run together (each one's effect: tests/contracts/test_trainer.py)."""
     from hpstudy.trainers.config import TrialConfig
     from hpstudy.trainers.loop import fit
     from hpstudy.trainers.trial import Trainer

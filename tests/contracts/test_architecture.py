@@ -176,44 +176,65 @@ def test_importing_the_study_runner_changes_no_environment():
     assert out.stdout.strip() == "[]", out.stdout
 
 
-def _imported_test_modules(path):
-    """The modules of tests/ that a file imports (inside functions too), as tests.<name>."""
-    siblings = {name[:-3] for name in os.listdir(TESTS) if name.endswith(".py")}
+def _test_files():
+    """Every Python file below tests/, relative to it (tests/<package>/test_<module>.py and the rest)."""
+    return sorted(os.path.relpath(os.path.join(folder, name), TESTS) for folder, _, names in os.walk(TESTS)
+                  for name in names if name.endswith(".py"))
+
+
+def _test_modules():
+    """Every module below tests/, dotted (tests.study.test_store), and by its own name (test_store)."""
+    dotted = {"tests." + name[:-3].replace(os.sep, ".") for name in _test_files()}
+    return dotted, {name.rsplit(".", 1)[-1]: name for name in dotted}
+
+
+def _imported_test_modules(path, package="tests"):
+    """The modules of tests/ that a file of `package` imports (inside functions too), dotted."""
+    dotted, by_name = _test_modules()
     found = set()
     for node in ast.walk(ast.parse(open(path).read())):
         if isinstance(node, ast.Import):
             modules = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
-            base = ".".join(filter(None, ["tests" if node.level else None, node.module]))
-            modules = [f"tests.{alias.name}" for alias in node.names] if base == "tests" else [base]
+            base = ".".join(filter(None, [package if node.level else None, node.module]))
+            modules = [f"{base}.{alias.name}" for alias in node.names] + [base]
         else:
             continue
         for module in modules:
-            top = module.split(".")[0]
-            found |= {module} if top == "tests" else {f"tests.{module}"} if top in siblings else set()
-    return found
-
-
-def _test_files():
-    """Every Python file of tests/, as pytest params."""
-    return sorted(name for name in os.listdir(TESTS) if name.endswith(".py"))
+            if module.split(".")[0] == "tests" and module != "tests" and not module.endswith(".__init__"):
+                found.add(module)
+            elif module in by_name:                      # a bare `import test_optim`
+                found.add(by_name[module])
+    return {m for m in found if m in dotted or m.rsplit(".", 1)[-1].startswith("test_") or m in SHARED_TEST_MODULES}
 
 
 @pytest.mark.parametrize("name", _test_files())
 def test_test_modules_import_shared_helpers_from_tests_helpers_only(name):
     """A helper two test modules use lives in tests/helpers.py (or is a conftest fixture): no test
     module imports another, so each can be moved, renamed or run alone."""
-    others = _imported_test_modules(os.path.join(TESTS, name)) - SHARED_TEST_MODULES
+    package = ".".join(["tests", *os.path.dirname(name).split(os.sep)]).rstrip(".")
+    others = _imported_test_modules(os.path.join(TESTS, name), package) - SHARED_TEST_MODULES
     assert not others, f"tests/{name} imports {sorted(others)}; move the helper to tests/helpers.py"
 
 
 def test_the_import_check_sees_every_spelling_of_a_test_module_import(tmp_path):
     path = tmp_path / "test_x.py"
-    path.write_text("from tests.test_store import a\nimport tests.test_cli\nfrom tests import test_data, helpers\n"
+    path.write_text("from tests.study.test_store import a\nimport tests.cli.test_commands\n"
+                    "from tests.trainers import test_data\nfrom tests import helpers\n"
                     "from . import test_fused\nfrom .test_coatnet import b\nimport test_optim\n"
                     "def f():\n    from tests.helpers import row\n    import numpy\n")
-    assert _imported_test_modules(path) == {"tests.test_store", "tests.test_cli", "tests.test_data", "tests.helpers",
-                                            "tests.test_fused", "tests.test_coatnet", "tests.test_optim"}
+    assert _imported_test_modules(path, "tests.trainers") - SHARED_TEST_MODULES == {
+        "tests.study.test_store", "tests.cli.test_commands", "tests.trainers.test_data", "tests.trainers.test_fused",
+        "tests.trainers.test_coatnet", "tests.trainers.test_optim"}
+
+
+def test_every_test_file_sits_with_the_code_it_tests_or_in_a_suite_named_for_what_it_guards():
+    """tests/<package>/test_<module>.py for unit tests; contracts, parity, hostile and e2e for cross-cutting suites."""
+    homes = {"trainers", "study", "analysis", "cli", "contracts", "parity", "hostile", "e2e"}
+    for name in _test_files():
+        folder = os.path.dirname(name)
+        assert folder in homes | {""}, name
+        assert folder or not os.path.basename(name).startswith("test_"), f"tests/{name}: not filed by module or suite"
 
 
 def _by_defaults():

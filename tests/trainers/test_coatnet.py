@@ -21,7 +21,7 @@ LAYOUTS = ("cccc", "ccct", "cctt", "cttt")
 
 
 def _within_table_tolerance(counted_gflops: float, published: float) -> bool:
-    """Table 1 of Xiao et al.'s tolerance, as tests/test_models.py: 3% plus rounding to 0.1 GF."""
+    """Table 1 of Xiao et al.'s tolerance, as tests/trainers/test_models.py: 3% plus rounding to 0.1 GF."""
     return abs(counted_gflops - published) <= 0.03 * published + 0.05
 
 
