@@ -46,8 +46,12 @@ def bootstrap_band(errors: np.ndarray, alpha: float = 0.05, n_boot: int = 1000, 
     return float(np.quantile(np.abs(f_star - f).max(axis=1), 1 - alpha))
 
 
-def _reference(kept: pd.DataFrame, by: Sequence[str], reference: Union[str, float, Dict] = "min",
-               match: Optional[Sequence[str]] = None):
+def _reference(
+    kept: pd.DataFrame,
+    by: Sequence[str],
+    reference: Union[str, float, Dict] = "min",
+    match: Optional[Sequence[str]] = None,
+):
     """Per-row reference error for Δ = error - reference, and a label saying what it is.
 
     reference: "min" (each group's own minimum), "matched" (the minimum over the rows that share
@@ -59,8 +63,10 @@ def _reference(kept: pd.DataFrame, by: Sequence[str], reference: Union[str, floa
     if reference == "matched":
         if not match:
             raise ValueError("reference='matched' needs `match` columns")
-        return (kept.groupby(list(match), sort=False)[ERR].transform("min"),
-                f"best of the group matched on {', '.join(match)}")
+        return (
+            kept.groupby(list(match), sort=False)[ERR].transform("min"),
+            f"best of the group matched on {', '.join(match)}",
+        )
     if isinstance(reference, (int, float)):
         return pd.Series(float(reference), index=kept.index), f"fixed reference {reference:g}"
     if isinstance(reference, dict):
@@ -72,9 +78,14 @@ def _reference(kept: pd.DataFrame, by: Sequence[str], reference: Union[str, floa
     raise ValueError(f"reference: bad value {reference!r}; allowed: 'min', 'matched', a number, a dict")
 
 
-def edf_table(frame: pd.DataFrame, by: Sequence[str] = ("model",), metric: str = DEFAULT_METRIC,
-              reference: Union[str, float, Dict] = "min", match: Optional[Sequence[str]] = None,
-              alpha: float = 0.05) -> pd.DataFrame:
+def edf_table(
+    frame: pd.DataFrame,
+    by: Sequence[str] = ("model",),
+    metric: str = DEFAULT_METRIC,
+    reference: Union[str, float, Dict] = "min",
+    match: Optional[Sequence[str]] = None,
+    alpha: float = 0.05,
+) -> pd.DataFrame:
     """Step points of every group's EDF and Δ-EDF of the `metric` error, vectorised over groups.
 
     Failed rows and non-finite errors are left out; a group with none left has no rows, and the
@@ -112,8 +123,9 @@ def _bin_weights(covariate: np.ndarray, bins: int) -> np.ndarray:
     return 1.0 / (occupied * counts[which])
 
 
-def normalized_weights(frame: pd.DataFrame, covariate: str = "flops", bins: int = 3,
-                       metric: str = DEFAULT_METRIC) -> pd.DataFrame:
+def normalized_weights(
+    frame: pd.DataFrame, covariate: str = "flops", bins: int = 3, metric: str = DEFAULT_METRIC
+) -> pd.DataFrame:
     """Weights that make a covariate (e.g. FLOPs) uniform over `bins` log-spaced bins.
 
     Radosavovic et al. 2019: each non-empty bin gets equal total weight, split evenly among its
@@ -124,16 +136,24 @@ def normalized_weights(frame: pd.DataFrame, covariate: str = "flops", bins: int 
     rows = usable(frame, metric, "normalized_weights")
     values = rows.kept[covariate].astype(float).to_numpy()
     if not (np.isfinite(values) & (values > 0)).all():
-        raise ValueError(f"normalized_weights: covariate {covariate!r} must be finite and > 0 in every "
-                         f"trial that counts")
-    return pd.DataFrame({"error": rows.kept[ERR], "weight": _bin_weights(values, bins),
-                         "n_left_out": len(rows.left_out), "metric": rows.metric}, index=rows.kept.index)
+        raise ValueError(
+            f"normalized_weights: covariate {covariate!r} must be finite and > 0 in every trial that counts"
+        )
+    return pd.DataFrame(
+        {
+            "error": rows.kept[ERR],
+            "weight": _bin_weights(values, bins),
+            "n_left_out": len(rows.left_out),
+            "metric": rows.metric,
+        },
+        index=rows.kept.index,
+    )
 
 
 def effective_sample_size(weights: np.ndarray) -> float:
     """Kish's effective sample size of normalised weights: 1 / sum(w^2)."""
     w = np.asarray(weights, dtype=float)
-    return float(w.sum() ** 2 / (w ** 2).sum())
+    return float(w.sum() ** 2 / (w**2).sum())
 
 
 def weighted_edf_at(errors: np.ndarray, weights: np.ndarray, points: np.ndarray) -> np.ndarray:

@@ -29,26 +29,64 @@ from hpstudy.analysis.stats import expected_best, expected_best_band
 from hpstudy.trainers.schema import DIVERGED, OK
 from hpstudy.trainers.zoo import SIZE_ORDER, get_spec, list_models
 
-PANEL = (3.0, 2.0)   # inches per panel
-OKABE_ITO = {"blue": "#0072B2", "sky": "#56B4E9", "vermillion": "#D55E00", "orange": "#E69F00",
-             "green": "#009E73", "purple": "#CC79A7", "yellow": "#F0E442", "black": "#000000"}
+PANEL = (3.0, 2.0)  # inches per panel
+OKABE_ITO = {
+    "blue": "#0072B2",
+    "sky": "#56B4E9",
+    "vermillion": "#D55E00",
+    "orange": "#E69F00",
+    "green": "#009E73",
+    "purple": "#CC79A7",
+    "yellow": "#F0E442",
+    "black": "#000000",
+}
 # Paul Tol's muted scheme (colour-blind safe) for the families the Okabe-Ito colours do not cover.
-TOL_MUTED = {"indigo": "#332288", "teal": "#44AA99", "rose": "#CC6677", "olive": "#999933", "wine": "#882255",
-             "cyan": "#88CCEE", "sand": "#DDCC77", "tol_green": "#117733", "tol_purple": "#AA4499"}
+TOL_MUTED = {
+    "indigo": "#332288",
+    "teal": "#44AA99",
+    "rose": "#CC6677",
+    "olive": "#999933",
+    "wine": "#882255",
+    "cyan": "#88CCEE",
+    "sand": "#DDCC77",
+    "tol_green": "#117733",
+    "tol_purple": "#AA4499",
+}
 PALETTE = {**OKABE_ITO, **TOL_MUTED}
 # CoAtNet's colours follow its catalogue order: the four layouts at 224 px, CoAtNet-0..3, then the tiny
 # layouts, which get the colours of their 224 px twins.
-FAMILY_COLOURS = {"vit_p": ["blue", "sky"], "vit_c": ["vermillion", "orange"],
-                  "cnn": ["green", "purple", "black"],
-                  "coatnet": ["indigo", "teal", "rose", "olive", "wine", "cyan", "sand", "tol_green"],
-                  "vit_rel": ["tol_purple"]}
-LineStyle = Union[str, Tuple[int, Tuple[int, ...]]]   # a named style or (offset, on-off dash sequence)
-FAMILY_LINES: Dict[str, LineStyle] = {"vit_p": "-", "vit_c": "--", "cnn": ":", "coatnet": "-.",
-                                      "vit_rel": (0, (5, 1, 1, 1, 1, 1))}
-STYLE = {"pdf.fonttype": 42, "ps.fonttype": 42, "svg.hashsalt": "hpstudy", "svg.fonttype": "path",
-         "font.size": 7, "axes.titlesize": 7, "axes.labelsize": 7, "legend.fontsize": 6,
-         "xtick.labelsize": 6, "ytick.labelsize": 6, "lines.linewidth": 1.2, "axes.linewidth": 0.6,
-         "figure.dpi": 100, "savefig.dpi": 200, "path.simplify": False}
+FAMILY_COLOURS = {
+    "vit_p": ["blue", "sky"],
+    "vit_c": ["vermillion", "orange"],
+    "cnn": ["green", "purple", "black"],
+    "coatnet": ["indigo", "teal", "rose", "olive", "wine", "cyan", "sand", "tol_green"],
+    "vit_rel": ["tol_purple"],
+}
+LineStyle = Union[str, Tuple[int, Tuple[int, ...]]]  # a named style or (offset, on-off dash sequence)
+FAMILY_LINES: Dict[str, LineStyle] = {
+    "vit_p": "-",
+    "vit_c": "--",
+    "cnn": ":",
+    "coatnet": "-.",
+    "vit_rel": (0, (5, 1, 1, 1, 1, 1)),
+}
+STYLE = {
+    "pdf.fonttype": 42,
+    "ps.fonttype": 42,
+    "svg.hashsalt": "hpstudy",
+    "svg.fonttype": "path",
+    "font.size": 7,
+    "axes.titlesize": 7,
+    "axes.labelsize": 7,
+    "legend.fontsize": 6,
+    "xtick.labelsize": 6,
+    "ytick.labelsize": 6,
+    "lines.linewidth": 1.2,
+    "axes.linewidth": 0.6,
+    "figure.dpi": 100,
+    "savefig.dpi": 200,
+    "path.simplify": False,
+}
 
 
 class ModelStyle(TypedDict):
@@ -91,7 +129,7 @@ def _sizes(models: Sequence[str]) -> List[str]:
 def _title(fig: Figure, table: pd.DataFrame, *lines: str) -> None:
     """The figure's title: `lines` (what it shows), then the metric of its `table`, wrapped to the
     figure's width."""
-    width = int(fig.get_figwidth() * 14)     # characters of the title font per inch, about
+    width = int(fig.get_figwidth() * 14)  # characters of the title font per inch, about
     lines += (f"metric: {table['metric'].iloc[0]}",)
     fig.suptitle("\n".join(textwrap.fill(line, width) for line in lines))
 
@@ -111,16 +149,27 @@ def save_figure(fig: Figure, out_dir: str, name: str, data: pd.DataFrame, meta: 
     dated = "SOURCE_DATE_EPOCH" in os.environ
     paths = {}
     with style():
-        for ext, metadata in (("pdf", {} if dated else {"CreationDate": None}),
-                              ("svg", {} if dated else {"Date": None}), ("png", {})):
+        for ext, metadata in (
+            ("pdf", {} if dated else {"CreationDate": None}),
+            ("svg", {} if dated else {"Date": None}),
+            ("png", {}),
+        ):
             paths[ext] = f"{stem}.{ext}"
             fig.savefig(paths[ext], metadata=metadata)
     data.to_csv(f"{stem}.csv", index=False, float_format="%.6g")
     paths["csv"] = f"{stem}.csv"
     with open(f"{stem}.json", "w") as f:
-        json.dump({"figure": name, **meta, "columns": list(data.columns),
-                   "data": json.loads(data.to_json(orient="records", double_precision=10))},
-                  f, indent=1, sort_keys=True)
+        json.dump(
+            {
+                "figure": name,
+                **meta,
+                "columns": list(data.columns),
+                "data": json.loads(data.to_json(orient="records", double_precision=10)),
+            },
+            f,
+            indent=1,
+            sort_keys=True,
+        )
     paths["json"] = f"{stem}.json"
     return paths
 
@@ -136,7 +185,7 @@ def integer_ticks(ax, values: Sequence[int]) -> None:
 def trial_count_ticks(n: int) -> List[int]:
     """1, 2, 4, 8, ... up to n, and n itself (a power of two too close to n left out): ticks for a
     number-of-trials axis."""
-    ticks = [2 ** i for i in range(int(np.log2(max(n, 1))) + 1)]
+    ticks = [2**i for i in range(int(np.log2(max(n, 1))) + 1)]
     if ticks[-1] != n:
         if len(ticks) > 1 and n < 1.4 * ticks[-1]:
             ticks.pop()
@@ -166,8 +215,15 @@ def delta_edf_figure(table: pd.DataFrame, band: bool = True) -> Figure:
                 ax.step(x, f, where="post", label=f"{model} (n={group['n'].iloc[0]})", **st)
                 if band:
                     eps = group["dkw_eps"].iloc[0]
-                    ax.fill_between(x, np.clip(f - eps, 0, 1), np.clip(f + eps, 0, 1), step="post",
-                                    color=st["color"], alpha=0.15, linewidth=0)
+                    ax.fill_between(
+                        x,
+                        np.clip(f - eps, 0, 1),
+                        np.clip(f + eps, 0, 1),
+                        step="post",
+                        color=st["color"],
+                        alpha=0.15,
+                        linewidth=0,
+                    )
             ax.set(title=size, xlabel="Δ top-1 error (points)", ylabel="cumulative prob.", ylim=(0, 1))
             ax.legend(loc="lower right", frameon=False)
         _title(fig, table, f"Δ-EDF, reference: {table['reference_kind'].iloc[0]}")
@@ -177,8 +233,11 @@ def delta_edf_figure(table: pd.DataFrame, band: bool = True) -> Figure:
 def hp_scatter_table(trials: pd.DataFrame, metric: str = DEFAULT_METRIC) -> pd.DataFrame:
     """Every counted trial's model, optimizer, epochs, lr, wd, error and status (Fig 4's points)."""
     rows = usable(trials, metric, "hp_scatter_table")
-    return rows.kept[["model", "optimizer", "epochs", "lr", "wd", ERR, "status"]].rename(
-        columns={ERR: "error"}).assign(metric=rows.metric)
+    return (
+        rows.kept[["model", "optimizer", "epochs", "lr", "wd", ERR, "status"]]
+        .rename(columns={ERR: "error"})
+        .assign(metric=rows.metric)
+    )
 
 
 def hp_scatter_figure(table: pd.DataFrame, ranges: Dict[str, pd.DataFrame]) -> Figure:
@@ -198,8 +257,15 @@ def hp_scatter_figure(table: pd.DataFrame, ranges: Dict[str, pd.DataFrame]) -> F
                 for opt, marker in (("adamw", "o"), ("sgd", "s")):
                     sel = (group["optimizer"] == opt).to_numpy()
                     if sel.any():
-                        ax.scatter(logs[key][sel], group["error"][sel], s=6, marker=marker,
-                                   color=st["color"], label=opt, linewidths=0)
+                        ax.scatter(
+                            logs[key][sel],
+                            group["error"][sel],
+                            s=6,
+                            marker=marker,
+                            color=st["color"],
+                            label=opt,
+                            linewidths=0,
+                        )
                 if model in ranges:
                     lo, hi = ranges[model].loc["p2.5", key], ranges[model].loc["p97.5", key]
                     ax.axvspan(lo, hi, color=st["color"], alpha=0.12, linewidth=0)
@@ -212,9 +278,12 @@ def hp_scatter_figure(table: pd.DataFrame, ranges: Dict[str, pd.DataFrame]) -> F
 def error_vs_epochs_table(trials: pd.DataFrame, metric: str = DEFAULT_METRIC) -> pd.DataFrame:
     """The best error per (model, optimizer, epochs) and whether all its runs diverged (Fig 3's points)."""
     rows = usable(trials, metric, "error_vs_epochs_table")
-    return rows.kept.groupby(["model", "optimizer", "epochs"]).agg(
-        error=(ERR, "min"), diverged=("status", lambda s: (s == DIVERGED).all())).reset_index().assign(
-        metric=rows.metric)
+    return (
+        rows.kept.groupby(["model", "optimizer", "epochs"])
+        .agg(error=(ERR, "min"), diverged=("status", lambda s: (s == DIVERGED).all()))
+        .reset_index()
+        .assign(metric=rows.metric)
+    )
 
 
 def error_vs_epochs_figure(table: pd.DataFrame) -> Figure:
@@ -224,13 +293,17 @@ def error_vs_epochs_figure(table: pd.DataFrame) -> Figure:
         fig, axes = _grid(len(sizes))
         for ax, size in zip(axes, sizes):
             for (model, opt), group in table[table["model"].map(lambda m: get_spec(m).size) == size].groupby(
-                    ["model", "optimizer"]):
+                ["model", "optimizer"]
+            ):
                 st = dict(model_style(model), marker="o" if opt == "adamw" else "s", markersize=3)
                 ok = group[~group["diverged"]]
                 ax.plot(ok["epochs"], ok["error"], label=f"{model} {opt}", **st)
                 if group["diverged"].any():
-                    ax.plot(group["epochs"], group["error"], **dict(st, linestyle=(0, (2, 2)),
-                                                                    markerfacecolor="none", label=None))
+                    ax.plot(
+                        group["epochs"],
+                        group["error"],
+                        **dict(st, linestyle=(0, (2, 2)), markerfacecolor="none", label=None),
+                    )
             ax.set(title=size, xscale="log", xlabel="epochs", ylabel="top-1 error (%)")
             integer_ticks(ax, table["epochs"].unique())
             ax.legend(frameon=False)
@@ -249,8 +322,9 @@ def delta_error_vs_epochs_figure(table: pd.DataFrame) -> Figure:
         fig, axes = _grid(1)
         ax = axes[0]
         for (model, opt), group in table.groupby(["model", "optimizer"]):
-            ax.plot(group["epochs"], group["gap"], marker="o", markersize=3, label=f"{model} {opt}",
-                    **model_style(model))
+            ax.plot(
+                group["epochs"], group["gap"], marker="o", markersize=3, label=f"{model} {opt}", **model_style(model)
+            )
         ax.axhline(0, color="0.6", linewidth=0.5)
         ax.set(xscale="log", xlabel="epochs", ylabel="Δ top-1 error vs longest (points)")
         integer_ticks(ax, table["epochs"].unique())
@@ -259,8 +333,9 @@ def delta_error_vs_epochs_figure(table: pd.DataFrame) -> Figure:
     return fig
 
 
-def expected_best_table(trials: pd.DataFrame, metric: str = DEFAULT_METRIC, estimator: str = "unbiased",
-                        n_boot: int = 200) -> pd.DataFrame:
+def expected_best_table(
+    trials: pd.DataFrame, metric: str = DEFAULT_METRIC, estimator: str = "unbiased", n_boot: int = 200
+) -> pd.DataFrame:
     """The expected best error after k = 1..n random trials per model and optimizer, with its bootstrap
     band (`lo`, `hi`)."""
     used = usable(trials, metric, "expected_best_table")
@@ -270,8 +345,10 @@ def expected_best_table(trials: pd.DataFrame, metric: str = DEFAULT_METRIC, esti
         ks = np.arange(1, len(errors) + 1)
         curve = expected_best(errors, ks, estimator)
         lo, hi = expected_best_band(errors, ks, estimator, n_boot=n_boot)
-        rows += [{"model": model, "optimizer": opt, "k": int(k), "expected_best": c, "lo": l, "hi": h}
-                 for k, c, l, h in zip(ks, curve, lo, hi)]
+        rows += [
+            {"model": model, "optimizer": opt, "k": int(k), "expected_best": c, "lo": low, "hi": high}
+            for k, c, low, high in zip(ks, curve, lo, hi)
+        ]
     return pd.DataFrame(rows).assign(metric=used.metric)
 
 
@@ -301,13 +378,22 @@ def generalization_table(trials: pd.DataFrame, metric: str = DEFAULT_METRIC) -> 
     used = usable(trials, metric, "generalization_table")
     trained = (used.kept["status"] == OK) & np.isfinite(used.kept["train_loss"].astype(float))
     if (~trained).any():
-        warn_left_out("generalization_table", int((~trained).sum()), len(used.kept),
-                      "counted rows: diverged, without a final train loss")
+        warn_left_out(
+            "generalization_table",
+            int((~trained).sum()),
+            len(used.kept),
+            "counted rows: diverged, without a final train loss",
+        )
     points = used.kept[trained][["model", "family", "optimizer", "epochs", "train_loss", ERR]].rename(
-        columns={ERR: "error"})
+        columns={ERR: "error"}
+    )
     medians = points.groupby(["optimizer", "epochs", "model"])[["train_loss", "error"]].transform("median")
-    return points.assign(median_train_loss=medians["train_loss"], median_error=medians["error"],
-                         metric=used.metric, n_left_out=len(trials) - int(trained.sum()))
+    return points.assign(
+        median_train_loss=medians["train_loss"],
+        median_error=medians["error"],
+        metric=used.metric,
+        n_left_out=len(trials) - int(trained.sum()),
+    )
 
 
 def generalization_figure(table: pd.DataFrame) -> Figure:
@@ -323,10 +409,21 @@ def generalization_figure(table: pd.DataFrame) -> Figure:
                 group = cell[cell["model"] == model]
                 colour = model_style(model)["color"]
                 ax.scatter(group["train_loss"], group["error"], s=6, color=colour, alpha=0.5, linewidths=0)
-                ax.scatter(group["median_train_loss"].iloc[0], group["median_error"].iloc[0], s=40, color=colour,
-                           edgecolors="black", linewidths=0.6, label=f"{model} (n={len(group)})")
-            ax.set(title=f"{opt}, {epochs} epochs", xscale="log", xlabel="final train loss",
-                   ylabel="validation top-1 error (%)")
+                ax.scatter(
+                    group["median_train_loss"].iloc[0],
+                    group["median_error"].iloc[0],
+                    s=40,
+                    color=colour,
+                    edgecolors="black",
+                    linewidths=0.6,
+                    label=f"{model} (n={len(group)})",
+                )
+            ax.set(
+                title=f"{opt}, {epochs} epochs",
+                xscale="log",
+                xlabel="final train loss",
+                ylabel="validation top-1 error (%)",
+            )
             ax.legend(frameon=False)
         _title(fig, table, "generalization vs capacity: points = trials, large = median per model")
     return fig

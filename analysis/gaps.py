@@ -23,8 +23,8 @@ def bootstrap_min(errors: np.ndarray, rng: np.random.Generator, n_boot: int) -> 
     """
     v = np.sort(finite(errors, "bootstrap_min")[0])
     n = len(v)
-    survival = ((n - np.arange(n)) / n) ** n          # P(min* >= v_(i)), i = 1..n
-    cdf = 1.0 - np.append(survival[1:], 0.0)          # P(min* <= v_(i))
+    survival = ((n - np.arange(n)) / n) ** n  # P(min* >= v_(i)), i = 1..n
+    cdf = 1.0 - np.append(survival[1:], 0.0)  # P(min* <= v_(i))
     return v[np.searchsorted(cdf, rng.random(n_boot), side="left").clip(0, n - 1)]
 
 
@@ -39,8 +39,14 @@ def _finish(table: pd.DataFrame, rows, by: Sequence[str]) -> pd.DataFrame:
     return table.assign(n_left_out=left_out_per(rows, by, table), metric=rows.metric)
 
 
-def optimizer_gap(frame: pd.DataFrame, by: Sequence[str] = ("model", "epochs"), metric: str = DEFAULT_METRIC,
-                  n_boot: int = 1000, seed: int = 0, budget: Optional[int] = None) -> pd.DataFrame:
+def optimizer_gap(
+    frame: pd.DataFrame,
+    by: Sequence[str] = ("model", "epochs"),
+    metric: str = DEFAULT_METRIC,
+    n_boot: int = 1000,
+    seed: int = 0,
+    budget: Optional[int] = None,
+) -> pd.DataFrame:
     """Per (model, epochs): best SGD error - best AdamW error (positive = AdamW better), a bootstrap
     95% CI, and the gap at an equal budget of k trials from the unbiased expected-best estimator
     (k = `budget`, default the smaller sample)."""
@@ -55,15 +61,26 @@ def optimizer_gap(frame: pd.DataFrame, by: Sequence[str] = ("model", "epochs"), 
             continue
         k = min(budget or min(len(sgd), len(adamw)), len(sgd), len(adamw))
         draws = bootstrap_min(sgd, rng, n_boot) - bootstrap_min(adamw, rng, n_boot)
-        out.append(dict(_keys(by, key), best_sgd=sgd.min(), best_adamw=adamw.min(), gap=sgd.min() - adamw.min(),
-                        gap_lo=np.quantile(draws, 0.025), gap_hi=np.quantile(draws, 0.975),
-                        n_sgd=len(sgd), n_adamw=len(adamw), budget_k=k,
-                        gap_at_k=expected_best(sgd, [k])[0] - expected_best(adamw, [k])[0]))
+        out.append(
+            dict(
+                _keys(by, key),
+                best_sgd=sgd.min(),
+                best_adamw=adamw.min(),
+                gap=sgd.min() - adamw.min(),
+                gap_lo=np.quantile(draws, 0.025),
+                gap_hi=np.quantile(draws, 0.975),
+                n_sgd=len(sgd),
+                n_adamw=len(adamw),
+                budget_k=k,
+                gap_at_k=expected_best(sgd, [k])[0] - expected_best(adamw, [k])[0],
+            )
+        )
     return _finish(pd.DataFrame(out), rows, by)
 
 
-def length_gap(frame: pd.DataFrame, by: Sequence[str] = ("model", "optimizer"),
-               metric: str = DEFAULT_METRIC) -> pd.DataFrame:
+def length_gap(
+    frame: pd.DataFrame, by: Sequence[str] = ("model", "optimizer"), metric: str = DEFAULT_METRIC
+) -> pd.DataFrame:
     """Per model (and optimizer): error(E) - error(E_max) for each training length E.
 
     error(E) is the best trial at E; E_max the longest schedule with a trial that counts. Paper
@@ -74,17 +91,27 @@ def length_gap(frame: pd.DataFrame, by: Sequence[str] = ("model", "optimizer"),
     rows = usable(frame, metric, "length_gap", by + ["epochs"])
     out = []
     for key, group in rows.kept.groupby(by, sort=True, observed=True):
-        per_epoch = group.groupby("epochs").agg(err=(ERR, "min"),
-                                                all_diverged=("status", lambda s: (s == DIVERGED).all()))
+        per_epoch = group.groupby("epochs").agg(
+            err=(ERR, "min"), all_diverged=("status", lambda s: (s == DIVERGED).all())
+        )
         e_max = per_epoch.index.max()
         usable_epochs = per_epoch[~per_epoch["all_diverged"]]
         fallback = bool(per_epoch.loc[e_max, "all_diverged"]) and len(usable_epochs) > 0
         reference = usable_epochs["err"].min() if fallback else per_epoch.loc[e_max, "err"]
         ref_epochs = usable_epochs["err"].idxmin() if fallback else e_max
         for epochs, rec in per_epoch.iterrows():
-            out.append(dict(_keys(by, key), epochs=epochs, error=rec["err"], diverged=bool(rec["all_diverged"]),
-                            reference=reference, reference_epochs=ref_epochs,
-                            gap=rec["err"] - reference, reference_fallback=fallback))
+            out.append(
+                dict(
+                    _keys(by, key),
+                    epochs=epochs,
+                    error=rec["err"],
+                    diverged=bool(rec["all_diverged"]),
+                    reference=reference,
+                    reference_epochs=ref_epochs,
+                    gap=rec["err"] - reference,
+                    reference_fallback=fallback,
+                )
+            )
     return _finish(pd.DataFrame(out), rows, by + ["epochs"])
 
 
@@ -100,9 +127,17 @@ def ema_gain(frame: pd.DataFrame, by: Sequence[str] = ("model",)) -> pd.DataFram
     rows = usable(frame[with_ema], "ema_best", "ema_gain", by)
     raw = rows.kept[METRIC_COLUMNS["best"]].astype(float)
     kept = rows.kept.assign(_gain=(raw - rows.kept[ERR]).clip(lower=0), _raw=raw)
-    table = kept.groupby(by, sort=True, observed=True).agg(
-        n=(ERR, "size"), gain_mean=("_gain", "mean"), gain_median=("_gain", "median"),
-        best=("_raw", "min"), best_ema=(ERR, "min")).reset_index()
+    table = (
+        kept.groupby(by, sort=True, observed=True)
+        .agg(
+            n=(ERR, "size"),
+            gain_mean=("_gain", "mean"),
+            gain_median=("_gain", "median"),
+            best=("_raw", "min"),
+            best_ema=(ERR, "min"),
+        )
+        .reset_index()
+    )
     return table.assign(gain_of_best=table["best"] - table["best_ema"], n_left_out=left_out_per(rows, by, table))
 
 
@@ -116,8 +151,17 @@ def peak_table(frame: pd.DataFrame, metric: str = DEFAULT_METRIC) -> pd.DataFram
         best = group.loc[group[ERR].idxmin()]
         repeats = group.groupby(["optimizer", "epochs", "lr", "wd"])[ERR]
         stds = repeats.std(ddof=1).dropna()
-        out.append({"model": model, "best_err": best[ERR], "optimizer": best["optimizer"],
-                    "epochs": best["epochs"], "lr": best["lr"], "wd": best["wd"], "n": len(group),
-                    "seeds": group["seed"].nunique(),
-                    "noise_floor": float(np.sqrt((stds ** 2).mean())) if len(stds) else np.nan})
+        out.append(
+            {
+                "model": model,
+                "best_err": best[ERR],
+                "optimizer": best["optimizer"],
+                "epochs": best["epochs"],
+                "lr": best["lr"],
+                "wd": best["wd"],
+                "n": len(group),
+                "seeds": group["seed"].nunique(),
+                "noise_floor": float(np.sqrt((stds**2).mean())) if len(stds) else np.nan,
+            }
+        )
     return _finish(pd.DataFrame(out), rows, ["model"])

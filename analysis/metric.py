@@ -28,9 +28,9 @@ from hpstudy.analysis.metric_names import DEFAULT_METRIC, METRIC_COLUMNS, METRIC
 from hpstudy.trainers.errors import HpstudyError
 from hpstudy.trainers.schema import FAILED
 
-ERR = "metric_err"     # the column `usable` adds to the rows it keeps: their error under the metric
+ERR = "metric_err"  # the column `usable` adds to the rows it keeps: their error under the metric
 UNRECORDED = "stored before best_ema_top1_err existed: EMA best not recorded"
-NAMED = 5              # groups named per warning
+NAMED = 5  # groups named per warning
 
 
 class MetricError(HpstudyError, ValueError):
@@ -44,9 +44,9 @@ class LeftOutWarning(UserWarning):
 class Rows(NamedTuple):
     """A table split by `usable`."""
 
-    kept: pd.DataFrame       # the rows that count, with their error under the metric in column ERR
-    left_out: pd.DataFrame   # failed rows and rows whose error under the metric is not finite
-    metric: str              # what was used, naming any fallback (e.g. "paper = best (...)")
+    kept: pd.DataFrame  # the rows that count, with their error under the metric in column ERR
+    left_out: pd.DataFrame  # failed rows and rows whose error under the metric is not finite
+    metric: str  # what was used, naming any fallback (e.g. "paper = best (...)")
 
 
 def _values(frame: pd.DataFrame, column: str, metric: str) -> np.ndarray:
@@ -67,7 +67,7 @@ def _paper_values(frame: pd.DataFrame, finished: np.ndarray):
     from_ema = unrecorded = np.zeros(len(frame), dtype=bool)
     if METRIC_COLUMNS["ema_best"] in frame:
         ema = _values(frame, METRIC_COLUMNS["ema_best"], "paper")
-        from_ema = ~np.isnan(ema)          # EMA was on (an infinite EMA error is then left out)
+        from_ema = ~np.isnan(ema)  # EMA was on (an infinite EMA error is then left out)
         if (finished & from_ema).any() and "ema_top1_err" in frame:
             unrecorded = finished & np.isnan(ema) & np.isfinite(_values(frame, "ema_top1_err", "paper"))
         values = np.where(from_ema, ema, np.where(unrecorded, np.nan, values))
@@ -90,8 +90,7 @@ def _paper_fallback(frame: pd.DataFrame, keep: np.ndarray, from_ema: np.ndarray,
     return f"paper = {base} ({why})"
 
 
-def _paper_label(frame: pd.DataFrame, keep: np.ndarray, from_ema: np.ndarray, unrecorded: np.ndarray,
-                 base: str) -> str:
+def _paper_label(frame: pd.DataFrame, keep: np.ndarray, from_ema: np.ndarray, unrecorded: np.ndarray, base: str) -> str:
     """`_paper_fallback`, plus how many rows with EMA were left out for want of their EMA best."""
     label = _paper_fallback(frame, keep, from_ema, base)
     if unrecorded.any():
@@ -107,8 +106,10 @@ def _vanished(rows: Rows, by: Sequence[str]) -> List[str]:
     left = rows.left_out.groupby(by, observed=True).size()
     gone = left[~left.index.isin(rows.kept.groupby(by, observed=True).size().index)]
     keys = [key if isinstance(key, tuple) else (key,) for key in gone.index]
-    names = [f"{', '.join(f'{c} {v}' for c, v in zip(by, key))}: all {n} trial{'s' * (n != 1)} left out"
-             for key, n in zip(keys, gone)]
+    names = [
+        f"{', '.join(f'{c} {v}' for c, v in zip(by, key))}: all {n} trial{'s' * (n != 1)} left out"
+        for key, n in zip(keys, gone)
+    ]
     more = [f"+{len(names) - NAMED} more groups"] if len(names) > NAMED else []
     return names[:NAMED] + more
 
@@ -129,8 +130,10 @@ def usable(frame: pd.DataFrame, metric: str = DEFAULT_METRIC, what: str = "", by
         values, unrecorded = _values(frame, METRIC_COLUMNS[metric], metric), np.zeros(len(frame), dtype=bool)
     keep = finished & np.isfinite(values)
     if finished.any() and not keep.any():
-        raise MetricError(f"metric {metric}: no trial has a value ({METRIC_DOCS[metric]}); "
-                          f"allowed here: another of {', '.join(METRICS)}")
+        raise MetricError(
+            f"metric {metric}: no trial has a value ({METRIC_DOCS[metric]}); "
+            f"allowed here: another of {', '.join(METRICS)}"
+        )
     label = _paper_label(frame, keep, from_ema, unrecorded, base) if metric == "paper" else metric
     rows = Rows(frame[keep].assign(**{ERR: values[keep]}), frame[~keep], label)
     if what and len(rows.left_out):

@@ -31,20 +31,35 @@ import pandas as pd
 
 from hpstudy.trainers.errors import HpstudyError, shown
 
-MAX_LENGTH = 1000   # characters of an expression
-MAX_DEPTH = 50      # levels of its parsed tree: the evaluator recurses once per level
-ALLOWED = ("allowed: column names, numbers, strings, True, False, None, == != < <= > >=, "
-           "in / not in [literals], and or not (& | ~), + - * / // % **")
+MAX_LENGTH = 1000  # characters of an expression
+MAX_DEPTH = 50  # levels of its parsed tree: the evaluator recurses once per level
+ALLOWED = (
+    "allowed: column names, numbers, strings, True, False, None, == != < <= > >=, "
+    "in / not in [literals], and or not (& | ~), + - * / // % **"
+)
 CONDITIONS = "conditions are comparisons, in / not in, and / or / not of conditions, or a boolean column"
 
-COMPARISONS = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
-               ast.Gt: operator.gt, ast.GtE: operator.ge}
-REFUSED = {ast.Call: "calls are not allowed", ast.Attribute: "attribute access is not allowed",
-           ast.Subscript: "subscripts are not allowed", ast.Lambda: "lambdas are not allowed",
-           **dict.fromkeys((ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp), "comprehensions are not allowed"),
-           ast.JoinedStr: "f-strings are not allowed", ast.NamedExpr: "assignments (:=) are not allowed",
-           ast.IfExp: "conditional expressions are not allowed", ast.Starred: "starred expressions are not allowed",
-           ast.List: "a list is allowed only after in / not in", ast.Tuple: "a tuple is allowed only after in / not in"}
+COMPARISONS = {
+    ast.Eq: operator.eq,
+    ast.NotEq: operator.ne,
+    ast.Lt: operator.lt,
+    ast.LtE: operator.le,
+    ast.Gt: operator.gt,
+    ast.GtE: operator.ge,
+}
+REFUSED = {
+    ast.Call: "calls are not allowed",
+    ast.Attribute: "attribute access is not allowed",
+    ast.Subscript: "subscripts are not allowed",
+    ast.Lambda: "lambdas are not allowed",
+    **dict.fromkeys((ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp), "comprehensions are not allowed"),
+    ast.JoinedStr: "f-strings are not allowed",
+    ast.NamedExpr: "assignments (:=) are not allowed",
+    ast.IfExp: "conditional expressions are not allowed",
+    ast.Starred: "starred expressions are not allowed",
+    ast.List: "a list is allowed only after in / not in",
+    ast.Tuple: "a tuple is allowed only after in / not in",
+}
 
 
 class QueryError(HpstudyError):
@@ -57,15 +72,15 @@ def filter_rows(frame: pd.DataFrame, expr: str) -> pd.DataFrame:
         raise QueryError(f"query {shown(expr)}: {len(expr)} characters; at most {MAX_LENGTH} allowed")
     text = expr.strip()
     try:
-        ast.parse(text, mode="eval")    # a syntax error is reported in the user's own text
+        ast.parse(text, mode="eval")  # a syntax error is reported in the user's own text
         source = _pandas_precedence(text)
-        tree = ast.parse(source, mode="eval")      # `[*lr & wd]` parses only before the rewrite
+        tree = ast.parse(source, mode="eval")  # `[*lr & wd]` parses only before the rewrite
     except SyntaxError as exc:
         raise QueryError(f"query {shown(expr)}: not an expression ({exc.msg}); {ALLOWED}") from None
     if _depth(tree) > MAX_DEPTH:
         raise QueryError(f"query {shown(expr)}: nested more than {MAX_DEPTH} levels deep")
     mask = _Filter(frame, expr, source).condition(tree.body)
-    if not isinstance(mask, pd.Series):    # a condition on no column, e.g. `1 < 2`: the same for every row
+    if not isinstance(mask, pd.Series):  # a condition on no column, e.g. `1 < 2`: the same for every row
         mask = pd.Series(bool(mask), index=frame.index)
     # a comparison with a missing value of a nullable dtype (Int64, string[pyarrow]) is NA: no match
     return frame.loc[mask.fillna(False).to_numpy(dtype=bool)]
@@ -97,11 +112,18 @@ def _power(base: Any, exponent: Any) -> Any:
     # two Python numbers: as floats, so that 9 ** 9 ** 9 overflows at once instead of computing for hours
     if not isinstance(base, pd.Series) and not isinstance(exponent, pd.Series):
         return float(base) ** float(exponent)
-    return base ** exponent
+    return base**exponent
 
 
-ARITHMETIC = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-              ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: _power}
+ARITHMETIC = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: _power,
+}
 
 
 def _isin(value: Any, values: list) -> Any:
@@ -142,7 +164,7 @@ class _Filter:
 
     def apply(self, node: ast.AST, op, *operands) -> Any:
         try:
-            with np.errstate(all="ignore"):    # x / 0 is inf and 0 / 0 NaN, as in pandas, without a warning
+            with np.errstate(all="ignore"):  # x / 0 is inf and 0 / 0 NaN, as in pandas, without a warning
                 return op(*operands)
         except (TypeError, ValueError, ArithmeticError, NotImplementedError) as exc:
             raise self.error(node, "cannot evaluate", (str(exc).splitlines() or [type(exc).__name__])[0][:200])
@@ -167,8 +189,9 @@ class _Filter:
     def unary(self, node: ast.UnaryOp) -> Any:
         if isinstance(node.op, (ast.Not, ast.Invert)):
             return _negate(self.condition(node.operand))
-        return self.apply(node, operator.neg if isinstance(node.op, ast.USub) else operator.pos,
-                          self.number(node.operand))
+        return self.apply(
+            node, operator.neg if isinstance(node.op, ast.USub) else operator.pos, self.number(node.operand)
+        )
 
     def arithmetic(self, node: ast.BinOp) -> Any:
         op = ARITHMETIC.get(type(node.op))
@@ -202,5 +225,10 @@ class _Filter:
 
     # the whitelist: any other node is refused (REFUSED says why, for the common ones)
     HANDLERS: ClassVar[Dict[Type[ast.AST], Callable[..., Any]]] = {
-        ast.Constant: literal, ast.Name: column, ast.BoolOp: boolean, ast.UnaryOp: unary, ast.BinOp: arithmetic,
-        ast.Compare: compare}
+        ast.Constant: literal,
+        ast.Name: column,
+        ast.BoolOp: boolean,
+        ast.UnaryOp: unary,
+        ast.BinOp: arithmetic,
+        ast.Compare: compare,
+    }

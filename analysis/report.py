@@ -16,16 +16,27 @@ import pyarrow.fs as pafs
 import yaml
 
 from hpstudy.analysis.edf import EDF_CONVENTION, bootstrap_band, dkw_epsilon
-from hpstudy.analysis.findings import ALPHA, CI_LEVEL, Finding, findings as make_findings
-from hpstudy.analysis.figures import (delta_edf_figure, delta_edf_table, delta_error_vs_epochs_figure,
-                                     delta_error_vs_epochs_table, error_vs_epochs_figure, error_vs_epochs_table,
-                                     expected_best_figure, expected_best_table, generalization_figure,
-                                     generalization_table, hp_scatter_figure, hp_scatter_table, save_figure)
+from hpstudy.analysis.figures import (
+    delta_edf_figure,
+    delta_edf_table,
+    delta_error_vs_epochs_figure,
+    delta_error_vs_epochs_table,
+    error_vs_epochs_figure,
+    error_vs_epochs_table,
+    expected_best_figure,
+    expected_best_table,
+    generalization_figure,
+    generalization_table,
+    hp_scatter_figure,
+    hp_scatter_table,
+    save_figure,
+)
+from hpstudy.analysis.findings import ALPHA, CI_LEVEL, Finding
+from hpstudy.analysis.findings import findings as make_findings
 from hpstudy.analysis.gaps import ema_gain, length_gap, optimizer_gap, peak_table
 from hpstudy.analysis.metric import DEFAULT_METRIC, ERR, METRIC_DOCS, LeftOutWarning, Rows, left_out_per, usable
 from hpstudy.analysis.report_folder import ALLOWED, ReportError, owned, publish
-from hpstudy.analysis.stats import (ad_compare, effect_sizes, good_ranges, hp_importance, ks_compare,
-                            min_detectable_d)
+from hpstudy.analysis.stats import ad_compare, effect_sizes, good_ranges, hp_importance, ks_compare, min_detectable_d
 from hpstudy.trainers.schema import DIVERGED, FAILED, FINISHED, OK, STATUSES
 
 CELL = ["model", "optimizer", "epochs"]
@@ -37,8 +48,10 @@ def check_report_dir(path: str, what: str = "report folder") -> None:
     `what` (the flag), the path and why (also when hpstudy may not write there: report_folder.owned);
     run before a study, so a bad --report stops nothing late."""
     if "://" in path:
-        raise ReportError(f"{what}: {path!r} is a URI; allowed: a local folder (a study's report goes into a "
-                          f"store given as a URI by default, at <store>/reports/<study>/)")
+        raise ReportError(
+            f"{what}: {path!r} is a URI; allowed: a local folder (a study's report goes into a "
+            f"store given as a URI by default, at <store>/reports/<study>/)"
+        )
     if os.path.exists(path) and not os.path.isdir(path):
         raise ReportError(f"{what}: {path!r} is a file; allowed: {FOLDER_RULE}")
     probe = os.path.join(path, f".probe-{uuid.uuid4().hex}")
@@ -49,15 +62,20 @@ def check_report_dir(path: str, what: str = "report folder") -> None:
             f.write("hpstudy")
         os.remove(probe)
     except OSError as exc:
-        raise ReportError(f"{what}: cannot write {path!r} ({exc.strerror or type(exc).__name__}: "
-                          f"{exc.filename or path}); allowed: {FOLDER_RULE}") from exc
+        raise ReportError(
+            f"{what}: cannot write {path!r} ({exc.strerror or type(exc).__name__}: "
+            f"{exc.filename or path}); allowed: {FOLDER_RULE}"
+        ) from exc
 
 
 def left_out_table(rows: Rows) -> pd.DataFrame:
     """Per cell: the trials left out of every number (failed, or no finite error under the metric)."""
     left = rows.left_out.assign(failed=rows.left_out["status"] == FAILED)
-    return left.groupby(CELL, sort=True, observed=True).agg(
-        failed=("failed", "sum"), no_finite_error=("failed", lambda f: int((~f).sum()))).reset_index()
+    return (
+        left.groupby(CELL, sort=True, observed=True)
+        .agg(failed=("failed", "sum"), no_finite_error=("failed", lambda f: int((~f).sum())))
+        .reset_index()
+    )
 
 
 def equalize_counts(frame: pd.DataFrame, by: List[str], metric: str = DEFAULT_METRIC, seed: int = 0) -> pd.DataFrame:
@@ -80,13 +98,19 @@ def summary_table(trials: pd.DataFrame, metric: str = DEFAULT_METRIC) -> pd.Data
         counted = kept.get(key, rows.kept.iloc[:0])
         errors = counted[ERR].to_numpy(float)
         status = group["status"].value_counts()
-        out.append({**dict(zip(CELL, key)), "n": len(errors), "n_left_out": len(group) - len(errors),
-                    **{s: int(status.get(s, 0)) for s in STATUSES},
-                    "diverged_share": float((counted["status"] == DIVERGED).mean()) if len(errors) else np.nan,
-                    "best": errors.min() if len(errors) else np.nan,
-                    "median": np.median(errors) if len(errors) else np.nan,
-                    "dkw_eps_95": float(dkw_epsilon(len(errors))) if len(errors) else np.nan,
-                    "bootstrap_eps_95": bootstrap_band(errors, n_boot=300) if len(errors) > 1 else np.nan})
+        out.append(
+            {
+                **dict(zip(CELL, key)),
+                "n": len(errors),
+                "n_left_out": len(group) - len(errors),
+                **{s: int(status.get(s, 0)) for s in STATUSES},
+                "diverged_share": float((counted["status"] == DIVERGED).mean()) if len(errors) else np.nan,
+                "best": errors.min() if len(errors) else np.nan,
+                "median": np.median(errors) if len(errors) else np.nan,
+                "dkw_eps_95": float(dkw_epsilon(len(errors))) if len(errors) else np.nan,
+                "bootstrap_eps_95": bootstrap_band(errors, n_boot=300) if len(errors) > 1 else np.nan,
+            }
+        )
     return pd.DataFrame(out).assign(metric=rows.metric)
 
 
@@ -103,11 +127,24 @@ def comparison_table(trials: pd.DataFrame, metric: str = DEFAULT_METRIC) -> pd.D
             if len(ea) < 2 or len(eb) < 2:
                 continue
             effects = effect_sizes(ea, eb, n_boot=300)
-            out.append({"optimizer": opt, "epochs": epochs, "a": a, "b": b, "n_a": len(ea), "n_b": len(eb),
-                        **ks_compare(ea, eb), **ad_compare([ea, eb], n_resamples=299),
-                        "ks_d_min": min_detectable_d(len(ea), len(eb)),
-                        "area": effects["area"], "area_lo": effects["area_lo"], "area_hi": effects["area_hi"],
-                        "within2_a": effects["within2_a"], "within2_b": effects["within2_b"]})
+            out.append(
+                {
+                    "optimizer": opt,
+                    "epochs": epochs,
+                    "a": a,
+                    "b": b,
+                    "n_a": len(ea),
+                    "n_b": len(eb),
+                    **ks_compare(ea, eb),
+                    **ad_compare([ea, eb], n_resamples=299),
+                    "ks_d_min": min_detectable_d(len(ea), len(eb)),
+                    "area": effects["area"],
+                    "area_lo": effects["area_lo"],
+                    "area_hi": effects["area_hi"],
+                    "within2_a": effects["within2_a"],
+                    "within2_b": effects["within2_b"],
+                }
+            )
     table = pd.DataFrame(out)
     if table.empty:
         return table
@@ -128,8 +165,16 @@ def ranges_and_importance(trials: pd.DataFrame, metric: str = DEFAULT_METRIC) ->
         ranges[(model, opt)] = r
         importance = hp_importance(cell, metric)
         for q in r.index:
-            out.append({"model": model, "optimizer": opt, "percentile": q, **r.loc[q].to_dict(),
-                        "importance_lr": importance.get("lr"), "importance_wd": importance.get("wd")})
+            out.append(
+                {
+                    "model": model,
+                    "optimizer": opt,
+                    "percentile": q,
+                    **r.loc[q].to_dict(),
+                    "importance_lr": importance.get("lr"),
+                    "importance_wd": importance.get("wd"),
+                }
+            )
     return pd.DataFrame(out), ranges
 
 
@@ -148,63 +193,124 @@ def _figures(trials: pd.DataFrame, rows: Rows, ranges: Dict, out: str, metric: s
             continue
         whole = trials[(trials["optimizer"] == opt) & (trials["epochs"] == epochs)]
         table = delta_edf_table(equalize_counts(whole, ["model"], metric), metric)
-        draw(f"delta_edf_{opt}_{epochs}ep",
-             f"Δ-EDF of top-1 error ({rows.metric}), {opt}, {epochs} epochs (equal n per model)", table,
-             delta_edf_figure, n_per_model=int(table.groupby("model")["n"].first().min()),
-             reference="group minimum", edf_convention=EDF_CONVENTION, band="DKW 95% simultaneous",
-             optimizer=opt, epochs=int(epochs))
+        draw(
+            f"delta_edf_{opt}_{epochs}ep",
+            f"Δ-EDF of top-1 error ({rows.metric}), {opt}, {epochs} epochs (equal n per model)",
+            table,
+            delta_edf_figure,
+            n_per_model=int(table.groupby("model")["n"].first().min()),
+            reference="group minimum",
+            edf_convention=EDF_CONVENTION,
+            band="DKW 95% simultaneous",
+            optimizer=opt,
+            epochs=int(epochs),
+        )
     for opt in sorted(usable_rows["optimizer"].unique()):
         by_model = {m: r for (m, o), r in ranges.items() if o == opt}
         if usable_rows.loc[usable_rows["optimizer"] == opt, "lr"].nunique() > 1:
-            draw(f"hp_scatter_{opt}",
-                 f"Top-1 error ({rows.metric}) against lr, wd and lr·wd ({opt}); shaded: good ranges",
-                 hp_scatter_table(trials[trials["optimizer"] == opt], metric),
-                 lambda table: hp_scatter_figure(table, by_model),
-                 good_ranges="bootstrap (2500 x max(1, int(25% n))) of the best trial's log10 values, 2.5-97.5%",
-                 ranges={m: r.to_dict() for m, r in by_model.items()})
+            draw(
+                f"hp_scatter_{opt}",
+                f"Top-1 error ({rows.metric}) against lr, wd and lr·wd ({opt}); shaded: good ranges",
+                hp_scatter_table(trials[trials["optimizer"] == opt], metric),
+                lambda table: hp_scatter_figure(table, by_model),
+                good_ranges="bootstrap (2500 x max(1, int(25% n))) of the best trial's log10 values, 2.5-97.5%",
+                ranges={m: r.to_dict() for m, r in by_model.items()},
+            )
     if usable_rows["epochs"].nunique() > 1:
-        draw("error_vs_epochs", f"Best top-1 error ({rows.metric}) against training length (diverged runs dashed)",
-             error_vs_epochs_table(trials, metric), error_vs_epochs_figure,
-             aggregate="best trial per (model, optimizer, epochs)")
-        draw("delta_error_vs_epochs", f"Training-length gap: error(E) - error(E_max), {rows.metric}",
-             delta_error_vs_epochs_table(trials, metric), delta_error_vs_epochs_figure,
-             rule="E_max all diverged -> best shorter schedule, flagged")
+        draw(
+            "error_vs_epochs",
+            f"Best top-1 error ({rows.metric}) against training length (diverged runs dashed)",
+            error_vs_epochs_table(trials, metric),
+            error_vs_epochs_figure,
+            aggregate="best trial per (model, optimizer, epochs)",
+        )
+        draw(
+            "delta_error_vs_epochs",
+            f"Training-length gap: error(E) - error(E_max), {rows.metric}",
+            delta_error_vs_epochs_table(trials, metric),
+            delta_error_vs_epochs_figure,
+            rule="E_max all diverged -> best shorter schedule, flagged",
+        )
     if usable_rows["family"].nunique() > 1 and (usable_rows["status"] == OK).any():
-        draw("generalization", f"Generalization vs capacity (CoAtNet's Fig. 1 from the stored rows): validation "
-                               f"top-1 error ({rows.metric}) against final train loss per trial, medians per model "
-                               f"large; diverged trials left out",
-             generalization_table(trials, metric), generalization_figure, aggregate="median per model",
-             left_out="failed, no finite error, diverged")
+        draw(
+            "generalization",
+            f"Generalization vs capacity (CoAtNet's Fig. 1 from the stored rows): validation "
+            f"top-1 error ({rows.metric}) against final train loss per trial, medians per model "
+            f"large; diverged trials left out",
+            generalization_table(trials, metric),
+            generalization_figure,
+            aggregate="median per model",
+            left_out="failed, no finite error, diverged",
+        )
     if usable_rows.groupby(["model", "optimizer"]).size().max() >= 2:
-        draw("expected_best", f"Expected best top-1 error ({rows.metric}) after k random trials (unbiased estimator)",
-             expected_best_table(trials, metric), expected_best_figure,
-             estimator="unbiased, Tang et al. 2020", band="bootstrap 95% pointwise")
+        draw(
+            "expected_best",
+            f"Expected best top-1 error ({rows.metric}) after k random trials (unbiased estimator)",
+            expected_best_table(trials, metric),
+            expected_best_figure,
+            estimator="unbiased, Tang et al. 2020",
+            band="bootstrap 95% pointwise",
+        )
     return made
 
 
 # Readable column names with units for the HTML tables (report.json keeps the field names).
 # "%" = top-1 error in percent; "pts" = a difference of errors in percentage points.
 COLUMN_LABELS = {
-    "n": "trials counted", "n_left_out": "left out", "ok": "ok", "diverged": "diverged", "failed": "failed",
-    "diverged_share": "diverged (%)", "best": "best error (%)", "median": "median error (%)",
-    "dkw_eps_95": "DKW band ± (95%)", "bootstrap_eps_95": "bootstrap band ± (95%)",
-    "a": "model a", "b": "model b", "n_a": "n a", "n_b": "n b",
-    "ks_d": "KS D", "ks_p": "KS p", "ks_d_a_better": "KS D, a better (one-sided)", "ks_p_a_better": "KS p, a better",
-    "ad_stat": "Anderson-Darling stat.", "ad_p": "Anderson-Darling p", "ks_d_min": "min. detectable D",
-    "area": "area between EDFs (pts) [95% CI]", "within2_a": "a within 2 pts of best (%)",
-    "within2_b": "b within 2 pts of best (%)", "n_left_out_a": "left out a", "n_left_out_b": "left out b",
-    "best_sgd": "best SGD error (%)", "best_adamw": "best AdamW error (%)", "gap": "gap (pts) [95% CI]",
-    "n_sgd": "n SGD", "n_adamw": "n AdamW", "budget_k": "budget k (trials)", "gap_at_k": "expected gap at k (pts)",
-    "error": "best error (%)", "reference": "reference error (%)", "reference_epochs": "reference epochs",
-    "reference_fallback": "fallback reference", "log10_lr": "log10 lr", "log10_wd": "log10 wd",
-    "log10_lr_wd": "log10 lr·wd", "sample_size": "bootstrap sample size",
-    "importance_lr": "fANOVA importance lr", "importance_wd": "fANOVA importance wd",
-    "gain_mean": "mean gain (pts)", "gain_median": "median gain (pts)", "best_ema": "best EMA error (%)",
-    "gain_of_best": "gain of the bests (pts)", "best_err": "best error (%)", "seeds": "seeds",
-    "noise_floor": "seed noise σ (pts)", "no_finite_error": "no finite error",
+    "n": "trials counted",
+    "n_left_out": "left out",
+    "ok": "ok",
+    "diverged": "diverged",
+    "failed": "failed",
+    "diverged_share": "diverged (%)",
+    "best": "best error (%)",
+    "median": "median error (%)",
+    "dkw_eps_95": "DKW band ± (95%)",
+    "bootstrap_eps_95": "bootstrap band ± (95%)",
+    "a": "model a",
+    "b": "model b",
+    "n_a": "n a",
+    "n_b": "n b",
+    "ks_d": "KS D",
+    "ks_p": "KS p",
+    "ks_d_a_better": "KS D, a better (one-sided)",
+    "ks_p_a_better": "KS p, a better",
+    "ad_stat": "Anderson-Darling stat.",
+    "ad_p": "Anderson-Darling p",
+    "ks_d_min": "min. detectable D",
+    "area": "area between EDFs (pts) [95% CI]",
+    "within2_a": "a within 2 pts of best (%)",
+    "within2_b": "b within 2 pts of best (%)",
+    "n_left_out_a": "left out a",
+    "n_left_out_b": "left out b",
+    "best_sgd": "best SGD error (%)",
+    "best_adamw": "best AdamW error (%)",
+    "gap": "gap (pts) [95% CI]",
+    "n_sgd": "n SGD",
+    "n_adamw": "n AdamW",
+    "budget_k": "budget k (trials)",
+    "gap_at_k": "expected gap at k (pts)",
+    "error": "best error (%)",
+    "reference": "reference error (%)",
+    "reference_epochs": "reference epochs",
+    "reference_fallback": "fallback reference",
+    "log10_lr": "log10 lr",
+    "log10_wd": "log10 wd",
+    "log10_lr_wd": "log10 lr·wd",
+    "sample_size": "bootstrap sample size",
+    "importance_lr": "fANOVA importance lr",
+    "importance_wd": "fANOVA importance wd",
+    "gain_mean": "mean gain (pts)",
+    "gain_median": "median gain (pts)",
+    "best_ema": "best EMA error (%)",
+    "gain_of_best": "gain of the bests (pts)",
+    "best_err": "best error (%)",
+    "seeds": "seeds",
+    "noise_floor": "seed noise σ (pts)",
+    "no_finite_error": "no finite error",
 }
 TABLE_LABELS = {"length_gap": {"diverged": "all diverged", "gap": "gap to reference (pts)"}}
-SHARES = ("diverged_share", "within2_a", "within2_b")     # fractions shown in percent
+SHARES = ("diverged_share", "within2_a", "within2_b")  # fractions shown in percent
 
 
 def _num(value) -> str:
@@ -217,8 +323,14 @@ def readable(frame: pd.DataFrame, key: str = "") -> pd.DataFrame:
     frame = frame.drop(columns=[c for c in ("metric",) if c in frame])
     for stat in ("area", "gap"):
         if {stat, f"{stat}_lo", f"{stat}_hi"} <= set(frame):
-            frame = frame.assign(**{stat: [f"{_num(v)} [{_num(lo)}, {_num(hi)}]" for v, lo, hi in
-                                           zip(frame[stat], frame[f"{stat}_lo"], frame[f"{stat}_hi"])]})
+            frame = frame.assign(
+                **{
+                    stat: [
+                        f"{_num(v)} [{_num(lo)}, {_num(hi)}]"
+                        for v, lo, hi in zip(frame[stat], frame[f"{stat}_lo"], frame[f"{stat}_hi"])
+                    ]
+                }
+            )
             frame = frame.drop(columns=[f"{stat}_lo", f"{stat}_hi"])
     frame = frame.assign(**{c: 100 * frame[c].astype(float) for c in SHARES if c in frame})
     return frame.rename(columns={**COLUMN_LABELS, **TABLE_LABELS.get(key, {})})
@@ -227,16 +339,21 @@ def readable(frame: pd.DataFrame, key: str = "") -> pd.DataFrame:
 def _table_html(frame: pd.DataFrame, empty: str, key: str = "") -> str:
     if frame is None or frame.empty:
         return f"<p><em>{html.escape(empty)}</em></p>"
-    return readable(frame, key).to_html(index=False, float_format=lambda v: f"{v:.4g}", border=0, classes="t",
-                                        na_rep="–")
+    return readable(frame, key).to_html(
+        index=False, float_format=lambda v: f"{v:.4g}", border=0, classes="t", na_rep="–"
+    )
 
 
 class _SpecDumper(yaml.SafeDumper):
     """YAML as a spec is written by hand: lists of plain values on one line ([low, high])."""
 
 
-_SpecDumper.add_representer(list, lambda dumper, value: dumper.represent_sequence(
-    "tag:yaml.org,2002:seq", value, flow_style=not any(isinstance(v, (dict, list)) for v in value)))
+_SpecDumper.add_representer(
+    list,
+    lambda dumper, value: dumper.represent_sequence(
+        "tag:yaml.org,2002:seq", value, flow_style=not any(isinstance(v, (dict, list)) for v in value)
+    ),
+)
 
 
 def spec_yaml(spec: Dict) -> str:
@@ -244,35 +361,42 @@ def spec_yaml(spec: Dict) -> str:
     return yaml.dump(spec, Dumper=_SpecDumper, sort_keys=False, allow_unicode=True, width=100)
 
 
-FINDING_TITLES = {"scope": "How to read these", "edf_pair": "Δ-EDFs, pairs of models (lr/wd stability; Figs 5-6)",
-                  "optimizer_gap": "Optimizer gap per model (Fig 3)",
-                  "optimizer_gap_pair": "Optimizer gap, pairs of models",
-                  "length_gap": "Training-length gap per model (Fig 2)",
-                  "length_gap_pair": "Training-length gap, pairs of models",
-                  "peak": "Peak error against the seed noise (Fig 7)"}
+FINDING_TITLES = {
+    "scope": "How to read these",
+    "edf_pair": "Δ-EDFs, pairs of models (lr/wd stability; Figs 5-6)",
+    "optimizer_gap": "Optimizer gap per model (Fig 3)",
+    "optimizer_gap_pair": "Optimizer gap, pairs of models",
+    "length_gap": "Training-length gap per model (Fig 2)",
+    "length_gap_pair": "Training-length gap, pairs of models",
+    "peak": "Peak error against the seed noise (Fig 7)",
+}
 
 
 def _findings_html(found: List[Finding]) -> str:
-    parts = [f"<p>Each sentence is one test on the trials below, at α = {ALPHA:g}; intervals are {CI_LEVEL:.0%} "
-             f"(bootstrap unless named); a finding the data cannot decide says <em>inconclusive</em> and what "
-             f"it would take. Tests and thresholds: <code>analysis/findings.py</code>.</p>"]
+    parts = [
+        f"<p>Each sentence is one test on the trials below, at α = {ALPHA:g}; intervals are {CI_LEVEL:.0%} "
+        f"(bootstrap unless named); a finding the data cannot decide says <em>inconclusive</em> and what "
+        f"it would take. Tests and thresholds: <code>analysis/findings.py</code>.</p>"
+    ]
     for kind, title in FINDING_TITLES.items():
         items = [f for f in found if f.kind == kind]
         if not items:
             continue
-        lis = "".join(f'<li class="{"open" if f.verdict == "inconclusive" else "decided"}">'
-                      f'{html.escape(f.sentence)}</li>' for f in items)
+        lis = "".join(
+            f'<li class="{"open" if f.verdict == "inconclusive" else "decided"}">{html.escape(f.sentence)}</li>'
+            for f in items
+        )
         parts.append(f"<h3>{html.escape(title)}</h3><ul class='findings'>{lis}</ul>")
     return "".join(parts)
 
 
-SVG_SCALE = 2.0     # inline figures at twice their print size (7 pt type reads as about 19 px)
+SVG_SCALE = 2.0  # inline figures at twice their print size (7 pt type reads as about 19 px)
 
 
 def _inline_svg(svg: str) -> str:
     """The figure's <svg> element, drawn at SVG_SCALE times its size in points (as CSS px), at most
     the page's width."""
-    svg = svg[svg.index("<svg"):]
+    svg = svg[svg.index("<svg") :]
     head_end = svg.index(">")
     head = svg[:head_end]
     width = re.search(r'width="([0-9.]+)pt"', head)
@@ -280,11 +404,12 @@ def _inline_svg(svg: str) -> str:
         return svg
     px = float(width.group(1)) * 4 / 3 * SVG_SCALE
     head = re.sub(r'\s(width|height)="[0-9.]+pt"', "", head)
-    return f'{head} style="width:{px:.0f}px">' + svg[head_end + 1:]
+    return f'{head} style="width:{px:.0f}px">' + svg[head_end + 1 :]
 
 
-def build_report(trials: pd.DataFrame, epochs: pd.DataFrame, record: Optional[Dict], out: str,
-                 metric: str = DEFAULT_METRIC) -> str:
+def build_report(
+    trials: pd.DataFrame, epochs: pd.DataFrame, record: Optional[Dict], out: str, metric: str = DEFAULT_METRIC
+) -> str:
     """Write figures, JSON tables and index.html for one study's trials (complete or still running).
 
     `trials` and `epochs` are the study's rows (hpstudy.trainers.schema), `record` its spec record (the
@@ -304,75 +429,115 @@ def build_report(trials: pd.DataFrame, epochs: pd.DataFrame, record: Optional[Di
     return os.path.join(out, "index.html")
 
 
-def _write_report(trials: pd.DataFrame, epochs: pd.DataFrame, record: Optional[Dict], out: str,
-                  metric: str) -> None:
+def _write_report(trials: pd.DataFrame, epochs: pd.DataFrame, record: Optional[Dict], out: str, metric: str) -> None:
     """Write the report's files (see build_report) into the new, empty folder `out`."""
     study = str(trials["study"].iloc[0]) if "study" in trials and len(trials) else "study"
     rows = usable(trials, metric)
     expected = record["n_trials"] if record else None
     finished = int(trials["status"].isin(FINISHED).sum())
     earlier = (record or {}).get("earlier_spec_rows", 0)
-    with warnings.catch_warnings():   # the report counts what it leaves out in its tables instead
+    with warnings.catch_warnings():  # the report counts what it leaves out in its tables instead
         warnings.simplefilter("ignore", LeftOutWarning)
         ranges_table, ranges = ranges_and_importance(trials, metric)
-        tables = {"summary": summary_table(trials, metric), "comparisons": comparison_table(trials, metric),
-                  "optimizer_gap": optimizer_gap(trials, metric=metric) if rows.kept["optimizer"].nunique() > 1
-                  else pd.DataFrame(),
-                  "length_gap": length_gap(trials, metric=metric) if rows.kept["epochs"].nunique() > 1
-                  else pd.DataFrame(),
-                  "good_ranges": ranges_table, "ema_gain": ema_gain(trials), "peak": peak_table(trials, metric),
-                  "left_out": left_out_table(rows)}
+        tables = {
+            "summary": summary_table(trials, metric),
+            "comparisons": comparison_table(trials, metric),
+            "optimizer_gap": optimizer_gap(trials, metric=metric)
+            if rows.kept["optimizer"].nunique() > 1
+            else pd.DataFrame(),
+            "length_gap": length_gap(trials, metric=metric) if rows.kept["epochs"].nunique() > 1 else pd.DataFrame(),
+            "good_ranges": ranges_table,
+            "ema_gain": ema_gain(trials),
+            "peak": peak_table(trials, metric),
+            "left_out": left_out_table(rows),
+        }
         figures = _figures(trials, rows, ranges, out, metric)
         found = make_findings(trials, metric)
-    completeness = (f"{finished} of {expected} trials stored as ok/diverged "
-                    f"({100 * finished / expected:.0f}%)" if expected else f"{finished} trials stored")
+    completeness = (
+        f"{finished} of {expected} trials stored as ok/diverged ({100 * finished / expected:.0f}%)"
+        if expected
+        else f"{finished} trials stored"
+    )
     if earlier:
         completeness += f"; {earlier} rows from an earlier spec of this study are not in these figures"
     stated = {"requested": metric, "used": rows.metric, "definition": METRIC_DOCS[metric]}
     with open(os.path.join(out, "report.json"), "w") as f:
-        json.dump({"study": study, "completeness": completeness, "n_finished": finished,
-                   "n_expected": expected, "n_failed": int((trials["status"] == FAILED).sum()),
-                   "earlier_spec_rows": earlier,
-                   "n_left_out": len(rows.left_out), "metric": stated, "edf_convention": EDF_CONVENTION,
-                   "findings": [f.as_dict() for f in found],
-                   "tables": {k: json.loads(v.to_json(orient="records")) for k, v in tables.items()},
-                   "spec": record["spec"] if record else None}, f, indent=1, sort_keys=True)
+        json.dump(
+            {
+                "study": study,
+                "completeness": completeness,
+                "n_finished": finished,
+                "n_expected": expected,
+                "n_failed": int((trials["status"] == FAILED).sum()),
+                "earlier_spec_rows": earlier,
+                "n_left_out": len(rows.left_out),
+                "metric": stated,
+                "edf_convention": EDF_CONVENTION,
+                "findings": [f.as_dict() for f in found],
+                "tables": {k: json.loads(v.to_json(orient="records")) for k, v in tables.items()},
+                "spec": record["spec"] if record else None,
+            },
+            f,
+            indent=1,
+            sort_keys=True,
+        )
     with open(os.path.join(out, "index.html"), "w") as f:
         f.write(_html(study, completeness, stated, tables, figures, record, found))
 
 
-def _html(study: str, completeness: str, metric: Dict[str, str], tables: Dict[str, pd.DataFrame],
-          figures, record, found: List[Finding]) -> str:
-    status = (f"<p>{html.escape(completeness)}. Metric: <b>{html.escape(metric['used'])}</b> "
-              f"(requested {html.escape(metric['requested'])}: {html.escape(metric['definition'])}); every "
-              f"number, table and figure below is on this error. {html.escape(EDF_CONVENTION)}; failed trials "
-              f"and trials without a finite error are left out of every number and counted below.</p>")
+def _html(
+    study: str,
+    completeness: str,
+    metric: Dict[str, str],
+    tables: Dict[str, pd.DataFrame],
+    figures,
+    record,
+    found: List[Finding],
+) -> str:
+    status = (
+        f"<p>{html.escape(completeness)}. Metric: <b>{html.escape(metric['used'])}</b> "
+        f"(requested {html.escape(metric['requested'])}: {html.escape(metric['definition'])}); every "
+        f"number, table and figure below is on this error. {html.escape(EDF_CONVENTION)}; failed trials "
+        f"and trials without a finite error are left out of every number and counted below.</p>"
+    )
     sections = [("findings", "Findings", _findings_html(found)), ("status", "Status", status)]
     for name, caption, paths in figures:
         with open(paths["svg"]) as f:
             svg = _inline_svg(f.read())
         links = " ".join(f'<a href="{os.path.basename(p)}">{ext}</a>' for ext, p in paths.items())
-        sections.append((name, caption, f"<figure>{svg}<figcaption>{html.escape(caption)} ({links})"
-                                        f"</figcaption></figure>"))
-    titles = {"summary": "Summary per cell", "comparisons": "Model comparisons (KS, Anderson-Darling, effect sizes)",
-              "optimizer_gap": "Optimizer gap (best SGD - best AdamW)", "length_gap": "Training-length gap",
-              "good_ranges": "Good lr/wd ranges and fANOVA importance",
-              "ema_gain": "EMA gain (best - EMA best, per trial as pycls, and of the bests)",
-              "peak": "Peak performance", "left_out": "Trials left out (failed, or no finite error under the metric)"}
-    empty = {"ema_gain": "no trial has an EMA error: EMA was off (or the store predates best_ema_top1_err)",
-             "left_out": "none"}
+        sections.append(
+            (name, caption, f"<figure>{svg}<figcaption>{html.escape(caption)} ({links})</figcaption></figure>")
+        )
+    titles = {
+        "summary": "Summary per cell",
+        "comparisons": "Model comparisons (KS, Anderson-Darling, effect sizes)",
+        "optimizer_gap": "Optimizer gap (best SGD - best AdamW)",
+        "length_gap": "Training-length gap",
+        "good_ranges": "Good lr/wd ranges and fANOVA importance",
+        "ema_gain": "EMA gain (best - EMA best, per trial as pycls, and of the bests)",
+        "peak": "Peak performance",
+        "left_out": "Trials left out (failed, or no finite error under the metric)",
+    }
+    empty = {
+        "ema_gain": "no trial has an EMA error: EMA was off (or the store predates best_ema_top1_err)",
+        "left_out": "none",
+    }
     for key, title in titles.items():
-        sections.append((key, title, _table_html(tables[key], empty.get(key, "not enough trials for this table yet"),
-                                                 key)))
+        sections.append(
+            (key, title, _table_html(tables[key], empty.get(key, "not enough trials for this table yet"), key))
+        )
     spec_text = spec_yaml(record["spec"]) if record else "(no spec record in the store)"
     sections.append(("spec", "Spec", f"<pre>{html.escape(spec_text)}</pre>"))
     toc = "".join(f'<li><a href="#{k}">{html.escape(t)}</a></li>' for k, t, _ in sections)
     body = "".join(f'<section id="{k}"><h2>{html.escape(t)}</h2>{c}</section>' for k, t, c in sections)
-    return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>hpstudy: {html.escape(study)}</title>"
-            "<style>body{font-family:sans-serif;max-width:1200px;margin:auto;padding:0 1em}"
-            "table.t{border-collapse:collapse;font-size:13px}table.t td,table.t th{padding:3px 8px;"
-            "border-bottom:1px solid #ddd;white-space:nowrap}table.t th{text-align:left;vertical-align:bottom;max-width:9em;white-space:normal}"
-            "figure{margin:1em 0}figure svg{max-width:100%;height:auto;display:block}"
-            "ul.findings li{margin:0.35em 0;line-height:1.35}li.decided{font-weight:600}li.open{color:#555}"
-            "pre{background:#f6f6f6;padding:0.6em}</style></head><body>"
-            f"<h1>hpstudy report: {html.escape(study)}</h1><nav><ol>{toc}</ol></nav>{body}</body></html>")
+    return (
+        f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>hpstudy: {html.escape(study)}</title>"
+        "<style>body{font-family:sans-serif;max-width:1200px;margin:auto;padding:0 1em}"
+        "table.t{border-collapse:collapse;font-size:13px}table.t td,table.t th{padding:3px 8px;"
+        "border-bottom:1px solid #ddd;white-space:nowrap}"
+        "table.t th{text-align:left;vertical-align:bottom;max-width:9em;white-space:normal}"
+        "figure{margin:1em 0}figure svg{max-width:100%;height:auto;display:block}"
+        "ul.findings li{margin:0.35em 0;line-height:1.35}li.decided{font-weight:600}li.open{color:#555}"
+        "pre{background:#f6f6f6;padding:0.6em}</style></head><body>"
+        f"<h1>hpstudy report: {html.escape(study)}</h1><nav><ol>{toc}</ol></nav>{body}</body></html>"
+    )

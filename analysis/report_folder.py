@@ -24,8 +24,10 @@ MANIFEST = ".hpstudy-report.json"
 ALLOWED = "a new or empty folder, or one holding an hpstudy report"
 # The files a report wrote before reports had a manifest (hpstudy 0.1): such a folder (its report.json is
 # hpstudy's) is taken as a report whose manifest lists the files of these names that it holds.
-UNLISTED_REPORT_FILE = re.compile(r"index\.html|report\.json|(delta_edf_[a-z]+_[0-9]+ep|hp_scatter_[a-z]+|error_vs_epochs"
-                                  r"|delta_error_vs_epochs|generalization|expected_best)\.(pdf|svg|png|csv|json)")
+UNLISTED_REPORT_FILE = re.compile(
+    r"index\.html|report\.json|(delta_edf_[a-z]+_[0-9]+ep|hp_scatter_[a-z]+|error_vs_epochs"
+    r"|delta_error_vs_epochs|generalization|expected_best)\.(pdf|svg|png|csv|json)"
+)
 
 
 class ReportError(HpstudyError):
@@ -37,7 +39,7 @@ def _is_link(fs: pafs.FileSystem, path: str) -> bool:
     return isinstance(fs, pafs.LocalFileSystem) and os.path.islink(path)
 
 
-MAX_RECORD_BYTES = 1 << 20     # a manifest or report.json hpstudy reads: a report's are a few kB
+MAX_RECORD_BYTES = 1 << 20  # a manifest or report.json hpstudy reads: a report's are a few kB
 
 
 def _entries(fs: pafs.FileSystem, folder: str) -> Dict[str, pafs.FileInfo]:
@@ -47,8 +49,11 @@ def _entries(fs: pafs.FileSystem, folder: str) -> Dict[str, pafs.FileInfo]:
 
 def _is_regular_file(fs: pafs.FileSystem, info: pafs.FileInfo) -> bool:
     """Whether an entry is a plain file (not a folder, link, FIFO or device): the only kind hpstudy writes."""
-    return info.type == pafs.FileType.File and not _is_link(fs, info.path) and \
-        (not isinstance(fs, pafs.LocalFileSystem) or stat.S_ISREG(os.stat(info.path).st_mode))
+    return (
+        info.type == pafs.FileType.File
+        and not _is_link(fs, info.path)
+        and (not isinstance(fs, pafs.LocalFileSystem) or stat.S_ISREG(os.stat(info.path).st_mode))
+    )
 
 
 def _read_record(fs: pafs.FileSystem, info: pafs.FileInfo):
@@ -72,12 +77,14 @@ def owned(fs: pafs.FileSystem, folder: str, what: str, root: Optional[str] = Non
     `folder`: a file, a folder holding anything without hpstudy's manifest, or (below `root`, a store)
     a symbolic link."""
     if root is not None:
-        below = folder[len(root):].strip("/").split("/")
+        below = folder[len(root) :].strip("/").split("/")
         for depth in range(1, len(below) + 1):
             link = f"{root}/{'/'.join(below[:depth])}"
             if _is_link(fs, link):
-                raise ReportError(f"{what}: {link!r} is a symbolic link; allowed: a folder inside the store "
-                                  f"(hpstudy writes nothing through a link out of it)")
+                raise ReportError(
+                    f"{what}: {link!r} is a symbolic link; allowed: a folder inside the store "
+                    f"(hpstudy writes nothing through a link out of it)"
+                )
     info = fs.get_file_info(folder)
     if info.type == pafs.FileType.NotFound:
         return set()
@@ -91,14 +98,18 @@ def owned(fs: pafs.FileSystem, folder: str, what: str, root: Optional[str] = Non
         if _is_unlisted_report(fs, present):
             return {name for name in files if UNLISTED_REPORT_FILE.fullmatch(name)}
         example = sorted(present)[0]
-        raise ReportError(f"{what}: {folder!r} holds files hpstudy did not write ({example!r}"
-                          f"{f' and {len(present) - 1} more' if len(present) > 1 else ''}); allowed: {ALLOWED}")
+        raise ReportError(
+            f"{what}: {folder!r} holds files hpstudy did not write ({example!r}"
+            f"{f' and {len(present) - 1} more' if len(present) > 1 else ''}); allowed: {ALLOWED}"
+        )
     try:
         listed = _read_record(fs, present[MANIFEST])["files"]
         return {name for name in listed if isinstance(name, str)} & files - {MANIFEST}
     except (ValueError, KeyError, TypeError) as exc:
-        raise ReportError(f"{what}: {present[MANIFEST].path!r} is not an hpstudy report manifest ({exc}); "
-                          f"allowed: {ALLOWED} (delete the folder's files you do not need and the manifest)")
+        raise ReportError(
+            f"{what}: {present[MANIFEST].path!r} is not an hpstudy report manifest ({exc}); "
+            f"allowed: {ALLOWED} (delete the folder's files you do not need and the manifest)"
+        )
 
 
 def _is_unlisted_report(fs: pafs.FileSystem, present: Dict[str, pafs.FileInfo]) -> bool:
@@ -136,10 +147,11 @@ def publish(fs: pafs.FileSystem, folder: str, source: str, what: str, root: Opti
     if mine or fs.get_file_info(folder).type == pafs.FileType.Directory:
         clash = sorted((new & set(_entries(fs, folder))) - mine)
         if clash:
-            raise ReportError(f"{what}: {folder}/{clash[0]} was not written by hpstudy; allowed: {ALLOWED} "
-                              f"(move that file away)")
+            raise ReportError(
+                f"{what}: {folder}/{clash[0]} was not written by hpstudy; allowed: {ALLOWED} (move that file away)"
+            )
     fs.create_dir(folder, recursive=True)
-    _write_manifest(fs, folder, mine | new)       # first: a run killed part way leaves nothing unlisted
+    _write_manifest(fs, folder, mine | new)  # first: a run killed part way leaves nothing unlisted
     for name in sorted(new):
         with open(os.path.join(source, name), "rb") as f:
             _write(fs, folder, name, f.read())

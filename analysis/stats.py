@@ -29,8 +29,13 @@ def ks_compare(a: np.ndarray, b: np.ndarray) -> Dict[str, float]:
     two = stats.ks_2samp(a, b, alternative="two-sided")
     # scipy's 'greater' means F_a(x) > F_b(x) for some x, i.e. a tends to be smaller.
     one = stats.ks_2samp(a, b, alternative="greater")
-    return {"ks_d": float(two.statistic), "ks_p": float(two.pvalue),
-            "ks_d_a_better": float(one.statistic), "ks_p_a_better": float(one.pvalue), "n_left_out": n_left_out}
+    return {
+        "ks_d": float(two.statistic),
+        "ks_p": float(two.pvalue),
+        "ks_d_a_better": float(one.statistic),
+        "ks_p_a_better": float(one.pvalue),
+        "n_left_out": n_left_out,
+    }
 
 
 def ad_compare(samples: Sequence[np.ndarray], n_resamples: int = 999, seed: int = 0) -> Dict[str, float]:
@@ -64,8 +69,7 @@ def share_within(errors: np.ndarray, best: float, points: float) -> float:
 
 def _bootstrap_ci(statistic, samples, n_boot: int, seed: int, alpha: float = 0.05):
     rng = np.random.default_rng(seed)
-    draws = [statistic(*[rng.choice(s, size=len(s), replace=True) for s in samples])
-             for _ in range(n_boot)]
+    draws = [statistic(*[rng.choice(s, size=len(s), replace=True) for s in samples]) for _ in range(n_boot)]
     return tuple(float(q) for q in np.quantile(draws, [alpha / 2, 1 - alpha / 2]))
 
 
@@ -81,7 +85,8 @@ def effect_sizes(a: np.ndarray, b: np.ndarray, n_boot: int = 1000, seed: int = 0
             key = f"within{points}_{name}"
             out[key] = share_within(sample, best, points)
             out[f"{key}_lo"], out[f"{key}_hi"] = _bootstrap_ci(
-                lambda s: share_within(s, best, points), (sample,), n_boot, seed)
+                lambda s: share_within(s, best, points), (sample,), n_boot, seed
+            )
     return out
 
 
@@ -113,18 +118,27 @@ def expected_best(errors: np.ndarray, ks: Iterable[int], estimator: str = "unbia
 def _check_budgets(ks: np.ndarray, n: int) -> None:
     """StatsError unless there are n >= 1 finite errors and one or more budgets k, each in [1, n]."""
     if not n:
-        raise StatsError("expected_best: errors: no finite error (n = 0 trials); allowed: at least one trial "
-                         "with a finite error")
-    allowed = (f"k must be in [1, {n}] for n = {n} trials (finite errors): the expected best is not "
-               f"extrapolated beyond the trials observed")
+        raise StatsError(
+            "expected_best: errors: no finite error (n = 0 trials); allowed: at least one trial with a finite error"
+        )
+    allowed = (
+        f"k must be in [1, {n}] for n = {n} trials (finite errors): the expected best is not "
+        f"extrapolated beyond the trials observed"
+    )
     if not len(ks):
         raise StatsError(f"expected_best: ks: bad value [] (no k); {allowed}")
     if ks.min() < 1 or ks.max() > n:
         raise StatsError(f"expected_best: ks: bad value {ks.min()}..{ks.max()}; {allowed}")
 
 
-def expected_best_band(errors: np.ndarray, ks: Iterable[int], estimator: str = "unbiased",
-                       n_boot: int = 500, seed: int = 0, alpha: float = 0.05):
+def expected_best_band(
+    errors: np.ndarray,
+    ks: Iterable[int],
+    estimator: str = "unbiased",
+    n_boot: int = 500,
+    seed: int = 0,
+    alpha: float = 0.05,
+):
     """Pointwise bootstrap (1 - alpha) band of the expected-best curve of the finite errors:
     (low, high) arrays."""
     errors, _ = finite(errors, "expected_best_band")
@@ -133,8 +147,9 @@ def expected_best_band(errors: np.ndarray, ks: Iterable[int], estimator: str = "
     return np.quantile(curves, alpha / 2, axis=0), np.quantile(curves, 1 - alpha / 2, axis=0)
 
 
-def good_ranges(frame: pd.DataFrame, metric: str = DEFAULT_METRIC, n_boot: int = 2500, frac: float = 0.25,
-                seed: int = 0) -> pd.DataFrame:
+def good_ranges(
+    frame: pd.DataFrame, metric: str = DEFAULT_METRIC, n_boot: int = 2500, frac: float = 0.25, seed: int = 0
+) -> pd.DataFrame:
     """pycls/RegNet good ranges (`get_filters`): n_boot bootstrap samples of max(1, int(frac * n))
     trials drawn with replacement (`default_rng(seed).integers(0, n, (n_boot, size))`), the best
     trial of each (first on ties), and the 2.5/50/97.5 percentiles of its log10 lr, log10 wd and
@@ -147,11 +162,15 @@ def good_ranges(frame: pd.DataFrame, metric: str = DEFAULT_METRIC, n_boot: int =
     size = max(1, int(frac * n))
     draws = np.random.default_rng(seed).integers(0, n, size=(n_boot, size))
     best = draws[np.arange(n_boot), np.argmin(rows.kept[ERR].to_numpy()[draws], axis=1)]
-    logs = {"log10_lr": np.log10(rows.kept["lr"].to_numpy(float)),
-            "log10_wd": np.log10(rows.kept["wd"].to_numpy(float))}
+    logs = {
+        "log10_lr": np.log10(rows.kept["lr"].to_numpy(float)),
+        "log10_wd": np.log10(rows.kept["wd"].to_numpy(float)),
+    }
     logs["log10_lr_wd"] = logs["log10_lr"] + logs["log10_wd"]
-    table = pd.DataFrame({name: np.percentile(values[best], [2.5, 50, 97.5]) for name, values in logs.items()},
-                         index=["p2.5", "p50", "p97.5"])
+    table = pd.DataFrame(
+        {name: np.percentile(values[best], [2.5, 50, 97.5]) for name, values in logs.items()},
+        index=["p2.5", "p50", "p97.5"],
+    )
     return table.assign(n=n, sample_size=size, n_left_out=len(rows.left_out), metric=rows.metric)
 
 
@@ -159,9 +178,10 @@ def hp_importance(frame: pd.DataFrame, metric: str = DEFAULT_METRIC, seed: int =
     """fANOVA importance of lr and wd (optuna's evaluator fed with the trials as a finished study),
     on the `metric` error; failed rows and non-finite errors left out (`n_left_out`)."""
     import optuna
+
     rows = usable(frame, metric, "hp_importance")
     verbosity = optuna.logging.get_verbosity()
-    optuna.logging.set_verbosity(optuna.logging.WARNING)   # one "trial added" line per row otherwise
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # one "trial added" line per row otherwise
     try:
         importance = _fanova(optuna, rows.kept, seed)
     finally:
@@ -172,18 +192,20 @@ def hp_importance(frame: pd.DataFrame, metric: str = DEFAULT_METRIC, seed: int =
 def _fanova(optuna, kept: pd.DataFrame, seed: int) -> Dict[str, float]:
     distributions = {
         name: optuna.distributions.FloatDistribution(kept[name].min(), kept[name].max(), log=True)
-        for name in ("lr", "wd")}
+        for name in ("lr", "wd")
+    }
     study = optuna.create_study(direction="minimize")
     for lr, wd, value in kept[["lr", "wd", ERR]].itertuples(index=False):
-        study.add_trial(optuna.trial.create_trial(params={"lr": lr, "wd": wd},
-                                                  distributions=distributions, value=value))
+        study.add_trial(
+            optuna.trial.create_trial(params={"lr": lr, "wd": wd}, distributions=distributions, value=value)
+        )
     evaluator = optuna.importance.FanovaImportanceEvaluator(seed=seed)
     return dict(optuna.importance.get_param_importances(study, evaluator=evaluator, normalize=True))
 
 
 def trials_for_dkw(half_width: float, alpha: float = 0.05) -> int:
     """Trials per model for a DKW band of the given half-width: ceil(ln(2/alpha) / (2 eps^2))."""
-    return math.ceil(math.log(2.0 / alpha) / (2.0 * half_width ** 2))
+    return math.ceil(math.log(2.0 / alpha) / (2.0 * half_width**2))
 
 
 def trials_for_ks(d: float, alpha: float = 0.05) -> int:

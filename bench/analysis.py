@@ -24,12 +24,17 @@ def make_table(rows: int, seed: int = 0) -> pd.DataFrame:
     models = np.array([f"m{i}" for i in range(10)])
     err = rng.gamma(2.0, 3.0, rows) + 20
     diverged = rng.random(rows) < 0.05
-    return pd.DataFrame({
-        "model": pd.Categorical(models[rng.integers(0, 10, rows)]),
-        "optimizer": pd.Categorical(np.where(rng.random(rows) < 0.5, "adamw", "sgd")),
-        "epochs": 50, "status": np.where(diverged, "diverged", "ok"),
-        "top1_err": np.where(diverged, 99.9, err), "lr": 10 ** rng.uniform(-4, -2, rows),
-        "wd": 10 ** rng.uniform(-2, 0, rows)})
+    return pd.DataFrame(
+        {
+            "model": pd.Categorical(models[rng.integers(0, 10, rows)]),
+            "optimizer": pd.Categorical(np.where(rng.random(rows) < 0.5, "adamw", "sgd")),
+            "epochs": 50,
+            "status": np.where(diverged, "diverged", "ok"),
+            "top1_err": np.where(diverged, 99.9, err),
+            "lr": 10 ** rng.uniform(-4, -2, rows),
+            "wd": 10 ** rng.uniform(-2, 0, rows),
+        }
+    )
 
 
 def main() -> None:
@@ -42,10 +47,21 @@ def main() -> None:
     t1 = time.perf_counter()
     gaps = optimizer_gap(table, by=["model", "epochs"], n_boot=1000)
     t2 = time.perf_counter()
-    print(json.dumps({
-        "bench": "analysis", "rows": args.rows, "groups": int(edf.groupby(["model", "optimizer"], observed=True).ngroups),
-        "edf_dkw_s": round(t1 - t0, 3), "gaps_s": round(t2 - t1, 3), "total_s": round(t2 - t0, 3),
-        "gap_rows": len(gaps), "target_s": 5.0, "machine": f"{platform.machine()}, {os.cpu_count()} cores"}))
+    print(
+        json.dumps(
+            {
+                "bench": "analysis",
+                "rows": args.rows,
+                "groups": int(edf.groupby(["model", "optimizer"], observed=True).ngroups),
+                "edf_dkw_s": round(t1 - t0, 3),
+                "gaps_s": round(t2 - t1, 3),
+                "total_s": round(t2 - t0, 3),
+                "gap_rows": len(gaps),
+                "target_s": 5.0,
+                "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

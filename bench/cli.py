@@ -13,10 +13,15 @@ import subprocess
 import sys
 import time
 
-COMMANDS = {"python -c pass": ["-c", "pass"], "hpstudy --help": ["-m", "hpstudy", "--help"],
-            "hpstudy --version": ["-m", "hpstudy", "--version"],
-            **{f"hpstudy {name} --help": ["-m", "hpstudy", name, "--help"]
-               for name in ("run", "status", "report", "query", "compact", "prepare", "suggest")}}
+COMMANDS = {
+    "python -c pass": ["-c", "pass"],
+    "hpstudy --help": ["-m", "hpstudy", "--help"],
+    "hpstudy --version": ["-m", "hpstudy", "--version"],
+    **{
+        f"hpstudy {name} --help": ["-m", "hpstudy", name, "--help"]
+        for name in ("run", "status", "report", "query", "compact", "prepare", "suggest")
+    },
+}
 
 
 def measure(argv: list) -> dict:
@@ -25,7 +30,7 @@ def measure(argv: list) -> dict:
     started = time.perf_counter()
     subprocess.run([sys.executable, *argv], check=True, capture_output=True)
     wall = time.perf_counter() - started
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss     # max over the children so far (KiB)
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # max over the children so far (KiB)
     return {"wall_s": wall, "peak_rss_mib": max(peak, before) / 1024}
 
 
@@ -37,8 +42,10 @@ def main() -> None:
     out = {}
     for name, argv in COMMANDS.items():
         runs = [measure(argv) for _ in range(args.reps)]
-        out[name] = {"wall_s": round(statistics.median(r["wall_s"] for r in runs), 3),
-                     "peak_rss_mib": round(max(r["peak_rss_mib"] for r in runs), 1)}
+        out[name] = {
+            "wall_s": round(statistics.median(r["wall_s"] for r in runs), 3),
+            "peak_rss_mib": round(max(r["peak_rss_mib"] for r in runs), 1),
+        }
     baseline = out["python -c pass"]["wall_s"]
     for row in out.values():
         row["x_interpreter_start"] = round(row["wall_s"] / baseline, 2)

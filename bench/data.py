@@ -58,10 +58,22 @@ def rate(batches, n_images: int) -> float:
 def torchvision_loader(root: str, workers: int):
     from torchvision import transforms
     from torchvision.datasets import ImageFolder
-    tf = transforms.Compose([transforms.RandomResizedCrop(224), transforms.RandomHorizontalFlip(),
-                             transforms.ToTensor(), transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
-    return torch.utils.data.DataLoader(ImageFolder(os.path.join(root, "train"), tf), batch_size=BATCH,
-                                       shuffle=True, num_workers=workers, drop_last=True)
+
+    tf = transforms.Compose(
+        [
+            transforms.RandomResizedCrop(224),
+            transforms.RandomHorizontalFlip(),
+            transforms.ToTensor(),
+            transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD),
+        ]
+    )
+    return torch.utils.data.DataLoader(
+        ImageFolder(os.path.join(root, "train"), tf),
+        batch_size=BATCH,
+        shuffle=True,
+        num_workers=workers,
+        drop_last=True,
+    )
 
 
 def main() -> None:
@@ -80,13 +92,14 @@ def main() -> None:
         prepare(root, prep, 256, 224, workers=1, progress=None)
         results["prepare_images_per_s_1_core"] = round((args.images + 2 * BATCH) / (time.perf_counter() - start), 1)
         for workers in (int(w) for w in args.workers.split(",")):
-            torch.set_num_threads(workers)   # the device half of paths b and c gets the same cores
+            torch.set_num_threads(workers)  # the device half of paths b and c gets the same cores
             g = lambda: torch.Generator().manual_seed(0)
             paths = {
                 "torchvision": torchvision_loader(root, workers),
                 "workers": DeviceBatches(LoaderData(root, 224, workers, None), cpu, torch.float32).train(BATCH, g()),
-                "device_decode": DeviceBatches(DeviceDecodeData(root, 224, workers, None), cpu,
-                                               torch.float32).train(BATCH, g()),
+                "device_decode": DeviceBatches(DeviceDecodeData(root, 224, workers, None), cpu, torch.float32).train(
+                    BATCH, g()
+                ),
                 "prepared_on_cpu": DeviceBatches(PreparedData(prep, 224), cpu, torch.float32).train(BATCH, g()),
             }
             for name, batches in paths.items():
@@ -97,15 +110,28 @@ def main() -> None:
         copy = "pin_memory" if torch.cuda.is_available() else "contiguous"
         start = time.perf_counter()
         for s in range(0, len(order) - BATCH + 1, BATCH):
-            x, y = data.gather(order[s:s + BATCH])
+            x, y = data.gather(order[s : s + BATCH])
             getattr(x, copy)()
-        results["prepared_cpu_side_images_per_s_per_core"] = round((len(order) // BATCH * BATCH)
-                                                                   / (time.perf_counter() - start), 1)
+        results["prepared_cpu_side_images_per_s_per_core"] = round(
+            (len(order) // BATCH * BATCH) / (time.perf_counter() - start), 1
+        )
         results["prepared_cpu_side_copy"] = copy
     base = results["torchvision_images_per_s_per_core_1w"]
-    results["prepared_cpu_side_vs_torchvision_per_core"] = round(results["prepared_cpu_side_images_per_s_per_core"] / base, 1)
-    print(json.dumps({"bench": "data", "images": args.images, "jpeg": args.size, "batch": BATCH, **results,
-                      "machine": f"{platform.machine()}, {os.cpu_count()} cores"}))
+    results["prepared_cpu_side_vs_torchvision_per_core"] = round(
+        results["prepared_cpu_side_images_per_s_per_core"] / base, 1
+    )
+    print(
+        json.dumps(
+            {
+                "bench": "data",
+                "images": args.images,
+                "jpeg": args.size,
+                "batch": BATCH,
+                **results,
+                "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -20,14 +20,22 @@ from hpstudy.trainers.fused import measure_fusion
 from hpstudy.trainers.loop import resolve_device
 
 
-def sweep(models, ks, batches, image_size: int, optimizer: str = "adamw", device: str = "auto", steps: int = 3,
-          max_samples: int = 4096) -> list:
+def sweep(
+    models,
+    ks,
+    batches,
+    image_size: int,
+    optimizer: str = "adamw",
+    device: str = "auto",
+    steps: int = 3,
+    max_samples: int = 4096,
+) -> list:
     """measure_fusion for every (model, batch, K) with K x batch <= max_samples; a pair that cannot
     train (e.g. BatchNorm at batch 1) is kept with its error."""
     results = []
     for model in models:
         for batch in batches:
-            alone = None          # timed once per (model, batch): every K's speedup shares it
+            alone = None  # timed once per (model, batch): every K's speedup shares it
             for k in ks:
                 if k * batch > max_samples:
                     continue
@@ -52,17 +60,35 @@ def main() -> None:
     parser.add_argument("--optimizer", default="adamw")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--steps", type=int, default=3)
-    parser.add_argument("--max-samples", type=int, default=4096,
-                        help="skip (K x batch) above this, to bound the run time on CPUs")
+    parser.add_argument(
+        "--max-samples", type=int, default=4096, help="skip (K x batch) above this, to bound the run time on CPUs"
+    )
     args = parser.parse_args()
-    results = sweep(args.models.split(","), [int(k) for k in args.ks.split(",")],
-                    [int(b) for b in args.batches.split(",")], args.image_size, args.optimizer, args.device,
-                    args.steps, args.max_samples)
+    results = sweep(
+        args.models.split(","),
+        [int(k) for k in args.ks.split(",")],
+        [int(b) for b in args.batches.split(",")],
+        args.image_size,
+        args.optimizer,
+        args.device,
+        args.steps,
+        args.max_samples,
+    )
     device = resolve_device(args.device)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-    print(json.dumps({"bench": "fused", "device": name, "image_size": args.image_size,
-                      "optimizer": args.optimizer, "threads": torch.get_num_threads(),
-                      "machine": f"{platform.machine()}, {os.cpu_count()} cores", "results": results}))
+    print(
+        json.dumps(
+            {
+                "bench": "fused",
+                "device": name,
+                "image_size": args.image_size,
+                "optimizer": args.optimizer,
+                "threads": torch.get_num_threads(),
+                "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+                "results": results,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

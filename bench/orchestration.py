@@ -44,13 +44,19 @@ def bench_spec(trials: int, epochs: int, micro: bool = False) -> dict:
     """vit_c_tiny and cnn_tiny on digits (or on micro synthetic data: near-zero trials, to isolate
     orchestration cost and driver memory), AdamW and SGD: trials / 4 samples per cell."""
     dataset = MICRO_DATA if micro else {"name": "digits", "image_size": 16}
-    return {"name": "bench_orchestration", "dataset": dataset, "fuse": "off",
-            "recipe": {"batch_size": 64, "warmup_epochs": 0.5, "device": "cpu"},
-            "models": ["vit_c_tiny", "cnn_tiny"], "optimizers": ["adamw", "sgd"], "epochs": [epochs],
-            "samples": max(1, trials // 4), "sampler": "sobol",
-            "space": {"adamw": {"lr": [5e-4, 5e-3], "wd": [0.01, 0.1]},
-                      "sgd": {"lr": [0.01, 0.1], "wd": [1e-5, 1e-4]}},
-            "resources": {"cpu": 1}}
+    return {
+        "name": "bench_orchestration",
+        "dataset": dataset,
+        "fuse": "off",
+        "recipe": {"batch_size": 64, "warmup_epochs": 0.5, "device": "cpu"},
+        "models": ["vit_c_tiny", "cnn_tiny"],
+        "optimizers": ["adamw", "sgd"],
+        "epochs": [epochs],
+        "samples": max(1, trials // 4),
+        "sampler": "sobol",
+        "space": {"adamw": {"lr": [5e-4, 5e-3], "wd": [0.01, 0.1]}, "sgd": {"lr": [0.01, 0.1], "wd": [1e-5, 1e-4]}},
+        "resources": {"cpu": 1},
+    }
 
 
 def run_hpstudy(spec, concurrency: int) -> dict:
@@ -64,9 +70,13 @@ def run_hpstudy(spec, concurrency: int) -> dict:
     tenth = len(times) // 10
     # the storing rate over a tenth of the run: only meaningful with enough trials in a tenth
     rate = lambda part: round((len(part) - 1) / (part[-1] - part[0]), 2) if tenth >= 10 and part[-1] > part[0] else None
-    return {"wall_s": round(wall, 2), "stored_rows": len(stored),
-            "driver_peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-            "trials_per_s_first_tenth": rate(times[:tenth]), "trials_per_s_last_tenth": rate(times[-tenth:])}
+    return {
+        "wall_s": round(wall, 2),
+        "stored_rows": len(stored),
+        "driver_peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "trials_per_s_first_tenth": rate(times[:tenth]),
+        "trials_per_s_last_tenth": rate(times[-tenth:]),
+    }
 
 
 def run_raw(configs) -> dict:
@@ -83,6 +93,7 @@ def run_raw(configs) -> dict:
 def _tune_trainable(config):
     """A user's function trainable: train one config, report its row's numbers."""
     from ray import tune
+
     row = train_trial(config["trial"])
     tune.report({"top1_err": row["top1_err"], "status": row["status"], "wall_s": row["wall_s"]})
 
@@ -92,14 +103,18 @@ def run_tune(configs, concurrency: int) -> dict:
     environment, which an earlier method in this process may have set), results to Parquet."""
     import ray
     from ray import tune
+
     saved = {name: os.environ.pop(name) for name in TUNE_ENV if name in os.environ}
     try:
         with tempfile.TemporaryDirectory() as folder, contextlib.redirect_stdout(sys.stderr):
             start = time.perf_counter()
             ray.init(num_cpus=concurrency, include_dashboard=False, logging_level="WARNING")
             try:
-                results = tune.Tuner(_tune_trainable, param_space={"trial": tune.grid_search(configs)},
-                                     run_config=tune.RunConfig(storage_path=folder, verbose=0)).fit()
+                results = tune.Tuner(
+                    _tune_trainable,
+                    param_space={"trial": tune.grid_search(configs)},
+                    run_config=tune.RunConfig(storage_path=folder, verbose=0),
+                ).fit()
                 table = results.get_dataframe().drop(columns=["config/trial"], errors="ignore")
                 table.to_parquet(os.path.join(folder, "results.parquet"))
             finally:
@@ -114,6 +129,7 @@ def run_tune(configs, concurrency: int) -> dict:
 def run_optuna(configs, concurrency: int) -> dict:
     """Optuna's study.optimize in this process (threads), each trial training the next config."""
     import optuna
+
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     torch.set_num_threads(1)
     study = optuna.create_study()
@@ -129,16 +145,23 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--concurrency", type=int, default=2)
     parser.add_argument("--micro", action="store_true", help="near-zero trials (synthetic 8 px data)")
-    parser.add_argument("--methods", default=",".join(METHODS),
-                        help=f"comma-separated, run in this order (default: {','.join(METHODS)})")
+    parser.add_argument(
+        "--methods",
+        default=",".join(METHODS),
+        help=f"comma-separated, run in this order (default: {','.join(METHODS)})",
+    )
     args = parser.parse_args()
     methods = args.methods.split(",")
     if not methods or set(methods) - set(METHODS):
         parser.error(f"--methods: bad value {args.methods!r}; allowed: a comma-separated subset of {METHODS}")
     spec = parse_spec(bench_spec(args.trials, args.epochs, args.micro))
     configs = [t.config for t in expand(spec)]
-    run = {"hpstudy": lambda: run_hpstudy(spec, args.concurrency), "raw": lambda: run_raw(configs),
-           "tune": lambda: run_tune(configs, args.concurrency), "optuna": lambda: run_optuna(configs, args.concurrency)}
+    run = {
+        "hpstudy": lambda: run_hpstudy(spec, args.concurrency),
+        "raw": lambda: run_raw(configs),
+        "tune": lambda: run_tune(configs, args.concurrency),
+        "optuna": lambda: run_optuna(configs, args.concurrency),
+    }
     results = {}
     for method in methods:
         print(f"bench.orchestration: {method} ...", file=sys.stderr, flush=True)
@@ -148,9 +171,19 @@ def main() -> None:
         results["raw"]["limit_s"] = round(limit, 2)
         for method in set(results) - {"raw"}:
             results[method]["ratio_to_limit"] = round(results[method]["wall_s"] / limit, 3)
-    print(json.dumps({"bench": "orchestration", "trials": len(configs), "epochs": args.epochs, "micro": args.micro,
-                      "concurrency": args.concurrency, **results,
-                      "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.python_version()}"}))
+    print(
+        json.dumps(
+            {
+                "bench": "orchestration",
+                "trials": len(configs),
+                "epochs": args.epochs,
+                "micro": args.micro,
+                "concurrency": args.concurrency,
+                **results,
+                "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.python_version()}",
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -28,10 +28,22 @@ STUDY = "bench_store"
 
 def _row(i: int) -> dict:
     row = dict.fromkeys(TRIAL_FIELDS)
-    row.update(trial_key=f"vit_c_tiny-adamw-10-{i}", model="vit_c_tiny", family="vit_c", optimizer="adamw",
-               epochs=10, lr=1e-3 * (1 + i % 7), wd=0.05, seed=i, status="ok", top1_err=5.0 + (i % 100) / 10,
-               flops=1e9, params=1e6, wall_s=30.0, finished_at=datetime(2026, 11, 30, tzinfo=timezone.utc)
-               + timedelta(seconds=i))
+    row.update(
+        trial_key=f"vit_c_tiny-adamw-10-{i}",
+        model="vit_c_tiny",
+        family="vit_c",
+        optimizer="adamw",
+        epochs=10,
+        lr=1e-3 * (1 + i % 7),
+        wd=0.05,
+        seed=i,
+        status="ok",
+        top1_err=5.0 + (i % 100) / 10,
+        flops=1e9,
+        params=1e6,
+        wall_s=30.0,
+        finished_at=datetime(2026, 11, 30, tzinfo=timezone.utc) + timedelta(seconds=i),
+    )
     return row
 
 
@@ -49,9 +61,11 @@ def _timed(read) -> tuple:
 
 def _reads(root: str) -> dict:
     out = {}
-    for name, read in {"load_trials": lambda: load_trials(root, STUDY),
-                       "load_epochs": lambda: load_epochs(root, STUDY),
-                       "pandas_read_parquet_trials": lambda: pd.read_parquet(os.path.join(root, "trials"))}.items():
+    for name, read in {
+        "load_trials": lambda: load_trials(root, STUDY),
+        "load_epochs": lambda: load_epochs(root, STUDY),
+        "pandas_read_parquet_trials": lambda: pd.read_parquet(os.path.join(root, "trials")),
+    }.items():
         out[name + "_s"], out[name + "_rows"] = _timed(read)
     out["trial_files"] = len(os.listdir(os.path.join(root, "trials", f"study={STUDY}")))
     return out
@@ -75,11 +89,21 @@ def main() -> None:
         compact(root, STUDY)
         compact_s = time.perf_counter() - start
         after = _reads(root)
-    print(json.dumps({"bench": "store", "trials": args.trials, "epochs_per_trial": args.epochs,
-                      "write_one_file_per_trial_s": round(write_s, 1), "before": before,
-                      "compact_s": round(compact_s, 2), "after": after,
-                      "load_trials_speedup": round(before["load_trials_s"] / after["load_trials_s"], 1),
-                      "machine": f"{platform.machine()}, {os.cpu_count()} cores, local disk"}))
+    print(
+        json.dumps(
+            {
+                "bench": "store",
+                "trials": args.trials,
+                "epochs_per_trial": args.epochs,
+                "write_one_file_per_trial_s": round(write_s, 1),
+                "before": before,
+                "compact_s": round(compact_s, 2),
+                "after": after,
+                "load_trials_speedup": round(before["load_trials_s"] / after["load_trials_s"], 1),
+                "machine": f"{platform.machine()}, {os.cpu_count()} cores, local disk",
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

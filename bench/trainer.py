@@ -28,8 +28,9 @@ from hpstudy.trainers.trial import Trainer
 H100_BF16_PEAK_TFLOPS = 989.0
 
 
-def plain_epoch(model, optimizer, data, batch_size: int, generator: torch.Generator, amp: bool,
-                channels_last: bool) -> float:
+def plain_epoch(
+    model, optimizer, data, batch_size: int, generator: torch.Generator, amp: bool, channels_last: bool
+) -> float:
     """The loop a researcher would write by hand over the same uint8 tensors, on their device."""
     model.train()
     device = data.train_x.device
@@ -39,7 +40,7 @@ def plain_epoch(model, optimizer, data, batch_size: int, generator: torch.Genera
     memory_format = torch.channels_last if channels_last else torch.contiguous_format
     total = torch.zeros((), device=device)
     for step in range(data.num_train // batch_size):
-        idx = order[step * batch_size:(step + 1) * batch_size]
+        idx = order[step * batch_size : (step + 1) * batch_size]
         x = ((data.train_x[idx].float() / 255.0 - mean) / std).contiguous(memory_format=memory_format)
         with torch.autocast(device.type, dtype=torch.bfloat16) if amp else contextlib.nullcontext():
             logits = model(x)
@@ -51,12 +52,23 @@ def plain_epoch(model, optimizer, data, batch_size: int, generator: torch.Genera
     return total.item()
 
 
-def compare(model_name: str, batch_size: int, image_size: int, n_train: int, reps: int, device: str,
-            peak_tflops: float = None) -> dict:
+def compare(
+    model_name: str, batch_size: int, image_size: int, n_train: int, reps: int, device: str, peak_tflops: float = None
+) -> dict:
     """Epoch times of hpstudy's Trainer and the plain loop, interleaved `reps` times after a warm-up."""
     dataset = {"name": "synthetic", "image_size": image_size, "n_train": n_train, "n_val": 256}
-    cfg = TrialConfig.from_dict(dict(model=model_name, optimizer="adamw", epochs=1000, lr=1e-3, wd=0.05,
-                                     batch_size=batch_size, dataset=dataset, device=device))
+    cfg = TrialConfig.from_dict(
+        dict(
+            model=model_name,
+            optimizer="adamw",
+            epochs=1000,
+            lr=1e-3,
+            wd=0.05,
+            batch_size=batch_size,
+            dataset=dataset,
+            device=device,
+        )
+    )
     trainer = Trainer(cfg)
     channels_last = trainer.batches.channels_last
     torch.manual_seed(0)
@@ -77,9 +89,9 @@ def compare(model_name: str, batch_size: int, image_size: int, n_train: int, rep
     def plain():
         return plain_epoch(model, optimizer, data, batch_size, generator, trainer.amp, channels_last)
 
-    timed(trainer.train_epoch), timed(plain)   # warm up: allocations, kernel selection
+    timed(trainer.train_epoch), timed(plain)  # warm up: allocations, kernel selection
     ours, theirs = [], []
-    for rep in range(reps):        # alternate which goes first, so neither always follows the other
+    for rep in range(reps):  # alternate which goes first, so neither always follows the other
         if rep % 2:
             theirs.append(timed(plain))
         ours.append(timed(trainer.train_epoch))
@@ -90,16 +102,26 @@ def compare(model_name: str, batch_size: int, image_size: int, n_train: int, rep
     images = steps * batch_size
     macs, _ = model_profile(model_name, trainer.num_classes, image_size)
     result = {
-        "bench": "trainer", "model": model_name, "image_size": image_size, "batch_size": batch_size,
-        "steps_per_epoch": steps, "reps": reps, "device": trainer.device.type, "amp_bf16": trainer.amp,
-        "channels_last": channels_last, "hpstudy_epoch_s_median": round(statistics.median(ours), 4),
+        "bench": "trainer",
+        "model": model_name,
+        "image_size": image_size,
+        "batch_size": batch_size,
+        "steps_per_epoch": steps,
+        "reps": reps,
+        "device": trainer.device.type,
+        "amp_bf16": trainer.amp,
+        "channels_last": channels_last,
+        "hpstudy_epoch_s_median": round(statistics.median(ours), 4),
         "plain_epoch_s_median": round(statistics.median(theirs), 4),
-        "ratio_median": round(statistics.median(ratios), 4), "ratios": [round(r, 4) for r in ratios],
+        "ratio_median": round(statistics.median(ratios), 4),
+        "ratios": [round(r, 4) for r in ratios],
         "hpstudy_images_per_s": round(images / statistics.median(ours), 1),
         "plain_images_per_s": round(images / statistics.median(theirs), 1),
-        "train_flops_per_image": 6 * macs, "target_ratio": 1.05}
+        "train_flops_per_image": 6 * macs,
+        "target_ratio": 1.05,
+    }
     peak = peak_tflops or (H100_BF16_PEAK_TFLOPS if trainer.device.type == "cuda" else None)
-    if peak:   # training = 3 forward passes' worth, 2 FLOPs per multiply-add
+    if peak:  # training = 3 forward passes' worth, 2 FLOPs per multiply-add
         for name in ("hpstudy", "plain"):
             result[f"{name}_mfu"] = round(result[f"{name}_images_per_s"] * 6 * macs / (peak * 1e12), 4)
         result["mfu_peak_tflops"] = peak
@@ -114,14 +136,26 @@ def main() -> None:
     parser.add_argument("--n-train", type=int, default=2048)
     parser.add_argument("--reps", type=int, default=7)
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--peak-tflops", type=float, default=None,
-                        help=f"peak TFLOP/s for the MFU (default on CUDA: {H100_BF16_PEAK_TFLOPS:g}, an H100/H200's dense bf16)")
+    parser.add_argument(
+        "--peak-tflops",
+        type=float,
+        default=None,
+        help=f"peak TFLOP/s for the MFU (default on CUDA: {H100_BF16_PEAK_TFLOPS:g}, an H100/H200's dense bf16)",
+    )
     args = parser.parse_args()
-    result = compare(args.model, args.batch_size, args.image_size, args.n_train, args.reps, args.device,
-                     args.peak_tflops)
+    result = compare(
+        args.model, args.batch_size, args.image_size, args.n_train, args.reps, args.device, args.peak_tflops
+    )
     name = torch.cuda.get_device_name() if result["device"] == "cuda" else "cpu"
-    print(json.dumps({**result, "threads": torch.get_num_threads(),
-                      "machine": f"{platform.machine()}, {os.cpu_count()} cores, {name}"}))
+    print(
+        json.dumps(
+            {
+                **result,
+                "threads": torch.get_num_threads(),
+                "machine": f"{platform.machine()}, {os.cpu_count()} cores, {name}",
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

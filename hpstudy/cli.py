@@ -18,16 +18,23 @@ from hpstudy.analysis.metric_names import DEFAULT_METRIC, METRIC_DOCS, METRICS
 from hpstudy.trainers.errors import HpstudyError, exits_on_user_error
 
 DEFAULT_CONFIG = "demo_digits"
-EXIT_STORE_FAULT = 3        # the store is full, unwritable or unreachable: fix it and rerun to resume
-QUERY_LANGUAGE = ("column names, numbers, strings, True/False/None, == != < <= > >= (chained: 1e-4 < lr < 1e-2), "
-                  "in / not in [literals], and / or / not (& | ~), + - * / // %% ** on numbers; nothing else (no "
-                  "calls, attributes or @ names): it is parsed, never run as code")
+EXIT_STORE_FAULT = 3  # the store is full, unwritable or unreachable: fix it and rerun to resume
+QUERY_LANGUAGE = (
+    "column names, numbers, strings, True/False/None, == != < <= > >= (chained: 1e-4 < lr < 1e-2), "
+    "in / not in [literals], and / or / not (& | ~), + - * / // %% ** on numbers; nothing else (no "
+    "calls, attributes or @ names): it is parsed, never run as code"
+)
 
 
 def _parser(prog: str, description: str, example: str, **kwargs) -> argparse.ArgumentParser:
     """A parser whose help ends with an example."""
-    return argparse.ArgumentParser(prog=prog, description=description, epilog=f"example:\n  {example}",
-                                   formatter_class=argparse.RawDescriptionHelpFormatter, **kwargs)
+    return argparse.ArgumentParser(
+        prog=prog,
+        description=description,
+        epilog=f"example:\n  {example}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        **kwargs,
+    )
 
 
 def add_debug_arg(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -38,31 +45,56 @@ def add_debug_arg(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 def add_run_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Flags of `run_edf.py` / `hpstudy run`."""
-    p.add_argument("--config", default=DEFAULT_CONFIG,
-                   help="study spec: a YAML path or a bundled name (default: demo_digits)")
+    p.add_argument(
+        "--config", default=DEFAULT_CONFIG, help="study spec: a YAML path or a bundled name (default: demo_digits)"
+    )
     p.add_argument("--store", default="./results", help="store root: a path or s3://, gs:// URI")
-    p.add_argument("--address", default=None,
-                   help="Ray address ('auto' inside a cluster); default: start a local Ray on loopback")
-    p.add_argument("--max-concurrent", type=int, default=None,
-                   help="cap on trials running at once (default: on a local Ray, as many as its CPUs and GPUs hold)")
+    p.add_argument(
+        "--address", default=None, help="Ray address ('auto' inside a cluster); default: start a local Ray on loopback"
+    )
+    p.add_argument(
+        "--max-concurrent",
+        type=int,
+        default=None,
+        help="cap on trials running at once (default: on a local Ray, as many as its CPUs and GPUs hold)",
+    )
     p.add_argument("--num-cpus", type=int, default=None, help="CPUs for a local Ray (default: all)")
     p.add_argument("--dry-run", action="store_true", help="print the plan and exit")
     mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--resume", dest="fresh", action="store_false", default=False,
-                      help="skip trials already stored as ok/diverged (default)")
-    mode.add_argument("--fresh", dest="fresh", action="store_true",
-                      help="delete this study's stored rows first and run every trial")
-    p.add_argument("--report", default=None,
-                   help="report folder (default: <store>/reports/<study>/, in the store); 'none' to skip")
-    p.add_argument("--assume-tflops", type=float, default=None,
-                   help="effective TFLOP/s per trial for the dry-run time estimate "
-                        "(default: 100 with a GPU per trial, 0.02 on CPU)")
+    mode.add_argument(
+        "--resume",
+        dest="fresh",
+        action="store_false",
+        default=False,
+        help="skip trials already stored as ok/diverged (default)",
+    )
+    mode.add_argument(
+        "--fresh", dest="fresh", action="store_true", help="delete this study's stored rows first and run every trial"
+    )
+    p.add_argument(
+        "--report", default=None, help="report folder (default: <store>/reports/<study>/, in the store); 'none' to skip"
+    )
+    p.add_argument(
+        "--assume-tflops",
+        type=float,
+        default=None,
+        help="effective TFLOP/s per trial for the dry-run time estimate "
+        "(default: 100 with a GPU per trial, 0.02 on CPU)",
+    )
     p.add_argument("--progress-interval", type=float, default=10.0, help="seconds between status lines")
-    p.add_argument("--compact-every", type=int, default=1000,
-                   help="merge the study's per-trial files into one every N stored trials during the run "
-                        "(it is also done before and after the run); 0: only before and after (default 1000)")
-    p.add_argument("--gpu-memory-gb", type=float, default=None,
-                   help="GPU memory for the dry run's memory plan (default: 40, the A100s of cluster.yaml)")
+    p.add_argument(
+        "--compact-every",
+        type=int,
+        default=1000,
+        help="merge the study's per-trial files into one every N stored trials during the run "
+        "(it is also done before and after the run); 0: only before and after (default 1000)",
+    )
+    p.add_argument(
+        "--gpu-memory-gb",
+        type=float,
+        default=None,
+        help="GPU memory for the dry run's memory plan (default: 40, the A100s of cluster.yaml)",
+    )
     return add_debug_arg(p)
 
 
@@ -75,57 +107,114 @@ def add_store_args(p: argparse.ArgumentParser, study_required: bool = False) -> 
 
 def add_metric_arg(p: argparse.ArgumentParser, what: str) -> argparse.ArgumentParser:
     """--metric: the error every number is built on."""
-    p.add_argument("--metric", choices=METRICS, default=DEFAULT_METRIC,
-                   help=f"the error {what} built on: " + "; ".join(f"{m}: {doc}" for m, doc in METRIC_DOCS.items())
-                        + f" (default: {DEFAULT_METRIC})")
+    p.add_argument(
+        "--metric",
+        choices=METRICS,
+        default=DEFAULT_METRIC,
+        help=f"the error {what} built on: "
+        + "; ".join(f"{m}: {doc}" for m, doc in METRIC_DOCS.items())
+        + f" (default: {DEFAULT_METRIC})",
+    )
     return p
 
 
 def parser() -> argparse.ArgumentParser:
     """The `hpstudy` parser with every subcommand."""
-    main = _parser("hpstudy", "Hyperparameter-robustness studies of image classifiers on Ray.",
-                   "hpstudy run --config demo_digits --store ./results")
+    main = _parser(
+        "hpstudy",
+        "Hyperparameter-robustness studies of image classifiers on Ray.",
+        "hpstudy run --config demo_digits --store ./results",
+    )
     main.add_argument("--version", action="version", version=f"hpstudy {__version__}")
     sub = main.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, help: str, example: str) -> argparse.ArgumentParser:
-        return sub.add_parser(name, help=help, description=help[0].upper() + help[1:] + ".",
-                              epilog=f"example:\n  {example}", formatter_class=argparse.RawDescriptionHelpFormatter)
+        return sub.add_parser(
+            name,
+            help=help,
+            description=help[0].upper() + help[1:] + ".",
+            epilog=f"example:\n  {example}",
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
 
-    add_run_args(command("run", "run a study on Ray Tune (same flags as study/run_edf.py)",
-                         "hpstudy run --config demo_digits --store ./results --dry-run"))
-    status = add_store_args(command("status", "what a store holds for a study, and how complete it is",
-                                    "hpstudy status --store ./results --config demo_digits"))
+    add_run_args(
+        command(
+            "run",
+            "run a study on Ray Tune (same flags as study/run_edf.py)",
+            "hpstudy run --config demo_digits --store ./results --dry-run",
+        )
+    )
+    status = add_store_args(
+        command(
+            "status",
+            "what a store holds for a study, and how complete it is",
+            "hpstudy status --store ./results --config demo_digits",
+        )
+    )
     status.add_argument("--config", default=None, help="spec to compare against (how complete)")
-    report = add_store_args(command("report", "write a study's report: figures, tables and index.html",
-                                    "hpstudy report --store ./results --study demo_digits --out report/"),
-                            study_required=True)
+    report = add_store_args(
+        command(
+            "report",
+            "write a study's report: figures, tables and index.html",
+            "hpstudy report --store ./results --study demo_digits --out report/",
+        ),
+        study_required=True,
+    )
     report.add_argument("--out", default=None, help="report folder (default: <store>/reports/<study>/, in the store)")
     add_metric_arg(report, "every number is")
-    query = add_store_args(command("query", "print the stored trials that match a filter",
-                                   "hpstudy query --store ./results \"model == 'vit_c_tiny' and top1_err < 5\""))
+    query = add_store_args(
+        command(
+            "query",
+            "print the stored trials that match a filter",
+            "hpstudy query --store ./results \"model == 'vit_c_tiny' and top1_err < 5\"",
+        )
+    )
     query.add_argument("expr", help=f"a filter over the trials' columns: {QUERY_LANGUAGE}")
-    query.add_argument("--columns", default="study,model,optimizer,epochs,lr,wd,status,top1_err",
-                       help="the columns to print, comma-separated")
-    add_store_args(command("compact", "merge a study's per-trial files into one",
-                           "hpstudy compact --store ./results --study demo_digits"), study_required=True)
-    prepare = add_debug_arg(command("prepare", "decode an image folder once into memory-mapped arrays (dataset "
-                                               "`prepared`), on this node's local disk",
-                                    "hpstudy prepare --data /data/imagenet --out /local/imagenet-256"))
+    query.add_argument(
+        "--columns",
+        default="study,model,optimizer,epochs,lr,wd,status,top1_err",
+        help="the columns to print, comma-separated",
+    )
+    add_store_args(
+        command(
+            "compact",
+            "merge a study's per-trial files into one",
+            "hpstudy compact --store ./results --study demo_digits",
+        ),
+        study_required=True,
+    )
+    prepare = add_debug_arg(
+        command(
+            "prepare",
+            "decode an image folder once into memory-mapped arrays (dataset `prepared`), on this node's local disk",
+            "hpstudy prepare --data /data/imagenet --out /local/imagenet-256",
+        )
+    )
     prepare.add_argument("--data", required=True, help="image folder with train/<class>/ and val/<class>/")
-    prepare.add_argument("--out", required=True, help="output folder (local disk of the node): missing, empty "
-                                                      "or an earlier preparation (replaced)")
+    prepare.add_argument(
+        "--out",
+        required=True,
+        help="output folder (local disk of the node): missing, empty or an earlier preparation (replaced)",
+    )
     prepare.add_argument("--train-size", type=int, default=256, help="side of the stored training squares")
-    prepare.add_argument("--image-size", type=int, default=224, help="the trials' image size (validation "
-                                                                     "images are stored at it)")
+    prepare.add_argument(
+        "--image-size", type=int, default=224, help="the trials' image size (validation images are stored at it)"
+    )
     prepare.add_argument("--workers", type=int, default=os.cpu_count(), help="decoding processes")
-    prepare.add_argument("--verify-content", action="store_true",
-                         help="reuse --out only after hashing every source image (by default: when their "
-                              "names, labels, sizes and modification times match)")
-    suggest = add_store_args(command("suggest", "spec lines (YAML) of a fixed lr/wd per model, from a stored lr/wd "
-                                                "study's good ranges",
-                                     "hpstudy suggest --store ./results --study repro_digits_lr_wd"),
-                             study_required=True)
+    prepare.add_argument(
+        "--verify-content",
+        action="store_true",
+        help="reuse --out only after hashing every source image (by default: when their "
+        "names, labels, sizes and modification times match)",
+    )
+    suggest = add_store_args(
+        command(
+            "suggest",
+            "spec lines (YAML) of a fixed lr/wd per model, from a stored lr/wd study's good ranges",
+            "hpstudy suggest --store ./results --study repro_digits_lr_wd",
+        ),
+        study_required=True,
+    )
     suggest.add_argument("--model", action="append", default=None, help="only this model (repeatable)")
     suggest.add_argument("--optimizer", action="append", default=None, help="only this optimizer (repeatable)")
     add_metric_arg(suggest, "the good ranges are")
@@ -137,6 +226,7 @@ def guarded(args: argparse.Namespace) -> int:
     user's error goes on to exits_on_user_error (2); with --debug both print their traceback first."""
     from hpstudy.commands import COMMANDS
     from hpstudy.study.store import StoreFault
+
     try:
         return COMMANDS[args.command](args)
     except HpstudyError as exc:
@@ -157,6 +247,11 @@ def hpstudy_main(argv: Optional[List[str]] = None) -> int:
 @exits_on_user_error
 def run_edf_main(argv: Optional[List[str]] = None) -> int:
     """Entry point of study/run_edf.py and `python -m hpstudy.study.run_edf` (= `hpstudy run`)."""
-    run_edf = add_run_args(_parser("run_edf.py", "Run an hpstudy study on Ray Tune.",
-                                   "python study/run_edf.py --config demo_digits --store ./results"))
+    run_edf = add_run_args(
+        _parser(
+            "run_edf.py",
+            "Run an hpstudy study on Ray Tune.",
+            "python study/run_edf.py --config demo_digits --store ./results",
+        )
+    )
     return guarded(run_edf.parse_args(argv, namespace=argparse.Namespace(command="run")))

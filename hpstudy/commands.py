@@ -29,7 +29,7 @@ from hpstudy.study.store_compaction import compact
 from hpstudy.study.store_read import load_study, load_trials, split_by_spec, stored_keys
 from hpstudy.study.store_spec_record import load_spec_record, report_location
 from hpstudy.study.suggest import suggest as suggest_lines
-from hpstudy.trainers.errors import HpstudyError, shown
+from hpstudy.trainers.errors import shown
 from hpstudy.trainers.schema import DIVERGED, FAILED, FINISHED, OK
 
 # Nominal training-set sizes for the dry-run estimate (image folders: ImageNet-1k is assumed).
@@ -39,14 +39,19 @@ TRAIN_SIZES = {"digits": 1437, "cifar10": 50000, "cifar100": 50000, "imagefolder
 def check_local_resources(spec: StudySpec, num_cpus: Optional[int]) -> None:
     """A local Ray can never give a trial more CPUs or GPUs than this machine has."""
     import torch
+
     cpus = num_cpus or os.cpu_count()
     gpus = torch.cuda.device_count()
     if spec.resources.cpu > cpus:
-        raise SpecError(f"resources.cpu: bad value {spec.resources.cpu}; allowed: <= {cpus} "
-                        f"(CPUs of the local Ray; pass --address to use a cluster)")
+        raise SpecError(
+            f"resources.cpu: bad value {spec.resources.cpu}; allowed: <= {cpus} "
+            f"(CPUs of the local Ray; pass --address to use a cluster)"
+        )
     if spec.resources.gpu > gpus:
-        raise SpecError(f"resources.gpu: bad value {spec.resources.gpu}; allowed: <= {gpus} "
-                        f"(GPUs on this machine; pass --address to use a cluster)")
+        raise SpecError(
+            f"resources.gpu: bad value {spec.resources.gpu}; allowed: <= {gpus} "
+            f"(GPUs on this machine; pass --address to use a cluster)"
+        )
 
 
 def check_run_args(args: argparse.Namespace) -> None:
@@ -58,8 +63,9 @@ def check_run_args(args: argparse.Namespace) -> None:
     if not (math.isfinite(args.progress_interval) and args.progress_interval > 0):
         raise SpecError(f"--progress-interval: bad value {args.progress_interval}; allowed: a number of seconds > 0")
     if args.compact_every < 0:
-        raise SpecError(f"--compact-every: bad value {args.compact_every}; allowed: an integer >= 0 (0: never "
-                        f"during the run)")
+        raise SpecError(
+            f"--compact-every: bad value {args.compact_every}; allowed: an integer >= 0 (0: never during the run)"
+        )
     if "://" not in args.store and os.path.exists(args.store) and not os.path.isdir(args.store):
         raise SpecError(f"--store: {args.store!r} is a file; allowed: a folder or a URI")
 
@@ -84,20 +90,28 @@ def print_plan(spec: StudySpec, store: str, assume_tflops: Optional[float]) -> N
     """The dry-run plan: trials per cell, boxes, resources and estimated trial-hours. Trials are
     counted, not expanded, unless some of the study is stored (then expanded, to match keys)."""
     from hpstudy.trainers.flops import model_profile
+
     n_train = spec.dataset.n_train if spec.dataset.name == "synthetic" else TRAIN_SIZES[spec.dataset.name]
     tflops = assume_tflops or (100.0 if spec.resources.gpu else 0.02)
     per_cell = spec.samples * len(spec.seeds)
     done = stored_keys(store, spec.name)
-    to_run = Counter((t.model, t.optimizer, t.epochs) for t in expand_for_store(spec, store)
-                     if t.key not in done) if done else None
+    to_run = (
+        Counter((t.model, t.optimizer, t.epochs) for t in expand_for_store(spec, store) if t.key not in done)
+        if done
+        else None
+    )
     plan = [(cell, to_run[cell] if done else per_cell) for cell in cells(spec)]
     total, pending = per_cell * len(plan), sum(todo for _, todo in plan)
-    print(f"study {spec.name}: {total} trials, {pending} to run "
-          f"({total - pending} already stored); sampler {spec.sampler}, "
-          f"{'paired' if spec.paired else 'unpaired'} samples; resources per trial {spec.resources}; "
-          f"fuse {spec.fuse}")
-    print(f"{'model':<14} {'optimizer':<9} {'epochs':>6} {'trials':>6} {'to run':>6}  "
-          f"{'lr box':<22} {'wd box':<22} {'GFLOPs':>7} {'trial-h':>8}")
+    print(
+        f"study {spec.name}: {total} trials, {pending} to run "
+        f"({total - pending} already stored); sampler {spec.sampler}, "
+        f"{'paired' if spec.paired else 'unpaired'} samples; resources per trial {spec.resources}; "
+        f"fuse {spec.fuse}"
+    )
+    print(
+        f"{'model':<14} {'optimizer':<9} {'epochs':>6} {'trials':>6} {'to run':>6}  "
+        f"{'lr box':<22} {'wd box':<22} {'GFLOPs':>7} {'trial-h':>8}"
+    )
     total_hours = 0.0
     for (model, opt, epochs), todo in plan:
         box = spec.box(model, opt)
@@ -105,10 +119,14 @@ def print_plan(spec: StudySpec, store: str, assume_tflops: Optional[float]) -> N
         hours = todo * 3 * 2 * flops * n_train * epochs / (tflops * 1e12) / 3600
         total_hours += hours
         lr_box, wd_box = (f"[{lo:.3g}, {hi:.3g}]" for lo, hi in (box.lr, box.wd))
-        print(f"{model:<14} {opt:<9} {epochs:>6} {per_cell:>6} {todo:>6}  {lr_box:<22} {wd_box:<22} "
-              f"{flops / 1e9:>7.3f} {hours:>8.2f}")
-    print(f"estimated compute to run: {total_hours:.2f} trial-hours (3 x forward FLOPs x "
-          f"{n_train} images x epochs at {tflops:g} effective TFLOP/s per trial)")
+        print(
+            f"{model:<14} {opt:<9} {epochs:>6} {per_cell:>6} {todo:>6}  {lr_box:<22} {wd_box:<22} "
+            f"{flops / 1e9:>7.3f} {hours:>8.2f}"
+        )
+    print(
+        f"estimated compute to run: {total_hours:.2f} trial-hours (3 x forward FLOPs x "
+        f"{n_train} images x epochs at {tflops:g} effective TFLOP/s per trial)"
+    )
 
 
 def print_summary(trials_frame) -> None:
@@ -122,8 +140,10 @@ def print_summary(trials_frame) -> None:
         errs = group.loc[group["status"] != FAILED, "top1_err"]
         best = f"{errs.min():.2f}" if len(errs) else "-"
         median = f"{errs.median():.2f}" if len(errs) else "-"
-        print(f"{model:<14} {len(group):>5} {counts.get(OK, 0):>5} {counts.get(DIVERGED, 0):>5} "
-              f"{counts.get(FAILED, 0):>5} {best:>8} {median:>8}")
+        print(
+            f"{model:<14} {len(group):>5} {counts.get(OK, 0):>5} {counts.get(DIVERGED, 0):>5} "
+            f"{counts.get(FAILED, 0):>5} {best:>8} {median:>8}"
+        )
 
 
 def spec_change_note(store: str, spec: StudySpec) -> Optional[str]:
@@ -140,9 +160,11 @@ def spec_change_note(store: str, spec: StudySpec) -> Optional[str]:
     if set(record.get("trial_keys", ())) == keys:
         return None
     earlier = len(set(load_trials(store, spec.name)["trial_key"]) - keys)
-    return (f"note: study {spec.name!r} in {store} was run with a different spec; {earlier} stored rows "
-            f"come from that earlier spec: they stay in the store, but this run's summary, `hpstudy status` "
-            f"and the report leave them out (--fresh deletes them; a new name keeps the studies apart)")
+    return (
+        f"note: study {spec.name!r} in {store} was run with a different spec; {earlier} stored rows "
+        f"come from that earlier spec: they stay in the store, but this run's summary, `hpstudy status` "
+        f"and the report leave them out (--fresh deletes them; a new name keeps the studies apart)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -177,10 +199,18 @@ def run(args: argparse.Namespace) -> int:
         return 0
     from hpstudy.study.interruption import RunStopped
     from hpstudy.study.runner import run_study
+
     try:
-        stored = run_study(spec, args.store, fresh=args.fresh, address=args.address,
-                           max_concurrent=args.max_concurrent, num_cpus=args.num_cpus,
-                           progress_interval=args.progress_interval, compact_every=args.compact_every)
+        stored = run_study(
+            spec,
+            args.store,
+            fresh=args.fresh,
+            address=args.address,
+            max_concurrent=args.max_concurrent,
+            num_cpus=args.num_cpus,
+            progress_interval=args.progress_interval,
+            compact_every=args.compact_every,
+        )
     except RunStopped as stop:
         print(stop, file=sys.stderr, flush=True)
         return stop.exit_code
@@ -198,13 +228,16 @@ def run_exit_code(stored, total: int) -> int:
     missing = total - len(stored)
     if missing:
         finished = int(stored["status"].isin(FINISHED).sum())
-        print(f"incomplete: {finished}/{total} stored, {missing} not run to the end; rerun the same command "
-              f"to resume", file=sys.stderr, flush=True)
+        print(
+            f"incomplete: {finished}/{total} stored, {missing} not run to the end; rerun the same command to resume",
+            file=sys.stderr,
+            flush=True,
+        )
         return 1
     return 1 if (stored["status"] == FAILED).any() else 0
 
 
-STORE_REPORT = "report folder in the store"     # how errors name <store>/reports/<study>/
+STORE_REPORT = "report folder in the store"  # how errors name <store>/reports/<study>/
 
 
 def write_report(store: str, study: str, out: Optional[str], metric: str = DEFAULT_METRIC) -> str:
@@ -245,8 +278,10 @@ def fetch_hint(page: str) -> str:
     folder = page.rsplit("/", 1)[0]
     if "://" in folder:
         return f"the report is in the store: {folder}/ (copy it with your storage's own tools)"
-    return (f"the report is on the head node ({socket.gethostname()}); fetch it with: ray rsync-down "
-            f"cluster.yaml {folder}/ ./{os.path.basename(folder)}-report/  (your cluster file for cluster.yaml)")
+    return (
+        f"the report is on the head node ({socket.gethostname()}); fetch it with: ray rsync-down "
+        f"cluster.yaml {folder}/ ./{os.path.basename(folder)}-report/  (your cluster file for cluster.yaml)"
+    )
 
 
 def status(args: argparse.Namespace) -> int:
@@ -265,8 +300,9 @@ def status(args: argparse.Namespace) -> int:
         print(f"{finished}/{len(record['trial_keys'])} trials of the spec stored as ok/diverged")
     print_summary(current)
     if len(earlier):
-        print(f"{len(earlier)} rows from an earlier spec of study {args.study!r} (not counted above, "
-              f"not in the report):")
+        print(
+            f"{len(earlier)} rows from an earlier spec of study {args.study!r} (not counted above, not in the report):"
+        )
         print_summary(earlier)
     return 0
 
@@ -274,25 +310,34 @@ def status(args: argparse.Namespace) -> int:
 def print_compaction(store: str, counts: Dict[str, Dict[str, int]]) -> None:
     """One line per table: what compaction merged, kept apart, dropped and quarantined."""
     for table, c in counts.items():
-        print(f"{table}: {c['files']} files read ({c['merged_files_kept']} merged by earlier compactions left as "
-              f"they are); {c['merged_rows']} rows of finished trials merged "
-              f"({c['deleted_files']} files deleted); {c['unfinished']} unfinished trials kept in their own "
-              f"file (a rerun replaces it); {c['dropped_rows']} superseded rows dropped; "
-              f"{c['quarantined']} unreadable files moved to {store}/quarantine/")
+        print(
+            f"{table}: {c['files']} files read ({c['merged_files_kept']} merged by earlier compactions left as "
+            f"they are); {c['merged_rows']} rows of finished trials merged "
+            f"({c['deleted_files']} files deleted); {c['unfinished']} unfinished trials kept in their own "
+            f"file (a rerun replaces it); {c['dropped_rows']} superseded rows dropped; "
+            f"{c['quarantined']} unreadable files moved to {store}/quarantine/"
+        )
 
 
 def prepare_data(args: argparse.Namespace) -> int:
     """`hpstudy prepare`: decode an image folder once (or find it already prepared) and say where."""
     from hpstudy.trainers.prepared import prepare
-    for flag, value in (("--train-size", args.train_size), ("--image-size", args.image_size),
-                        ("--workers", args.workers)):
+
+    for flag, value in (
+        ("--train-size", args.train_size),
+        ("--image-size", args.image_size),
+        ("--workers", args.workers),
+    ):
         if value < 1:
             raise SpecError(f"{flag}: bad value {value}; allowed: an integer >= 1")
-    meta = prepare(args.data, args.out, args.train_size, args.image_size, args.workers,
-                   verify_content=args.verify_content)
-    print(f"{'reused' if meta['reused'] else 'prepared'} {args.out}: {meta['n_train']} train images at "
-          f"{meta['train_size']} px, {meta['n_val']} val images at {meta['image_size']} px, "
-          f"{len(meta['classes'])} classes; use dataset: {{name: prepared, path: {os.path.abspath(args.out)}}}")
+    meta = prepare(
+        args.data, args.out, args.train_size, args.image_size, args.workers, verify_content=args.verify_content
+    )
+    print(
+        f"{'reused' if meta['reused'] else 'prepared'} {args.out}: {meta['n_train']} train images at "
+        f"{meta['train_size']} px, {meta['n_val']} val images at {meta['image_size']} px, "
+        f"{len(meta['classes'])} classes; use dataset: {{name: prepared, path: {os.path.abspath(args.out)}}}"
+    )
     return 0
 
 
@@ -305,8 +350,9 @@ def stored_trials(store: str, study: Optional[str]) -> pd.DataFrame:
     trials = load_trials(store, study)
     if study is not None and trials.empty:
         studies = sorted(set(load_trials(store, columns=["study"])["study"]))
-        raise StoreError(f"--study: no trials of study {shown(study)} in store {shown(store)}; "
-                         f"studies stored: {shown(studies)}")
+        raise StoreError(
+            f"--study: no trials of study {shown(study)} in store {shown(store)}; studies stored: {shown(studies)}"
+        )
     return trials
 
 
@@ -332,7 +378,8 @@ def suggest(args: argparse.Namespace) -> int:
 
 
 COMMANDS: Dict[str, Callable[[argparse.Namespace], int]] = {
-    "run": run, "status": status,
+    "run": run,
+    "status": status,
     "report": lambda a: write_report(a.store, a.study, a.out, a.metric) and 0,
     "query": lambda a: print(query(a.store, a.study, a.expr, a.columns)) or 0,
     "compact": lambda a: print_compaction(a.store, compact(a.store, a.study)) or 0,

@@ -24,7 +24,7 @@ def fusion_groups(trials: List[PlannedTrial], sizes: Dict[str, int]) -> List[Lis
     groups = []
     for (model, _, _), members in cells.items():
         k = sizes.get(model, 1)
-        groups += [members[i:i + k] for i in range(0, len(members), k)]
+        groups += [members[i : i + k] for i in range(0, len(members), k)]
     return groups
 
 
@@ -54,12 +54,15 @@ def fusion_sizes(spec: StudySpec, pending: List[PlannedTrial], resources: Dict[s
         cfg = next(t for t in pending if t.model == model).config
         try:
             result = ray.get(measure.remote(model, cfg["optimizer"], cfg["batch_size"], spec.dataset.size, k))
-        except ray.exceptions.RayError as exc:   # e.g. out of memory: K members do not fit
+        except ray.exceptions.RayError as exc:  # e.g. out of memory: K members do not fit
             print(f"fuse auto: {model}: no fusion: measuring {k} fused failed ({_first_line(exc)})", flush=True)
             continue
         fuse = result["speedup"] >= AUTO_FUSE_MIN_SPEEDUP
-        print(f"fuse auto: {model}: {k} fused run {result['speedup']:.2f}x the speed of {k} alone "
-              f"-> {'fuse ' + str(k) if fuse else 'no fusion'}", flush=True)
+        print(
+            f"fuse auto: {model}: {k} fused run {result['speedup']:.2f}x the speed of {k} alone "
+            f"-> {'fuse ' + str(k) if fuse else 'no fusion'}",
+            flush=True,
+        )
         if fuse:
             sizes[model] = k
     return sizes

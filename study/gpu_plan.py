@@ -18,8 +18,10 @@ def memory_plan(spec: StudySpec, trials: List[PlannedTrial], gpu_memory_gb: Opti
     `gpu_memory_gb` (x the trial's GPU share), with the accum_steps that would make it fit."""
     budget = (gpu_memory_gb or DEFAULT_GPU_MEMORY_GB) * min(1.0, spec.resources.gpu)
     classes = NUM_CLASSES.get(spec.dataset.name, spec.dataset.num_classes)
-    lines = [f"memory per trial (estimate; budget {budget:.1f} GB = {gpu_memory_gb or DEFAULT_GPU_MEMORY_GB:g} GB "
-             f"GPU x {min(1.0, spec.resources.gpu):g} share):"]
+    lines = [
+        f"memory per trial (estimate; budget {budget:.1f} GB = {gpu_memory_gb or DEFAULT_GPU_MEMORY_GB:g} GB "
+        f"GPU x {min(1.0, spec.resources.gpu):g} share):"
+    ]
     seen = set()
     for trial in trials:
         if trial.model in seen:
@@ -28,8 +30,9 @@ def memory_plan(spec: StudySpec, trials: List[PlannedTrial], gpu_memory_gb: Opti
         cfg = TrialConfig.from_dict(trial.config)
         need = peak_memory_gb(cfg, classes)
         verdict = "fits" if need <= budget else f"DOES NOT FIT: {_fix(cfg, classes, budget)}"
-        lines.append(f"  {trial.model:<14} batch {cfg.batch_size} / accum_steps {cfg.accum_steps}: "
-                     f"{need:6.1f} GB  {verdict}")
+        lines.append(
+            f"  {trial.model:<14} batch {cfg.batch_size} / accum_steps {cfg.accum_steps}: {need:6.1f} GB  {verdict}"
+        )
     return lines
 
 
@@ -41,12 +44,14 @@ def _fix(cfg: TrialConfig, classes: int, budget: float) -> str:
             continue
         try:
             smaller = TrialConfig.from_dict(dict(cfg.to_dict(), accum_steps=steps))
-        except ConfigError:     # e.g. BatchNorm on micro-batches of one image; smaller ones are refused too
+        except ConfigError:  # e.g. BatchNorm on micro-batches of one image; smaller ones are refused too
             break
         if peak_memory_gb(smaller, classes) <= budget:
             return f"set recipe.accum_steps: {steps} (micro-batch {cfg.batch_size // steps})"
         smallest = cfg.batch_size // steps
     checkpointing = "" if cfg.grad_checkpointing else "set recipe.grad_checkpointing: true, or "
     images = "1 image" if smallest == 1 else f"{smallest} images"
-    return (f"no micro-batch fits (not even the smallest the model can train on, {images}): "
-            f"{checkpointing}give trials a GPU (or GPU share) with more memory")
+    return (
+        f"no micro-batch fits (not even the smallest the model can train on, {images}): "
+        f"{checkpointing}give trials a GPU (or GPU share) with more memory"
+    )

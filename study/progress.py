@@ -63,9 +63,11 @@ class ProgressPrinter(SavedEmpty, tune.Callback):
         eta = elapsed / done * (self.total - done) if done else float("nan")
         pending = self.total - done - self.running
         counts = ", ".join(f"{s} {statuses[s]}" for s in STATUSES)
-        parts = [f"[{_minutes(elapsed)}] {done}/{self.total} done ({counts}), "
-                 f"{self.running} running, {max(0, pending)} pending",
-                 f"ETA {_minutes(eta)}" if done else "ETA -"]
+        parts = [
+            f"[{_minutes(elapsed)}] {done}/{self.total} done ({counts}), "
+            f"{self.running} running, {max(0, pending)} pending",
+            f"ETA {_minutes(eta)}" if done else "ETA -",
+        ]
         if devices:
             parts.append("on " + ", ".join(f"{d} {n}" for d, n in sorted(devices.items())))
         if best:

@@ -34,8 +34,12 @@ from hpstudy.study.tune_store_writer import StoreWriter
 # Read by Tune when a run starts (not at import): its JSON/CSV/TensorBoard loggers cost driver
 # memory and files per trial (the store is the record), and our ProgressPrinter replaces its tables.
 # Tune's own SIGINT handler is off: hpstudy's (Interruption) stops the run and says how to resume.
-TUNE_ENV = {"TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1", "TUNE_MAX_PENDING_TRIALS_PG": "16",
-            "RAY_AIR_NEW_OUTPUT": "0", "TUNE_DISABLE_SIGINT_HANDLER": "1"}
+TUNE_ENV = {
+    "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1",
+    "TUNE_MAX_PENDING_TRIALS_PG": "16",
+    "RAY_AIR_NEW_OUTPUT": "0",
+    "TUNE_DISABLE_SIGINT_HANDLER": "1",
+}
 
 
 def local_slots(resources: Dict[str, float]) -> Optional[int]:
@@ -64,8 +68,13 @@ def ray_session(address: Optional[str], num_cpus: Optional[int]) -> Iterator[Non
     if address:
         ray.init(address=address, log_to_driver=True)
     else:
-        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=True,
-                 configure_logging=True, logging_level="WARNING")
+        ray.init(
+            num_cpus=num_cpus,
+            include_dashboard=False,
+            log_to_driver=True,
+            configure_logging=True,
+            logging_level="WARNING",
+        )
     try:
         yield
     finally:
@@ -88,16 +97,25 @@ TUNE_RUN_GROUPS = 1000
 TUNE_STORAGE = os.path.join(tempfile.gettempdir(), "hpstudy-tune")
 
 
-def run_trials(study: str, trials: List[PlannedTrial], store: str, resources: Dict[str, float],
-               max_retries: int, max_concurrent: Optional[int] = None, progress_interval: float = 10.0,
-               fusion: Optional[Dict[str, int]] = None, interruption: Optional[Interruption] = None,
-               compact_every: int = 0) -> Tally:
+def run_trials(
+    study: str,
+    trials: List[PlannedTrial],
+    store: str,
+    resources: Dict[str, float],
+    max_retries: int,
+    max_concurrent: Optional[int] = None,
+    progress_interval: float = 10.0,
+    fusion: Optional[Dict[str, int]] = None,
+    interruption: Optional[Interruption] = None,
+    compact_every: int = 0,
+) -> Tally:
     """Run `trials` on the connected Ray with Tune (K of a cell per Tune trial where `fusion` says
     so) and store each as it ends, compacting the study's files every `compact_every` stored trials
     (0: never); returns the tally of what was stored. Stops early on a store fault (StoreFault), a
     node that cannot run trials (RunStopped) or `interruption`'s signal."""
-    groups = [{"keys": [t.key for t in g], "configs": [t.config for t in g]}
-              for g in fusion_groups(trials, fusion or {})]
+    groups = [
+        {"keys": [t.key for t in g], "configs": [t.config for t in g]} for g in fusion_groups(trials, fusion or {})
+    ]
     writer = StoreWriter(store, study, trials, groups, interruption, compact_every)
     progress, stopper = ProgressPrinter(writer, len(trials), progress_interval), RunStopper(writer)
     try:
@@ -111,19 +129,30 @@ def run_trials(study: str, trials: List[PlannedTrial], store: str, resources: Di
             # a worker reads (unpickles) the groups it is given at every trial it starts: only this
             # Tune run's (at most TUNE_RUN_GROUPS), not the study's, whose size has no bound
             chunk = {i: groups[i] for i in range(first, stop)}
-            trainable = tune.with_resources(tune.with_parameters(run_tune_trial, groups=chunk),
-                                            {"cpu": resources["cpu"], "gpu": resources["gpu"]})
+            trainable = tune.with_resources(
+                tune.with_parameters(run_tune_trial, groups=chunk), {"cpu": resources["cpu"], "gpu": resources["gpu"]}
+            )
             tuner = tune.Tuner(
                 trainable,
-                tune_config=tune.TuneConfig(search_alg=GroupQueue(first, stop), num_samples=stop - first,
-                                            scheduler=IdleActorsToNewTrials(), reuse_actors=True,
-                                            max_concurrent_trials=max_concurrent,
-                                            trial_name_creator=_trial_name, trial_dirname_creator=_trial_name),
+                tune_config=tune.TuneConfig(
+                    search_alg=GroupQueue(first, stop),
+                    num_samples=stop - first,
+                    scheduler=IdleActorsToNewTrials(),
+                    reuse_actors=True,
+                    max_concurrent_trials=max_concurrent,
+                    trial_name_creator=_trial_name,
+                    trial_dirname_creator=_trial_name,
+                ),
                 run_config=tune.RunConfig(
-                    name=name, storage_path=TUNE_STORAGE,
-                    failure_config=tune.FailureConfig(max_failures=max_retries), stop=stopper,
-                    callbacks=[writer, progress], verbose=0, log_to_file=False,
-                    checkpoint_config=tune.CheckpointConfig(num_to_keep=1)),
+                    name=name,
+                    storage_path=TUNE_STORAGE,
+                    failure_config=tune.FailureConfig(max_failures=max_retries),
+                    stop=stopper,
+                    callbacks=[writer, progress],
+                    verbose=0,
+                    log_to_file=False,
+                    checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
+                ),
             )
             # With Tune's loggers off, its ResultGrid cannot fetch metrics and warns once per trial;
             # the store is the record, so that warning is noise.
@@ -147,8 +176,9 @@ def run_trials(study: str, trials: List[PlannedTrial], store: str, resources: Di
     finally:
         progress.final()
     if writer.fault is not None:
-        raise StoreFault(f"{writer.fault}; this run stored {len(writer.tally)} of its {len(trials)} "
-                         f"trials before that and stopped")
+        raise StoreFault(
+            f"{writer.fault}; this run stored {len(writer.tally)} of its {len(trials)} trials before that and stopped"
+        )
     if writer.stop_reason is not None:
         raise RunStopped(writer.stop_reason.strip().splitlines()[-1], 1)
     return writer.tally
@@ -159,9 +189,16 @@ SUMMARY_COLUMNS = ["model", "status", "top1_err", "wall_s"]
 COMPACT_EVERY = 1000
 
 
-def run_study(spec: StudySpec, store: str, fresh: bool = False, address: Optional[str] = None,
-              max_concurrent: Optional[int] = None, num_cpus: Optional[int] = None,
-              progress_interval: float = 10.0, compact_every: int = COMPACT_EVERY):
+def run_study(
+    spec: StudySpec,
+    store: str,
+    fresh: bool = False,
+    address: Optional[str] = None,
+    max_concurrent: Optional[int] = None,
+    num_cpus: Optional[int] = None,
+    progress_interval: float = 10.0,
+    compact_every: int = COMPACT_EVERY,
+):
     """Run every trial of `spec` not yet stored as ok/diverged; return the study's stored trials
     (SUMMARY_COLUMNS, with trial_key and study).
 
@@ -177,48 +214,68 @@ def run_study(spec: StudySpec, store: str, fresh: bool = False, address: Optiona
     try:
         probe_store(store)
     except StoreFault as exc:
-        raise StoreFault(f"{exc}; the store {store} must be writable: no trial was run; fix it and rerun "
-                         f"the same command") from exc
+        raise StoreFault(
+            f"{exc}; the store {store} must be writable: no trial was run; fix it and rerun the same command"
+        ) from exc
     done = set()
     interruption = Interruption()
     try:
         with interruption:
             if fresh:
                 delete_study(store, spec.name)
-            compact(store, spec.name)        # also finishes a compaction a killed driver left half done
-            trials = expand_for_store(spec, store)   # after the compaction: read from fewer files
+            compact(store, spec.name)  # also finishes a compaction a killed driver left half done
+            trials = expand_for_store(spec, store)  # after the compaction: read from fewer files
             keys = {t.key for t in trials}
             write_spec_record(store, spec.name, spec.source, len(trials), keys)
             done = stored_keys(store, spec.name)
             pending = [t for t in trials if t.key not in done]
-            print(f"study {spec.name}: {len(trials)} trials, {len(trials) - len(pending)} already stored, "
-                  f"{len(pending)} to run; store {store}", flush=True)
+            print(
+                f"study {spec.name}: {len(trials)} trials, {len(trials) - len(pending)} already stored, "
+                f"{len(pending)} to run; store {store}",
+                flush=True,
+            )
             if pending:
                 resources = {"cpu": spec.resources.cpu, "gpu": spec.resources.gpu}
                 with ray_session(address, num_cpus):
-                    interruption.arm()              # ray.init replaced the SIGTERM handler
-                    if not address:                 # a cluster may grow: only a local Ray is capped
+                    interruption.arm()  # ray.init replaced the SIGTERM handler
+                    if not address:  # a cluster may grow: only a local Ray is capped
                         max_concurrent = min(filter(None, (max_concurrent, local_slots(resources))), default=None)
                     fusion = fusion_sizes(spec, pending, resources)
                     if interruption.signum is None:
-                        run_trials(spec.name, pending, store, resources, spec.max_retries,
-                                   max_concurrent=max_concurrent, progress_interval=progress_interval,
-                                   fusion=fusion, interruption=interruption, compact_every=compact_every)
+                        run_trials(
+                            spec.name,
+                            pending,
+                            store,
+                            resources,
+                            spec.max_retries,
+                            max_concurrent=max_concurrent,
+                            progress_interval=progress_interval,
+                            fusion=fusion,
+                            interruption=interruption,
+                            compact_every=compact_every,
+                        )
                 if interruption.signum is None:
                     compact(store, spec.name)
         stored = load_trials(store, spec.name, columns=SUMMARY_COLUMNS)
     except StoreFault as exc:
-        raise StoreFault(f"{exc}; {len(done & keys)} of the study's {len(trials)} trials were stored before "
-                         f"this run; rerun the same command to resume") from exc
-    except KeyboardInterrupt:               # a second signal: quit at once
+        raise StoreFault(
+            f"{exc}; {len(done & keys)} of the study's {len(trials)} trials were stored before "
+            f"this run; rerun the same command to resume"
+        ) from exc
+    except KeyboardInterrupt:  # a second signal: quit at once
         interruption.signum = interruption.signum or signal.SIGINT
     except RunStopped as stop:
-        raise RunStopped(f"error: {stop}; the study stopped: {_count_finished(store, spec.name, keys)}/"
-                         f"{len(trials)} stored; fix that and rerun the same command to resume",
-                         stop.exit_code) from None
+        raise RunStopped(
+            f"error: {stop}; the study stopped: {_count_finished(store, spec.name, keys)}/"
+            f"{len(trials)} stored; fix that and rerun the same command to resume",
+            stop.exit_code,
+        ) from None
     if interruption.signum is not None:
-        raise RunStopped(f"interrupted: {_count_finished(store, spec.name, keys)}/{len(trials)} stored; rerun "
-                         f"the same command to resume", 128 + interruption.signum)
+        raise RunStopped(
+            f"interrupted: {_count_finished(store, spec.name, keys)}/{len(trials)} stored; rerun "
+            f"the same command to resume",
+            128 + interruption.signum,
+        )
     return stored[stored["trial_key"].isin(keys)].reset_index(drop=True)
 
 

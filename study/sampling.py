@@ -49,14 +49,14 @@ def unit_points(sampler: str, n: int, seed: int) -> np.ndarray:
         m = max(0, (n - 1).bit_length())
         return qmc.Sobol(d=2, scramble=True, seed=seed).random_base2(m)[:n]
     if sampler == "grid":
-        k = round(n ** 0.5)
+        k = round(n**0.5)
         axis = np.linspace(0.0, 1.0, k) if k > 1 else np.array([0.5])
         lr, wd = np.meshgrid(axis, axis, indexing="ij")
         return np.stack([lr.ravel(), wd.ravel()], axis=1)
     raise SpecError(f"sampler: bad value {sampler!r}; allowed: random, sobol, grid")
 
 
-SIGNIFICANT_DIGITS = 6     # of a sampled lr or wd: far finer than any box's resolution, far coarser than an ulp
+SIGNIFICANT_DIGITS = 6  # of a sampled lr or wd: far finer than any box's resolution, far coarser than an ulp
 
 
 def rounded(value: float) -> float:
@@ -67,9 +67,13 @@ def rounded(value: float) -> float:
 def scale_to_box(points: np.ndarray, box: Box) -> List[Tuple[float, float]]:
     """Map unit points log-uniformly onto the closed box, rounded (see `rounded`) and kept inside it
     (a box's ends are the spec's own numbers, so a fixed value is exactly the value written)."""
-    return [tuple(min(max(rounded(math.exp(math.log(lo) + float(u) * (math.log(hi) - math.log(lo)))), lo), hi)
-                  for u, (lo, hi) in ((u_lr, box.lr), (u_wd, box.wd)))
-            for u_lr, u_wd in points]
+    return [
+        tuple(
+            min(max(rounded(math.exp(math.log(lo) + float(u) * (math.log(hi) - math.log(lo)))), lo), hi)
+            for u, (lo, hi) in ((u_lr, box.lr), (u_wd, box.wd))
+        )
+        for u_lr, u_wd in points
+    ]
 
 
 def sample_box(spec: StudySpec, model: str, optimizer: str, epochs: int) -> List[Tuple[float, float]]:
@@ -83,10 +87,12 @@ def sample_box(spec: StudySpec, model: str, optimizer: str, epochs: int) -> List
     points = scale_to_box(unit_points(spec.sampler, spec.samples, _stream_seed(*stream) % 2**32), box)
     distinct = len(set(points))
     if distinct < len(points):
-        raise SpecError(f"samples: bad value {spec.samples} for the box lr {list(box.lr)}, wd {list(box.wd)} of "
-                        f"{model} ({optimizer}): it gives {distinct} distinct (lr, wd) points at "
-                        f"{SIGNIFICANT_DIGITS} significant digits, so trials would repeat under one key; allowed: "
-                        f"samples <= {distinct}, or a wider box (repeat a fixed value with seeds)")
+        raise SpecError(
+            f"samples: bad value {spec.samples} for the box lr {list(box.lr)}, wd {list(box.wd)} of "
+            f"{model} ({optimizer}): it gives {distinct} distinct (lr, wd) points at "
+            f"{SIGNIFICANT_DIGITS} significant digits, so trials would repeat under one key; allowed: "
+            f"samples <= {distinct}, or a wider box (repeat a fixed value with seeds)"
+        )
     return points
 
 
@@ -101,25 +107,49 @@ def cells(spec: StudySpec) -> List[Tuple[str, str, int]]:
     return [(m, o, e) for m in spec.models for o in spec.optimizers for e in spec.epochs]
 
 
-def _planned(spec: StudySpec, model: str, optimizer: str, epochs: int, sample: int, lr: float, wd: float,
-             seed: int) -> PlannedTrial:
+def _planned(
+    spec: StudySpec, model: str, optimizer: str, epochs: int, sample: int, lr: float, wd: float, seed: int
+) -> PlannedTrial:
     """One trial of the spec, its config validated and keyed."""
-    cfg = TrialConfig.from_dict(dict(spec.recipe, model=model, optimizer=optimizer, epochs=epochs, lr=lr,
-                                     wd=wd, seed=seed, dataset=asdict(spec.dataset)), check_model=False)
+    cfg = TrialConfig.from_dict(
+        dict(
+            spec.recipe,
+            model=model,
+            optimizer=optimizer,
+            epochs=epochs,
+            lr=lr,
+            wd=wd,
+            seed=seed,
+            dataset=asdict(spec.dataset),
+        ),
+        check_model=False,
+    )
     return PlannedTrial(cfg.key, model, optimizer, epochs, sample, seed, cfg.to_dict())
 
 
 def expand_cell(spec: StudySpec, model: str, optimizer: str, epochs: int) -> List[PlannedTrial]:
     """The trials of one cell, in order: samples x seeds."""
-    return [_planned(spec, model, optimizer, epochs, i, lr, wd, seed)
-            for i, (lr, wd) in enumerate(sample_box(spec, model, optimizer, epochs)) for seed in spec.seeds]
+    return [
+        _planned(spec, model, optimizer, epochs, i, lr, wd, seed)
+        for i, (lr, wd) in enumerate(sample_box(spec, model, optimizer, epochs))
+        for seed in spec.seeds
+    ]
 
 
 def first_trials(spec: StudySpec) -> List[PlannedTrial]:
     """Each model's first trial (first optimizer, schedule, sample and seed), nothing else expanded."""
-    return [_planned(spec, m, spec.optimizers[0], spec.epochs[0], 0,
-                     *sample_box(spec, m, spec.optimizers[0], spec.epochs[0])[0], spec.seeds[0])
-            for m in spec.models]
+    return [
+        _planned(
+            spec,
+            m,
+            spec.optimizers[0],
+            spec.epochs[0],
+            0,
+            *sample_box(spec, m, spec.optimizers[0], spec.epochs[0])[0],
+            spec.seeds[0],
+        )
+        for m in spec.models
+    ]
 
 
 def expand(spec: StudySpec) -> List[PlannedTrial]:
@@ -130,8 +160,9 @@ def expand(spec: StudySpec) -> List[PlannedTrial]:
 def _identity(config: Dict[str, Any]) -> str:
     """A trial's config with lr and wd rounded as the sampler rounds them, as canonical JSON: equal for a
     trial keyed before the rounding (its exp/log value) and after it."""
-    return json.dumps(dict(config, lr=rounded(config["lr"]), wd=rounded(config["wd"])),
-                      sort_keys=True, separators=(",", ":"))
+    return json.dumps(
+        dict(config, lr=rounded(config["lr"]), wd=rounded(config["wd"])), sort_keys=True, separators=(",", ":")
+    )
 
 
 def adopt_stored_keys(trials: List[PlannedTrial], stored: pd.DataFrame) -> List[PlannedTrial]:
@@ -141,16 +172,17 @@ def adopt_stored_keys(trials: List[PlannedTrial], stored: pd.DataFrame) -> List[
     new key. A failed row is not adopted (its trial is trained again, under the new key), nor one whose
     config cannot be read."""
     planned, stored_keys = {t.key for t in trials}, set(stored["trial_key"])
-    older = stored[~stored["trial_key"].isin(planned) & stored["config_json"].notna()
-                   & stored["status"].isin(FINISHED)].sort_values("finished_at", kind="stable")
+    older = stored[
+        ~stored["trial_key"].isin(planned) & stored["config_json"].notna() & stored["status"].isin(FINISHED)
+    ].sort_values("finished_at", kind="stable")
     if older.empty:
         return trials
     by_identity = {}
     for key, text in zip(older["trial_key"], older["config_json"]):
         try:
-            by_identity[_identity(json.loads(text))] = key            # the newest row of a trial wins
+            by_identity[_identity(json.loads(text))] = key  # the newest row of a trial wins
         except (ValueError, TypeError, KeyError, ArithmeticError, RecursionError):
-            continue                                                   # not a config this sampler wrote
+            continue  # not a config this sampler wrote
     adopted = []
     for trial in trials:
         if trial.key not in stored_keys:

@@ -1,7 +1,6 @@
 """Study specs: YAML loaded into typed objects and validated before anything runs."""
 
 import dataclasses
-import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -10,15 +9,15 @@ from typing import Any, Dict, Hashable, List, Mapping, Optional, Tuple
 import yaml
 
 from hpstudy.study.store import STUDY_NAME, STUDY_NAME_RULE
-from hpstudy.trainers.init_file import pin_init
 from hpstudy.trainers.config import MAX_EPOCHS, TrialConfig
 from hpstudy.trainers.data import MAX_SEED, DataSpec, finite_in, pin_data, whole_in
 from hpstudy.trainers.errors import MAX_SHOWN, ConfigError, DataError, HpstudyError, shown
+from hpstudy.trainers.init_file import pin_init
 from hpstudy.trainers.optim import OPTIMIZERS
 from hpstudy.trainers.zoo import FAMILIES, get_spec, list_models
 
 SAMPLERS = ("random", "sobol", "grid")
-MAX_TRIALS = 100_000        # per study: expansion, the plan and the store stay quick below this
+MAX_TRIALS = 100_000  # per study: expansion, the plan and the store stay quick below this
 MAX_RETRIES = 100
 FUSE_MODES = ("off", "auto")
 # Recipe keys are the TrialConfig fields that are not set per trial by the study.
@@ -56,9 +55,9 @@ class StudySpec:
     optimizers: Tuple[str, ...]
     epochs: Tuple[int, ...]
     samples: int
-    space: Mapping[str, Box]                       # optimizer -> box
+    space: Mapping[str, Box]  # optimizer -> box
     family_space: Mapping[str, Mapping[str, Box]] = field(default_factory=dict)  # family -> opt -> box
-    model_space: Mapping[str, Mapping[str, Box]] = field(default_factory=dict)   # model -> opt -> box
+    model_space: Mapping[str, Mapping[str, Box]] = field(default_factory=dict)  # model -> opt -> box
     recipe: Mapping[str, Any] = field(default_factory=dict)
     sampler: str = "random"
     paired: bool = True
@@ -67,22 +66,32 @@ class StudySpec:
     resources: Resources = Resources()
     max_retries: int = 2
     fuse: Any = "auto"
-    source: Optional[Dict[str, Any]] = None        # the raw spec, kept for reports
+    source: Optional[Dict[str, Any]] = None  # the raw spec, kept for reports
 
     def box(self, model: str, optimizer: str) -> Box:
         """The box that applies to a model and optimizer: the model's own, else its family's, else
         the optimizer's."""
         family = get_spec(model).family
-        return (self.model_space.get(model, {}).get(optimizer)
-                or self.family_space.get(family, {}).get(optimizer) or self.space[optimizer])
+        return (
+            self.model_space.get(model, {}).get(optimizer)
+            or self.family_space.get(family, {}).get(optimizer)
+            or self.space[optimizer]
+        )
 
 
 _KEYS = {f.name for f in dataclasses.fields(StudySpec)} - {"family_space", "model_space", "source"}
 
 
 # How a message names a value's type ("an integer", not "a int").
-TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true or false", list: "a list",
-              dict: "a mapping", type(None): "nothing (null)"}
+TYPE_NAMES = {
+    str: "a string",
+    int: "an integer",
+    float: "a number",
+    bool: "true or false",
+    list: "a list",
+    dict: "a mapping",
+    type(None): "nothing (null)",
+}
 
 
 def _a(kind: type) -> str:
@@ -98,8 +107,9 @@ def _reject(field_name: str, value: Any, allowed: str):
 def _nonempty_list(raw: Mapping, key: str, allowed_values=None, kind=str) -> Tuple:
     value = raw.get(key)
     if not isinstance(value, list) or not value:
-        _reject(key, value, "a non-empty list" + (f" of {', '.join(map(str, allowed_values))}"
-                                                 if allowed_values else ""))
+        _reject(
+            key, value, "a non-empty list" + (f" of {', '.join(map(str, allowed_values))}" if allowed_values else "")
+        )
     for index, item in enumerate(value):
         if not isinstance(item, kind) or isinstance(item, bool):
             _reject(f"{key}[{index}]", item, _a(kind))
@@ -113,8 +123,11 @@ def _nonempty_list(raw: Mapping, key: str, allowed_values=None, kind=str) -> Tup
 def _range(where: str, value: Any) -> Tuple[float, float]:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         value = [value, value]
-    if (not isinstance(value, list) or len(value) != 2
-            or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)):
+    if (
+        not isinstance(value, list)
+        or len(value) != 2
+        or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
+    ):
         _reject(where, value, "[low, high] with 0 < low <= high (a single number fixes the value)")
     if not all(finite_in(v) for v in value):
         _reject(where, value, "finite numbers (no .nan or .inf)")
@@ -151,8 +164,12 @@ def _space(raw: Any, optimizers: Tuple[str, ...]):
             overrides = family_space if key in FAMILIES else model_space
             overrides[key] = {opt: _box(f"space.{key}.{opt}", box) for opt, box in value.items()}
         else:
-            _reject("space", key, f"optimizer names ({', '.join(OPTIMIZERS)}), family names "
-                                  f"({', '.join(FAMILIES)}) or model names ({', '.join(models)})")
+            _reject(
+                "space",
+                key,
+                f"optimizer names ({', '.join(OPTIMIZERS)}), family names "
+                f"({', '.join(FAMILIES)}) or model names ({', '.join(models)})",
+            )
     for opt in optimizers:
         if opt not in space:
             _reject("space", sorted(raw), f"a box for every listed optimizer; missing {opt!r}")
@@ -168,7 +185,7 @@ def _recipe(raw: Any, check_paths: bool) -> Dict[str, Any]:
         if key not in RECIPE_FIELDS:
             _reject("recipe", key, ", ".join(RECIPE_FIELDS))
     try:
-        return pin_init(raw, must_exist=check_paths)     # trial keys name an init checkpoint's bytes
+        return pin_init(raw, must_exist=check_paths)  # trial keys name an init checkpoint's bytes
     except ConfigError as exc:
         raise SpecError(f"recipe.{exc}")
 
@@ -198,8 +215,16 @@ def parse_spec(raw: Any, check_paths: bool = True) -> StudySpec:
         _reject("spec", unknown[0], f"the keys {', '.join(sorted(_KEYS))} (unknown keys are errors)")
     name = raw.get("name")
     if not isinstance(name, str) or not STUDY_NAME.fullmatch(name):
-        _reject("name", name, STUDY_NAME_RULE + ("" if isinstance(name, str) or name is None else
-                                                 " (quote it: YAML reads an unquoted 2001-12-14 as a date, 1e3 as a number)"))
+        _reject(
+            "name",
+            name,
+            STUDY_NAME_RULE
+            + (
+                ""
+                if isinstance(name, str) or name is None
+                else " (quote it: YAML reads an unquoted 2001-12-14 as a date, 1e3 as a number)"
+            ),
+        )
     try:
         dataset = DataSpec.from_config(raw.get("dataset", "digits"))
     except DataError as exc:
@@ -219,13 +244,17 @@ def parse_spec(raw: Any, check_paths: bool = True) -> StudySpec:
         _reject("samples", samples, f"an integer in [1, {MAX_TRIALS}]")
     n_trials = len(models) * len(optimizers) * len(epochs) * samples * len(seeds)
     if n_trials > MAX_TRIALS:
-        _reject("samples", samples, f"at most {MAX_TRIALS} trials per study; this spec has {len(models)} "
-                                    f"models x {len(optimizers)} optimizers x {len(epochs)} epochs x "
-                                    f"{samples} samples x {len(seeds)} seeds = {n_trials} (split it into studies)")
+        _reject(
+            "samples",
+            samples,
+            f"at most {MAX_TRIALS} trials per study; this spec has {len(models)} "
+            f"models x {len(optimizers)} optimizers x {len(epochs)} epochs x "
+            f"{samples} samples x {len(seeds)} seeds = {n_trials} (split it into studies)",
+        )
     sampler = raw.get("sampler", "random")
     if sampler not in SAMPLERS:
         _reject("sampler", sampler, ", ".join(SAMPLERS))
-    if sampler == "grid" and round(samples ** 0.5) ** 2 != samples:
+    if sampler == "grid" and round(samples**0.5) ** 2 != samples:
         _reject("samples", samples, "a perfect square with sampler: grid (k x k log grid)")
     paired = raw.get("paired", True)
     if not isinstance(paired, bool):
@@ -237,21 +266,35 @@ def parse_spec(raw: Any, check_paths: bool = True) -> StudySpec:
     if not whole_in(sampler_seed, 0, MAX_SEED):
         _reject("sampler_seed", sampler_seed, "an integer in [0, 2**63)")
     fuse = raw.get("fuse", "auto")
-    if fuse is False:                  # YAML 1.1 reads an unquoted `off` (or `no`, `false`) as false
+    if fuse is False:  # YAML 1.1 reads an unquoted `off` (or `no`, `false`) as false
         fuse = "off"
     if fuse is True:
         _reject("fuse", fuse, "off, auto or an integer K >= 1 (YAML reads on/yes/true as true: write auto or K)")
     if not (fuse in FUSE_MODES or (isinstance(fuse, int) and not isinstance(fuse, bool) and fuse >= 1)):
         _reject("fuse", fuse, "off, auto or an integer K >= 1")
     space, family_space, model_space = _space(raw.get("space"), optimizers)
-    spec = StudySpec(name=name, dataset=dataset, models=models, optimizers=optimizers, epochs=epochs,
-                     samples=samples, space=space, family_space=family_space, model_space=model_space,
-                     recipe=_recipe(raw.get("recipe"), check_paths), sampler=sampler, paired=paired,
-                     sampler_seed=sampler_seed, seeds=seeds,
-                     resources=_resources(raw.get("resources")), max_retries=max_retries,
-                     fuse=fuse, source=raw)
+    spec = StudySpec(
+        name=name,
+        dataset=dataset,
+        models=models,
+        optimizers=optimizers,
+        epochs=epochs,
+        samples=samples,
+        space=space,
+        family_space=family_space,
+        model_space=model_space,
+        recipe=_recipe(raw.get("recipe"), check_paths),
+        sampler=sampler,
+        paired=paired,
+        sampler_seed=sampler_seed,
+        seeds=seeds,
+        resources=_resources(raw.get("resources")),
+        max_retries=max_retries,
+        fuse=fuse,
+        source=raw,
+    )
     _check_recipe_values(spec)
-    try:       # the path checked; a prepared folder's digest pinned, so trial keys name its arrays
+    try:  # the path checked; a prepared folder's digest pinned, so trial keys name its arrays
         return dataclasses.replace(spec, dataset=pin_data(dataset, must_exist=check_paths))
     except DataError as exc:
         raise SpecError(str(exc))
@@ -264,9 +307,18 @@ def _check_recipe_values(spec: StudySpec, check_model: bool = False) -> None:
     for model in spec.models:
         box = spec.box(model, spec.optimizers[0])
         try:
-            TrialConfig.from_dict(dict(spec.recipe, model=model, optimizer=spec.optimizers[0],
-                                       epochs=min(spec.epochs), lr=box.lr[0], wd=box.wd[0],
-                                       dataset=spec.dataset), check_model=check_model)
+            TrialConfig.from_dict(
+                dict(
+                    spec.recipe,
+                    model=model,
+                    optimizer=spec.optimizers[0],
+                    epochs=min(spec.epochs),
+                    lr=box.lr[0],
+                    wd=box.wd[0],
+                    dataset=spec.dataset,
+                ),
+                check_model=check_model,
+            )
         except ConfigError as exc:
             field_name = str(exc).split(":")[0]
             raise SpecError(f"recipe.{exc}" if field_name in spec.recipe else str(exc))
@@ -279,15 +331,16 @@ def check_models(spec: StudySpec) -> None:
     _check_recipe_values(spec, check_model=True)
 
 
-MAX_SPEC_BYTES = 1 << 20      # a study spec is a few hundred bytes; a larger file is not one
+MAX_SPEC_BYTES = 1 << 20  # a study spec is a few hundred bytes; a larger file is not one
 
 
 def load_spec(path: str, check_paths: bool = True) -> StudySpec:
     """Read and validate a YAML spec file: SpecError naming the file for one that cannot be read, is
     not UTF-8, is not YAML or nests too deeply."""
     if not os.path.isfile(path):
-        raise SpecError(f"--config: {path!r} is not a file; allowed: a YAML study spec "
-                        f"(bundled: {', '.join(bundled_configs())})")
+        raise SpecError(
+            f"--config: {path!r} is not a file; allowed: a YAML study spec (bundled: {', '.join(bundled_configs())})"
+        )
     try:
         with open(path, "rb") as f:
             data = f.read(MAX_SPEC_BYTES + 1)
@@ -298,13 +351,15 @@ def load_spec(path: str, check_paths: bool = True) -> StudySpec:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise SpecError(f"{path}: not UTF-8 text (byte {exc.start} is {data[exc.start:exc.start + 1]!r}); "
-                        f"allowed: a YAML study spec in UTF-8")
+        raise SpecError(
+            f"{path}: not UTF-8 text (byte {exc.start} is {data[exc.start : exc.start + 1]!r}); "
+            f"allowed: a YAML study spec in UTF-8"
+        )
     try:
         raw = yaml.load(text, Loader=SpecLoader)
     except yaml.YAMLError as exc:
         raise SpecError(f"{path}: not valid YAML {_yaml_problem(exc)}")
-    except ValueError as exc:      # a value YAML's constructors cannot make (an integer of over 4,300 digits)
+    except ValueError as exc:  # a value YAML's constructors cannot make (an integer of over 4,300 digits)
         raise SpecError(f"{path}: a value YAML cannot read ({str(exc)[:MAX_SHOWN]}); allowed: a YAML study spec")
     except RecursionError:
         raise SpecError(f"{path}: nested too deeply to read; allowed: a YAML study spec")
@@ -331,10 +386,11 @@ class SpecLoader(yaml.SafeLoader):
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=True)
             if not isinstance(key, Hashable):
-                continue                     # the safe loader's own construct_mapping names an unhashable key
+                continue  # the safe loader's own construct_mapping names an unhashable key
             if key in seen:
-                raise yaml.constructor.ConstructorError("while reading a mapping", node.start_mark,
-                                                        f"found the key {shown(key)} twice", key_node.start_mark)
+                raise yaml.constructor.ConstructorError(
+                    "while reading a mapping", node.start_mark, f"found the key {shown(key)} twice", key_node.start_mark
+                )
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
 
@@ -342,7 +398,8 @@ class SpecLoader(yaml.SafeLoader):
 SpecLoader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
     re.compile(r"^[-+]?([0-9][0-9_]*(\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
-    list("-+0123456789."))
+    list("-+0123456789."),
+)
 
 
 def configs_dir() -> str:

@@ -31,8 +31,10 @@ from hpstudy.trainers.schema import EPOCH_SCHEMA, TRIAL_SCHEMA, check_keys
 TABLES = {"trials": TRIAL_SCHEMA, "epochs": EPOCH_SCHEMA}
 # The columns every stored row has a value in: a file without one of them (not written by hpstudy)
 # is skipped by the readers, naming it and the column, and moved to the quarantine by `compact`.
-REQUIRED = {"trials": ("trial_key", "model", "optimizer", "epochs", "lr", "wd", "status", "finished_at"),
-            "epochs": ("trial_key", "model", "optimizer", "epoch")}
+REQUIRED = {
+    "trials": ("trial_key", "model", "optimizer", "epochs", "lr", "wd", "status", "finished_at"),
+    "epochs": ("trial_key", "model", "optimizer", "epoch"),
+}
 STUDY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 STUDY_NAME_RULE = "1 to 128 letters, digits, '-', '_' or '.', starting with a letter or digit"
 
@@ -75,8 +77,10 @@ def open_root(root: str) -> Tuple[pafs.FileSystem, str]:
             with store_io(f"open {root}"):
                 fs, path = pafs.FileSystem.from_uri(root)
         except pa.ArrowInvalid as exc:
-            raise StoreError(f"--store: bad value {shown(root)}; allowed: a local path or a filesystem URI "
-                             f"such as s3://bucket/prefix ({_first_line(exc)})")
+            raise StoreError(
+                f"--store: bad value {shown(root)}; allowed: a local path or a filesystem URI "
+                f"such as s3://bucket/prefix ({_first_line(exc)})"
+            )
         return fs, path.rstrip("/")
     return pafs.LocalFileSystem(), os.path.abspath(root)
 
@@ -93,8 +97,9 @@ def _to_table(rows: Sequence[Dict], schema: pa.Schema, what: str) -> pa.Table:
         check_keys(row, schema.names, what)
     columns = {name: [row[name] for row in rows] for name in schema.names}
     if "finished_at" in columns:
-        columns["finished_at"] = [datetime.fromisoformat(v) if isinstance(v, str) else v
-                                  for v in columns["finished_at"]]
+        columns["finished_at"] = [
+            datetime.fromisoformat(v) if isinstance(v, str) else v for v in columns["finished_at"]
+        ]
     return pa.table(columns, schema=schema)
 
 
@@ -132,8 +137,7 @@ def probe_store(root: str) -> None:
 def write_trial(root: str, study: str, row: Dict, epoch_rows: Iterable[Dict] = ()) -> str:
     """Store one finished trial (and its epochs); rewriting the same trial_key replaces it."""
     key = row["trial_key"]
-    epoch_rows = [dict(e, trial_key=key, model=row["model"], optimizer=row["optimizer"])
-                  for e in epoch_rows]
+    epoch_rows = [dict(e, trial_key=key, model=row["model"], optimizer=row["optimizer"]) for e in epoch_rows]
     if epoch_rows:
         fs, directory = partition_dir(root, "epochs", study)
         _write_table(fs, directory, f"{key}.parquet", _to_table(epoch_rows, EPOCH_SCHEMA, "epoch row"))

@@ -17,8 +17,8 @@ from hpstudy.study.store import TABLES, _first_line, _write_atomic, _write_table
 from hpstudy.study.store_read import _list_files, _read_file
 from hpstudy.trainers.schema import FINISHED
 
-MERGED_PREFIX = "compact-"         # <partition>/compact-<id>.parquet: rows merged by one compaction
-QUARANTINE = "quarantine"          # <root>/quarantine/<table>/study=<name>/: files compaction could not read
+MERGED_PREFIX = "compact-"  # <partition>/compact-<id>.parquet: rows merged by one compaction
+QUARANTINE = "quarantine"  # <root>/quarantine/<table>/study=<name>/: files compaction could not read
 
 
 def compact(root: str, study: str) -> Dict[str, Dict[str, int]]:
@@ -38,12 +38,14 @@ def compact(root: str, study: str) -> Dict[str, Dict[str, int]]:
         _remove_stale_temporaries(fs, directory)
         frame, settled, quarantined = _read_for_compaction(fs, base, directory, table)
         kept = _newest_per_key(frame, table)
-        if table == "trials":   # merged files hold finished trials only
+        if table == "trials":  # merged files hold finished trials only
             finished = set(kept.loc[kept["status"].isin(FINISHED), "trial_key"]) | set().union(*settled.values())
         merged = kept[kept["trial_key"].isin(finished)]
-        counts[table] = dict(_rewrite_partition(fs, directory, TABLES[table], frame, merged,
-                                                kept.drop(merged.index)),
-                             merged_files_kept=len(settled), quarantined=quarantined)
+        counts[table] = dict(
+            _rewrite_partition(fs, directory, TABLES[table], frame, merged, kept.drop(merged.index)),
+            merged_files_kept=len(settled),
+            quarantined=quarantined,
+        )
     return counts
 
 
@@ -63,8 +65,9 @@ def _remove_stale_temporaries(fs: pafs.FileSystem, directory: str) -> None:
                 fs.delete_file(info.path)
 
 
-def _read_for_compaction(fs: pafs.FileSystem, base: str, directory: str,
-                         table: str) -> Tuple[pd.DataFrame, Dict[str, set], int]:
+def _read_for_compaction(
+    fs: pafs.FileSystem, base: str, directory: str, table: str
+) -> Tuple[pd.DataFrame, Dict[str, set], int]:
     """The rows to compact in a partition of `table`, with their `_source` file and `_order` (files
     oldest first): every file stored since the last compaction, and each merged file that shares a
     trial_key with another file. Also the trial_keys of each merged file left as it is, and the
@@ -80,12 +83,12 @@ def _read_for_compaction(fs: pafs.FileSystem, base: str, directory: str,
         try:
             with store_io(f"read {path}"):
                 return _read_file(fs, path, table, columns)
-        except pa.ArrowException as exc:      # not an I/O fault (store_io turned those into StoreFault)
+        except pa.ArrowException as exc:  # not an I/O fault (store_io turned those into StoreFault)
             _quarantine(fs, base, path, exc)
             quarantined += 1
             return None
 
-    merged_before = {}                        # merged file -> its trial_keys (one column read)
+    merged_before = {}  # merged file -> its trial_keys (one column read)
     for info in infos:
         if _is_merged(info.path):
             keys = read(info.path, ["trial_key"])
@@ -119,16 +122,19 @@ def _is_merged(path: str) -> bool:
 def _sourced(rows: pa.Table, path: str, order: int) -> pa.Table:
     """Rows with the file they come from and its age rank (see _read_for_compaction)."""
     n = len(rows)
-    return (rows.append_column("_source", pa.array([path] * n, pa.string()))
-            .append_column("_order", pa.array([order] * n, pa.int64())))
+    return rows.append_column("_source", pa.array([path] * n, pa.string())).append_column(
+        "_order", pa.array([order] * n, pa.int64())
+    )
 
 
 def _quarantine(fs: pafs.FileSystem, base: str, path: str, exc: Exception) -> None:
     """Move an unreadable file to <base>/quarantine/<its path under base>, with a .note.txt beside it."""
-    target = f"{base}/{QUARANTINE}/{path[len(base) + 1:]}"
+    target = f"{base}/{QUARANTINE}/{path[len(base) + 1 :]}"
     directory, name = target.rsplit("/", 1)
-    note = (f"{path}: unreadable, moved here by hpstudy compact on "
-            f"{datetime.now(timezone.utc).isoformat(timespec='seconds')}: {_first_line(exc)}\n")
+    note = (
+        f"{path}: unreadable, moved here by hpstudy compact on "
+        f"{datetime.now(timezone.utc).isoformat(timespec='seconds')}: {_first_line(exc)}\n"
+    )
     _write_atomic(fs, directory, f"{name}.note.txt", lambda out: out.write(note.encode()))
     with store_io(f"move {path} to {target}"):
         fs.move(path, target)
@@ -146,8 +152,14 @@ def _newest_per_key(frame: pd.DataFrame, table: str) -> pd.DataFrame:
     return frame[newest].drop_duplicates(["trial_key", "epoch"], keep="last")
 
 
-def _rewrite_partition(fs: pafs.FileSystem, directory: str, schema: pa.Schema, frame: pd.DataFrame,
-                       merged: pd.DataFrame, unfinished: pd.DataFrame) -> Dict[str, int]:
+def _rewrite_partition(
+    fs: pafs.FileSystem,
+    directory: str,
+    schema: pa.Schema,
+    frame: pd.DataFrame,
+    merged: pd.DataFrame,
+    unfinished: pd.DataFrame,
+) -> Dict[str, int]:
     """Write `merged` as one compact file and each unfinished trial's rows as its own file (unless
     that file already holds exactly them), then delete the files whose rows now live elsewhere."""
     as_table = lambda rows: pa.Table.from_pandas(rows[schema.names], schema=schema, preserve_index=False)
@@ -161,13 +173,17 @@ def _rewrite_partition(fs: pafs.FileSystem, directory: str, schema: pa.Schema, f
             written.add(_write_table(fs, directory, f"{key}.parquet", as_table(rows)))
     sources = set(merged["_source"])
     if len(sources) == 1 and _is_merged(next(iter(sources))) and rows_per_file[next(iter(sources))] == len(merged):
-        keep |= sources                      # already one merged file holding exactly these rows
+        keep |= sources  # already one merged file holding exactly these rows
     elif len(merged):
         written.add(_write_table(fs, directory, f"{MERGED_PREFIX}{uuid.uuid4().hex[:12]}.parquet", as_table(merged)))
     merged_away = set(frame["_source"]) - keep - written
     for path in sorted(merged_away):
         with store_io(f"delete {path}"):
             fs.delete_file(path)
-    return {"files": frame["_source"].nunique(), "merged_rows": len(merged),
-            "unfinished": unfinished["trial_key"].nunique(), "dropped_rows": len(frame) - len(merged) - len(unfinished),
-            "deleted_files": len(merged_away)}
+    return {
+        "files": frame["_source"].nunique(),
+        "merged_rows": len(merged),
+        "unfinished": unfinished["trial_key"].nunique(),
+        "dropped_rows": len(frame) - len(merged) - len(unfinished),
+        "deleted_files": len(merged_away),
+    }

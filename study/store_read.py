@@ -23,20 +23,25 @@ class IncompleteFile(pa.ArrowInvalid):
 def _list_files(fs: pafs.FileSystem, path: str) -> List[str]:
     """The store's Parquet files under `path`, sorted, without dot files (temporaries) and '_' files."""
     selector = pafs.FileSelector(path, recursive=True, allow_not_found=True)
-    return sorted(info.path for info in fs.get_file_info(selector)
-                  if info.type == pafs.FileType.File and info.path.endswith(".parquet")
-                  and not os.path.basename(info.path).startswith((".", "_")))
+    return sorted(
+        info.path
+        for info in fs.get_file_info(selector)
+        if info.type == pafs.FileType.File
+        and info.path.endswith(".parquet")
+        and not os.path.basename(info.path).startswith((".", "_"))
+    )
 
 
 def _study_of(path: str, table_dir: str) -> str:
     """The study of a file under `table_dir` (<root>/<table>): its partition folder, right below
     `table_dir` (a `study=` further up, in the store's own path, is not it)."""
-    partition = path[len(table_dir) + 1:].split("/", 1)[0]
-    return partition[len("study="):] if partition.startswith("study=") else ""
+    partition = path[len(table_dir) + 1 :].split("/", 1)[0]
+    return partition[len("study=") :] if partition.startswith("study=") else ""
 
 
-def _read_files(fs: pafs.FileSystem, table_dir: str, files: List[str], table: str,
-                columns: Optional[List[str]] = None) -> pd.DataFrame:
+def _read_files(
+    fs: pafs.FileSystem, table_dir: str, files: List[str], table: str, columns: Optional[List[str]] = None
+) -> pd.DataFrame:
     """Read files (under `table_dir`) one by one, skipping (with a warning naming it) any that is
     corrupt or incomplete."""
     tables = []
@@ -48,8 +53,9 @@ def _read_files(fs: pafs.FileSystem, table_dir: str, files: List[str], table: st
             warnings.warn(f"hpstudy store: skipping unreadable file {path}: {_first_line(exc)}")
             continue
         arrow = arrow.append_column("study", pa.array([_study_of(path, table_dir)] * len(arrow), pa.string()))
-        tables.append(arrow.append_column(FILE, pa.array([path] * len(arrow), pa.string()))
-                      if table == "epochs" else arrow)
+        tables.append(
+            arrow.append_column(FILE, pa.array([path] * len(arrow), pa.string())) if table == "epochs" else arrow
+        )
     if not tables:
         empty = _empty(TABLES[table], columns)
         return empty.assign(**{FILE: pd.Series(dtype=object)}) if table == "epochs" else empty
@@ -62,8 +68,7 @@ def _read_file(fs: pafs.FileSystem, path: str, table: str, columns: Optional[Lis
     fragment = pads.ParquetFileFormat().make_fragment(path, filesystem=fs)
     missing = [c for c in REQUIRED[table] if c not in fragment.physical_schema.names]
     if missing:
-        raise IncompleteFile(f"missing column {missing[0]!r} (every {table} row needs "
-                             f"{', '.join(REQUIRED[table])})")
+        raise IncompleteFile(f"missing column {missing[0]!r} (every {table} row needs {', '.join(REQUIRED[table])})")
     return fragment.to_table(schema=TABLES[table], columns=columns)
 
 
@@ -100,14 +105,13 @@ def _load(root: str, table: str, study: Optional[str], columns: Optional[Sequenc
         # a corrupt, truncated or incomplete file: read file by file, skipping (and naming) the bad ones
         frame = _read_files(fs, path, _list_files(fs, path + (f"/study={study}" if study else "")), table, columns)
     if table == "trials":
-        frame = frame.sort_values("finished_at", kind="stable").drop_duplicates(
-            ["study", "trial_key"], keep="last")
+        frame = frame.sort_values("finished_at", kind="stable").drop_duplicates(["study", "trial_key"], keep="last")
     else:
         frame = _rows_of_newest_file(fs, frame).drop_duplicates(["study", "trial_key", "epoch"], keep="last")
     return frame.reset_index(drop=True)
 
 
-FILE = "__filename"      # pyarrow's name for the file a dataset row was read from
+FILE = "__filename"  # pyarrow's name for the file a dataset row was read from
 
 
 def _rows_of_newest_file(fs: pafs.FileSystem, frame: pd.DataFrame) -> pd.DataFrame:
@@ -123,8 +127,9 @@ def _rows_of_newest_file(fs: pafs.FileSystem, frame: pd.DataFrame) -> pd.DataFra
     return frame.drop(columns=FILE)
 
 
-def _read_dataset(fs: pafs.FileSystem, path: str, table: str, study: Optional[str],
-                  columns: Optional[List[str]]) -> Optional[pa.Table]:
+def _read_dataset(
+    fs: pafs.FileSystem, path: str, table: str, study: Optional[str], columns: Optional[List[str]]
+) -> Optional[pa.Table]:
     """A table's files (one study's, or all) read as one dataset, or None if a file is corrupt or may
     lack a column of REQUIRED: the dataset reads a missing column as nulls, so a null there sends
     the caller to the file-by-file reader, which checks each file's own columns."""
@@ -133,7 +138,9 @@ def _read_dataset(fs: pafs.FileSystem, path: str, table: str, study: Optional[st
     read = list(dict.fromkeys([*(schema.names if columns is None else columns), *REQUIRED[table]]))
     try:
         dataset = pads.dataset(path, filesystem=fs, schema=schema, format="parquet", partitioning=partitioning)
-        arrow = dataset.to_table(columns=_with_file(read, table), filter=(pads.field("study") == study) if study else None)
+        arrow = dataset.to_table(
+            columns=_with_file(read, table), filter=(pads.field("study") == study) if study else None
+        )
     except (pa.ArrowException, OSError):
         return None
     if any(arrow[c].null_count for c in REQUIRED[table]):
@@ -173,12 +180,16 @@ def load_study(root: str, study: str) -> Tuple[pd.DataFrame, pd.DataFrame, Optio
     record = load_spec_record(root, study)
     trials, earlier = split_by_spec(trials, record)
     if trials.empty:
-        raise StoreError(f"--study: none of the {len(earlier)} stored trials of study {study!r} in store "
-                         f"{root!r} belongs to the spec recorded last for it (`hpstudy status` lists them)")
+        raise StoreError(
+            f"--study: none of the {len(earlier)} stored trials of study {study!r} in store "
+            f"{root!r} belongs to the spec recorded last for it (`hpstudy status` lists them)"
+        )
     if len(earlier):
         record = dict(record, earlier_spec_rows=len(earlier))
-        warnings.warn(f"hpstudy store: {len(earlier)} rows from an earlier spec of study {study!r} are "
-                      f"not in these figures (`hpstudy status --store {root} --study {study}` lists them)")
+        warnings.warn(
+            f"hpstudy store: {len(earlier)} rows from an earlier spec of study {study!r} are "
+            f"not in these figures (`hpstudy status --store {root} --study {study}` lists them)"
+        )
     epochs = load_epochs(root, study)
     return trials, epochs[epochs["trial_key"].isin(set(trials["trial_key"]))].reset_index(drop=True), record
 

@@ -10,12 +10,13 @@ import pyarrow.fs as pafs
 
 from hpstudy.study.store import StoreFault, _first_line, _write_atomic, check_study_name, open_root, store_io
 
-REPORTS = "reports"                # <root>/reports/<name>/: the study's report, as long-lived as its rows
-MAX_SPEC_RECORD_BYTES = 64 << 20     # a record of 100,000 trial keys is ~3 MB
+REPORTS = "reports"  # <root>/reports/<name>/: the study's report, as long-lived as its rows
+MAX_SPEC_RECORD_BYTES = 64 << 20  # a record of 100,000 trial keys is ~3 MB
 
 
-def write_spec_record(root: str, study: str, spec_source: Dict, n_trials: int,
-                      trial_keys: Optional[Sequence[str]] = None) -> None:
+def write_spec_record(
+    root: str, study: str, spec_source: Dict, n_trials: int, trial_keys: Optional[Sequence[str]] = None
+) -> None:
     """Keep the spec that produced a study, its trial count and its trial keys beside the tables:
     reports and `hpstudy status` cover the rows of this spec only."""
     fs, base = open_root(root)
@@ -36,8 +37,11 @@ def load_spec_record(root: str, study: str) -> Optional[Dict]:
         if info.type == pafs.FileType.NotFound:
             return None
         data = None
-        if info.type == pafs.FileType.File and (info.size or 0) <= MAX_SPEC_RECORD_BYTES \
-                and not (isinstance(fs, pafs.LocalFileSystem) and not stat.S_ISREG(os.lstat(path).st_mode)):
+        if (
+            info.type == pafs.FileType.File
+            and (info.size or 0) <= MAX_SPEC_RECORD_BYTES
+            and not (isinstance(fs, pafs.LocalFileSystem) and not stat.S_ISREG(os.lstat(path).st_mode))
+        ):
             with fs.open_input_stream(path) as f:
                 data = f.read(MAX_SPEC_RECORD_BYTES + 1)
     try:
@@ -49,9 +53,11 @@ def load_spec_record(root: str, study: str) -> Optional[Dict]:
         keys = record.get("trial_keys", [])
         if not (isinstance(keys, list) and all(isinstance(key, str) for key in keys)):
             raise ValueError("its trial_keys are not a list of keys")
-    except (ValueError, RecursionError) as exc:        # UnicodeDecodeError and JSONDecodeError are ValueErrors
-        raise StoreFault(f"store: cannot read the spec record {path} ({_first_line(exc)}); "
-                         f"rerun the study (`hpstudy run --config <its spec>`) to rewrite it") from None
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise StoreFault(
+            f"store: cannot read the spec record {path} ({_first_line(exc)}); "
+            f"rerun the study (`hpstudy run --config <its spec>`) to rewrite it"
+        ) from None
     return record
 
 

@@ -10,9 +10,10 @@ of the study's good ranges (`hpstudy.analysis.stats.good_ranges`, pycls's `get_f
 subsets of 25% of the trials, the best trial of each; p50 is the median of the winners' values).
 
 Why the median winner, not the best trial or the centre of the range: the single best trial is one
-draw (with seed noise, which of the good trials comes out best is partly luck); the geometric centre of [p2.5, p97.5] follows the range's tails, which a few
-trials at the box's edge decide. The median over bootstrap winners is where the best trial usually
-falls: a single lucky trial moves it little, and it lies inside the good range by construction.
+draw (with seed noise, which of the good trials comes out best is partly luck); the geometric centre
+of [p2.5, p97.5] follows the range's tails, which a few trials at the box's edge decide. The median
+over bootstrap winners is where the best trial usually falls: a single lucky trial moves it little,
+and it lies inside the good range by construction.
 lr and wd are taken each at its own median; the comment line says whether their product lies in
 the good range of lr·wd (the product the paper finds matters most). Each (model, optimizer) is read
 at the study's longest schedule (the lr/wd study usually has one).
@@ -36,7 +37,7 @@ from hpstudy.trainers.errors import ConfigError
 from hpstudy.trainers.schema import FAILED
 from hpstudy.trainers.zoo import get_spec, list_models
 
-RangesFn = Callable[..., pd.DataFrame]     # hpstudy.analysis.stats.good_ranges(frame, metric) -> table
+RangesFn = Callable[..., pd.DataFrame]  # hpstudy.analysis.stats.good_ranges(frame, metric) -> table
 
 
 def yaml_number(value: float) -> str:
@@ -45,36 +46,61 @@ def yaml_number(value: float) -> str:
     return f"{value:.2e}" if "e" in text else text
 
 
-def fixed_points(trials: pd.DataFrame, ranges_fn: RangesFn, metric: str,
-                 models: Optional[Sequence[str]] = None, optimizers: Optional[Sequence[str]] = None) -> List[Dict]:
+def fixed_points(
+    trials: pd.DataFrame,
+    ranges_fn: RangesFn,
+    metric: str,
+    models: Optional[Sequence[str]] = None,
+    optimizers: Optional[Sequence[str]] = None,
+) -> List[Dict]:
     """Per (model, optimizer) of the trials (filtered to `models` / `optimizers`): the suggested
     fixed lr and wd and what they come from (n, left out, good ranges, the best trial)."""
     for name, wanted, column in (("--model", models, "model"), ("--optimizer", optimizers, "optimizer")):
         missing = sorted(set(wanted or ()) - set(trials[column]))
         if missing:
-            raise ConfigError(f"{name}: bad value {missing[0]!r}; allowed (in the study): "
-                              f"{', '.join(sorted(set(trials[column])))}")
+            raise ConfigError(
+                f"{name}: bad value {missing[0]!r}; allowed (in the study): {', '.join(sorted(set(trials[column])))}"
+            )
     catalogue = list_models()
     out = []
-    for (model, opt), cell in sorted(trials.groupby(["model", "optimizer"], observed=True),
-                                     key=lambda kv: (catalogue.index(kv[0][0]), kv[0][1])):
+    for (model, opt), cell in sorted(
+        trials.groupby(["model", "optimizer"], observed=True), key=lambda kv: (catalogue.index(kv[0][0]), kv[0][1])
+    ):
         if (models and model not in models) or (optimizers and opt not in optimizers):
             continue
         epochs = int(cell["epochs"].max())
         cell = cell[cell["epochs"] == epochs]
         if not (cell["status"] != FAILED).any():
-            out.append({"model": model, "optimizer": opt, "epochs": epochs, "lr": None, "wd": None,
-                        "why": "every trial failed"})
+            out.append(
+                {
+                    "model": model,
+                    "optimizer": opt,
+                    "epochs": epochs,
+                    "lr": None,
+                    "wd": None,
+                    "why": "every trial failed",
+                }
+            )
             continue
         ranges = ranges_fn(cell, metric)
         log_lr, log_wd = ranges.loc["p50", "log10_lr"], ranges.loc["p50", "log10_wd"]
         lo_prod, hi_prod = ranges.loc["p2.5", "log10_lr_wd"], ranges.loc["p97.5", "log10_lr_wd"]
-        out.append({"model": model, "family": get_spec(model).family, "optimizer": opt, "epochs": epochs,
-                    "lr": 10 ** log_lr, "wd": 10 ** log_wd, "n": int(ranges["n"].iloc[0]),
-                    "n_left_out": int(ranges["n_left_out"].iloc[0]), "metric": str(ranges["metric"].iloc[0]),
-                    "lr_range": (10 ** ranges.loc["p2.5", "log10_lr"], 10 ** ranges.loc["p97.5", "log10_lr"]),
-                    "wd_range": (10 ** ranges.loc["p2.5", "log10_wd"], 10 ** ranges.loc["p97.5", "log10_wd"]),
-                    "product_in_range": bool(lo_prod - 1e-9 <= log_lr + log_wd <= hi_prod + 1e-9)})
+        out.append(
+            {
+                "model": model,
+                "family": get_spec(model).family,
+                "optimizer": opt,
+                "epochs": epochs,
+                "lr": 10**log_lr,
+                "wd": 10**log_wd,
+                "n": int(ranges["n"].iloc[0]),
+                "n_left_out": int(ranges["n_left_out"].iloc[0]),
+                "metric": str(ranges["metric"].iloc[0]),
+                "lr_range": (10 ** ranges.loc["p2.5", "log10_lr"], 10 ** ranges.loc["p97.5", "log10_lr"]),
+                "wd_range": (10 ** ranges.loc["p2.5", "log10_wd"], 10 ** ranges.loc["p97.5", "log10_wd"]),
+                "product_in_range": bool(lo_prod - 1e-9 <= log_lr + log_wd <= hi_prod + 1e-9),
+            }
+        )
     if not out:
         raise ConfigError("--model/--optimizer: no (model, optimizer) of the study matches")
     return out
@@ -89,20 +115,24 @@ def _source(point: Dict) -> str:
         return f"# {point['model']}, {point['optimizer']}, {point['epochs']} epochs: no suggestion ({point['why']})"
     lr, wd = point["lr_range"], point["wd_range"]
     note = "" if point["product_in_range"] else "; lr·wd lies OUTSIDE the good lr·wd range: check the scatter figure"
-    return (f"# {point['model']}, {point['optimizer']}, {point['epochs']} epochs: n = {point['n']} counted "
-            f"({point['n_left_out']} left out); good lr [{yaml_number(lr[0])}, {yaml_number(lr[1])}], "
-            f"wd [{yaml_number(wd[0])}, {yaml_number(wd[1])}]{note}")
+    return (
+        f"# {point['model']}, {point['optimizer']}, {point['epochs']} epochs: n = {point['n']} counted "
+        f"({point['n_left_out']} left out); good lr [{yaml_number(lr[0])}, {yaml_number(lr[1])}], "
+        f"wd [{yaml_number(wd[0])}, {yaml_number(wd[1])}]{note}"
+    )
 
 
 def space_lines(points: List[Dict], study: str, store: str) -> List[str]:
     """The `space:` block (YAML with comments) of the fixed points."""
     usable_points = [p for p in points if p["lr"] is not None]
     metric = usable_points[0]["metric"] if usable_points else "?"
-    lines = [f"# hpstudy suggest --store {store} --study {study}   (metric: {metric})",
-             "# lr, wd = 10^p50 of the good ranges (hpstudy.analysis.stats.good_ranges): the median best trial over",
-             "# 2500 bootstrap subsets of 25% of the trials (study/suggest.py says why). A single number fixes",
-             "# the value. Paste under a length or optimizer spec's `space:` (replacing its boxes).",
-             "space:"]
+    lines = [
+        f"# hpstudy suggest --store {store} --study {study}   (metric: {metric})",
+        "# lr, wd = 10^p50 of the good ranges (hpstudy.analysis.stats.good_ranges): the median best trial over",
+        "# 2500 bootstrap subsets of 25% of the trials (study/suggest.py says why). A single number fixes",
+        "# the value. Paste under a length or optimizer spec's `space:` (replacing its boxes).",
+        "space:",
+    ]
     first = {}
     for p in usable_points:
         first.setdefault(p["optimizer"], p)
@@ -120,8 +150,14 @@ def space_lines(points: List[Dict], study: str, store: str) -> List[str]:
     return lines
 
 
-def suggest(store: str, study: str, ranges_fn: RangesFn, metric: str = "paper",
-            models: Optional[Sequence[str]] = None, optimizers: Optional[Sequence[str]] = None) -> str:
+def suggest(
+    store: str,
+    study: str,
+    ranges_fn: RangesFn,
+    metric: str = "paper",
+    models: Optional[Sequence[str]] = None,
+    optimizers: Optional[Sequence[str]] = None,
+) -> str:
     """The spec lines for a stored lr/wd study (see the module docstring)."""
     trials, _, _ = load_study(store, study)
     return "\n".join(space_lines(fixed_points(trials, ranges_fn, metric, models, optimizers), study, store))

@@ -57,6 +57,7 @@ def _train_group(group: Dict) -> List[Dict]:
     def report_best_member(records):
         best = min(records.values(), key=lambda r: r["top1_err"])
         tune.report({"epoch": best["epoch"], "top1_err": best["top1_err"], "members_alive": len(records)})
+
     return train_fused(group["configs"], on_epoch=report_best_member)
 
 
@@ -78,7 +79,7 @@ def run_tune_trial(config: Dict, groups: Dict[int, Dict]) -> None:
     use_assigned_cpus()
     use_assigned_gpus()
     wrong_device = unusable_gpu_reason()
-    if wrong_device:                        # stored failed, and the driver stops the study
+    if wrong_device:  # stored failed, and the driver stops the study
         tune.report({"final": 1, "trial_error": wrong_device, "stop_study": 1})
         return
     first_error = None
@@ -89,10 +90,11 @@ def run_tune_trial(config: Dict, groups: Dict[int, Dict]) -> None:
         except HpstudyError:
             tune.report({"final": 1, "trial_error": traceback.format_exc()})
             return
-        except Exception as exc:            # the frames (and tensors) of a failed try are freed here
+        except Exception as exc:  # the frames (and tensors) of a failed try are freed here
             if first_error == (type(exc), str(exc)):
-                tune.report({"final": 1, "trial_error": "raised twice in a row, so not retried:\n"
-                                                       + traceback.format_exc()})
+                tune.report(
+                    {"final": 1, "trial_error": "raised twice in a row, so not retried:\n" + traceback.format_exc()}
+                )
                 return
             if first_error is not None:
                 raise

@@ -28,7 +28,11 @@ class RunStopper(SavedEmpty, Stopper):
         interruption = self.writer.interruption
         if interruption.signum is not None and not interruption.noted:
             interruption.noted = True
-            print(f"{signal.Signals(interruption.signum).name}: stopping: no new trial starts, running trials "
-                  f"are cancelled (a rerun trains them again), finished trials stay stored; send it again to "
-                  f"quit at once", file=sys.stderr, flush=True)
+            print(
+                f"{signal.Signals(interruption.signum).name}: stopping: no new trial starts, running trials "
+                f"are cancelled (a rerun trains them again), finished trials stay stored; send it again to "
+                f"quit at once",
+                file=sys.stderr,
+                flush=True,
+            )
         return self.writer.fault is not None or self.writer.stop_reason is not None or interruption.signum is not None

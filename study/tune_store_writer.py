@@ -20,8 +20,14 @@ from hpstudy.trainers.provenance import versions
 def failed_row(trial: PlannedTrial, error: str) -> Dict:
     """The stored row of a trial that failed after its last retry (left out of EDFs, counted)."""
     row = {**dict.fromkeys(schema.TRIAL_FIELDS), **TrialConfig.from_dict(trial.config).row_fields()}
-    return dict(row, trial_key=trial.key, status=schema.FAILED, versions=versions(), error=error[-4000:],
-                finished_at=datetime.now(timezone.utc))
+    return dict(
+        row,
+        trial_key=trial.key,
+        status=schema.FAILED,
+        versions=versions(),
+        error=error[-4000:],
+        finished_at=datetime.now(timezone.utc),
+    )
 
 
 class StoreWriter(SavedEmpty, tune.Callback):
@@ -30,15 +36,22 @@ class StoreWriter(SavedEmpty, tune.Callback):
     A store fault (full, unwritable, unreachable) is kept in `fault` and stops writing; the
     `RunStopper` then ends the run."""
 
-    def __init__(self, store: str, study: str, trials: List[PlannedTrial], groups: List[Dict],
-                 interruption: Optional[Interruption] = None, compact_every: int = 0):
+    def __init__(
+        self,
+        store: str,
+        study: str,
+        trials: List[PlannedTrial],
+        groups: List[Dict],
+        interruption: Optional[Interruption] = None,
+        compact_every: int = 0,
+    ):
         self.store, self.study, self.compact_every = store, study, compact_every
         self.by_key = {t.key: t for t in trials}
         self.groups = groups
         self.interruption = interruption or Interruption()
-        self.tally = Tally()                 # counts, not rows: the driver's memory stays flat
+        self.tally = Tally()  # counts, not rows: the driver's memory stays flat
         self.fault: Optional[StoreFault] = None
-        self.stop_reason: Optional[str] = None   # a trial found its node unable to run any trial
+        self.stop_reason: Optional[str] = None  # a trial found its node unable to run any trial
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
         """Store the rows a group reports at its end (as failed when it reports a deterministic error;

@@ -25,13 +25,18 @@ from tests.helpers import free_port  # noqa: E402
 @pytest.fixture
 def s3_root(monkeypatch):
     """A real S3 API on loopback (moto's server mode) and a fresh bucket in it."""
-    import boto3   # a declared test dependency: a missing install fails, never skips
+    import boto3  # a declared test dependency: a missing install fails, never skips
     from moto.server import ThreadedMotoServer
+
     port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port)
     server.start()
-    for name, value in {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
-                        "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}.items():
+    for name, value in {
+        "AWS_ACCESS_KEY_ID": "test",
+        "AWS_SECRET_ACCESS_KEY": "test",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }.items():
         monkeypatch.setenv(name, value)
     # moto keeps one in-memory backend per process, shared by every server it starts: a bucket
     # name of its own keeps one test's objects out of another's listing
@@ -52,8 +57,11 @@ def tmpfs(tmp_path):
         path.mkdir()
         if shutil.which("mount") is None:
             pytest.skip("no mount command here: cannot make a small tmpfs")
-        done = subprocess.run(["mount", "-t", "tmpfs", "-o", ",".join((f"size={size}",) + options), "tmpfs",
-                               str(path)], capture_output=True, text=True)
+        done = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", ",".join((f"size={size}",) + options), "tmpfs", str(path)],
+            capture_output=True,
+            text=True,
+        )
         if done.returncode:
             pytest.skip(f"cannot mount a tmpfs (needs root or CAP_SYS_ADMIN): {done.stderr.strip()}")
         mounted.append(path)

@@ -39,16 +39,28 @@ def stored_row(**values) -> dict:
 
 def row(key, status="ok", err=10.0, model="vit_p_tiny", when=FINISHED_AT) -> dict:
     """A stored adamw trial row keyed `key`; a failed one has no FLOPs and the error 'boom'."""
-    return stored_row(**{"trial_key": key, "model": model, "family": "vit_p", "optimizer": "adamw", "epochs": 2,
-            "lr": 1e-3, "wd": 0.05, "seed": 0, "status": status, "top1_err": err,
-            "flops": None if status == "failed" else 1000, "error": "boom" if status == "failed" else None,
-            "finished_at": when})
+    return stored_row(
+        **{
+            "trial_key": key,
+            "model": model,
+            "family": "vit_p",
+            "optimizer": "adamw",
+            "epochs": 2,
+            "lr": 1e-3,
+            "wd": 0.05,
+            "seed": 0,
+            "status": status,
+            "top1_err": err,
+            "flops": None if status == "failed" else 1000,
+            "error": "boom" if status == "failed" else None,
+            "finished_at": when,
+        }
+    )
 
 
 def write_file(path, rows, schema) -> None:
     """A Parquet file of `rows` as an older hpstudy (or a crash) might have left it."""
-    rows = [dict(r, finished_at=datetime.fromisoformat(r["finished_at"])) if "finished_at" in r else r
-            for r in rows]
+    rows = [dict(r, finished_at=datetime.fromisoformat(r["finished_at"])) if "finished_at" in r else r for r in rows]
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.Table.from_pylist(rows, schema=schema), path)
 
@@ -59,20 +71,23 @@ def epoch_row(**values) -> dict:
 
 
 TINY_DATA = {"name": "synthetic", "image_size": 8, "n_train": 16, "n_val": 8, "num_classes": 4}
-TINY_TRIAL = dict(model="cnn_tiny", optimizer="sgd", epochs=1, lr=0.05, wd=0.0, batch_size=8, dataset=TINY_DATA,
-                  device="cpu", seed=3)
+TINY_TRIAL = dict(
+    model="cnn_tiny", optimizer="sgd", epochs=1, lr=0.05, wd=0.0, batch_size=8, dataset=TINY_DATA, device="cpu", seed=3
+)
 
 
 def tiny_trainer(**changes):
     """A Trainer of TINY_TRIAL (cnn_tiny on 4-class 8 px synthetic data, 2 steps an epoch) with `changes`."""
     from hpstudy.trainers.config import TrialConfig
     from hpstudy.trainers.trial import Trainer
+
     return Trainer(TrialConfig.from_dict(dict(TINY_TRIAL, **changes)))
 
 
 def image_folder(root, n=4, size=(40, 48)) -> str:
     """An image folder of random JPEGs (train/val, classes cat and dog, n each) under root; its path."""
     from PIL import Image
+
     rng = np.random.default_rng(0)
     for split in ("train", "val"):
         for cls in ("cat", "dog"):
@@ -82,23 +97,30 @@ def image_folder(root, n=4, size=(40, 48)) -> str:
     return str(root)
 
 
-def make_trials(models=("vit_p_tiny", "vit_c_tiny", "cnn_tiny"), optimizers=("adamw", "sgd"),
-                epochs=(10,), n=24, seed=0, diverge_share=0.1, fail_share=0.0, ema=False) -> pd.DataFrame:
+def make_trials(
+    models=("vit_p_tiny", "vit_c_tiny", "cnn_tiny"),
+    optimizers=("adamw", "sgd"),
+    epochs=(10,),
+    n=24,
+    seed=0,
+    diverge_share=0.1,
+    fail_share=0.0,
+    ema=False,
+) -> pd.DataFrame:
     """Trials whose error is a bowl in log lr / log wd, plus noise; some diverged at chance (90%).
 
     `top1_err` is the final error; `best_top1_err` lies up to 2 points below it, and with `ema`
     `best_ema_top1_err` up to 1 point below that (diverged at chance, failed null, as stored).
     """
     rng = np.random.default_rng(seed)
-    gains = np.random.default_rng(seed + 1)    # its own stream: top1_err does not depend on `ema`
+    gains = np.random.default_rng(seed + 1)  # its own stream: top1_err does not depend on `ema`
     rows = []
     for m_index, model in enumerate(models):
         for opt in optimizers:
             for e in epochs:
                 log_lr = rng.uniform(-4, -2, n)
                 log_wd = rng.uniform(-2, 0, n)
-                err = (10 + 3 * m_index + 8 * (log_lr + 3) ** 2 + 2 * (log_wd + 1) ** 2
-                       + 20 / e + rng.normal(0, 0.5, n))
+                err = 10 + 3 * m_index + 8 * (log_lr + 3) ** 2 + 2 * (log_wd + 1) ** 2 + 20 / e + rng.normal(0, 0.5, n)
                 status = np.where(rng.random(n) < diverge_share, "diverged", "ok").astype(object)
                 err = np.where(status == "diverged", 90.0, err)
                 failed = rng.random(n) < fail_share
@@ -107,10 +129,23 @@ def make_trials(models=("vit_p_tiny", "vit_c_tiny", "cnn_tiny"), optimizers=("ad
                 best = np.where(status == "ok", err - gains.uniform(0, 2, n), err)
                 best_ema = np.where(status == "ok", best - gains.uniform(0, 1, n), best)
                 for i in range(n):
-                    rows.append({"study": "gen", "trial_key": f"{model}-{opt}-{e}-{i}", "model": model,
-                                 "optimizer": opt, "epochs": e, "lr": 10 ** log_lr[i], "wd": 10 ** log_wd[i],
-                                 "seed": 0, "status": status[i], "top1_err": err[i], "best_top1_err": best[i],
-                                 **({"best_ema_top1_err": best_ema[i]} if ema else {}), "wall_s": 30.0})
+                    rows.append(
+                        {
+                            "study": "gen",
+                            "trial_key": f"{model}-{opt}-{e}-{i}",
+                            "model": model,
+                            "optimizer": opt,
+                            "epochs": e,
+                            "lr": 10 ** log_lr[i],
+                            "wd": 10 ** log_wd[i],
+                            "seed": 0,
+                            "status": status[i],
+                            "top1_err": err[i],
+                            "best_top1_err": best[i],
+                            **({"best_ema_top1_err": best_ema[i]} if ema else {}),
+                            "wall_s": 30.0,
+                        }
+                    )
     return pd.DataFrame(rows)
 
 
@@ -123,8 +158,7 @@ SMALL = {
     "epochs": [1],
     "samples": 3,
     "sampler": "sobol",
-    "space": {"adamw": {"lr": [5e-4, 5e-3], "wd": [0.01, 0.1]},
-              "sgd": {"lr": [0.01, 0.1], "wd": [1e-5, 1e-4]}},
+    "space": {"adamw": {"lr": [5e-4, 5e-3], "wd": [0.01, 0.1]}, "sgd": {"lr": [0.01, 0.1], "wd": [1e-5, 1e-4]}},
     "resources": {"cpu": 1},
     "max_retries": 2,
     "fuse": "off",
@@ -168,15 +202,33 @@ def write_spec(tmp_path, spec: dict) -> str:
 def run_edf_command(config: str, store: str, *extra: str, module: bool = False):
     """The argv of run_edf.py (as a script, or with -m) for a local 2-CPU Ray."""
     entry = ["-m", "hpstudy.study.run_edf"] if module else [os.path.join(REPO, "study", "run_edf.py")]
-    return [sys.executable, *entry, "--config", config, "--store", store, "--num-cpus", "2",
-            "--report", "none", "--progress-interval", "1", *extra]
+    return [
+        sys.executable,
+        *entry,
+        "--config",
+        config,
+        "--store",
+        store,
+        "--num-cpus",
+        "2",
+        "--report",
+        "none",
+        "--progress-interval",
+        "1",
+        *extra,
+    ]
 
 
 def run_edf(config: str, store: str, *extra: str, env=None, module: bool = False, timeout=300):
     """Run run_edf.py to completion in a fresh process; returns the CompletedProcess."""
-    return subprocess.run(run_edf_command(config, store, *extra, module=module), cwd=REPO,
-                          capture_output=True, text=True, timeout=timeout,
-                          env=dict(os.environ, **(env or {})))
+    return subprocess.run(
+        run_edf_command(config, store, *extra, module=module),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=dict(os.environ, **(env or {})),
+    )
 
 
 def in_terminal(argv):
@@ -187,8 +239,7 @@ def in_terminal(argv):
         os.setsid()
         fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
-    proc = subprocess.Popen(argv, cwd=REPO, stdin=slave, stdout=slave, stderr=slave,
-                            preexec_fn=controlling_terminal)
+    proc = subprocess.Popen(argv, cwd=REPO, stdin=slave, stdout=slave, stderr=slave, preexec_fn=controlling_terminal)
     os.close(slave)
     output = []
 
@@ -196,7 +247,7 @@ def in_terminal(argv):
         while True:
             try:
                 chunk = os.read(master, 4096)
-            except OSError:              # the terminal's last user closed it
+            except OSError:  # the terminal's last user closed it
                 break
             if not chunk:
                 break

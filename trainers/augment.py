@@ -17,7 +17,7 @@ from torchvision.transforms.v2 import AutoAugment, AutoAugmentPolicy
 
 from hpstudy.trainers.errors import ConfigError, shown
 
-RRC_SCALE = (0.08, 1.0)          # timm's / torchvision's RandomResizedCrop defaults
+RRC_SCALE = (0.08, 1.0)  # timm's / torchvision's RandomResizedCrop defaults
 RRC_RATIO = (3 / 4, 4 / 3)
 RRC_ATTEMPTS = 10
 
@@ -36,7 +36,8 @@ def rrc_boxes(heights: torch.Tensor, widths: torch.Tensor, generator: torch.Gene
     area = (heights * widths).double()
     target = area[:, None] * torch.empty(n, RRC_ATTEMPTS, dtype=torch.float64).uniform_(*RRC_SCALE, generator=generator)
     log_ratio = torch.empty(n, RRC_ATTEMPTS, dtype=torch.float64).uniform_(
-        math.log(RRC_RATIO[0]), math.log(RRC_RATIO[1]), generator=generator)
+        math.log(RRC_RATIO[0]), math.log(RRC_RATIO[1]), generator=generator
+    )
     w = torch.round(torch.sqrt(target * torch.exp(log_ratio)))
     h = torch.round(torch.sqrt(target / torch.exp(log_ratio)))
     ok = (w > 0) & (h > 0) & (w <= widths[:, None]) & (h <= heights[:, None])
@@ -46,8 +47,11 @@ def rrc_boxes(heights: torch.Tensor, widths: torch.Tensor, generator: torch.Gene
     crop_w = torch.where(first >= 0, w[rows, first.clamp(min=0)], torch.zeros(n, dtype=torch.float64))
     # fallback: the whole image, its aspect ratio clamped into RRC_RATIO (a centre crop)
     in_ratio = widths.double() / heights.double()
-    fb_w = torch.where(in_ratio < RRC_RATIO[0], widths.double(),
-                       torch.where(in_ratio > RRC_RATIO[1], torch.round(heights * RRC_RATIO[1]), widths.double()))
+    fb_w = torch.where(
+        in_ratio < RRC_RATIO[0],
+        widths.double(),
+        torch.where(in_ratio > RRC_RATIO[1], torch.round(heights * RRC_RATIO[1]), widths.double()),
+    )
     fb_h = torch.where(in_ratio < RRC_RATIO[0], torch.round(widths / RRC_RATIO[0]), heights.double())
     fallback = first < 0
     crop_h, crop_w = torch.where(fallback, fb_h, crop_h), torch.where(fallback, fb_w, crop_w)
@@ -75,7 +79,7 @@ def crop_resize_flip(x: torch.Tensor, boxes: torch.Tensor, flips: torch.Tensor, 
 
 GEOMETRIC_OPS = ("ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate")
 
-Ops = Tuple[Tuple[str, Optional[int], bool], ...]     # (operation, magnitude bin, negative) per applied op
+Ops = Tuple[Tuple[str, Optional[int], bool], ...]  # (operation, magnitude bin, negative) per applied op
 
 
 class DeviceAutoAugment:
@@ -89,8 +93,10 @@ class DeviceAutoAugment:
 
     def __init__(self, policy: str = "original"):
         if policy != "original":
-            raise ConfigError(f"auto_augment: bad value {shown(policy)} on a device pipeline; allowed: original "
-                              f"(or null), the ImageNet policy")
+            raise ConfigError(
+                f"auto_augment: bad value {shown(policy)} on a device pipeline; allowed: original "
+                f"(or null), the ImageNet policy"
+            )
         self.aa = AutoAugment(AutoAugmentPolicy.IMAGENET)
         self._maps: Dict[Tuple[str, float, int, int, torch.device], Tuple[torch.Tensor, torch.Tensor]] = {}
 
@@ -98,11 +104,14 @@ class DeviceAutoAugment:
         """Each image's operations, drawn from `generator` (empty where neither applies)."""
         policies = self.aa._policies
         which = torch.randint(len(policies), (n,), generator=generator).tolist()
-        applies = (torch.rand(n, 2, generator=generator) <= torch.tensor(
-            [[p[0][1], p[1][1]] for p in policies])[which]).tolist()
+        applies = (
+            torch.rand(n, 2, generator=generator) <= torch.tensor([[p[0][1], p[1][1]] for p in policies])[which]
+        ).tolist()
         signs = (torch.rand(n, 2, generator=generator) <= 0.5).tolist()
-        return [tuple((policies[which[i]][j][0], policies[which[i]][j][2], signs[i][j])
-                      for j in range(2) if applies[i][j]) for i in range(n)]
+        return [
+            tuple((policies[which[i]][j][0], policies[which[i]][j][2], signs[i][j]) for j in range(2) if applies[i][j])
+            for i in range(n)
+        ]
 
     def __call__(self, x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         """The batch with each image's drawn operations applied."""
@@ -116,7 +125,7 @@ class DeviceAutoAugment:
         index = to_device(torch.tensor([i for members in groups.values() for i in members]), x.device)
         images, pieces, start = x[index], [], 0
         for ops, members in groups.items():
-            part = images[start:start + len(members)]
+            part = images[start : start + len(members)]
             for op, magnitude_idx, negative in ops:
                 part = self.apply(part, op, magnitude_idx, negative)
             pieces.append(part)
@@ -129,8 +138,9 @@ class DeviceAutoAugment:
         height, width = images.shape[-2:]
         magnitude = self._magnitude(op, magnitude_idx, negative, height, width)
         if op not in GEOMETRIC_OPS:
-            return self.aa._apply_image_or_video_transform(images, op, magnitude, interpolation=self.aa.interpolation,
-                                                           fill=self.aa._fill)
+            return self.aa._apply_image_or_video_transform(
+                images, op, magnitude, interpolation=self.aa.interpolation, fill=self.aa._fill
+            )
         source, inside = self._pixel_map(op, magnitude, height, width, images.device)
         moved = images.flatten(-2).index_select(-1, source).view(images.shape)
         return moved * inside
@@ -141,11 +151,13 @@ class DeviceAutoAugment:
         to an image of pixel coordinates (exact: nearest sampling of whole numbers)."""
         key = (op, magnitude, height, width, device)
         if key not in self._maps:
-            ys, xs = torch.meshgrid(torch.arange(height, dtype=torch.float32),
-                                    torch.arange(width, dtype=torch.float32), indexing="ij")
+            ys, xs = torch.meshgrid(
+                torch.arange(height, dtype=torch.float32), torch.arange(width, dtype=torch.float32), indexing="ij"
+            )
             probe = torch.stack([xs, ys, torch.ones_like(xs)])[None]
-            mapped = self.aa._apply_image_or_video_transform(probe, op, magnitude, interpolation=self.aa.interpolation,
-                                                             fill=self.aa._fill)[0]
+            mapped = self.aa._apply_image_or_video_transform(
+                probe, op, magnitude, interpolation=self.aa.interpolation, fill=self.aa._fill
+            )[0]
             inside = mapped[2] > 0.5
             source = torch.where(inside, mapped[1].round().long() * width + mapped[0].round().long(), 0)
             self._maps[key] = (source.flatten().to(device), inside.to(device, torch.uint8))
@@ -160,8 +172,9 @@ class DeviceAutoAugment:
         return -value if signed and negative else value
 
 
-def train_augment(x: torch.Tensor, size: int, generator: torch.Generator,
-                  auto_augment: Optional[DeviceAutoAugment]) -> torch.Tensor:
+def train_augment(
+    x: torch.Tensor, size: int, generator: torch.Generator, auto_augment: Optional[DeviceAutoAugment]
+) -> torch.Tensor:
     """Random-resized crop to `size`, flip and (optionally) AutoAugment of a same-size uint8 batch."""
     n, _, height, width = x.shape
     boxes = rrc_boxes(torch.full((n,), height), torch.full((n,), width), generator)

@@ -19,7 +19,7 @@ from torch import nn
 from hpstudy.trainers.errors import ConfigError, shown
 from hpstudy.trainers.init_file import CHECKPOINT_KINDS
 
-NAMED = 3          # mismatched keys named per kind in an error
+NAMED = 3  # mismatched keys named per kind in an error
 
 
 def _classifier_keys(model: nn.Module) -> List[str]:
@@ -42,17 +42,19 @@ def load_checkpoint(model: nn.Module, path: str, model_name: str) -> bool:
     first mismatched keys when the checkpoint does not fit."""
     try:
         state = load_state_dict(path, use_ema=True, weights_only=True)
-    except Exception as exc:   # torch.load and safetensors raise many types for a file they cannot read
+    except Exception as exc:  # torch.load and safetensors raise many types for a file they cannot read
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise ConfigError(f"init: cannot read {shown(path)} ({reason}); allowed: {CHECKPOINT_KINDS}")
     loose = next((key for key, value in state.items() if not isinstance(value, torch.Tensor)), None)
     if loose is not None:
-        raise ConfigError(f"init: {shown(path)} is not a state dict of tensors: its entry {shown(loose)} is "
-                          f"{type(state[loose]).__name__}; allowed: {CHECKPOINT_KINDS}, e.g. a model's "
-                          f"state_dict() saved with torch.save")
+        raise ConfigError(
+            f"init: {shown(path)} is not a state dict of tensors: its entry {shown(loose)} is "
+            f"{type(state[loose]).__name__}; allowed: {CHECKPOINT_KINDS}, e.g. a model's "
+            f"state_dict() saved with torch.save"
+        )
     own = model.state_dict()
     timm_filter = getattr(sys.modules[type(model).__module__], "checkpoint_filter_fn", None)
-    if timm_filter is not None:     # timm's: resizes position embeddings and tables to the model's image size
+    if timm_filter is not None:  # timm's: resizes position embeddings and tables to the model's image size
         state = {**state, **timm_filter({k: v for k, v in state.items() if k in own}, model)}
     head = _classifier_keys(model)
     reinit = any(key not in state or state[key].shape != own[key].shape for key in head)
@@ -60,13 +62,21 @@ def load_checkpoint(model: nn.Module, path: str, model_name: str) -> bool:
         state = {k: v for k, v in state.items() if k not in head}
     missing = [k for k in own if k not in state and k not in head]
     unexpected = [k for k in state if k not in own]
-    shapes = [f"{k} {tuple(state[k].shape)} vs {tuple(own[k].shape)}" for k in state
-              if k in own and state[k].shape != own[k].shape]
-    problems = [f"{what} {_named(keys)}" for what, keys in (("missing", missing), ("unexpected", unexpected),
-                                                             ("shape (checkpoint vs model)", shapes)) if keys]
+    shapes = [
+        f"{k} {tuple(state[k].shape)} vs {tuple(own[k].shape)}"
+        for k in state
+        if k in own and state[k].shape != own[k].shape
+    ]
+    problems = [
+        f"{what} {_named(keys)}"
+        for what, keys in (("missing", missing), ("unexpected", unexpected), ("shape (checkpoint vs model)", shapes))
+        if keys
+    ]
     if problems:
-        raise ConfigError(f"init: {shown(path)} does not fit model {model_name}: {'; '.join(problems)}; allowed: "
-                          f"a checkpoint of {model_name} (any class count)")
+        raise ConfigError(
+            f"init: {shown(path)} does not fit model {model_name}: {'; '.join(problems)}; allowed: "
+            f"a checkpoint of {model_name} (any class count)"
+        )
     with torch.no_grad():
         model.load_state_dict(state, strict=False)
     return reinit
@@ -82,6 +92,7 @@ def parameter_groups(model: nn.Module) -> Dict[int, List[str]]:
 def count_parameter_groups(model_name: str) -> int:
     """How many coarse parameter groups a registered model has (built on the meta device)."""
     from hpstudy.trainers.models import build_model
+
     with torch.device("meta"):
         return len(parameter_groups(build_model(model_name, num_classes=10)))
 
@@ -90,6 +101,6 @@ def freeze_leading(model: nn.Module, groups: int) -> None:
     """Freeze the first `groups` coarse parameter groups: no gradients, and their BatchNorm layers keep
     the checkpoint's statistics (timm's `freeze` of the modules holding them)."""
     frozen = [name for group, names in parameter_groups(model).items() if group < groups for name in names]
-    for name in frozen:            # also those held by the root module (a ViT's position embedding)
+    for name in frozen:  # also those held by the root module (a ViT's position embedding)
         model.get_parameter(name).requires_grad_(False)
     freeze(model, sorted({name.rpartition(".")[0] for name in frozen} - {""}))

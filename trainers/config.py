@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Dict, Optional
 
-from hpstudy.trainers.init_file import CHECKPOINT_KINDS
 from hpstudy.trainers.data import MAX_SEED, SHA256, DataSpec, finite_in, raise_first_bad, whole_in
 from hpstudy.trainers.device_decode import device_can_augment
 from hpstudy.trainers.errors import ConfigError, shown
+from hpstudy.trainers.init_file import CHECKPOINT_KINDS
 from hpstudy.trainers.optim import OPTIMIZERS, scaled_lr
 from hpstudy.trainers.zoo import get_spec
 
@@ -27,7 +27,9 @@ def model_input_error(model: str, image_size: int, batch: int) -> Optional[str]:
     """Why a registered model cannot train on a batch of `batch` images of `image_size` px, or None:
     one training-mode forward pass on the meta device (no memory, a fraction of a second)."""
     import torch
+
     from hpstudy.trainers.models import build_model
+
     try:
         with torch.device("meta"):
             net = build_model(model, num_classes=10, image_size=image_size)
@@ -40,9 +42,15 @@ def model_input_error(model: str, image_size: int, batch: int) -> Optional[str]:
 DECODE_MODES = ("auto", "workers", "device")
 # Fields added after stores of version 0.1 existed, with their defaults: left out of the canonical
 # JSON while at the default, so resuming an old study finds its trials under the same keys.
-ADDED_SINCE_0_1 = {"accum_steps": 1, "grad_checkpointing": False, "decode": "auto", "init": None,
-                   "init_sha256": None, "freeze": 0}
-DATASET_ADDED_SINCE_0_1 = {"digest": None}          # the same for fields of the nested `dataset`
+ADDED_SINCE_0_1 = {
+    "accum_steps": 1,
+    "grad_checkpointing": False,
+    "decode": "auto",
+    "init": None,
+    "init_sha256": None,
+    "freeze": 0,
+}
+DATASET_ADDED_SINCE_0_1 = {"digest": None}  # the same for fields of the nested `dataset`
 
 
 def _doc(text: str, default: Any = dataclasses.MISSING, **kwargs) -> Any:
@@ -59,12 +67,15 @@ class TrialConfig:
     epochs: int = _doc("training epochs")
     lr: float = _doc("peak learning rate, given for reference_batch_size")
     wd: float = _doc("weight decay (not applied to 1-D parameters)")
-    dataset: DataSpec = field(default_factory=lambda: DataSpec("digits"),
-                              metadata={"doc": "dataset name and options (hpstudy.trainers.data.DataSpec)"})
+    dataset: DataSpec = field(
+        default_factory=lambda: DataSpec("digits"),
+        metadata={"doc": "dataset name and options (hpstudy.trainers.data.DataSpec)"},
+    )
     seed: int = _doc("seed of the initial weights and the data order", 0)
     batch_size: int = _doc("training batch size", 128)
-    reference_batch_size: Optional[int] = _doc("lr is given for this batch and scaled linearly "
-                                               "(none: batch_size, no scaling)", None)
+    reference_batch_size: Optional[int] = _doc(
+        "lr is given for this batch and scaled linearly (none: batch_size, no scaling)", None
+    )
     warmup_epochs: float = _doc("linear warmup from 0, in epochs (per step)", 0.0)
     min_lr_ratio: float = _doc("cosine floor as a fraction of the peak lr", 0.0)
     label_smoothing: float = _doc("label smoothing", 0.0)
@@ -75,25 +86,43 @@ class TrialConfig:
     grad_clip: Optional[float] = _doc("max gradient norm (none = off)", None)
     divergence_loss: float = _doc("a loss above this (or non-finite) ends the trial as diverged", 100.0)
     amp: Optional[bool] = _doc("bf16 autocast (default: on for CUDA only)", None)
-    channels_last: Optional[bool] = _doc("channels_last memory format (default: on for CUDA only; fused "
-                                                 "training runs without it and refuses true)", None)
+    channels_last: Optional[bool] = _doc(
+        "channels_last memory format (default: on for CUDA only; fused training runs without it and refuses true)", None
+    )
     device: str = _doc("auto, cpu, cuda or cuda:N", "auto")
     dtype: str = _doc("float32, or float64 for exactness tests", "float32")
     num_workers: int = _doc("DataLoader workers (imagefolder)", 4)
-    accum_steps: int = _doc("split each batch into this many micro-batches and accumulate their "
-                            "gradients (same batch, lr and schedule; less memory)", 1)
-    grad_checkpointing: bool = _doc("recompute activations in the backward pass (timm's gradient "
-                                    "checkpointing: less memory, ~30% more compute)", False)
-    decode: str = _doc("where image-folder JPEGs are decoded: workers (CPU, PIL), device (batched "
-                       "torchvision.io.decode_jpeg) or auto (device on CUDA when it can run auto_augment)", "auto")
-    init: Optional[str] = _doc("fine-tune from this local checkpoint, a torch state dict (.pt, .pth, .bin) or "
-                               "safetensors file (none: from scratch); the head is re-initialised when the "
-                               "class count differs", None)
-    init_sha256: Optional[str] = _doc("sha256 of the init file, filled in when a study is planned so the trial "
-                                      "key names the checkpoint's bytes; a trial refuses a file that differs", None)
-    freeze: int = _doc("freeze this many leading parameter groups of timm's coarse grouping of the init model "
-                       "(1 = the stem, 2 = the stem and the first stage, or block of a ViT; BatchNorm "
-                       "statistics too; 0 = none)", 0)
+    accum_steps: int = _doc(
+        "split each batch into this many micro-batches and accumulate their "
+        "gradients (same batch, lr and schedule; less memory)",
+        1,
+    )
+    grad_checkpointing: bool = _doc(
+        "recompute activations in the backward pass (timm's gradient checkpointing: less memory, ~30% more compute)",
+        False,
+    )
+    decode: str = _doc(
+        "where image-folder JPEGs are decoded: workers (CPU, PIL), device (batched "
+        "torchvision.io.decode_jpeg) or auto (device on CUDA when it can run auto_augment)",
+        "auto",
+    )
+    init: Optional[str] = _doc(
+        "fine-tune from this local checkpoint, a torch state dict (.pt, .pth, .bin) or "
+        "safetensors file (none: from scratch); the head is re-initialised when the "
+        "class count differs",
+        None,
+    )
+    init_sha256: Optional[str] = _doc(
+        "sha256 of the init file, filled in when a study is planned so the trial "
+        "key names the checkpoint's bytes; a trial refuses a file that differs",
+        None,
+    )
+    freeze: int = _doc(
+        "freeze this many leading parameter groups of timm's coarse grouping of the init model "
+        "(1 = the stem, 2 = the stem and the first stage, or block of a ViT; BatchNorm "
+        "statistics too; 0 = none)",
+        0,
+    )
 
     @classmethod
     def from_dict(cls, config: Dict[str, Any], check_model: bool = True) -> "TrialConfig":
@@ -103,9 +132,11 @@ class TrialConfig:
         unknown = sorted(set(config) - fields)
         if unknown:
             raise ConfigError(f"trial config: unknown key(s) {unknown}; allowed: {sorted(fields)}")
-        missing = [f.name for f in dataclasses.fields(cls)
-                   if f.name not in config and f.default is dataclasses.MISSING
-                   and f.default_factory is dataclasses.MISSING]
+        missing = [
+            f.name
+            for f in dataclasses.fields(cls)
+            if f.name not in config and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        ]
         if missing:
             raise ConfigError(f"trial config: missing required field(s) {missing}")
         values = dict(config)
@@ -125,52 +156,98 @@ class TrialConfig:
             raise ConfigError(f"dataset: bad value {shown(self.dataset)}; allowed: a DataSpec")
         self.dataset.validate()
         optional = lambda value, ok: value is None or ok
-        raise_first_bad([
-            ("optimizer", self.optimizer, self.optimizer in OPTIMIZERS, f"one of {OPTIMIZERS}"),
-            ("epochs", self.epochs, whole_in(self.epochs, 1, MAX_EPOCHS), f"an integer in [1, {MAX_EPOCHS}]"),
-            ("lr", self.lr, finite_in(self.lr, 0, open_low=True), "> 0 (a finite number)"),
-            ("wd", self.wd, finite_in(self.wd, 0), ">= 0 (a finite number)"),
-            ("seed", self.seed, whole_in(self.seed, 0, MAX_SEED), "an integer in [0, 2**63)"),
-            ("batch_size", self.batch_size, whole_in(self.batch_size, 1, MAX_BATCH),
-             f"an integer in [1, {MAX_BATCH}]"),
-            ("reference_batch_size", self.reference_batch_size,
-             optional(self.reference_batch_size, whole_in(self.reference_batch_size, 1, MAX_BATCH)),
-             f"null (no lr scaling) or an integer in [1, {MAX_BATCH}]"),
-            ("warmup_epochs", self.warmup_epochs, finite_in(self.warmup_epochs, 0), ">= 0 (a finite number)"),
-            ("min_lr_ratio", self.min_lr_ratio, finite_in(self.min_lr_ratio, 0, 1), "in [0, 1]"),
-            ("label_smoothing", self.label_smoothing, finite_in(self.label_smoothing, 0, 1, open_high=True),
-             "in [0, 1)"),
-            ("mixup", self.mixup, finite_in(self.mixup, 0), ">= 0 (a finite number; 0 = off)"),
-            ("cutmix", self.cutmix, finite_in(self.cutmix, 0), ">= 0 (a finite number; 0 = off)"),
-            ("auto_augment", self.auto_augment,
-             optional(self.auto_augment, isinstance(self.auto_augment, str)
-                      and AUTO_AUGMENT.fullmatch(self.auto_augment) is not None),
-             "null (off) or a timm policy: original, originalr, v0, v0r, 3a, rand-..., augmix-..."),
-            ("ema_decay", self.ema_decay, optional(self.ema_decay, finite_in(self.ema_decay, 0, 1, True, True)),
-             "null (off) or in (0, 1)"),
-            ("grad_clip", self.grad_clip, optional(self.grad_clip, finite_in(self.grad_clip, 0, open_low=True)),
-             "null (off) or a finite max norm > 0"),
-            ("divergence_loss", self.divergence_loss, finite_in(self.divergence_loss, 0, open_low=True),
-             "> 0 (a finite number)"),
-            ("amp", self.amp, optional(self.amp, isinstance(self.amp, bool)), "null (auto), true or false"),
-            ("channels_last", self.channels_last, optional(self.channels_last, isinstance(self.channels_last, bool)),
-             "null (auto), true or false"),
-            ("device", self.device, isinstance(self.device, str) and DEVICE.fullmatch(self.device) is not None,
-             "auto, cpu, cuda or cuda:N"),
-            ("dtype", self.dtype, self.dtype in ("float32", "float64"), "float32 or float64"),
-            ("num_workers", self.num_workers, whole_in(self.num_workers, 0, 1024), "an integer in [0, 1024]"),
-        ], ConfigError)
+        raise_first_bad(
+            [
+                ("optimizer", self.optimizer, self.optimizer in OPTIMIZERS, f"one of {OPTIMIZERS}"),
+                ("epochs", self.epochs, whole_in(self.epochs, 1, MAX_EPOCHS), f"an integer in [1, {MAX_EPOCHS}]"),
+                ("lr", self.lr, finite_in(self.lr, 0, open_low=True), "> 0 (a finite number)"),
+                ("wd", self.wd, finite_in(self.wd, 0), ">= 0 (a finite number)"),
+                ("seed", self.seed, whole_in(self.seed, 0, MAX_SEED), "an integer in [0, 2**63)"),
+                (
+                    "batch_size",
+                    self.batch_size,
+                    whole_in(self.batch_size, 1, MAX_BATCH),
+                    f"an integer in [1, {MAX_BATCH}]",
+                ),
+                (
+                    "reference_batch_size",
+                    self.reference_batch_size,
+                    optional(self.reference_batch_size, whole_in(self.reference_batch_size, 1, MAX_BATCH)),
+                    f"null (no lr scaling) or an integer in [1, {MAX_BATCH}]",
+                ),
+                ("warmup_epochs", self.warmup_epochs, finite_in(self.warmup_epochs, 0), ">= 0 (a finite number)"),
+                ("min_lr_ratio", self.min_lr_ratio, finite_in(self.min_lr_ratio, 0, 1), "in [0, 1]"),
+                (
+                    "label_smoothing",
+                    self.label_smoothing,
+                    finite_in(self.label_smoothing, 0, 1, open_high=True),
+                    "in [0, 1)",
+                ),
+                ("mixup", self.mixup, finite_in(self.mixup, 0), ">= 0 (a finite number; 0 = off)"),
+                ("cutmix", self.cutmix, finite_in(self.cutmix, 0), ">= 0 (a finite number; 0 = off)"),
+                (
+                    "auto_augment",
+                    self.auto_augment,
+                    optional(
+                        self.auto_augment,
+                        isinstance(self.auto_augment, str) and AUTO_AUGMENT.fullmatch(self.auto_augment) is not None,
+                    ),
+                    "null (off) or a timm policy: original, originalr, v0, v0r, 3a, rand-..., augmix-...",
+                ),
+                (
+                    "ema_decay",
+                    self.ema_decay,
+                    optional(self.ema_decay, finite_in(self.ema_decay, 0, 1, True, True)),
+                    "null (off) or in (0, 1)",
+                ),
+                (
+                    "grad_clip",
+                    self.grad_clip,
+                    optional(self.grad_clip, finite_in(self.grad_clip, 0, open_low=True)),
+                    "null (off) or a finite max norm > 0",
+                ),
+                (
+                    "divergence_loss",
+                    self.divergence_loss,
+                    finite_in(self.divergence_loss, 0, open_low=True),
+                    "> 0 (a finite number)",
+                ),
+                ("amp", self.amp, optional(self.amp, isinstance(self.amp, bool)), "null (auto), true or false"),
+                (
+                    "channels_last",
+                    self.channels_last,
+                    optional(self.channels_last, isinstance(self.channels_last, bool)),
+                    "null (auto), true or false",
+                ),
+                (
+                    "device",
+                    self.device,
+                    isinstance(self.device, str) and DEVICE.fullmatch(self.device) is not None,
+                    "auto, cpu, cuda or cuda:N",
+                ),
+                ("dtype", self.dtype, self.dtype in ("float32", "float64"), "float32 or float64"),
+                ("num_workers", self.num_workers, whole_in(self.num_workers, 0, 1024), "an integer in [0, 1024]"),
+            ],
+            ConfigError,
+        )
         if self.warmup_epochs >= self.epochs:
-            raise ConfigError(f"warmup_epochs: bad value {shown(self.warmup_epochs)}; allowed: >= 0 and < epochs "
-                              f"({self.epochs}): a warmup as long as the training never reaches its peak lr")
+            raise ConfigError(
+                f"warmup_epochs: bad value {shown(self.warmup_epochs)}; allowed: >= 0 and < epochs "
+                f"({self.epochs}): a warmup as long as the training never reaches its peak lr"
+            )
         if (self.mixup or self.cutmix) and self.batch_size % 2:
             raise ConfigError(f"batch_size: {self.batch_size} is odd; mixup/CutMix need an even batch")
         if self.decode not in DECODE_MODES:
             raise ConfigError(f"decode: bad value {shown(self.decode)}; allowed: {', '.join(DECODE_MODES)}")
-        if not (isinstance(self.accum_steps, int) and 1 <= self.accum_steps <= self.batch_size
-                and self.batch_size % self.accum_steps == 0):
-            raise ConfigError(f"accum_steps: bad value {shown(self.accum_steps)}; allowed: an integer >= 1 that "
-                              f"divides batch_size ({self.batch_size})")
+        if not (
+            isinstance(self.accum_steps, int)
+            and 1 <= self.accum_steps <= self.batch_size
+            and self.batch_size % self.accum_steps == 0
+        ):
+            raise ConfigError(
+                f"accum_steps: bad value {shown(self.accum_steps)}; allowed: an integer >= 1 that "
+                f"divides batch_size ({self.batch_size})"
+            )
         self._check_device_augment()
         self._check_init()
         if check_model:
@@ -186,26 +263,35 @@ class TrialConfig:
         else:
             return
         if not device_can_augment(self.auto_augment):
-            raise ConfigError(f"auto_augment: bad value {shown(self.auto_augment)} with {where}; allowed: null or "
-                              f"original (the device pipeline runs AutoAugment's ImageNet policy only; other timm "
-                              f"policies need {instead})")
+            raise ConfigError(
+                f"auto_augment: bad value {shown(self.auto_augment)} with {where}; allowed: null or "
+                f"original (the device pipeline runs AutoAugment's ImageNet policy only; other timm "
+                f"policies need {instead})"
+            )
 
     def _check_init(self) -> None:
         """ConfigError naming `init`, `init_sha256` or `freeze` when one is malformed or out of range for
         the model (the head's group is never frozen; freezing needs a checkpoint to keep)."""
         if not (self.init is None or (isinstance(self.init, str) and self.init)):
-            raise ConfigError(f"init: bad value {shown(self.init)}; allowed: null (from scratch) or the path of "
-                              f"{CHECKPOINT_KINDS}")
-        if not (self.init_sha256 is None or (self.init is not None and isinstance(self.init_sha256, str)
-                                             and SHA256.fullmatch(self.init_sha256))):
-            raise ConfigError(f"init_sha256: bad value {shown(self.init_sha256)}; allowed: null, or 64 lower-case hex "
-                              f"digits with init")
+            raise ConfigError(
+                f"init: bad value {shown(self.init)}; allowed: null (from scratch) or the path of {CHECKPOINT_KINDS}"
+            )
+        if not (
+            self.init_sha256 is None
+            or (self.init is not None and isinstance(self.init_sha256, str) and SHA256.fullmatch(self.init_sha256))
+        ):
+            raise ConfigError(
+                f"init_sha256: bad value {shown(self.init_sha256)}; allowed: null, or 64 lower-case hex "
+                f"digits with init"
+            )
         if not (whole_in(self.freeze, 0, 0) or (self.init and whole_in(self.freeze, 1, math.inf))):
             self._refuse_freeze("an integer >= 0" if self.init else "0 without init (nothing to keep)")
 
     def _refuse_freeze(self, allowed: str) -> None:
-        raise ConfigError(f"freeze: bad value {shown(self.freeze)} for model {self.model}; allowed: {allowed} "
-                          f"(leading parameter groups: 1 = the stem; the head's group is never frozen)")
+        raise ConfigError(
+            f"freeze: bad value {shown(self.freeze)} for model {self.model}; allowed: {allowed} "
+            f"(leading parameter groups: 1 = the stem; the head's group is never frozen)"
+        )
 
     def check_model(self) -> None:
         """ConfigError if the model cannot train as configured: it cannot take the dataset's image size,
@@ -213,6 +299,7 @@ class TrialConfig:
         channel), or has fewer parameter groups than `freeze` leaves trainable. Builds the model on the
         meta device (no memory, a fraction of a second; imports torch)."""
         from hpstudy.trainers.checkpoint import count_parameter_groups
+
         if self.freeze:
             groups = count_parameter_groups(self.model)
             if self.freeze > groups - 1:
@@ -220,17 +307,24 @@ class TrialConfig:
         size = self.dataset.size
         reason = model_input_error(self.model, size, 2)
         if reason:
-            raise ConfigError(f"dataset.image_size: bad value {size} for model {self.model}; "
-                              f"allowed: a size the model can take ({reason})")
-        batch = min(self.batch_size, self.dataset.n_train) if self.dataset.name == "synthetic" \
-            else self.batch_size
-        chunk = -(-batch // self.accum_steps)           # hpstudy.trainers.trial splits a batch with Tensor.chunk
+            raise ConfigError(
+                f"dataset.image_size: bad value {size} for model {self.model}; "
+                f"allowed: a size the model can take ({reason})"
+            )
+        batch = min(self.batch_size, self.dataset.n_train) if self.dataset.name == "synthetic" else self.batch_size
+        chunk = -(-batch // self.accum_steps)  # hpstudy.trainers.trial splits a batch with Tensor.chunk
         if (batch % chunk or chunk) == 1 and model_input_error(self.model, size, 1):
-            field_name, value, allowed = (("batch_size", 1, ">= 2") if self.batch_size == 1 else
-                                          ("dataset.n_train", 1, ">= 2") if batch == 1 else
-                                          ("accum_steps", self.accum_steps, "fewer micro-batches"))
-            raise ConfigError(f"{field_name}: bad value {value} for model {self.model}; allowed: {allowed} "
-                              f"(its BatchNorm layers cannot train on micro-batches of one image at {size} px)")
+            field_name, value, allowed = (
+                ("batch_size", 1, ">= 2")
+                if self.batch_size == 1
+                else ("dataset.n_train", 1, ">= 2")
+                if batch == 1
+                else ("accum_steps", self.accum_steps, "fewer micro-batches")
+            )
+            raise ConfigError(
+                f"{field_name}: bad value {value} for model {self.model}; allowed: {allowed} "
+                f"(its BatchNorm layers cannot train on micro-batches of one image at {size} px)"
+            )
 
     @property
     def peak_lr(self) -> float:
@@ -246,8 +340,9 @@ class TrialConfig:
         configs give equal strings, and a config of 0.1 keeps its string (and trial key)."""
         at_default = lambda added, k, v: k in added and v == added[k]
         values = {k: v for k, v in self.to_dict().items() if not at_default(ADDED_SINCE_0_1, k, v)}
-        values["dataset"] = {k: v for k, v in values["dataset"].items()
-                             if not at_default(DATASET_ADDED_SINCE_0_1, k, v)}
+        values["dataset"] = {
+            k: v for k, v in values["dataset"].items() if not at_default(DATASET_ADDED_SINCE_0_1, k, v)
+        }
         return json.dumps(values, sort_keys=True, separators=(",", ":"))
 
     @property
@@ -257,7 +352,16 @@ class TrialConfig:
 
     def row_fields(self) -> Dict[str, Any]:
         """The trial row's `config` columns (hpstudy.trainers.schema), known before training."""
-        return {"model": self.model, "family": get_spec(self.model).family,
-                "optimizer": self.optimizer, "epochs": self.epochs, "lr": self.lr, "wd": self.wd,
-                "seed": self.seed, "dataset": self.dataset.name, "batch_size": self.batch_size,
-                "init_sha256": self.init_sha256, "config_json": self.to_json()}
+        return {
+            "model": self.model,
+            "family": get_spec(self.model).family,
+            "optimizer": self.optimizer,
+            "epochs": self.epochs,
+            "lr": self.lr,
+            "wd": self.wd,
+            "seed": self.seed,
+            "dataset": self.dataset.name,
+            "batch_size": self.batch_size,
+            "init_sha256": self.init_sha256,
+            "config_json": self.to_json(),
+        }

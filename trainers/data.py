@@ -26,17 +26,15 @@ from hpstudy.trainers.errors import DataError, shown
 from hpstudy.trainers.prepared import IMAGENET_MEAN, IMAGENET_STD, PreparedData, data_digest, read_meta
 
 DATASETS = ("digits", "cifar10", "cifar100", "imagefolder", "prepared", "synthetic")
-DEFAULT_IMAGE_SIZE = {"digits": 16, "cifar10": 32, "cifar100": 32, "imagefolder": 224, "prepared": 224,
-                      "synthetic": 32}
+DEFAULT_IMAGE_SIZE = {"digits": 16, "cifar10": 32, "cifar100": 32, "imagefolder": 224, "prepared": 224, "synthetic": 32}
 MAX_IMAGE_SIZE = 4096
-MAX_IMAGES = 10_000_000            # synthetic n_train / n_val
+MAX_IMAGES = 10_000_000  # synthetic n_train / n_val
 MAX_CLASSES = 100_000
-MAX_SEED = 2**63 - 1               # seeds are stored as int64
+MAX_SEED = 2**63 - 1  # seeds are stored as int64
 SHA256 = re.compile(r"[0-9a-f]{64}")
 
 _CIFAR_LAYOUT = {
-    "cifar10": ("cifar-10-batches-py", [f"data_batch_{i}" for i in range(1, 6)], ["test_batch"],
-                b"labels", 10),
+    "cifar10": ("cifar-10-batches-py", [f"data_batch_{i}" for i in range(1, 6)], ["test_batch"], b"labels", 10),
     "cifar100": ("cifar-100-python", ["train"], ["test"], b"fine_labels", 100),
 }
 
@@ -46,15 +44,16 @@ def whole_in(value: Any, low: float, high: float) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
 
 
-def finite_in(value: Any, low: float = -math.inf, high: float = math.inf,
-              open_low: bool = False, open_high: bool = False) -> bool:
+def finite_in(
+    value: Any, low: float = -math.inf, high: float = math.inf, open_low: bool = False, open_high: bool = False
+) -> bool:
     """Whether `value` is a finite int or float (not a bool) between low and high (ends open if asked)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return False
     try:
         if not math.isfinite(value):
             return False
-    except OverflowError:          # an int beyond the float range (YAML reads 1 followed by 400 zeros as one)
+    except OverflowError:  # an int beyond the float range (YAML reads 1 followed by 400 zeros as one)
         return False
     return (value > low if open_low else value >= low) and (value < high if open_high else value <= high)
 
@@ -78,9 +77,13 @@ class DataSpec:
     n_train: int = field(default=512, metadata={"doc": "training images (synthetic only)"})
     n_val: int = field(default=256, metadata={"doc": "validation images (synthetic only)"})
     seed: int = field(default=0, metadata={"doc": "seed of the images (synthetic only)"})
-    digest: Optional[str] = field(default=None, metadata={
-        "doc": "the preparation's digest (prepared only), filled in when a study is planned so the trial key "
-               "names the arrays; a trial refuses a folder that holds another preparation"})
+    digest: Optional[str] = field(
+        default=None,
+        metadata={
+            "doc": "the preparation's digest (prepared only), filled in when a study is planned so the trial key "
+            "names the arrays; a trial refuses a folder that holds another preparation"
+        },
+    )
 
     @classmethod
     def from_config(cls, value) -> "DataSpec":
@@ -90,12 +93,16 @@ class DataSpec:
         if isinstance(value, str):
             value = {"name": value}
         if not isinstance(value, dict) or "name" not in value:
-            raise DataError(f"dataset: bad value {shown(value)}; allowed: a dataset name or a mapping with "
-                            f"`name` and options from {sorted(cls.__dataclass_fields__)}")
+            raise DataError(
+                f"dataset: bad value {shown(value)}; allowed: a dataset name or a mapping with "
+                f"`name` and options from {sorted(cls.__dataclass_fields__)}"
+            )
         unknown = set(value) - set(cls.__dataclass_fields__)
         if unknown:
-            raise DataError(f"dataset: unknown key(s) {shown(sorted(map(str, unknown)))}; allowed: "
-                            f"{sorted(cls.__dataclass_fields__)}")
+            raise DataError(
+                f"dataset: unknown key(s) {shown(sorted(map(str, unknown)))}; allowed: "
+                f"{sorted(cls.__dataclass_fields__)}"
+            )
         spec = cls(**value)
         spec.validate()
         return spec
@@ -104,21 +111,48 @@ class DataSpec:
         """Raise DataError naming the first field whose value is not allowed."""
         if not isinstance(self.name, str) or self.name not in DATASETS:
             raise DataError(f"dataset.name: unknown dataset {shown(self.name)}; allowed: {', '.join(DATASETS)}")
-        raise_first_bad([
-            ("dataset.path", self.path, self.path is None or (isinstance(self.path, str) and self.path != ""),
-             "null or a folder path"),
-            ("dataset.image_size", self.image_size,
-             self.image_size is None or whole_in(self.image_size, 1, MAX_IMAGE_SIZE),
-             f"null (the dataset's default) or an integer in [1, {MAX_IMAGE_SIZE}]"),
-            ("dataset.num_classes", self.num_classes, whole_in(self.num_classes, 2, MAX_CLASSES),
-             f"an integer in [2, {MAX_CLASSES}]"),
-            ("dataset.n_train", self.n_train, whole_in(self.n_train, 1, MAX_IMAGES), f"an integer in [1, {MAX_IMAGES}]"),
-            ("dataset.n_val", self.n_val, whole_in(self.n_val, 1, MAX_IMAGES), f"an integer in [1, {MAX_IMAGES}]"),
-            ("dataset.seed", self.seed, whole_in(self.seed, 0, MAX_SEED), "an integer in [0, 2**63)"),
-            ("dataset.digest", self.digest, self.digest is None or (self.name == "prepared" and isinstance(
-                self.digest, str) and SHA256.fullmatch(self.digest) is not None),
-             "null, or 64 lower-case hex digits with dataset prepared"),
-        ], DataError)
+        raise_first_bad(
+            [
+                (
+                    "dataset.path",
+                    self.path,
+                    self.path is None or (isinstance(self.path, str) and self.path != ""),
+                    "null or a folder path",
+                ),
+                (
+                    "dataset.image_size",
+                    self.image_size,
+                    self.image_size is None or whole_in(self.image_size, 1, MAX_IMAGE_SIZE),
+                    f"null (the dataset's default) or an integer in [1, {MAX_IMAGE_SIZE}]",
+                ),
+                (
+                    "dataset.num_classes",
+                    self.num_classes,
+                    whole_in(self.num_classes, 2, MAX_CLASSES),
+                    f"an integer in [2, {MAX_CLASSES}]",
+                ),
+                (
+                    "dataset.n_train",
+                    self.n_train,
+                    whole_in(self.n_train, 1, MAX_IMAGES),
+                    f"an integer in [1, {MAX_IMAGES}]",
+                ),
+                ("dataset.n_val", self.n_val, whole_in(self.n_val, 1, MAX_IMAGES), f"an integer in [1, {MAX_IMAGES}]"),
+                ("dataset.seed", self.seed, whole_in(self.seed, 0, MAX_SEED), "an integer in [0, 2**63)"),
+                (
+                    "dataset.digest",
+                    self.digest,
+                    self.digest is None
+                    or (
+                        self.name == "prepared"
+                        and isinstance(self.digest, str)
+                        and SHA256.fullmatch(self.digest) is not None
+                    ),
+                    "null, or 64 lower-case hex digits with dataset prepared",
+                ),
+            ],
+            DataError,
+        )
 
     @property
     def size(self) -> int:
@@ -128,11 +162,12 @@ class DataSpec:
 class TensorData(Dataset):
     """A dataset held as uint8 NCHW tensors on one device, batched by indexing (no DataLoader)."""
 
-    def __init__(self, train_x, train_y, val_x, val_y, num_classes: int, mean, std,
-                 flip: bool = False, pad_crop: int = 0):
+    def __init__(
+        self, train_x, train_y, val_x, val_y, num_classes: int, mean, std, flip: bool = False, pad_crop: int = 0
+    ):
         self.train_x, self.train_y, self.val_x, self.val_y = train_x, train_y, val_x, val_y
         self.num_classes = num_classes
-        self.mean, self.std = tuple(mean), tuple(std)      # per channel, in [0, 1] units
+        self.mean, self.std = tuple(mean), tuple(std)  # per channel, in [0, 1] units
         self.flip, self.pad_crop = flip, pad_crop
 
     @property
@@ -144,18 +179,26 @@ class TensorData(Dataset):
         if self.train_x.device == torch.device(device):
             return self
         train_x, train_y, val_x, val_y = (t.to(device) for t in (self.train_x, self.train_y, self.val_x, self.val_y))
-        return TensorData(train_x, train_y, val_x, val_y, self.num_classes, self.mean, self.std, self.flip,
-                          self.pad_crop)
+        return TensorData(
+            train_x, train_y, val_x, val_y, self.num_classes, self.mean, self.std, self.flip, self.pad_crop
+        )
 
-    def train_loader(self, batch_size: int, generator: torch.Generator, pin_memory: bool = False,
-                     device: Optional[torch.device] = None) -> "TensorEpochs":
+    def train_loader(
+        self,
+        batch_size: int,
+        generator: torch.Generator,
+        pin_memory: bool = False,
+        device: Optional[torch.device] = None,
+    ) -> "TensorEpochs":
         """An iterable whose every pass is one epoch of shuffled, augmented uint8 batches."""
         return TensorEpochs(self, batch_size, generator)
 
     def val_loader(self, batch_size: int, pin_memory: bool = False, device: Optional[torch.device] = None):
         """The validation set in order, as uint8 batches (an iterable: one pass per evaluation)."""
-        return [(self.val_x[start:start + batch_size], self.val_y[start:start + batch_size])
-                for start in range(0, len(self.val_y), batch_size)]
+        return [
+            (self.val_x[start : start + batch_size], self.val_y[start : start + batch_size])
+            for start in range(0, len(self.val_y), batch_size)
+        ]
 
 
 class TensorEpochs:
@@ -170,8 +213,9 @@ class TensorEpochs:
         steps = data.steps_per_epoch(b)
         device = data.train_x.device
         order = torch.randperm(data.num_train, generator=self.generator)
-        shifts = torch.randint(0, 2 * data.pad_crop + 1, (2, steps * b), generator=self.generator) \
-            if data.pad_crop else None
+        shifts = (
+            torch.randint(0, 2 * data.pad_crop + 1, (2, steps * b), generator=self.generator) if data.pad_crop else None
+        )
         mirrored = (torch.rand(steps * b, generator=self.generator) < 0.5) if data.flip else None
         order = order.to(device, non_blocking=True)
         shifts, mirrored = (t.to(device, non_blocking=True) if t is not None else None for t in (shifts, mirrored))
@@ -205,10 +249,13 @@ class LoaderData(Dataset):
     def __init__(self, root: str, image_size: int, num_workers: int, auto_augment: Optional[str]):
         from timm.data import create_transform
         from torchvision.datasets import ImageFolder
-        train_tf = create_transform(image_size, is_training=True, auto_augment=auto_augment,
-                                    interpolation="bicubic", use_prefetcher=True)
-        val_tf = create_transform(image_size, is_training=False, interpolation="bicubic",
-                                  crop_pct=0.875, use_prefetcher=True)
+
+        train_tf = create_transform(
+            image_size, is_training=True, auto_augment=auto_augment, interpolation="bicubic", use_prefetcher=True
+        )
+        val_tf = create_transform(
+            image_size, is_training=False, interpolation="bicubic", crop_pct=0.875, use_prefetcher=True
+        )
         self.train_set = ImageFolder(os.path.join(root, "train"), transform=train_tf)
         self.val_set = ImageFolder(os.path.join(root, "val"), transform=val_tf)
         self.num_classes = len(self.train_set.classes)
@@ -226,11 +273,23 @@ class LoaderData(Dataset):
     def _loader(self, dataset, batch_size: int, shuffle: bool, pin_memory: bool, generator=None):
         # built once per trial: persistent workers then serve every epoch
         return torch.utils.data.DataLoader(
-            dataset, batch_size=batch_size, shuffle=shuffle, drop_last=shuffle, generator=generator,
-            num_workers=self.num_workers, pin_memory=pin_memory, persistent_workers=self.num_workers > 0)
+            dataset,
+            batch_size=batch_size,
+            shuffle=shuffle,
+            drop_last=shuffle,
+            generator=generator,
+            num_workers=self.num_workers,
+            pin_memory=pin_memory,
+            persistent_workers=self.num_workers > 0,
+        )
 
-    def train_loader(self, batch_size: int, generator: torch.Generator, pin_memory: bool = False,
-                     device: Optional[torch.device] = None):
+    def train_loader(
+        self,
+        batch_size: int,
+        generator: torch.Generator,
+        pin_memory: bool = False,
+        device: Optional[torch.device] = None,
+    ):
         """A DataLoader whose every pass is one shuffled epoch of uint8 batches."""
         return self._loader(self.train_set, batch_size, True, pin_memory, generator)
 
@@ -279,8 +338,7 @@ def _require_dir(path: Optional[str], name: str, layout: str) -> str:
     if not path:
         raise DataError(f"dataset {name!r} needs `path`: a local folder laid out as {layout}")
     if not os.path.isdir(path):
-        raise DataError(f"dataset {name!r}: path {shown(path)} does not exist or is not a folder; "
-                        f"expected {layout}")
+        raise DataError(f"dataset {name!r}: path {shown(path)} does not exist or is not a folder; expected {layout}")
     return path
 
 
@@ -293,8 +351,12 @@ def _stats(x: torch.Tensor):
 def _resize_uint8(x: torch.Tensor, size: int) -> torch.Tensor:
     if x.shape[-1] == size:
         return x
-    return F.interpolate(x.float(), size=(size, size), mode="bilinear", align_corners=False) \
-        .round().clamp(0, 255).to(torch.uint8)
+    return (
+        F.interpolate(x.float(), size=(size, size), mode="bilinear", align_corners=False)
+        .round()
+        .clamp(0, 255)
+        .to(torch.uint8)
+    )
 
 
 def _tensor_data(train_x, train_y, val_x, val_y, num_classes, size, **aug) -> TensorData:
@@ -307,10 +369,12 @@ def load_digits_data(size: int) -> TensorData:
     """scikit-learn's bundled 8x8 digits: a fixed stratified 80/20 split, upsampled, 3 channels."""
     from sklearn.datasets import load_digits
     from sklearn.model_selection import train_test_split
+
     digits = load_digits()
     images = np.round(digits.images * (255.0 / 16.0)).astype(np.uint8)
-    x_tr, x_va, y_tr, y_va = train_test_split(images, digits.target, test_size=0.2,
-                                              stratify=digits.target, random_state=0)
+    x_tr, x_va, y_tr, y_va = train_test_split(
+        images, digits.target, test_size=0.2, stratify=digits.target, random_state=0
+    )
     to_x = lambda a: torch.from_numpy(a)[:, None].expand(-1, 3, -1, -1).contiguous()
     to_y = lambda a: torch.from_numpy(a).long()
     return _tensor_data(to_x(x_tr), to_y(y_tr), to_x(x_va), to_y(y_va), 10, size)
@@ -323,7 +387,7 @@ def _latin1(text: str, encoding: str) -> bytes:
     return text.encode("latin1")
 
 
-_RECONSTRUCT = np.ndarray(0).__reduce__()[0]         # numpy's array rebuilders (_frombuffer: pickle protocol 5)
+_RECONSTRUCT = np.ndarray(0).__reduce__()[0]  # numpy's array rebuilders (_frombuffer: pickle protocol 5)
 _FROMBUFFER = np.ndarray(0).__reduce_ex__(5)[0]
 
 
@@ -331,18 +395,24 @@ class CifarUnpickler(pickle.Unpickler):
     """An unpickler for CIFAR's python batches: dicts of lists, numbers, strings and numpy arrays. Any other
     global (os.system, eval, subprocess: how a crafted pickle runs code) is refused before it is called."""
 
-    GLOBALS = {("numpy.core.multiarray", "_reconstruct"): _RECONSTRUCT,       # numpy 1's name
-               ("numpy._core.multiarray", "_reconstruct"): _RECONSTRUCT,      # numpy 2's
-               ("numpy.core.numeric", "_frombuffer"): _FROMBUFFER,
-               ("numpy._core.numeric", "_frombuffer"): _FROMBUFFER,
-               ("numpy", "ndarray"): np.ndarray, ("numpy", "dtype"): np.dtype, ("_codecs", "encode"): _latin1}
+    GLOBALS = {
+        ("numpy.core.multiarray", "_reconstruct"): _RECONSTRUCT,  # numpy 1's name
+        ("numpy._core.multiarray", "_reconstruct"): _RECONSTRUCT,  # numpy 2's
+        ("numpy.core.numeric", "_frombuffer"): _FROMBUFFER,
+        ("numpy._core.numeric", "_frombuffer"): _FROMBUFFER,
+        ("numpy", "ndarray"): np.ndarray,
+        ("numpy", "dtype"): np.dtype,
+        ("_codecs", "encode"): _latin1,
+    }
 
     def find_class(self, module: str, name: str):
         try:
             return self.GLOBALS[module, name]
         except KeyError:
-            raise pickle.UnpicklingError(f"refused global {shown(f'{module}.{name}')}: a CIFAR batch holds "
-                                         f"only numpy arrays, lists, numbers and strings") from None
+            raise pickle.UnpicklingError(
+                f"refused global {shown(f'{module}.{name}')}: a CIFAR batch holds "
+                f"only numpy arrays, lists, numbers and strings"
+            ) from None
 
 
 def _read_cifar_batch(path: str, label_key: bytes):
@@ -369,8 +439,7 @@ def load_cifar_data(name: str, path: str, size: int) -> TensorData:
     if missing:
         raise DataError(f"dataset {name!r}: {shown(root)} lacks {missing}; expected {layout}")
     read = lambda files: [_read_cifar_batch(os.path.join(root, f), label_key) for f in files]
-    (tx, ty), (vx, vy) = [tuple(torch.cat(t) for t in zip(*read(files)))
-                          for files in (train_files, val_files)]
+    (tx, ty), (vx, vy) = [tuple(torch.cat(t) for t in zip(*read(files))) for files in (train_files, val_files)]
     return _tensor_data(tx, ty, vx, vy, classes, size, flip=True, pad_crop=max(1, size // 8))
 
 
@@ -399,8 +468,9 @@ def check_data_path(spec: DataSpec) -> None:
         root = _require_dir(spec.path, spec.name, layout)
         for split in ("train", "val"):
             if not os.path.isdir(os.path.join(root, split)):
-                raise DataError(f"dataset 'imagefolder': {shown(os.path.join(root, split))} is missing; "
-                                f"expected {layout}")
+                raise DataError(
+                    f"dataset 'imagefolder': {shown(os.path.join(root, split))} is missing; expected {layout}"
+                )
     elif spec.name == "prepared":
         read_meta(_require_dir(spec.path, spec.name, "a folder made by `hpstudy prepare` (meta.json, *.npy)"))
 
@@ -410,31 +480,37 @@ def pin_data(spec: DataSpec, must_exist: bool) -> DataSpec:
     (DataError naming dataset.path); for `prepared`, `digest` set from the folder's meta.json where there is
     one, so trial keys name its arrays (DataError naming dataset.digest when a given one differs)."""
     if must_exist and spec.path is not None and not os.path.isabs(spec.path):
-        raise DataError(f"dataset.path: bad value {shown(spec.path)} (a relative path: trials run in other "
-                        f"working directories); allowed: an absolute path every worker can read")
+        raise DataError(
+            f"dataset.path: bad value {shown(spec.path)} (a relative path: trials run in other "
+            f"working directories); allowed: an absolute path every worker can read"
+        )
     try:
         if must_exist:
             check_data_path(spec)
-        if spec.name != "prepared" or not (spec.path and os.path.isabs(spec.path)
-                                           and os.path.isfile(os.path.join(spec.path, "meta.json"))):
+        if spec.name != "prepared" or not (
+            spec.path and os.path.isabs(spec.path) and os.path.isfile(os.path.join(spec.path, "meta.json"))
+        ):
             return spec
         found = data_digest(read_meta(spec.path))
     except DataError as exc:
         raise DataError(f"dataset.path: {exc}")
     if spec.digest is not None and spec.digest != found:
-        raise DataError(f"dataset.digest: bad value {shown(spec.digest)}; allowed: the digest of "
-                        f"{shown(spec.path)} ({found}), or null to take it from the folder")
+        raise DataError(
+            f"dataset.digest: bad value {shown(spec.digest)}; allowed: the digest of "
+            f"{shown(spec.path)} ({found}), or null to take it from the folder"
+        )
     return dataclasses.replace(spec, digest=found)
 
 
 @lru_cache(maxsize=4)
-def load_data(spec: DataSpec, num_workers: int = 4, auto_augment: Optional[str] = None,
-              decode_on_device: bool = False) -> Dataset:
+def load_data(
+    spec: DataSpec, num_workers: int = 4, auto_augment: Optional[str] = None, decode_on_device: bool = False
+) -> Dataset:
     """Load a dataset once per process (trials reusing a Ray actor share it). `auto_augment` is
     the AutoAugment policy of image folders (None: off); `decode_on_device` makes an image folder
     send JPEG bytes and decode them on the training device (hpstudy.trainers.device_decode)."""
     check_data_path(spec)
-    path = cast(str, spec.path)     # check_data_path has refused a missing path for the datasets read from a folder
+    path = cast(str, spec.path)  # check_data_path has refused a missing path for the datasets read from a folder
     if spec.name == "digits":
         return load_digits_data(spec.size)
     if spec.name in _CIFAR_LAYOUT:

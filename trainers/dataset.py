@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Iterable, Optional, Protocol, Tuple, runtime_c
 if TYPE_CHECKING:
     import torch
 
-Batches = Iterable[Tuple["torch.Tensor", "torch.Tensor"]]     # (uint8 images N x C x H x W, int64 labels N)
+Batches = Iterable[Tuple["torch.Tensor", "torch.Tensor"]]  # (uint8 images N x C x H x W, int64 labels N)
 
 
 @runtime_checkable
@@ -40,10 +40,14 @@ class Dataset(Protocol):
         """Training batches per epoch: num_train // batch_size (the partial batch dropped), at least 1."""
         return max(1, self.num_train // batch_size)
 
-    def train_loader(self, batch_size: int, generator: "torch.Generator", pin_memory: bool = False,
-                     device: Optional["torch.device"] = None) -> Batches:
+    def train_loader(
+        self,
+        batch_size: int,
+        generator: "torch.Generator",
+        pin_memory: bool = False,
+        device: Optional["torch.device"] = None,
+    ) -> Batches:
         """An iterable whose every pass is one epoch of shuffled, augmented batches drawn with `generator`."""
 
-    def val_loader(self, batch_size: int, pin_memory: bool = False,
-                   device: Optional["torch.device"] = None) -> Batches:
+    def val_loader(self, batch_size: int, pin_memory: bool = False, device: Optional["torch.device"] = None) -> Batches:
         """An iterable whose every pass is the validation set in order (the last batch may be smaller)."""

@@ -75,6 +75,7 @@ class DeviceDecodeData(Dataset):
 
     def __init__(self, root: str, image_size: int, num_workers: int, auto_augment: Optional[str]):
         from torchvision.datasets import ImageFolder
+
         self.train_set = ImageFolder(os.path.join(root, "train"), loader=_read_bytes)
         self.val_set = ImageFolder(os.path.join(root, "val"), loader=_read_bytes)
         self.num_classes = len(self.train_set.classes)
@@ -92,16 +93,29 @@ class DeviceDecodeData(Dataset):
 
     def _loader(self, dataset, batch_size: int, shuffle: bool, generator=None):
         return torch.utils.data.DataLoader(
-            dataset, batch_size=batch_size, shuffle=shuffle, drop_last=shuffle, generator=generator,
-            num_workers=self.num_workers, collate_fn=_bytes_and_label, persistent_workers=self.num_workers > 0)
+            dataset,
+            batch_size=batch_size,
+            shuffle=shuffle,
+            drop_last=shuffle,
+            generator=generator,
+            num_workers=self.num_workers,
+            collate_fn=_bytes_and_label,
+            persistent_workers=self.num_workers > 0,
+        )
 
-    def train_loader(self, batch_size: int, generator: torch.Generator, pin_memory: bool = False,
-                     device: Optional[torch.device] = None) -> "DecodedEpochs":
+    def train_loader(
+        self,
+        batch_size: int,
+        generator: torch.Generator,
+        pin_memory: bool = False,
+        device: Optional[torch.device] = None,
+    ) -> "DecodedEpochs":
         """An iterable whose every pass is one epoch of augmented uint8 batches decoded on `device` (None: CPU)."""
         return DecodedEpochs(self, self._loader(self.train_set, batch_size, True, generator), generator, device)
 
-    def val_loader(self, batch_size: int, pin_memory: bool = False,
-                   device: Optional[torch.device] = None) -> "DecodedEpochs":
+    def val_loader(
+        self, batch_size: int, pin_memory: bool = False, device: Optional[torch.device] = None
+    ) -> "DecodedEpochs":
         """The validation set in order, decoded and centre-cropped on `device` (None: the CPU)."""
         return DecodedEpochs(self, self._loader(self.val_set, batch_size, False), None, device)
 
@@ -110,8 +124,9 @@ class DecodedEpochs:
     """Passes over a byte loader, decoding each batch on the device (training crops when a
     generator is given, evaluation crops otherwise)."""
 
-    def __init__(self, data: DeviceDecodeData, loader, generator: Optional[torch.Generator],
-                 device: Optional[torch.device]):
+    def __init__(
+        self, data: DeviceDecodeData, loader, generator: Optional[torch.Generator], device: Optional[torch.device]
+    ):
         self.data, self.loader, self.generator = data, loader, generator
         self.device = torch.device("cpu") if device is None else device
 

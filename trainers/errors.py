@@ -10,8 +10,8 @@ import reprlib
 import sys
 from typing import Any, Callable
 
-MAX_SHOWN = 200     # characters of a value a message prints (a spec value can be megabytes)
-_SHORT = reprlib.Repr()   # stops early in large or deep containers: a message never formats a whole expansion
+MAX_SHOWN = 200  # characters of a value a message prints (a spec value can be megabytes)
+_SHORT = reprlib.Repr()  # stops early in large or deep containers: a message never formats a whole expansion
 _SHORT.maxlevel, _SHORT.maxstring, _SHORT.maxother, _SHORT.maxlong = 3, MAX_SHOWN, MAX_SHOWN, MAX_SHOWN
 _SHORT.maxlist = _SHORT.maxtuple = _SHORT.maxdict = _SHORT.maxset = 8
 

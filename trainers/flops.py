@@ -34,4 +34,5 @@ def model_profile(name: str, num_classes: int = 1000, image_size: Optional[int] 
 
 def _default_size(name: str) -> int:
     from hpstudy.trainers.models import get_spec
+
     return get_spec(name).image_size

@@ -24,20 +24,30 @@ import torch.nn.functional as F
 from torch.func import functional_call, grad_and_value, stack_module_state, vmap
 
 from hpstudy.trainers.config import TrialConfig
-from hpstudy.trainers.errors import ConfigError, shown
 from hpstudy.trainers.data import DeviceBatches
+from hpstudy.trainers.errors import ConfigError, shown
 from hpstudy.trainers.loop import MemberRecords, diverged_mask, fit, release_device_memory, trial_schedule, trial_setup
 from hpstudy.trainers.models import build_model, set_fused_attention
 from hpstudy.trainers.trial import Trainer
 
 PER_MEMBER = ("lr", "wd", "seed")
 # recipe options fusion does not implement, with the values that mean "off"
-UNSUPPORTED = {"mixup": (0,), "cutmix": (0,), "ema_decay": (None,), "grad_clip": (None,),
-               "accum_steps": (1,), "grad_checkpointing": (False,), "init": (None,), "freeze": (0,),
-               "channels_last": (None, False)}
+UNSUPPORTED = {
+    "mixup": (0,),
+    "cutmix": (0,),
+    "ema_decay": (None,),
+    "grad_clip": (None,),
+    "accum_steps": (1,),
+    "grad_checkpointing": (False,),
+    "init": (None,),
+    "freeze": (0,),
+    "channels_last": (None, False),
+}
 # why, for the options that are not merely unimplemented
-WHY_UNSUPPORTED = {"channels_last": "vmap stacks the members' images and weights into tensors of one more "
-                                    "dimension, which have no channels_last layout; null trains fused without it"}
+WHY_UNSUPPORTED = {
+    "channels_last": "vmap stacks the members' images and weights into tensors of one more "
+    "dimension, which have no channels_last layout; null trains fused without it"
+}
 
 
 def check_fusable(cfgs: Sequence[TrialConfig]) -> None:
@@ -73,7 +83,7 @@ class FusedTrainer:
         # vmap in torch's dispatch, so each member's matmuls run in bf16 as they would alone
         self.device, self.dtype, self.amp = setup.device, setup.dtype, setup.amp
         data = setup.data
-        self.batches = DeviceBatches(data, self.device, self.dtype)     # never channels_last (UNSUPPORTED)
+        self.batches = DeviceBatches(data, self.device, self.dtype)  # never channels_last (UNSUPPORTED)
         self.num_classes = data.num_classes
         models = []
         for member in cfgs:
@@ -88,17 +98,21 @@ class FusedTrainer:
         self.flat = torch.cat([p.detach().reshape(self.k, -1) for p in params.values()], 1)
         self.buffers = buffers
         self.base = copy.deepcopy(models[0]).to("meta")
-        set_fused_attention(self.base, self.k == 1)     # no vmap for a stack of one (_per_member)
+        set_fused_attention(self.base, self.k == 1)  # no vmap for a stack of one (_per_member)
         if self.amp:
             _norms_in_float32(self.base)
         self.generators = [torch.Generator().manual_seed(m.seed) for m in cfgs]
         self.steps_per_epoch = data.steps_per_epoch(cfg.batch_size)
         # every member's lr at every step, computed once and kept on the device (no copy per step)
-        self.lr_table = torch.tensor([_lr_per_step(m, self.steps_per_epoch) for m in cfgs],
-                                     dtype=self.dtype).T.contiguous().to(self.device)
+        self.lr_table = (
+            torch.tensor([_lr_per_step(m, self.steps_per_epoch) for m in cfgs], dtype=self.dtype)
+            .T.contiguous()
+            .to(self.device)
+        )
         # weight decay per member and position; none on the member model's 1-D parameters
-        decays = torch.cat([torch.full((n,), float(len(shape) > 1), dtype=self.dtype)
-                            for shape, n in zip(self.shapes, self.sizes)]).to(self.device)
+        decays = torch.cat(
+            [torch.full((n,), float(len(shape) > 1), dtype=self.dtype) for shape, n in zip(self.shapes, self.sizes)]
+        ).to(self.device)
         self.wd = torch.tensor([m.wd for m in cfgs], dtype=self.dtype, device=self.device)[:, None] * decays
         self.state: Dict[str, torch.Tensor] = {}
         self.step = 0
@@ -130,7 +144,7 @@ class FusedTrainer:
 
     def _loss(self, params, buffers, x, y):
         logits = self._logits(params, buffers, x)
-        logits = logits.float() if logits.dtype == torch.bfloat16 else logits   # the loss in float32, as alone
+        logits = logits.float() if logits.dtype == torch.bfloat16 else logits  # the loss in float32, as alone
         return F.cross_entropy(logits, y, label_smoothing=self.cfgs[0].label_smoothing)
 
     @property
@@ -145,14 +159,14 @@ class FusedTrainer:
             return losses, torch.cat([grads[n].reshape(self.k, -1) for n in self.names], 1)
         flat = self.flat.detach().requires_grad_()
         loss = self._per_member(self._loss, self._views(flat), self.buffers, x, y)
-        grad, = torch.autograd.grad(loss.sum(), flat)
+        (grad,) = torch.autograd.grad(loss.sum(), flat)
         return loss.detach(), grad
 
     @torch.no_grad()
     def _update(self, g: torch.Tensor, lrs: torch.Tensor) -> None:
         """One AdamW or SGD-Nesterov step on the flat buffer given its gradient `g` (the
         arithmetic of torch.optim's single-tensor code), dead members left as they are."""
-        p, lr, step = self.flat, lrs[:, None], self.step + 1   # torch.optim counts steps from 1
+        p, lr, step = self.flat, lrs[:, None], self.step + 1  # torch.optim counts steps from 1
         if self.cfgs[0].optimizer == "adamw":
             beta1, beta2, eps = 0.9, 0.999, 1e-8
             m = self.state.setdefault("exp_avg", torch.zeros_like(p))
@@ -160,7 +174,7 @@ class FusedTrainer:
             new = p * (1 - lr * self.wd)
             m.lerp_(g, 1 - beta1)
             v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
-            bias1, bias2_sqrt = 1 - beta1 ** step, math.sqrt(1 - beta2 ** step)
+            bias1, bias2_sqrt = 1 - beta1**step, math.sqrt(1 - beta2**step)
             new = new - (lr / bias1) * (m / ((v.sqrt() / bias2_sqrt) + eps))
         else:
             momentum = 0.9
@@ -169,7 +183,7 @@ class FusedTrainer:
             buf = d_p.clone() if buf is None else buf.mul_(momentum).add_(d_p)
             self.state["momentum_buffer"] = buf
             new = p - lr * (d_p + momentum * buf)
-        p.copy_(torch.where(self.alive[:, None], new, p))   # in place: the views stay valid
+        p.copy_(torch.where(self.alive[:, None], new, p))  # in place: the views stay valid
 
     def train_epoch(self) -> Dict[str, np.ndarray]:
         """One epoch for the members in the stack; per stack position: mean train loss and last lr."""
@@ -206,8 +220,10 @@ class FusedTrainer:
             correct1 += hits[..., 0].sum(1)
             correct5 += hits.any(-1).sum(1)
             total += len(y)
-        return {"top1_err": (100 * (1 - correct1 / total)).cpu().numpy(),
-                "top5_err": (100 * (1 - correct5 / total)).cpu().numpy()}
+        return {
+            "top1_err": (100 * (1 - correct1 / total)).cpu().numpy(),
+            "top5_err": (100 * (1 - correct5 / total)).cpu().numpy(),
+        }
 
     def drop_diverged(self) -> None:
         """Remove diverged members from the stack (parameters, buffers, state, data, schedule)."""
@@ -235,10 +251,17 @@ class FusedTrainer:
         self.drop_diverged()
         train = {name: values[alive.numpy()] for name, values in train.items()}
         metrics = self.evaluate()
-        return {member: {"train_loss": float(train["train_loss"][i]), "train_top1_err": None,
-                         "lr": float(train["lr"][i]), "top1_err": float(metrics["top1_err"][i]),
-                         "top5_err": float(metrics["top5_err"][i]), "ema_top1_err": None}
-                for i, member in enumerate(self.members)}
+        return {
+            member: {
+                "train_loss": float(train["train_loss"][i]),
+                "train_top1_err": None,
+                "lr": float(train["lr"][i]),
+                "top1_err": float(metrics["top1_err"][i]),
+                "top5_err": float(metrics["top5_err"][i]),
+                "ema_top1_err": None,
+            }
+            for i, member in enumerate(self.members)
+        }
 
     def diverged(self, member: int) -> bool:
         """Whether the member diverged (and was masked out)."""
@@ -254,6 +277,7 @@ def _norms_in_float32(model: torch.nn.Module) -> None:
     """Run the model's BatchNorm layers on float32 inputs and give back bf16: torch's vmap rule for
     batch_norm cannot mix a bf16 input with float32 weights, which a layer alone under autocast
     does (computing in float32 inside, so the numbers are the same)."""
+
     def to_float32(module, args):
         return tuple(a.float() if torch.is_tensor(a) and a.dtype == torch.bfloat16 else a for a in args)
 
@@ -277,8 +301,9 @@ def _lr_per_step(cfg: TrialConfig, steps_per_epoch: int) -> List[float]:
     return lrs
 
 
-def train_fused(configs: Sequence[Dict[str, Any]],
-                on_epoch: Optional[Callable[[MemberRecords], None]] = None) -> List[Dict[str, Any]]:
+def train_fused(
+    configs: Sequence[Dict[str, Any]], on_epoch: Optional[Callable[[MemberRecords], None]] = None
+) -> List[Dict[str, Any]]:
     """Train K trial configs of one cell fused; return K trial rows as `train_trial` would.
 
     on_epoch({k: record}) is called after each epoch with the records of the live members.
@@ -286,20 +311,43 @@ def train_fused(configs: Sequence[Dict[str, Any]],
     return fit(FusedTrainer([TrialConfig.from_dict(c) for c in configs]), on_epoch)
 
 
-def measure_fusion(model: str, optimizer: str, batch_size: int, image_size: int, k: int, steps: int = 3,
-                   device: str = "auto", dtype: str = "float32", alone_step_s: Optional[float] = None) -> Dict[str, float]:
+def measure_fusion(
+    model: str,
+    optimizer: str,
+    batch_size: int,
+    image_size: int,
+    k: int,
+    steps: int = 3,
+    device: str = "auto",
+    dtype: str = "float32",
+    alone_step_s: Optional[float] = None,
+) -> Dict[str, float]:
     """Time K members fused against one trial alone (then x K, as K trials one after another).
 
     Both train `steps` steps of synthetic data after a warm-up epoch; speedup = K t_alone / t_fused.
     `alone_step_s`, when given, is the alone step time already measured (one per sweep over K).
     """
-    data = {"name": "synthetic", "image_size": image_size, "n_train": batch_size * steps,
-            "n_val": batch_size, "num_classes": 10}
-    base = dict(model=model, optimizer=optimizer, epochs=2, lr=1e-3, wd=1e-4, batch_size=batch_size,
-                dataset=data, device=device, dtype=dtype)
+    data = {
+        "name": "synthetic",
+        "image_size": image_size,
+        "n_train": batch_size * steps,
+        "n_val": batch_size,
+        "num_classes": 10,
+    }
+    base = dict(
+        model=model,
+        optimizer=optimizer,
+        epochs=2,
+        lr=1e-3,
+        wd=1e-4,
+        batch_size=batch_size,
+        dataset=data,
+        device=device,
+        dtype=dtype,
+    )
 
     def timed(trainer) -> float:
-        trainer.train_epoch()                       # warm-up: allocations, kernel selection
+        trainer.train_epoch()  # warm-up: allocations, kernel selection
         if trainer.device.type == "cuda":
             torch.cuda.synchronize(trainer.device)
         start = time.perf_counter()
@@ -310,6 +358,10 @@ def measure_fusion(model: str, optimizer: str, batch_size: int, image_size: int,
 
     alone = timed(Trainer(TrialConfig.from_dict(base))) if alone_step_s is None else alone_step_s
     fused = timed(FusedTrainer([TrialConfig.from_dict(dict(base, seed=i)) for i in range(k)]))
-    return {"alone_step_s": alone, "fused_step_s": fused, "speedup": k * alone / fused,
-            "samples_per_s_per_member_alone": batch_size / alone,
-            "samples_per_s_per_member_fused": batch_size / fused}
+    return {
+        "alone_step_s": alone,
+        "fused_step_s": fused,
+        "speedup": k * alone / fused,
+        "samples_per_s_per_member_alone": batch_size / alone,
+        "samples_per_s_per_member_fused": batch_size / fused,
+    }

@@ -34,10 +34,12 @@ def pin_init(config: Mapping[str, Any], must_exist: bool) -> Dict[str, Any]:
     returned unpinned; a given `init_sha256` that the file does not have is a ConfigError."""
     path = config.get("init")
     if not isinstance(path, str) or not path:
-        return dict(config)                  # no init, or a bad value that TrialConfig.validate names
+        return dict(config)  # no init, or a bad value that TrialConfig.validate names
     if not os.path.isabs(path):
-        raise ConfigError(f"init: bad value {shown(path)} (a relative path: trials run in other working directories); "
-                          f"allowed: an absolute path every worker can read, of {CHECKPOINT_KINDS}")
+        raise ConfigError(
+            f"init: bad value {shown(path)} (a relative path: trials run in other working directories); "
+            f"allowed: an absolute path every worker can read, of {CHECKPOINT_KINDS}"
+        )
     if not os.path.isfile(path):
         if must_exist:
             raise ConfigError(f"init: {shown(path)} is not a file; allowed: {CHECKPOINT_KINDS}")
@@ -45,8 +47,10 @@ def pin_init(config: Mapping[str, Any], must_exist: bool) -> Dict[str, Any]:
     sha = file_sha256(path)
     given = config.get("init_sha256")
     if given is not None and given != sha:
-        raise ConfigError(f"init_sha256: bad value {shown(given)}; allowed: the sha256 of {shown(path)} ({sha}), "
-                          f"or null to take it from the file")
+        raise ConfigError(
+            f"init_sha256: bad value {shown(given)}; allowed: the sha256 of {shown(path)} ({sha}), "
+            f"or null to take it from the file"
+        )
     return dict(config, init_sha256=sha)
 
 
@@ -57,6 +61,8 @@ def verified_sha256(path: str, planned: Optional[str]) -> str:
         raise ConfigError(f"init: {shown(path)} is not a file; allowed: {CHECKPOINT_KINDS}")
     sha = file_sha256(path)
     if planned is not None and sha != planned:
-        raise ConfigError(f"init: {shown(path)} has sha256 {sha}, not the {planned} this trial was planned with; "
-                          f"allowed: the same file (rerun the study to plan it with the new file's trial keys)")
+        raise ConfigError(
+            f"init: {shown(path)} has sha256 {sha}, not the {planned} this trial was planned with; "
+            f"allowed: the same file (rerun the study to plan it with the new file's trial keys)"
+        )
     return sha

@@ -23,7 +23,7 @@ from hpstudy.trainers.flops import model_profile
 from hpstudy.trainers.optim import build_schedule
 from hpstudy.trainers.provenance import run_info
 
-MemberRecords = Dict[int, Dict[str, Any]]     # member index -> epoch record
+MemberRecords = Dict[int, Dict[str, Any]]  # member index -> epoch record
 
 
 class EpochTrainer(Protocol):
@@ -68,8 +68,8 @@ class TrialSetup:
 
     device: torch.device
     dtype: torch.dtype
-    amp: bool              # bf16 autocast
-    data: Any              # the dataset on the device (data_for)
+    amp: bool  # bf16 autocast
+    data: Any  # the dataset on the device (data_for)
 
 
 def trial_setup(cfg: TrialConfig) -> TrialSetup:
@@ -105,8 +105,9 @@ def data_for(cfg: TrialConfig, device: torch.device):
 
 
 @lru_cache(maxsize=2)
-def data_on_device(spec: DataSpec, device: torch.device, num_workers: int, auto_augment: Optional[str],
-                   decode_on_device: bool):
+def data_on_device(
+    spec: DataSpec, device: torch.device, num_workers: int, auto_augment: Optional[str], decode_on_device: bool
+):
     """The dataset on `device`, cached per worker process so reused Ray actors load it once."""
     return load_data(spec, num_workers, auto_augment, decode_on_device).to(device)
 
@@ -123,8 +124,9 @@ def diverged_mask(losses: torch.Tensor, cfg: TrialConfig) -> torch.Tensor:
 
 def trial_schedule(optimizer: torch.optim.Optimizer, cfg: TrialConfig, steps_per_epoch: int):
     """The trial's per-step warmup + cosine schedule on `optimizer` (whose lr is cfg.peak_lr)."""
-    return build_schedule(optimizer, cfg.epochs * steps_per_epoch,
-                          round(cfg.warmup_epochs * steps_per_epoch), cfg.min_lr_ratio)
+    return build_schedule(
+        optimizer, cfg.epochs * steps_per_epoch, round(cfg.warmup_epochs * steps_per_epoch), cfg.min_lr_ratio
+    )
 
 
 def fit(trainer: EpochTrainer, on_epoch: Optional[Callable[[MemberRecords], None]] = None) -> List[Dict]:
@@ -143,8 +145,7 @@ def fit(trainer: EpochTrainer, on_epoch: Optional[Callable[[MemberRecords], None
                 break
             if trainer.device.type == "cuda":
                 torch.cuda.synchronize(trainer.device)
-            records = {k: schema.epoch_record(epoch=epoch, seconds=time.time() - t0, **m)
-                       for k, m in metrics.items()}
+            records = {k: schema.epoch_record(epoch=epoch, seconds=time.time() - t0, **m) for k, m in metrics.items()}
             for k, record in records.items():
                 logs[k].append(record)
             if on_epoch is not None:
@@ -152,29 +153,45 @@ def fit(trainer: EpochTrainer, on_epoch: Optional[Callable[[MemberRecords], None
     finally:
         trainer.release()
     wall_s = time.time() - started
-    return [trial_row(cfg, logs[k], trainer.diverged(k), trainer, wall_s)
-            for k, cfg in enumerate(trainer.cfgs)]
+    return [trial_row(cfg, logs[k], trainer.diverged(k), trainer, wall_s) for k, cfg in enumerate(trainer.cfgs)]
 
 
-def trial_row(cfg: TrialConfig, epoch_log: List[Dict[str, Any]], diverged: bool, trainer: EpochTrainer,
-              wall_s: float) -> Dict[str, Any]:
+def trial_row(
+    cfg: TrialConfig, epoch_log: List[Dict[str, Any]], diverged: bool, trainer: EpochTrainer, wall_s: float
+) -> Dict[str, Any]:
     """The trial row (hpstudy.trainers.schema, all but the study's columns) plus `epoch_log`."""
     last = epoch_log[-1] if epoch_log else {}
     if diverged:
         chance = chance_error(trainer.num_classes)
         ema = chance if cfg.ema_decay else None
-        errors = {"top1_err": chance, "top5_err": chance_error(trainer.num_classes, 5),
-                  "best_top1_err": chance, "ema_top1_err": ema, "best_ema_top1_err": ema}
+        errors = {
+            "top1_err": chance,
+            "top5_err": chance_error(trainer.num_classes, 5),
+            "best_top1_err": chance,
+            "ema_top1_err": ema,
+            "best_ema_top1_err": ema,
+        }
     else:
         ema_errors = [e["ema_top1_err"] for e in epoch_log if e["ema_top1_err"] is not None]
-        errors = {"top1_err": last["top1_err"], "top5_err": last["top5_err"],
-                  "best_top1_err": min(e["top1_err"] for e in epoch_log),
-                  "ema_top1_err": last["ema_top1_err"], "best_ema_top1_err": min(ema_errors) if ema_errors else None}
+        errors = {
+            "top1_err": last["top1_err"],
+            "top5_err": last["top5_err"],
+            "best_top1_err": min(e["top1_err"] for e in epoch_log),
+            "ema_top1_err": last["ema_top1_err"],
+            "best_ema_top1_err": min(ema_errors) if ema_errors else None,
+        }
     flops, params = model_profile(cfg.model, trainer.num_classes, cfg.dataset.size)
     row = schema.trainer_row(
-        **cfg.row_fields(), **errors, **run_info(trainer.device),
-        flops=flops, params=params, status=schema.DIVERGED if diverged else schema.OK,
-        train_loss=last.get("train_loss"), epochs_done=len(epoch_log), wall_s=wall_s,
-        head_reinit=getattr(trainer, "head_reinit", None),     # fused trainers never fine-tune
-        finished_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+        **cfg.row_fields(),
+        **errors,
+        **run_info(trainer.device),
+        flops=flops,
+        params=params,
+        status=schema.DIVERGED if diverged else schema.OK,
+        train_loss=last.get("train_loss"),
+        epochs_done=len(epoch_log),
+        wall_s=wall_s,
+        head_reinit=getattr(trainer, "head_reinit", None),  # fused trainers never fine-tune
+        finished_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    )
     return dict(row, epoch_log=epoch_log)

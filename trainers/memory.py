@@ -14,22 +14,23 @@ import torch
 from hpstudy.trainers.config import TrialConfig
 from hpstudy.trainers.models import build_model
 
-OVERHEAD_GB = 2.0          # CUDA context, cuDNN/cuBLAS workspaces, allocator slack
-OPTIMIZER_STATE = {"adamw": 2, "sgd": 1}   # fp32 tensors of state per parameter
+OVERHEAD_GB = 2.0  # CUDA context, cuDNN/cuBLAS workspaces, allocator slack
+OPTIMIZER_STATE = {"adamw": 2, "sgd": 1}  # fp32 tensors of state per parameter
 
 
 @lru_cache(maxsize=None)
-def activation_bytes_per_image(model: str, num_classes: int, image_size: int,
-                               dtype: torch.dtype = torch.bfloat16) -> int:
+def activation_bytes_per_image(
+    model: str, num_classes: int, image_size: int, dtype: torch.dtype = torch.bfloat16
+) -> int:
     """Bytes saved for the backward pass per training image (bf16 activations, as under autocast)."""
     with torch.device("meta"):
         net = build_model(model, num_classes, image_size).to(dtype).train()
-        x = torch.zeros(2, 3, image_size, image_size, dtype=dtype)   # 2: BatchNorm needs > 1 sample
-    seen = {id(p) for p in net.parameters()}     # weights are not activations
+        x = torch.zeros(2, 3, image_size, image_size, dtype=dtype)  # 2: BatchNorm needs > 1 sample
+    seen = {id(p) for p in net.parameters()}  # weights are not activations
     saved = [0]
 
     def pack(t: torch.Tensor):
-        base = t if t._base is None else t._base     # a view shares its base's memory
+        base = t if t._base is None else t._base  # a view shares its base's memory
         if id(base) not in seen:
             seen.add(id(base))
             saved[0] += base.numel() * base.element_size()

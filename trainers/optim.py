@@ -21,8 +21,7 @@ def param_groups(model: nn.Module, weight_decay: float) -> List[Dict]:
     for param in model.parameters():
         if param.requires_grad:
             (no_decay if param.ndim <= 1 else decay).append(param)
-    return [{"params": decay, "weight_decay": weight_decay},
-            {"params": no_decay, "weight_decay": 0.0}]
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
 def scaled_lr(lr: float, batch_size: int, reference_batch_size: int) -> float:
@@ -30,8 +29,9 @@ def scaled_lr(lr: float, batch_size: int, reference_batch_size: int) -> float:
     return lr * batch_size / reference_batch_size
 
 
-def build_optimizer(name: str, model: nn.Module, lr: float, weight_decay: float,
-                    momentum: float = 0.9, betas=(0.9, 0.999)) -> torch.optim.Optimizer:
+def build_optimizer(
+    name: str, model: nn.Module, lr: float, weight_decay: float, momentum: float = 0.9, betas=(0.9, 0.999)
+) -> torch.optim.Optimizer:
     """AdamW (betas 0.9/0.999) or SGD (momentum 0.9, Nesterov) over `param_groups`."""
     groups = param_groups(model, weight_decay)
     if name == "adamw":
@@ -41,8 +41,9 @@ def build_optimizer(name: str, model: nn.Module, lr: float, weight_decay: float,
     raise ConfigError(f"optimizer: unknown {shown(name)}; allowed: {', '.join(OPTIMIZERS)}")
 
 
-def build_schedule(optimizer: torch.optim.Optimizer, total_steps: int, warmup_steps: int,
-                   min_lr_ratio: float) -> CosineLRScheduler:
+def build_schedule(
+    optimizer: torch.optim.Optimizer, total_steps: int, warmup_steps: int, min_lr_ratio: float
+) -> CosineLRScheduler:
     """Per-step linear warmup from 0, then half-period cosine down to min_lr_ratio * lr.
 
     Call `schedule.step_update(step)` before optimizer step `step` (0-based); warmup reaches the
@@ -51,5 +52,11 @@ def build_schedule(optimizer: torch.optim.Optimizer, total_steps: int, warmup_st
     base_lr = optimizer.param_groups[0]["lr"]
     warmup_steps = min(warmup_steps, total_steps - 1)
     return CosineLRScheduler(
-        optimizer, t_initial=max(1, total_steps - warmup_steps), lr_min=base_lr * min_lr_ratio,
-        warmup_t=warmup_steps, warmup_lr_init=0.0, warmup_prefix=True, t_in_epochs=False)
+        optimizer,
+        t_initial=max(1, total_steps - warmup_steps),
+        lr_min=base_lr * min_lr_ratio,
+        warmup_t=warmup_steps,
+        warmup_lr_init=0.0,
+        warmup_prefix=True,
+        t_in_epochs=False,
+    )

@@ -40,22 +40,26 @@ from hpstudy.trainers.errors import DataError, shown
 
 FORMAT_VERSION = 1
 ARRAYS = ("train_x", "train_y", "val_x", "val_y")
-PREPARED_FILES = ("meta.json",) + tuple(f"{name}.npy" for name in ARRAYS)     # all that prepare writes
+PREPARED_FILES = ("meta.json",) + tuple(f"{name}.npy" for name in ARRAYS)  # all that prepare writes
 MARK = ("version", "source", "train_size", "image_size", "files_digest", "classes", "sha256")  # in every meta.json
-OUT_ALLOWED = ("allowed: a path that does not exist, an empty folder, or a folder written by `hpstudy prepare` "
-               "(replaced: only the files prepare wrote are deleted)")
+OUT_ALLOWED = (
+    "allowed: a path that does not exist, an empty folder, or a folder written by `hpstudy prepare` "
+    "(replaced: only the files prepare wrote are deleted)"
+)
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
 def _train_image(img, size: int) -> np.ndarray:
     from torchvision.transforms import functional as TF
+
     return np.asarray(TF.center_crop(TF.resize(img, size, TF.InterpolationMode.BICUBIC), size), dtype=np.uint8)
 
 
 @functools.lru_cache(maxsize=None)
 def _val_transform(size: int):
     from timm.data import create_transform
+
     return create_transform(size, is_training=False, interpolation="bicubic", crop_pct=0.875, use_prefetcher=True)
 
 
@@ -67,8 +71,9 @@ _DECODERS = {"train": _train_image, "val": _val_image}
 
 
 def _unreadable(path: str, exc: OSError) -> DataError:
-    return DataError(f"prepare: cannot read {shown(path)} ({exc.strerror or type(exc).__name__}); allowed: "
-                     f"readable image files")
+    return DataError(
+        f"prepare: cannot read {shown(path)} ({exc.strerror or type(exc).__name__}); allowed: readable image files"
+    )
 
 
 def _source_bytes(path: str) -> bytes:
@@ -87,16 +92,24 @@ def _decode(job: Tuple[str, str, int]) -> Tuple[np.ndarray, str]:
     """One source image of a split decoded as that split is stored, and the sha256 of its bytes;
     DataError naming the file when it cannot be decoded (raised in a pool worker, it reaches the caller)."""
     from PIL import Image, UnidentifiedImageError
+
     path, split, size = job
     data = _source_bytes(path)
     try:
         with Image.open(io.BytesIO(data)) as img:
             image = _DECODERS[split](img.convert("RGB"), size)
-    except Exception as exc:        # PIL raises many types for a damaged file
-        reason = ("not an image PIL can read" if isinstance(exc, UnidentifiedImageError) else
-                  str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
-        raise DataError(f"prepare: cannot decode {shown(path)} ({reason}); allowed: image files PIL can "
-                        f"read (replace or remove this one)")
+    except Exception as exc:  # PIL raises many types for a damaged file
+        reason = (
+            "not an image PIL can read"
+            if isinstance(exc, UnidentifiedImageError)
+            else str(exc).splitlines()[0]
+            if str(exc)
+            else type(exc).__name__
+        )
+        raise DataError(
+            f"prepare: cannot decode {shown(path)} ({reason}); allowed: image files PIL can "
+            f"read (replace or remove this one)"
+        )
     return image, hashlib.sha256(data).hexdigest()
 
 
@@ -110,6 +123,7 @@ def _sha256(path: str) -> str:
 
 def _listing(source: str):
     from torchvision.datasets import ImageFolder
+
     layout = "train/<class>/*.JPEG and val/<class>/*.JPEG, at least one image per class"
     splits = {}
     for split in ("train", "val"):
@@ -118,7 +132,7 @@ def _listing(source: str):
             raise DataError(f"prepare: {shown(folder)} is missing; expected {layout}")
         try:
             splits[split] = ImageFolder(folder)
-        except FileNotFoundError as exc:         # no class folders, or a class folder without images
+        except FileNotFoundError as exc:  # no class folders, or a class folder without images
             raise DataError(f"prepare: {shown(folder)}: {exc}; expected {layout}")
     if splits["train"].classes != splits["val"].classes:
         raise DataError(f"prepare: {shown(source)}: train and val have different class folders")
@@ -141,12 +155,14 @@ def _digest(lines: Iterable[str]) -> str:
 
 def _files_digest(splits) -> str:
     """A digest of every source image's name, label, size and modification time (no reading)."""
+
     def line(path, *named):
         try:
             stat = os.stat(path)
-        except OSError as exc:          # a dangling link
+        except OSError as exc:  # a dangling link
             raise _unreadable(path, exc)
         return "\0".join(map(str, (*named, stat.st_size, stat.st_mtime_ns)))
+
     return _digest(line(path, split, rel, label) for split, path, rel, label in _entries(splits))
 
 
@@ -183,10 +199,14 @@ def _own_meta(folder: str) -> Optional[Dict]:
     try:
         with open(os.path.join(folder, "meta.json"), encoding="utf-8") as f:
             meta = json.load(f)
-    except (OSError, ValueError, RecursionError):      # missing, unreadable or not JSON
+    except (OSError, ValueError, RecursionError):  # missing, unreadable or not JSON
         return None
-    ok = (isinstance(meta, dict) and all(k in meta for k in MARK) and isinstance(meta["sha256"], dict)
-          and all(isinstance(meta["sha256"].get(name), str) for name in ARRAYS))
+    ok = (
+        isinstance(meta, dict)
+        and all(k in meta for k in MARK)
+        and isinstance(meta["sha256"], dict)
+        and all(isinstance(meta["sha256"].get(name), str) for name in ARRAYS)
+    )
     return meta if ok else None
 
 
@@ -194,8 +214,10 @@ def read_meta(path: str) -> Dict:
     """The meta.json of a folder written by `hpstudy prepare`; DataError naming the folder otherwise."""
     meta = _own_meta(path)
     if meta is None:
-        raise DataError(f"dataset 'prepared': {shown(path)} has no meta.json written by `hpstudy prepare`; "
-                        f"make it with `hpstudy prepare --data <image folder> --out {path}`")
+        raise DataError(
+            f"dataset 'prepared': {shown(path)} has no meta.json written by `hpstudy prepare`; "
+            f"make it with `hpstudy prepare --data <image folder> --out {path}`"
+        )
     return meta
 
 
@@ -204,8 +226,10 @@ def _existing(out: str) -> Optional[Dict]:
     the meta.json of an earlier preparation holding only prepare's files. DataError naming `--out`, why
     and what is allowed for anything else (a file, a symbolic link, the working directory or a folder
     above it, a folder holding anything prepare did not write)."""
+
     def refuse(why: str) -> DataError:
         return DataError(f"--out: {shown(out)} {why}; {OUT_ALLOWED}")
+
     if os.path.islink(out):
         raise refuse("is a symbolic link (never followed)")
     if not os.path.lexists(out):
@@ -221,8 +245,11 @@ def _existing(out: str) -> Optional[Dict]:
         raise refuse(f"cannot be listed ({exc.strerror or type(exc).__name__})")
     if not entries:
         return {}
-    foreign = [e for e in entries if e not in PREPARED_FILES or os.path.islink(os.path.join(out, e))
-               or not os.path.isfile(os.path.join(out, e))]
+    foreign = [
+        e
+        for e in entries
+        if e not in PREPARED_FILES or os.path.islink(os.path.join(out, e)) or not os.path.isfile(os.path.join(out, e))
+    ]
     if foreign:
         raise refuse(f"holds {shown(foreign)}, which `hpstudy prepare` did not write")
     meta = _own_meta(out)
@@ -250,51 +277,72 @@ def verify_arrays(path: str, meta: Dict) -> None:
             problem = "fails its checksum"
         else:
             continue
-        raise DataError(f"prepared data: {file} {problem}; rebuild the folder: delete {path} and run "
-                        f"`hpstudy prepare` again")
+        raise DataError(
+            f"prepared data: {file} {problem}; rebuild the folder: delete {path} and run `hpstudy prepare` again"
+        )
 
 
-def prepare(source: str, out: str, train_size: int = 256, image_size: int = 224, workers: int = 1,
-            progress=print, verify_content: bool = False) -> Dict:
+def prepare(
+    source: str,
+    out: str,
+    train_size: int = 256,
+    image_size: int = 224,
+    workers: int = 1,
+    progress=print,
+    verify_content: bool = False,
+) -> Dict:
     """Decode `source` (train/ and val/ class folders) once into `out`; reuse `out` when it already holds a
     preparation of the same files (names, labels, sizes and modification times; with `verify_content`, also
     their bytes), else replace it. Returns the meta record (with `reused`)."""
     if train_size < image_size:
         raise DataError(f"prepare: --train-size {train_size} < --image-size {image_size}; allowed: >=")
-    found = _existing(out)           # before any decoding: refuses what prepare must not replace
+    found = _existing(out)  # before any decoding: refuses what prepare must not replace
     splits = _listing(source)
-    wanted = {"version": FORMAT_VERSION, "source": os.path.abspath(source), "train_size": train_size,
-              "image_size": image_size, "crop_pct": 0.875, "files_digest": _files_digest(splits),
-              "classes": splits["train"].classes,
-              "n_train": len(splits["train"]), "n_val": len(splits["val"])}
-    if found and {k: found.get(k) for k in wanted} == wanted and (
-            not verify_content or found.get("content_digest") == _hashed_content(splits, workers)):
+    wanted = {
+        "version": FORMAT_VERSION,
+        "source": os.path.abspath(source),
+        "train_size": train_size,
+        "image_size": image_size,
+        "crop_pct": 0.875,
+        "files_digest": _files_digest(splits),
+        "classes": splits["train"].classes,
+        "n_train": len(splits["train"]),
+        "n_val": len(splits["val"]),
+    }
+    if (
+        found
+        and {k: found.get(k) for k in wanted} == wanted
+        and (not verify_content or found.get("content_digest") == _hashed_content(splits, workers))
+    ):
         verify_arrays(out, found)
         return dict(found, reused=True)
     tmp = f"{os.path.abspath(out)}.tmp-{uuid.uuid4().hex[:8]}"
     os.makedirs(tmp)
     try:
         meta = _write(splits, tmp, wanted, workers, progress)
-        if _existing(out) is not None:     # checked again: nothing has come into it since
+        if _existing(out) is not None:  # checked again: nothing has come into it since
             _remove_preparation(out)
         os.replace(tmp, out)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)        # made above: only prepare's files are in it
+        shutil.rmtree(tmp, ignore_errors=True)  # made above: only prepare's files are in it
         raise
     return dict(meta, reused=False)
 
 
 def _write(splits, tmp: str, wanted: Dict, workers: int, progress) -> Dict:
     """Decode every image into arrays in `tmp` and write its meta.json; returns the meta record."""
-    shapes = {"train": (wanted["n_train"], wanted["train_size"], wanted["train_size"], 3),
-              "val": (wanted["n_val"], wanted["image_size"], wanted["image_size"], 3)}
+    shapes = {
+        "train": (wanted["n_train"], wanted["train_size"], wanted["train_size"], 3),
+        "val": (wanted["n_val"], wanted["image_size"], wanted["image_size"], 3),
+    }
     shas: List[str] = []
     with _decoding(workers) as imap:
         for split in ("train", "val"):
             samples = splits[split].samples
             size = shapes[split][1]
-            images = np.lib.format.open_memmap(os.path.join(tmp, f"{split}_x.npy"), mode="w+",
-                                               dtype=np.uint8, shape=shapes[split])
+            images = np.lib.format.open_memmap(
+                os.path.join(tmp, f"{split}_x.npy"), mode="w+", dtype=np.uint8, shape=shapes[split]
+            )
             for i, (image, sha) in enumerate(imap(_decode, [(p, split, size) for p, _ in samples])):
                 images[i] = image
                 shas.append(sha)
@@ -303,8 +351,11 @@ def _write(splits, tmp: str, wanted: Dict, workers: int, progress) -> Dict:
             images.flush()
             del images
             np.save(os.path.join(tmp, f"{split}_y.npy"), np.array([y for _, y in samples], dtype=np.int64))
-    meta = dict(wanted, content_digest=_content_digest(splits, shas),
-                sha256={name: _sha256(os.path.join(tmp, f"{name}.npy")) for name in ARRAYS})
+    meta = dict(
+        wanted,
+        content_digest=_content_digest(splits, shas),
+        sha256={name: _sha256(os.path.join(tmp, f"{name}.npy")) for name in ARRAYS},
+    )
     meta["digest"] = data_digest(meta)
     with open(os.path.join(tmp, "meta.json"), "w") as f:
         json.dump(meta, f, indent=1)
@@ -314,29 +365,36 @@ def _write(splits, tmp: str, wanted: Dict, workers: int, progress) -> Dict:
 class PreparedData(Dataset):
     """A folder written by `prepare`: memory-mapped uint8 arrays, augmented on the training device."""
 
-    def __init__(self, path: str, image_size: int, auto_augment: Optional[str] = None,
-                 digest: Optional[str] = None):
+    def __init__(self, path: str, image_size: int, auto_augment: Optional[str] = None, digest: Optional[str] = None):
         self.meta = read_meta(path)
         found = data_digest(self.meta)
         if digest is not None and found != digest:
-            raise DataError(f"dataset.digest: {shown(path)} holds the preparation {found}, not the {digest} this "
-                            f"trial was planned with; allowed: the same preparation (rerun the study to plan it "
-                            f"with the new preparation's trial keys)")
+            raise DataError(
+                f"dataset.digest: {shown(path)} holds the preparation {found}, not the {digest} this "
+                f"trial was planned with; allowed: the same preparation (rerun the study to plan it "
+                f"with the new preparation's trial keys)"
+            )
         if self.meta.get("version") != FORMAT_VERSION:
-            raise DataError(f"dataset 'prepared': {shown(path)} has format {shown(self.meta.get('version'))}; "
-                            f"allowed: {FORMAT_VERSION} (prepare it again)")
+            raise DataError(
+                f"dataset 'prepared': {shown(path)} has format {shown(self.meta.get('version'))}; "
+                f"allowed: {FORMAT_VERSION} (prepare it again)"
+            )
         if image_size != self.meta["image_size"]:
-            raise DataError(f"dataset.image_size: bad value {image_size}; {shown(path)} was prepared for "
-                            f"{shown(self.meta['image_size'])} px (validation images are stored at that size)")
+            raise DataError(
+                f"dataset.image_size: bad value {image_size}; {shown(path)} was prepared for "
+                f"{shown(self.meta['image_size'])} px (validation images are stored at that size)"
+            )
         self.path = path
         arrays = {}
         for name in ARRAYS:
             file = os.path.join(path, f"{name}.npy")
             try:
                 arrays[name] = np.load(file, mmap_mode="r")
-            except (OSError, ValueError) as exc:     # missing, truncated, not an .npy
-                raise DataError(f"dataset 'prepared': cannot read {shown(file)} ({type(exc).__name__}); prepare "
-                                f"it again (delete {path} and run `hpstudy prepare`)")
+            except (OSError, ValueError) as exc:  # missing, truncated, not an .npy
+                raise DataError(
+                    f"dataset 'prepared': cannot read {shown(file)} ({type(exc).__name__}); prepare "
+                    f"it again (delete {path} and run `hpstudy prepare`)"
+                )
         self.train_x, self.train_y, self.val_x, self.val_y = (arrays[name] for name in ARRAYS)
         if len(self.train_x) != self.meta["n_train"] or len(self.val_x) != self.meta["n_val"]:
             raise DataError(f"dataset 'prepared': {shown(path)}: arrays do not match meta.json (prepare it again)")
@@ -363,13 +421,19 @@ class PreparedData(Dataset):
         images = torch.from_numpy(np.take(x, index, axis=0)).permute(0, 3, 1, 2)
         return images, torch.from_numpy(np.take(y, index))
 
-    def train_loader(self, batch_size: int, generator: torch.Generator, pin_memory: bool = False,
-                     device: Optional[torch.device] = None) -> "PreparedEpochs":
+    def train_loader(
+        self,
+        batch_size: int,
+        generator: torch.Generator,
+        pin_memory: bool = False,
+        device: Optional[torch.device] = None,
+    ) -> "PreparedEpochs":
         """An iterable whose every pass is one epoch of augmented uint8 batches on `device` (None: the CPU)."""
         return PreparedEpochs(self, batch_size, generator, pin_memory, device)
 
-    def val_loader(self, batch_size: int, pin_memory: bool = False,
-                   device: Optional[torch.device] = None) -> "PreparedVal":
+    def val_loader(
+        self, batch_size: int, pin_memory: bool = False, device: Optional[torch.device] = None
+    ) -> "PreparedVal":
         """The validation set in order (stored exactly as timm's eval transform makes it)."""
         return PreparedVal(self, batch_size)
 
@@ -390,8 +454,14 @@ class PreparedVal:
 class PreparedEpochs:
     """Epochs of a PreparedData: shuffled batches gathered on the CPU, augmented on the device."""
 
-    def __init__(self, data: PreparedData, batch_size: int, generator: torch.Generator, pin_memory: bool,
-                 device: Optional[torch.device]):
+    def __init__(
+        self,
+        data: PreparedData,
+        batch_size: int,
+        generator: torch.Generator,
+        pin_memory: bool,
+        device: Optional[torch.device],
+    ):
         self.data, self.batch_size, self.generator = data, batch_size, generator
         self.pin_memory, self.device = pin_memory, device
 
@@ -399,7 +469,7 @@ class PreparedEpochs:
         data, b = self.data, self.batch_size
         order = torch.randperm(data.num_train, generator=self.generator).numpy()
         for step in range(data.steps_per_epoch(b)):
-            x, y = data.gather(order[step * b:(step + 1) * b])
+            x, y = data.gather(order[step * b : (step + 1) * b])
             if self.pin_memory:
                 x, y = x.pin_memory(), y.pin_memory()
             x = x.to(self.device, non_blocking=True)

@@ -36,8 +36,9 @@ def _git_sha() -> Optional[str]:
     """HEAD of the git checkout hpstudy runs from; None for a copy without .git (even one that lies
     inside some other repository)."""
     try:
-        out = subprocess.run(["git", "rev-parse", "--show-toplevel", "HEAD"], capture_output=True, text=True,
-                             timeout=5, cwd=_ROOT)
+        out = subprocess.run(
+            ["git", "rev-parse", "--show-toplevel", "HEAD"], capture_output=True, text=True, timeout=5, cwd=_ROOT
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     lines = out.stdout.split()
@@ -74,10 +75,13 @@ def cuda_unusable_reason() -> Optional[str]:
         return None
     built, driver = torch.version.cuda, _driver_cuda_version()
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    parts = [f"torch {torch.__version__} is " + (f"built for CUDA {built}" if built else "a CPU-only build"),
-             f"the NVIDIA driver supports CUDA up to {driver}" if driver
-             else "no NVIDIA driver is installed (libcuda.so.1 cannot be loaded)",
-             "CUDA_VISIBLE_DEVICES is " + ("unset" if visible is None else repr(visible))]
+    parts = [
+        f"torch {torch.__version__} is " + (f"built for CUDA {built}" if built else "a CPU-only build"),
+        f"the NVIDIA driver supports CUDA up to {driver}"
+        if driver
+        else "no NVIDIA driver is installed (libcuda.so.1 cannot be loaded)",
+        "CUDA_VISIBLE_DEVICES is " + ("unset" if visible is None else repr(visible)),
+    ]
     if built and driver and _version(built) > _version(driver):
         parts.append(f"install a torch built for CUDA {driver} or older, or a newer driver")
     return "torch cannot use CUDA: " + "; ".join(parts)

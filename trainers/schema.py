@@ -20,7 +20,7 @@ from hpstudy.trainers.errors import SchemaError
 
 OK, DIVERGED, FAILED = "ok", "diverged", "failed"
 STATUSES = (OK, DIVERGED, FAILED)
-FINISHED = (OK, DIVERGED)          # stored as done: resume skips these; FAILED runs again
+FINISHED = (OK, DIVERGED)  # stored as done: resume skips these; FAILED runs again
 
 
 @dataclass(frozen=True)
@@ -52,13 +52,21 @@ TRIAL_COLUMNS: Tuple[Column, ...] = (
     Column("top5_err", pa.float64(), "result", "top-5 error (%) after the last epoch; chance if diverged"),
     Column("best_top1_err", pa.float64(), "result", "lowest top-1 error (%) over epochs"),
     Column("ema_top1_err", pa.float64(), "result", "top-1 error (%) of the EMA weights (null without EMA)"),
-    Column("best_ema_top1_err", pa.float64(), "result",
-           "lowest top-1 error (%) of the EMA weights over epochs (null without EMA; chance if diverged)"),
+    Column(
+        "best_ema_top1_err",
+        pa.float64(),
+        "result",
+        "lowest top-1 error (%) of the EMA weights over epochs (null without EMA; chance if diverged)",
+    ),
     Column("train_loss", pa.float64(), "result", "mean training loss of the last completed epoch"),
     Column("epochs_done", pa.int32(), "result", "epochs completed"),
     Column("wall_s", pa.float64(), "result", "seconds of training (a fused group's wall time)"),
-    Column("head_reinit", pa.bool_(), "result",
-           "fine-tuned with the head re-initialised (the checkpoint's class count differs); null from scratch"),
+    Column(
+        "head_reinit",
+        pa.bool_(),
+        "result",
+        "fine-tuned with the head re-initialised (the checkpoint's class count differs); null from scratch",
+    ),
     Column("device", pa.string(), "run", "torch device the trial trained on"),
     Column("hostname", pa.string(), "run", "host name of the worker"),
     Column("node", pa.string(), "study", "Ray node id of the worker"),
@@ -73,7 +81,7 @@ EPOCH_KEY_COLUMNS: Tuple[Column, ...] = (
     Column("model", pa.string(), "config", "registered model name"),
     Column("optimizer", pa.string(), "config", "adamw or sgd"),
 )
-EPOCH_COLUMNS: Tuple[Column, ...] = (     # the epoch record a trainer reports after each epoch
+EPOCH_COLUMNS: Tuple[Column, ...] = (  # the epoch record a trainer reports after each epoch
     Column("epoch", pa.int32(), "result", "1-based epoch number"),
     Column("train_loss", pa.float64(), "result", "mean training loss of the epoch"),
     Column("train_top1_err", pa.float64(), "result", "training top-1 error (%) (null when fused)"),
@@ -99,7 +107,7 @@ def arrow_schema(columns: Iterable[Column]) -> pa.Schema:
 TRIAL_SCHEMA = arrow_schema(TRIAL_COLUMNS)
 EPOCH_SCHEMA = arrow_schema(EPOCH_KEY_COLUMNS + EPOCH_COLUMNS)
 TRIAL_FIELDS = names(TRIAL_COLUMNS)
-TRAINER_FIELDS = names(TRIAL_COLUMNS, ("config", "result", "run"))   # what a trainer's row holds
+TRAINER_FIELDS = names(TRIAL_COLUMNS, ("config", "result", "run"))  # what a trainer's row holds
 RESULT_FIELDS = names(TRIAL_COLUMNS, ("result",))
 EPOCH_FIELDS = names(EPOCH_COLUMNS)
 

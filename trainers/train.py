@@ -45,9 +45,15 @@ def _parser_of(annotation) -> Callable[[str], Any]:
 def _add_field(parser: argparse.ArgumentParser, field: dataclasses.Field, flag: str, hints: Dict) -> None:
     required = field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
     default = "" if required else f" (default: {field.default})"
-    parser.add_argument(flag, dest=flag[2:].replace("-", "_"), required=required,
-                        type=_parser_of(hints[field.name]), choices=CHOICES.get(field.name),
-                        default=argparse.SUPPRESS, help=(field.metadata.get("doc", "") + default).replace("%", "%%"))
+    parser.add_argument(
+        flag,
+        dest=flag[2:].replace("-", "_"),
+        required=required,
+        type=_parser_of(hints[field.name]),
+        choices=CHOICES.get(field.name),
+        default=argparse.SUPPRESS,
+        help=(field.metadata.get("doc", "") + default).replace("%", "%%"),
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -80,9 +86,13 @@ def config_from_args(args: argparse.Namespace) -> Dict[str, Any]:
 
 def _print_epoch(epochs: int) -> Callable[[Dict[str, Any]], None]:
     def show(epoch: Dict[str, Any]) -> None:
-        print(f"epoch {epoch['epoch']:>3}/{epochs}  loss {epoch['train_loss']:.4f}  "
-              f"train err {epoch['train_top1_err']:6.2f}%  val top-1 {epoch['top1_err']:6.2f}%  "
-              f"top-5 {epoch['top5_err']:6.2f}%  lr {epoch['lr']:.3g}  {epoch['seconds']:.1f}s", flush=True)
+        print(
+            f"epoch {epoch['epoch']:>3}/{epochs}  loss {epoch['train_loss']:.4f}  "
+            f"train err {epoch['train_top1_err']:6.2f}%  val top-1 {epoch['top1_err']:6.2f}%  "
+            f"top-5 {epoch['top5_err']:6.2f}%  lr {epoch['lr']:.3g}  {epoch['seconds']:.1f}s",
+            flush=True,
+        )
+
     return show
 
 
@@ -96,8 +106,10 @@ def main(argv: Optional[list] = None) -> int:
     if args.json:
         print(json.dumps(row))
     else:
-        print(f"{row['status']}: top-1 {row['top1_err']:.2f}% (best {row['best_top1_err']:.2f}%), "
-              f"top-5 {row['top5_err']:.2f}%, {row['wall_s']:.1f}s on {row['device']}")
+        print(
+            f"{row['status']}: top-1 {row['top1_err']:.2f}% (best {row['best_top1_err']:.2f}%), "
+            f"top-5 {row['top5_err']:.2f}%, {row['wall_s']:.1f}s on {row['device']}"
+        )
     return 0
 
 

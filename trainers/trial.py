@@ -12,9 +12,9 @@ from timm.loss import SoftTargetCrossEntropy
 from timm.utils import ModelEmaV3
 
 from hpstudy.trainers.checkpoint import freeze_leading, load_checkpoint
-from hpstudy.trainers.init_file import verified_sha256
 from hpstudy.trainers.config import TrialConfig
 from hpstudy.trainers.data import DeviceBatches
+from hpstudy.trainers.init_file import verified_sha256
 from hpstudy.trainers.loop import diverged_mask, fit, release_device_memory, trial_schedule, trial_setup
 from hpstudy.trainers.models import build_model
 from hpstudy.trainers.optim import build_optimizer
@@ -38,17 +38,19 @@ def evaluate(models: Dict[str, torch.nn.Module], batches, autocast) -> Dict[str,
                 logits = model(x)
             hits = logits.topk(min(5, logits.shape[1]), dim=1).indices == y[:, None]
             top1, top5 = counts.get(name, (0, 0))
-            counts[name] = (top1 + hits[:, 0].sum(), top5 + hits.any(dim=1).sum())   # on the device
+            counts[name] = (top1 + hits[:, 0].sum(), top5 + hits.any(dim=1).sum())  # on the device
         total += len(y)
-    return {name: {"top1_err": 100.0 * (1 - float(top1) / total), "top5_err": 100.0 * (1 - float(top5) / total)}
-            for name, (top1, top5) in counts.items()}
+    return {
+        name: {"top1_err": 100.0 * (1 - float(top1) / total), "top5_err": 100.0 * (1 - float(top5) / total)}
+        for name, (top1, top5) in counts.items()
+    }
 
 
 class Trainer:
     """Holds the model, optimizer, schedule and data of one trial and trains it epoch by epoch."""
 
     def __init__(self, cfg: TrialConfig):
-        if cfg.init is not None:           # the row's config then names the checkpoint's bytes
+        if cfg.init is not None:  # the row's config then names the checkpoint's bytes
             cfg = dataclasses.replace(cfg, init_sha256=verified_sha256(cfg.init, cfg.init_sha256))
         self.cfg = cfg
         self.cfgs = [cfg]
@@ -79,8 +81,12 @@ class Trainer:
         self.ema = ModelEmaV3(self.model, decay=cfg.ema_decay, use_warmup=True) if cfg.ema_decay else None
         self.mixup = None
         if cfg.mixup or cfg.cutmix:
-            self.mixup = Mixup(mixup_alpha=cfg.mixup, cutmix_alpha=cfg.cutmix,
-                               label_smoothing=cfg.label_smoothing, num_classes=self.num_classes)
+            self.mixup = Mixup(
+                mixup_alpha=cfg.mixup,
+                cutmix_alpha=cfg.cutmix,
+                label_smoothing=cfg.label_smoothing,
+                num_classes=self.num_classes,
+            )
         self.step = 0
 
     def autocast(self):
@@ -143,8 +149,12 @@ class Trainer:
             total += len(y)
         if bad.item():
             return {"diverged": True}
-        return {"diverged": False, "train_loss": loss_sum.item() / self.steps_per_epoch,
-                "train_top1_err": 100.0 * (1 - correct.item() / max(1, total)), "lr": lr}
+        return {
+            "diverged": False,
+            "train_loss": loss_sum.item() / self.steps_per_epoch,
+            "train_top1_err": 100.0 * (1 - correct.item() / max(1, total)),
+            "lr": lr,
+        }
 
     def evaluate(self) -> Dict[str, float]:
         """Validation errors of the model (and of its EMA when on), in one pass over the data."""

@@ -10,7 +10,7 @@ from typing import Dict, List, Optional, Sequence
 from hpstudy.trainers.errors import ConfigError, shown
 
 FAMILIES = ("vit_p", "vit_c", "cnn", "coatnet", "vit_rel")
-SIZE_ORDER = ("tiny", "1gf", "4gf", "8gf", "18gf", "36gf")   # compute classes, in panel order
+SIZE_ORDER = ("tiny", "1gf", "4gf", "8gf", "18gf", "36gf")  # compute classes, in panel order
 
 
 @dataclass(frozen=True)
@@ -19,9 +19,9 @@ class ModelSpec:
 
     name: str
     family: str
-    builder: str                # "vit", "timm", "regnet", "coatnet" or "vit_rel" (hpstudy.trainers.models.BUILDERS)
+    builder: str  # "vit", "timm", "regnet", "coatnet" or "vit_rel" (hpstudy.trainers.models.BUILDERS)
     image_size: int
-    size: str = ""              # compute class for side-by-side panels: one of SIZE_ORDER
+    size: str = ""  # compute class for side-by-side panels: one of SIZE_ORDER
     description: str = ""
     kwargs: Dict = field(default_factory=dict)
 
@@ -53,15 +53,41 @@ def get_spec(name: str) -> ModelSpec:
     return _REGISTRY[name]
 
 
-def _register_vit_twins(size: str, image_size: int, dim: int, depth: int, heads: int, mlp: int,
-                        patch: int, stem_strides: Sequence[int], stem_channels: Sequence[int]) -> None:
+def _register_vit_twins(
+    size: str,
+    image_size: int,
+    dim: int,
+    depth: int,
+    heads: int,
+    mlp: int,
+    patch: int,
+    stem_strides: Sequence[int],
+    stem_channels: Sequence[int],
+) -> None:
     """Register ViT-P and its ViT-C twin (conv stem, one block fewer)."""
     common = dict(dim=dim, heads=heads, mlp=mlp, patch=patch)
-    register(ModelSpec(f"vit_p_{size}", "vit_p", "vit", image_size, size,
-                       f"ViT-P {size}: patchify stem, {depth} blocks", dict(common, depth=depth)))
-    register(ModelSpec(f"vit_c_{size}", "vit_c", "vit", image_size, size,
-                       f"ViT-C {size}: conv stem {list(stem_channels)}, {depth - 1} blocks",
-                       dict(common, depth=depth - 1, stem=(tuple(stem_strides), tuple(stem_channels)))))
+    register(
+        ModelSpec(
+            f"vit_p_{size}",
+            "vit_p",
+            "vit",
+            image_size,
+            size,
+            f"ViT-P {size}: patchify stem, {depth} blocks",
+            dict(common, depth=depth),
+        )
+    )
+    register(
+        ModelSpec(
+            f"vit_c_{size}",
+            "vit_c",
+            "vit",
+            image_size,
+            size,
+            f"ViT-C {size}: conv stem {list(stem_channels)}, {depth - 1} blocks",
+            dict(common, depth=depth - 1, stem=(tuple(stem_strides), tuple(stem_channels))),
+        )
+    )
 
 
 _STEM_SMALL = [2, 2, 2, 2]
@@ -76,43 +102,96 @@ _register_vit_twins("36gf", 224, 1024, 14, 16, 4096, 16, _STEM_LARGE, _STEM_LARG
 _register_vit_twins("tiny", 32, 96, 6, 3, 288, 4, [2, 1, 2, 1], [24, 48, 48, 96])
 
 # RegNetY 16/32 GF sit beside ViT 18/36 GF in the paper's panels.
-for _gf, _size, _timm_name in (("1gf", "1gf", "regnety_016"), ("4gf", "4gf", "regnety_040"),
-                               ("16gf", "18gf", "regnety_160"), ("32gf", "36gf", "regnety_320")):
-    register(ModelSpec(f"regnety_{_gf}", "cnn", "timm", 224, _size, f"timm {_timm_name}",
-                       dict(timm_name=_timm_name)))
+for _gf, _size, _timm_name in (
+    ("1gf", "1gf", "regnety_016"),
+    ("4gf", "4gf", "regnety_040"),
+    ("16gf", "18gf", "regnety_160"),
+    ("32gf", "36gf", "regnety_320"),
+):
+    register(ModelSpec(f"regnety_{_gf}", "cnn", "timm", 224, _size, f"timm {_timm_name}", dict(timm_name=_timm_name)))
 register(ModelSpec("resnet50", "cnn", "timm", 224, "4gf", "timm resnet50", dict(timm_name="resnet50")))
-register(ModelSpec("cnn_tiny", "cnn", "regnet", 32, "tiny", "RegNetY-style CNN for small images (4 stages, SE)",
-                   dict(depth=6, w0=24, wa=24.0, wm=2.0, group_size=8, se_ratio=0.25, stem_width=24)))
+register(
+    ModelSpec(
+        "cnn_tiny",
+        "cnn",
+        "regnet",
+        32,
+        "tiny",
+        "RegNetY-style CNN for small images (4 stages, SE)",
+        dict(depth=6, w0=24, wa=24.0, wm=2.0, group_size=8, se_ratio=0.25, stem_width=24),
+    )
+)
 
 
 def _register_layouts(prefix: str, image_size: int, size: str, depths: Dict[str, Sequence[int]], **common) -> None:
     """Register the conv/attention layouts of one CoAtNet (e.g. `cccc` -> block_type C, C, C, C)."""
     for layout, stage_depths in depths.items():
-        register(ModelSpec(f"{prefix}_{layout}", "coatnet", "coatnet", image_size, size,
-                           f"CoAtNet layout {'-'.join(layout.upper())}, stage depths {list(stage_depths)}",
-                           dict(common, block_type=tuple(layout.upper()), depths=tuple(stage_depths))))
+        register(
+            ModelSpec(
+                f"{prefix}_{layout}",
+                "coatnet",
+                "coatnet",
+                image_size,
+                size,
+                f"CoAtNet layout {'-'.join(layout.upper())}, stage depths {list(stage_depths)}",
+                dict(common, block_type=tuple(layout.upper()), depths=tuple(stage_depths)),
+            )
+        )
 
 
 # The layouts of the paper's Sec. 2.2 at CoAtNet-0 size and, as the paper asks ("all models have similar
 # parameter size and computational cost"), at CoAtNet-0's FLOPs: widths, stem and S4 as CoAtNet-0; a layout
 # with a cheaper C stage in S3 gets more S3 blocks, C-T-T-T (attention over 28x28 in S2) fewer S2 blocks.
 # `cctt` is CoAtNet-0 itself. Counted FLOPs are within 3% of CoAtNet-0 (tests/trainers/test_coatnet.py).
-_register_layouts("coatnet_0", 224, "4gf", {"cccc": (2, 3, 9, 2), "ccct": (2, 3, 8, 2), "cctt": (2, 3, 5, 2),
-                                             "cttt": (2, 1, 5, 2)}, timm_cfg="coatnet_0")
+_register_layouts(
+    "coatnet_0",
+    224,
+    "4gf",
+    {"cccc": (2, 3, 9, 2), "ccct": (2, 3, 8, 2), "cctt": (2, 3, 5, 2), "cttt": (2, 1, 5, 2)},
+    timm_cfg="coatnet_0",
+)
 # CoAtNet-0..3 from timm's MaxxVitCfg `coatnet_N`, CoAtNet-1/2/3 beside the 8/18/36 GF models (registered
 # between the layouts and their tiny twins: figures colour a model by its place in its family).
 for _n, _size in ((0, "4gf"), (1, "8gf"), (2, "18gf"), (3, "36gf")):
-    register(ModelSpec(f"coatnet_{_n}", "coatnet", "coatnet", 224, _size, f"CoAtNet-{_n} (C-C-T-T)",
-                       dict(timm_cfg=f"coatnet_{_n}")))
+    register(
+        ModelSpec(
+            f"coatnet_{_n}", "coatnet", "coatnet", 224, _size, f"CoAtNet-{_n} (C-C-T-T)", dict(timm_cfg=f"coatnet_{_n}")
+        )
+    )
 # Tiny twins for 32 px images, by the same rules: CoAtNet-0's widths / 3 (heads stay 32 wide), about half its
 # blocks, and a stride-1 stem so S1..S4 see 16, 8, 4 and 2 px (224 px: 56..7); FLOPs within 5% of each other.
-_register_layouts("coatnet_tiny", 32, "tiny", {"cccc": (1, 2, 5, 1), "ccct": (1, 2, 4, 1), "cctt": (1, 2, 3, 1),
-                                                "cttt": (1, 1, 3, 1)},
-                  timm_cfg="coatnet_0", embed_dim=(32, 64, 128, 256), stem_width=32, head_hidden_size=256,
-                  stem_stride=1)
+_register_layouts(
+    "coatnet_tiny",
+    32,
+    "tiny",
+    {"cccc": (1, 2, 5, 1), "ccct": (1, 2, 4, 1), "cctt": (1, 2, 3, 1), "cttt": (1, 1, 3, 1)},
+    timm_cfg="coatnet_0",
+    embed_dim=(32, 64, 128, 256),
+    stem_width=32,
+    head_hidden_size=256,
+    stem_stride=1,
+)
 # ViT_REL (the paper's fifth layout): a ViT stem at S3's stride and width, relative attention, heads 32 wide,
 # as many blocks as match its CoAtNet's FLOPs (224 px: 11 blocks, 1.3% over CoAtNet-0; tiny: 9, 0.5% over).
-register(ModelSpec("vit_rel", "vit_rel", "vit_rel", 224, "4gf", "ViT_REL: patch 16, 384 wide, 11 blocks",
-                   dict(dim=384, depth=11, patch=16)))
-register(ModelSpec("vit_rel_tiny", "vit_rel", "vit_rel", 32, "tiny", "ViT_REL tiny twin: patch 8, 128 wide, 9 blocks",
-                   dict(dim=128, depth=9, patch=8)))
+register(
+    ModelSpec(
+        "vit_rel",
+        "vit_rel",
+        "vit_rel",
+        224,
+        "4gf",
+        "ViT_REL: patch 16, 384 wide, 11 blocks",
+        dict(dim=384, depth=11, patch=16),
+    )
+)
+register(
+    ModelSpec(
+        "vit_rel_tiny",
+        "vit_rel",
+        "vit_rel",
+        32,
+        "tiny",
+        "ViT_REL tiny twin: patch 8, 128 wide, 9 blocks",
+        dict(dim=128, depth=9, patch=8),
+    )
+)

@@ -10,14 +10,24 @@ import pandas as pd
 import pytest
 
 from hpstudy.analysis import figures
-from hpstudy.analysis.figures import (delta_edf_figure, delta_edf_table, delta_error_vs_epochs_figure,
-                                     delta_error_vs_epochs_table, error_vs_epochs_figure, error_vs_epochs_table,
-                                     expected_best_figure, expected_best_table, generalization_figure,
-                                     generalization_table, hp_scatter_figure, hp_scatter_table)
+from hpstudy.analysis.figures import (
+    delta_edf_figure,
+    delta_edf_table,
+    delta_error_vs_epochs_figure,
+    delta_error_vs_epochs_table,
+    error_vs_epochs_figure,
+    error_vs_epochs_table,
+    expected_best_figure,
+    expected_best_table,
+    generalization_figure,
+    generalization_table,
+    hp_scatter_figure,
+    hp_scatter_table,
+)
 from hpstudy.analysis.metric import LeftOutWarning
 
 CELL = ["model", "optimizer", "epochs"]
-pytestmark = pytest.mark.filterwarnings("ignore::hpstudy.analysis.metric.LeftOutWarning")   # the failed trial
+pytestmark = pytest.mark.filterwarnings("ignore::hpstudy.analysis.metric.LeftOutWarning")  # the failed trial
 
 
 def _study() -> pd.DataFrame:
@@ -31,17 +41,28 @@ def _study() -> pd.DataFrame:
                 for i in range(4):
                     diverged = (opt == "adamw" and i == 3) or (model, opt, epochs) == ("cnn_tiny", "sgd", 5)
                     failed = (model, opt, epochs, i) == ("vit_c_tiny", "sgd", 10, 1)
-                    err = np.nan if failed else 90.0 if diverged else 10 + 3 * m + 2 * o + 20 / epochs + 1.7 * i ** 1.5
-                    rows.append({"study": "s", "trial_key": f"{model}-{opt}-{epochs}-{i}", "model": model,
-                                 "family": family, "optimizer": opt, "epochs": epochs, "lr": 10 ** (-3 + 0.5 * i),
-                                 "wd": 10 ** (-2 + 0.3 * i), "seed": i,
-                                 "status": "failed" if failed else "diverged" if diverged else "ok",
-                                 "top1_err": err, "train_loss": np.nan if failed or diverged else err / 20})
+                    err = np.nan if failed else 90.0 if diverged else 10 + 3 * m + 2 * o + 20 / epochs + 1.7 * i**1.5
+                    rows.append(
+                        {
+                            "study": "s",
+                            "trial_key": f"{model}-{opt}-{epochs}-{i}",
+                            "model": model,
+                            "family": family,
+                            "optimizer": opt,
+                            "epochs": epochs,
+                            "lr": 10 ** (-3 + 0.5 * i),
+                            "wd": 10 ** (-2 + 0.3 * i),
+                            "seed": i,
+                            "status": "failed" if failed else "diverged" if diverged else "ok",
+                            "top1_err": err,
+                            "train_loss": np.nan if failed or diverged else err / 20,
+                        }
+                    )
     return pd.DataFrame(rows)
 
 
 STUDY = _study()
-COUNTED = STUDY[STUDY["status"] != "failed"]       # the metric `final` is top1_err, finite where not failed
+COUNTED = STUDY[STUDY["status"] != "failed"]  # the metric `final` is top1_err, finite where not failed
 ADAMW_10 = STUDY[(STUDY["optimizer"] == "adamw") & (STUDY["epochs"] == 10)]
 
 # figure name: (its table of the study, its renderer with the options the report gives, a column it draws)
@@ -49,8 +70,7 @@ FIGURES = {
     "delta_edf": (lambda: delta_edf_table(ADAMW_10, "final"), delta_edf_figure, "delta"),
     "hp_scatter": (lambda: hp_scatter_table(STUDY, "final"), lambda table: hp_scatter_figure(table, {}), "error"),
     "error_vs_epochs": (lambda: error_vs_epochs_table(STUDY, "final"), error_vs_epochs_figure, "error"),
-    "delta_error_vs_epochs": (lambda: delta_error_vs_epochs_table(STUDY, "final"), delta_error_vs_epochs_figure,
-                              "gap"),
+    "delta_error_vs_epochs": (lambda: delta_error_vs_epochs_table(STUDY, "final"), delta_error_vs_epochs_figure, "gap"),
     "expected_best": (lambda: expected_best_table(STUDY, "final", n_boot=20), expected_best_figure, "expected_best"),
     "generalization": (lambda: generalization_table(STUDY, "final"), generalization_figure, "error"),
 }
@@ -58,8 +78,11 @@ FIGURES = {
 
 def _pairs():
     """{name: (table function, renderer)} of every `<name>_table` analysis/figures.py defines."""
-    tables = {name[:-len("_table")]: fn for name, fn in vars(figures).items()
-              if name.endswith("_table") and callable(fn) and fn.__module__ == figures.__name__}
+    tables = {
+        name[: -len("_table")]: fn
+        for name, fn in vars(figures).items()
+        if name.endswith("_table") and callable(fn) and fn.__module__ == figures.__name__
+    }
     return {name: (fn, getattr(figures, f"{name}_figure")) for name, fn in tables.items()}
 
 
@@ -75,8 +98,11 @@ def test_every_figure_is_a_table_function_and_a_renderer_of_that_table():
 def _drawn(fig) -> np.ndarray:
     """Every number a figure draws: its lines' points, its markers' positions, its filled areas' outlines."""
     collections = [c for ax in fig.axes for c in ax.collections]
-    arrays = ([line.get_xydata() for ax in fig.axes for line in ax.get_lines()]
-              + [c.get_offsets() for c in collections] + [p.vertices for c in collections for p in c.get_paths()])
+    arrays = (
+        [line.get_xydata() for ax in fig.axes for line in ax.get_lines()]
+        + [c.get_offsets() for c in collections]
+        + [p.vertices for c in collections for p in c.get_paths()]
+    )
     return np.concatenate([np.asarray(a, dtype=float).ravel() for a in arrays])
 
 
@@ -134,8 +160,8 @@ def test_delta_error_vs_epochs_table_is_the_best_at_e_minus_the_best_at_the_long
 def test_expected_best_table_is_the_mean_best_of_k_trials_drawn_without_replacement():
     table = expected_best_table(STUDY, "final", n_boot=20)
     for (model, opt), group in COUNTED.groupby(["model", "optimizer"]):
-        errors = np.sort(group["top1_err"].to_numpy())       # best first: the j-th best is the minimum of k
-        n = len(errors)                                      # draws when the other k - 1 are among the n - j worse
+        errors = np.sort(group["top1_err"].to_numpy())  # best first: the j-th best is the minimum of k
+        n = len(errors)  # draws when the other k - 1 are among the n - j worse
         expected = [sum(e * comb(n - j, k - 1) for j, e in enumerate(errors, 1)) / comb(n, k) for k in range(1, n + 1)]
         got = _sorted(table[(table["model"] == model) & (table["optimizer"] == opt)], "k")
         assert got["k"].tolist() == list(range(1, n + 1))

@@ -11,19 +11,29 @@ import pytest
 from matplotlib.colors import to_hex
 
 from hpstudy.analysis.edf import edf_table
-from hpstudy.analysis.figures import (PALETTE, delta_edf_figure, delta_error_vs_epochs_figure,
-                                     delta_error_vs_epochs_table, error_vs_epochs_figure, error_vs_epochs_table,
-                                     expected_best_figure, expected_best_table, hp_scatter_figure, hp_scatter_table,
-                                     model_style, save_figure)
+from hpstudy.analysis.figures import (
+    PALETTE,
+    delta_edf_figure,
+    delta_error_vs_epochs_figure,
+    delta_error_vs_epochs_table,
+    error_vs_epochs_figure,
+    error_vs_epochs_table,
+    expected_best_figure,
+    expected_best_table,
+    hp_scatter_figure,
+    hp_scatter_table,
+    model_style,
+    save_figure,
+)
 from hpstudy.analysis.report import build_report
 from hpstudy.analysis.stats import good_ranges
 from hpstudy.cli import hpstudy_main
 from hpstudy.study.store import write_trial
 from hpstudy.study.store_read import load_study, load_trials
 from hpstudy.study.store_spec_record import write_spec_record
-from tests.helpers import make_trials, stored_row
 from hpstudy.trainers.schema import TRIAL_SCHEMA
 from hpstudy.trainers.zoo import get_spec
+from tests.helpers import make_trials, stored_row
 
 
 def test_importing_and_plotting_leave_global_rcparams_alone(tmp_path):
@@ -35,18 +45,21 @@ def test_importing_and_plotting_leave_global_rcparams_alone(tmp_path):
 
 def _line_styles(fig):
     """(colour, line style) of each model's line in a figure, by the model named in its label."""
-    return {line.get_label().split(" ")[0]: (to_hex(line.get_color()), line.get_linestyle())
-            for ax in fig.axes for line in ax.get_lines()}
+    return {
+        line.get_label().split(" ")[0]: (to_hex(line.get_color()), line.get_linestyle())
+        for ax in fig.axes
+        for line in ax.get_lines()
+    }
 
 
 def test_model_styles_are_fixed_distinct_and_grayscale_safe():
     trials = make_trials(n=6)
     together = _line_styles(delta_edf_figure(edf_table(trials)))
     alone = _line_styles(delta_edf_figure(edf_table(trials[trials["model"] == "vit_c_tiny"])))
-    assert alone["vit_c_tiny"] == together["vit_c_tiny"]        # a model's style does not depend on the others
+    assert alone["vit_c_tiny"] == together["vit_c_tiny"]  # a model's style does not depend on the others
     assert set(together) == {"vit_p_tiny", "vit_c_tiny", "cnn_tiny"}
     assert len({colour for colour, _ in together.values()}) == 3
-    assert len({line for _, line in together.values()}) == 3    # one line style per family: no colour needed
+    assert len({line for _, line in together.values()}) == 3  # one line style per family: no colour needed
     styles = {m: model_style(m) for m in ("vit_p_tiny", "vit_c_tiny", "cnn_tiny", "vit_p_1gf", "regnety_1gf")}
     assert {s["color"] for s in styles.values()} <= set(PALETTE.values())
     assert styles["vit_p_1gf"]["linestyle"] == styles["vit_p_tiny"]["linestyle"] != styles["cnn_tiny"]["linestyle"]
@@ -59,8 +72,11 @@ def test_every_figure_renders_with_its_numbers_and_states_the_metric(tmp_path):
     ranges = {m: good_ranges(g) for m, g in trials[trials["optimizer"] == "adamw"].groupby("model")}
     curves = expected_best_table(trials, n_boot=20)
     curves_fig = expected_best_figure(curves)
-    scatter, epochs, gaps = (hp_scatter_table(trials[trials["optimizer"] == "adamw"]), error_vs_epochs_table(trials),
-                             delta_error_vs_epochs_table(trials))
+    scatter, epochs, gaps = (
+        hp_scatter_table(trials[trials["optimizer"] == "adamw"]),
+        error_vs_epochs_table(trials),
+        delta_error_vs_epochs_table(trials),
+    )
     figures = {
         "edf": (delta_edf_figure(edf_table(trials[trials["epochs"] == 10])), trials),
         "scatter": (hp_scatter_figure(scatter, ranges), scatter),
@@ -76,8 +92,9 @@ def test_every_figure_renders_with_its_numbers_and_states_the_metric(tmp_path):
         # the JSON and the CSV hold the numbers given (to 10 decimals and 6 digits), with the metric stated
         numbers = data.select_dtypes("number").columns
         meta, csv = json.load(open(paths["json"])), pd.read_csv(paths["csv"])
-        np.testing.assert_allclose(pd.DataFrame(meta["data"])[numbers].to_numpy(float), data[numbers].to_numpy(float),
-                                   rtol=1e-9, atol=1e-10)
+        np.testing.assert_allclose(
+            pd.DataFrame(meta["data"])[numbers].to_numpy(float), data[numbers].to_numpy(float), rtol=1e-9, atol=1e-10
+        )
         np.testing.assert_allclose(csv[numbers].to_numpy(float), data[numbers].to_numpy(float), rtol=1e-5)
         assert list(csv.columns) == meta["columns"] and set(csv["metric"]) == set(data.get("metric", ["paper"]))
         assert b"/FontType /Type3" not in open(paths["pdf"], "rb").read()  # Type-42, not Type-3
@@ -97,17 +114,25 @@ def _fill_store(root, trials, expected):
 def test_report_is_complete_reproducible_and_says_how_complete(tmp_path, monkeypatch):
     monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
     store = str(tmp_path / "store")
-    trials = make_trials(models=("vit_p_tiny", "vit_c_tiny"), epochs=(5, 10), n=10, fail_share=0.1, seed=7,
-                         ema=True)
-    _fill_store(store, trials, expected=len(trials) + 20)   # a partial, still-running study
+    trials = make_trials(models=("vit_p_tiny", "vit_c_tiny"), epochs=(5, 10), n=10, fail_share=0.1, seed=7, ema=True)
+    _fill_store(store, trials, expected=len(trials) + 20)  # a partial, still-running study
     first = build_report(*load_study(store, "gen"), str(tmp_path / "r1"))
     second = build_report(*load_study(store, "gen"), str(tmp_path / "r2"))
     html = open(first).read()
     finished = int(trials["status"].isin(["ok", "diverged"]).sum())
     assert f"{finished} of {len(trials) + 20} trials stored" in html
-    for section in ("Δ-EDF", "Optimizer gap", "Training-length gap", "Good lr/wd ranges",
-                    "Model comparisons", "Trials left out", "EMA gain", "Spec", "<svg",
-                    "Metric: <b>paper = ema_best</b>"):
+    for section in (
+        "Δ-EDF",
+        "Optimizer gap",
+        "Training-length gap",
+        "Good lr/wd ranges",
+        "Model comparisons",
+        "Trials left out",
+        "EMA gain",
+        "Spec",
+        "<svg",
+        "Metric: <b>paper = ema_best</b>",
+    ):
         assert section in html, section
     files = sorted(f for f in os.listdir(tmp_path / "r1") if f.endswith((".pdf", ".svg")))
     assert len(files) >= 16
@@ -116,9 +141,11 @@ def test_report_is_complete_reproducible_and_says_how_complete(tmp_path, monkeyp
     assert open(first).read() == open(second).read()
     report = json.load(open(tmp_path / "r1" / "report.json"))
     assert report["n_failed"] == int((trials["status"] == "failed").sum()) > 0
-    assert report["metric"] == {"requested": "paper", "used": "paper = ema_best",
-                                "definition": "ema_best where EMA was on, else best (pycls's "
-                                              "test_ema_epoch.min_top1_err)"}
+    assert report["metric"] == {
+        "requested": "paper",
+        "used": "paper = ema_best",
+        "definition": "ema_best where EMA was on, else best (pycls's test_ema_epoch.min_top1_err)",
+    }
     assert report["tables"]["ema_gain"] and all(r["gain_mean"] >= 0 for r in report["tables"]["ema_gain"])
     # the tables' numbers, against the trials (paper metric = best EMA error here), computed apart
     counted = trials[trials["status"] != "failed"]
@@ -128,22 +155,39 @@ def test_report_is_complete_reproducible_and_says_how_complete(tmp_path, monkeyp
     assert (summary["n"] + summary["n_left_out"]).sum() == len(trials)
     assert summary["failed"].sum() == (trials["status"] == "failed").sum()
     gaps = pd.DataFrame(report["tables"]["optimizer_gap"]).set_index(["model", "epochs"])["gap"]
-    expected_gaps = (best.xs("sgd", level="optimizer") - best.xs("adamw", level="optimizer"))
+    expected_gaps = best.xs("sgd", level="optimizer") - best.xs("adamw", level="optimizer")
     np.testing.assert_allclose(gaps.sort_index(), expected_gaps.sort_index())
     lengths = pd.DataFrame(report["tables"]["length_gap"]).set_index(["model", "optimizer", "epochs"])["gap"]
     np.testing.assert_allclose(lengths.sort_index(), (best - best.xs(10, level="epochs")).sort_index())
     assert f"{best.min():.4g}" in html
-    for name in files:   # every figure's numbers state the metric
+    for name in files:  # every figure's numbers state the metric
         meta = json.load(open(tmp_path / "r1" / (name.rsplit(".", 1)[0] + ".json")))
         assert meta["metric"] == "paper = ema_best", name
 
 
 def _one_trial_each(models):
     """One ok trial per model (AdamW, 10 epochs, one lr): the fewest rows that make a report."""
-    return pd.DataFrame([{"study": "gen", "trial_key": model, "model": model, "family": get_spec(model).family,
-                          "optimizer": "adamw", "epochs": 10, "lr": 1e-3, "wd": 0.05, "seed": 0, "status": "ok",
-                          "top1_err": 20.0 + i, "best_top1_err": 19.0 + i, "train_loss": 1.0 + i, "wall_s": 1.0}
-                         for i, model in enumerate(models)])
+    return pd.DataFrame(
+        [
+            {
+                "study": "gen",
+                "trial_key": model,
+                "model": model,
+                "family": get_spec(model).family,
+                "optimizer": "adamw",
+                "epochs": 10,
+                "lr": 1e-3,
+                "wd": 0.05,
+                "seed": 0,
+                "status": "ok",
+                "top1_err": 20.0 + i,
+                "best_top1_err": 19.0 + i,
+                "train_loss": 1.0 + i,
+                "wall_s": 1.0,
+            }
+            for i, model in enumerate(models)
+        ]
+    )
 
 
 @pytest.mark.parametrize("models, drawn", [(("vit_c_tiny", "vit_c_1gf"), False), (("vit_c_tiny", "cnn_tiny"), True)])
@@ -165,8 +209,12 @@ def test_analysis_cli_report_and_query(tmp_path, capsys):
     store = str(tmp_path / "store")
     trials = make_trials(models=("vit_c_tiny",), optimizers=("adamw",), n=6, seed=1)
     _fill_store(store, trials, expected=6)
-    assert hpstudy_main(["report", "--store", store, "--study", "gen", "--out", str(tmp_path / "rep"),
-                         "--metric", "final"]) == 0
+    assert (
+        hpstudy_main(
+            ["report", "--store", store, "--study", "gen", "--out", str(tmp_path / "rep"), "--metric", "final"]
+        )
+        == 0
+    )
     assert capsys.readouterr().out.strip().endswith("metric: final")
     summary = json.load(open(tmp_path / "rep" / "report.json"))["tables"]["summary"][0]
     assert summary["best"] == pytest.approx(trials["top1_err"].min()) and summary["metric"] == "final"
@@ -185,8 +233,10 @@ def _write_old_store(root, trials):
     for row in trials.drop(columns="study").to_dict("records"):
         row = stored_row(**row, ema_top1_err=row["best_top1_err"] - 0.5)
         row["finished_at"] = datetime.fromisoformat(row["finished_at"])
-        pq.write_table(pa.Table.from_pylist([{f.name: row[f.name] for f in old}], schema=old),
-                       os.path.join(directory, f"{row['trial_key']}.parquet"))
+        pq.write_table(
+            pa.Table.from_pylist([{f.name: row[f.name] for f in old}], schema=old),
+            os.path.join(directory, f"{row['trial_key']}.parquet"),
+        )
     return directory
 
 

@@ -11,36 +11,66 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from hpstudy.analysis.edf import (bootstrap_band, dkw_epsilon, edf_at, edf_table, effective_sample_size,
-                          normalized_weights, step_points, weighted_edf_at)
-from hpstudy.analysis.figures import (error_vs_epochs_table, expected_best_table, generalization_table,
-                                     hp_scatter_table)
+from hpstudy.analysis.edf import (
+    bootstrap_band,
+    dkw_epsilon,
+    edf_at,
+    edf_table,
+    effective_sample_size,
+    normalized_weights,
+    step_points,
+    weighted_edf_at,
+)
+from hpstudy.analysis.figures import error_vs_epochs_table, expected_best_table, generalization_table, hp_scatter_table
 from hpstudy.analysis.findings import findings
 from hpstudy.analysis.gaps import bootstrap_min, ema_gain, length_gap, optimizer_gap, peak_table
 from hpstudy.analysis.metric import ERR, LeftOutWarning, MetricError, usable
-from hpstudy.analysis.report import (comparison_table, equalize_counts, left_out_table, ranges_and_importance,
-                             summary_table)
-from hpstudy.analysis.stats import (StatsError, ad_compare, area_between, effect_sizes, expected_best, expected_best_band,
-                            good_ranges, hp_importance, ks_compare, min_detectable_d, share_within,
-                            trials_for_dkw, trials_for_ks)
-from tests.helpers import REPO, make_trials
+from hpstudy.analysis.report import (
+    comparison_table,
+    equalize_counts,
+    left_out_table,
+    ranges_and_importance,
+    summary_table,
+)
+from hpstudy.analysis.stats import (
+    StatsError,
+    ad_compare,
+    area_between,
+    effect_sizes,
+    expected_best,
+    expected_best_band,
+    good_ranges,
+    hp_importance,
+    ks_compare,
+    min_detectable_d,
+    share_within,
+    trials_for_dkw,
+    trials_for_ks,
+)
 from hpstudy.trainers.errors import HpstudyError
 from hpstudy.trainers.zoo import get_spec
+from tests.helpers import REPO, make_trials
 
 
 def test_edf_is_the_exact_right_continuous_step():
     errors = np.array([3.0, 1.0, 2.0, 2.0, 5.0])
-    assert edf_at(errors, [0.5, 1.0, 1.5, 2.0, 4.99, 5.0, 9.0]).tolist() == [0, .2, .2, .6, .8, 1, 1]
+    assert edf_at(errors, [0.5, 1.0, 1.5, 2.0, 4.99, 5.0, 9.0]).tolist() == [0, 0.2, 0.2, 0.6, 0.8, 1, 1]
     x, f = step_points(errors)
-    assert x.tolist() == [1, 2, 3, 5] and f.tolist() == [.2, .6, .8, 1.0]
+    assert x.tolist() == [1, 2, 3, 5] and f.tolist() == [0.2, 0.6, 0.8, 1.0]
 
 
 def test_edf_table_per_group_and_delta_references():
-    frame = pd.DataFrame({"model": ["a"] * 4 + ["b"] * 3, "optimizer": "adamw", "status": "ok",
-                          "top1_err": [4.0, 2.0, 3.0, 2.0, 7.0, 5.0, 6.0]})
+    frame = pd.DataFrame(
+        {
+            "model": ["a"] * 4 + ["b"] * 3,
+            "optimizer": "adamw",
+            "status": "ok",
+            "top1_err": [4.0, 2.0, 3.0, 2.0, 7.0, 5.0, 6.0],
+        }
+    )
     table = edf_table(frame, by=["model"])
     a = table[table["model"] == "a"]
-    assert a["error"].tolist() == [2, 2, 3, 4] and a["F"].tolist() == [.5, .5, .75, 1.0]
+    assert a["error"].tolist() == [2, 2, 3, 4] and a["F"].tolist() == [0.5, 0.5, 0.75, 1.0]
     assert a["delta"].tolist() == [0, 0, 1, 2] and (a["reference"] == 2).all()
     assert (table["reference_kind"] == "group minimum").all()
     for model, group in table.groupby("model"):
@@ -58,7 +88,7 @@ def test_diverged_trials_sit_at_chance_and_lower_the_plateau():
     table = edf_table(trials, by=["model"], reference=0.0)
     share = (trials["status"] == "diverged").mean()
     below_chance = table.loc[table["error"] < 90, "F"].max()
-    assert below_chance == pytest.approx(1 - share)     # the plateau before chance error
+    assert below_chance == pytest.approx(1 - share)  # the plateau before chance error
     assert table["F"].max() == 1.0 and table["diverged_share"].iloc[0] == pytest.approx(share)
 
 
@@ -73,9 +103,18 @@ def test_failed_trials_are_excluded_and_counted():
 
 
 def test_the_issues_minimal_case_failed_rows_leave_the_edf_and_the_good_range():
-    frame = pd.DataFrame({"model": "vit_p_tiny", "optimizer": "adamw", "epochs": 10, "seed": 0,
-                          "status": ["ok", "ok", "failed"], "top1_err": [10.0, 11.0, np.nan],
-                          "lr": [1e-3, 1e-2, 1.0], "wd": [0.1, 0.05, 0.3]})
+    frame = pd.DataFrame(
+        {
+            "model": "vit_p_tiny",
+            "optimizer": "adamw",
+            "epochs": 10,
+            "seed": 0,
+            "status": ["ok", "ok", "failed"],
+            "top1_err": [10.0, 11.0, np.nan],
+            "lr": [1e-3, 1e-2, 1.0],
+            "wd": [0.1, 0.05, 0.3],
+        }
+    )
     with pytest.warns(LeftOutWarning, match="edf_table: left out 1 of 3 rows: 1 failed"):
         table = edf_table(frame, metric="final")
     assert table["n"].tolist() == [2, 2] and table["F"].tolist() == [0.5, 1.0]
@@ -89,33 +128,55 @@ def test_the_issues_minimal_case_failed_rows_leave_the_edf_and_the_good_range():
 
 
 def test_a_group_whose_trials_are_all_left_out_is_named():
-    frame = pd.DataFrame({"model": ["a", "a", "b", "b"], "optimizer": "adamw", "epochs": 10, "lr": 1e-3,
-                          "wd": 0.1, "seed": 0, "status": ["ok", "ok", "failed", "ok"],
-                          "top1_err": [10.0, 11.0, np.nan, np.inf]})
+    frame = pd.DataFrame(
+        {
+            "model": ["a", "a", "b", "b"],
+            "optimizer": "adamw",
+            "epochs": 10,
+            "lr": 1e-3,
+            "wd": 0.1,
+            "seed": 0,
+            "status": ["ok", "ok", "failed", "ok"],
+            "top1_err": [10.0, 11.0, np.nan, np.inf],
+        }
+    )
     for table in (edf_table, peak_table):
-        with pytest.warns(LeftOutWarning, match=rf"^{table.__name__}: left out 2 of 4 rows: 1 failed, 1 without "
-                                                r"a finite final error; model b: all 2 trials left out$"):
+        with pytest.warns(
+            LeftOutWarning,
+            match=rf"^{table.__name__}: left out 2 of 4 rows: 1 failed, 1 without "
+            r"a finite final error; model b: all 2 trials left out$",
+        ):
             result = table(frame, metric="final")
-        assert set(result["model"]) == {"a"}     # b has no row: the warning is where it is accounted for
+        assert set(result["model"]) == {"a"}  # b has no row: the warning is where it is accounted for
     with pytest.warns(LeftOutWarning, match=r"rows: 1 failed, 0 without .*; model a: all 1 trial left out$"):
         edf_table(frame.iloc[[0, 2]].assign(model=["b", "a"]), metric="final")
 
 
 def _metric_frame():
     """Four trials: EMA on in the first two (one diverged), off in the third, failed fourth."""
-    return pd.DataFrame({"model": "vit_c_tiny", "status": ["ok", "diverged", "ok", "failed"],
-                         "top1_err": [12.0, 90.0, 15.0, np.nan], "best_top1_err": [11.0, 90.0, 14.0, np.nan],
-                         "ema_top1_err": [10.5, 90.0, np.nan, np.nan],
-                         "best_ema_top1_err": [10.0, 90.0, np.nan, np.nan]})
+    return pd.DataFrame(
+        {
+            "model": "vit_c_tiny",
+            "status": ["ok", "diverged", "ok", "failed"],
+            "top1_err": [12.0, 90.0, 15.0, np.nan],
+            "best_top1_err": [11.0, 90.0, 14.0, np.nan],
+            "ema_top1_err": [10.5, 90.0, np.nan, np.nan],
+            "best_ema_top1_err": [10.0, 90.0, np.nan, np.nan],
+        }
+    )
 
 
 def test_metric_choice_and_the_papers_convention():
     frame = _metric_frame()
     values = {m: usable(frame, m).kept[ERR].tolist() for m in ("final", "best", "ema_best", "paper")}
-    assert values == {"final": [12.0, 90.0, 15.0], "best": [11.0, 90.0, 14.0], "ema_best": [10.0, 90.0],
-                      "paper": [10.0, 90.0, 14.0]}     # EMA best where EMA was on, else raw best
+    assert values == {
+        "final": [12.0, 90.0, 15.0],
+        "best": [11.0, 90.0, 14.0],
+        "ema_best": [10.0, 90.0],
+        "paper": [10.0, 90.0, 14.0],
+    }  # EMA best where EMA was on, else raw best
     assert usable(frame, "paper").metric == "paper = ema_best for 2 trials with EMA, best for 1 without"
-    assert len(usable(frame, "ema_best").left_out) == 2   # the failed trial and the one without EMA
+    assert len(usable(frame, "ema_best").left_out) == 2  # the failed trial and the one without EMA
     assert usable(frame.iloc[:2], "paper").metric == "paper = ema_best"
     with pytest.raises(MetricError, match="metric: bad value 'top5'"):
         usable(frame, "top5")
@@ -127,23 +188,37 @@ def test_metric_choice_and_the_papers_convention():
     # a store written before best_ema_top1_err existed: paper falls back to best, and says why
     old = usable(no_ema, "paper")
     assert old.kept[ERR].tolist() == values["best"]
-    assert old.metric == ("paper = best (EMA ran but best_ema_top1_err is missing: a store written "
-                          "before that column existed)")
+    assert old.metric == (
+        "paper = best (EMA ran but best_ema_top1_err is missing: a store written before that column existed)"
+    )
     assert usable(no_ema.drop(columns="ema_top1_err"), "paper").metric == "paper = best (no trial used EMA)"
-    assert usable(no_ema.drop(columns=["ema_top1_err", "best_top1_err"]), "paper").metric == \
-        "paper = final (the table has no best_top1_err) (no trial used EMA)"
+    assert (
+        usable(no_ema.drop(columns=["ema_top1_err", "best_top1_err"]), "paper").metric
+        == "paper = final (the table has no best_top1_err) (no trial used EMA)"
+    )
     # a study stored partly before that column: a row whose EMA ran but whose EMA best was not recorded
     # has no paper error (its raw best is not pycls's EMA best): left out, and the label says so
-    pre_column = {"model": "vit_c_tiny", "status": "ok", "top1_err": 13.0, "best_top1_err": 12.5,
-                  "ema_top1_err": 12.0, "best_ema_top1_err": np.nan}
+    pre_column = {
+        "model": "vit_c_tiny",
+        "status": "ok",
+        "top1_err": 13.0,
+        "best_top1_err": 12.5,
+        "ema_top1_err": 12.0,
+        "best_ema_top1_err": np.nan,
+    }
     mixed = pd.concat([frame, pd.DataFrame([pre_column])], ignore_index=True)
-    with pytest.warns(LeftOutWarning, match=r"left out 2 of 5 rows: 1 failed, 1 without a finite paper error "
-                                            r"\(1 of them with EMA stored before best_ema_top1_err existed"):
+    with pytest.warns(
+        LeftOutWarning,
+        match=r"left out 2 of 5 rows: 1 failed, 1 without a finite paper error "
+        r"\(1 of them with EMA stored before best_ema_top1_err existed",
+    ):
         rows = usable(mixed, "paper", "mixed")
     assert rows.kept[ERR].tolist() == values["paper"] and rows.left_out.index.tolist() == [3, 4]
-    assert rows.metric == ("paper = ema_best for 2 trials with EMA, best for 1 without; left out: 1 with EMA "
-                           "stored before best_ema_top1_err existed: EMA best not recorded")
-    assert usable(mixed, "best").kept[ERR].tolist() == [*values["best"], 12.5]   # other metrics keep it
+    assert rows.metric == (
+        "paper = ema_best for 2 trials with EMA, best for 1 without; left out: 1 with EMA "
+        "stored before best_ema_top1_err existed: EMA best not recorded"
+    )
+    assert usable(mixed, "best").kept[ERR].tolist() == [*values["best"], 12.5]  # other metrics keep it
 
 
 def _flops(trials):
@@ -157,10 +232,12 @@ LEFT_OUT_CLAUSE = re.compile(r"; \d+ left out \(failed / no finite error\)")
 
 def _without_counts(result):
     """A result without what says how much was left out (the one thing allowed to differ)."""
-    if isinstance(result, list):      # findings: the scope sentence counts the left out, the others end so
+    if isinstance(result, list):  # findings: the scope sentence counts the left out, the others end so
         scope, *tested = result
-        return [(scope.statistic, scope.n), *[dict(f.as_dict(), n_left_out=None,
-                                                   sentence=LEFT_OUT_CLAUSE.sub("", f.sentence)) for f in tested]]
+        return [
+            (scope.statistic, scope.n),
+            *[dict(f.as_dict(), n_left_out=None, sentence=LEFT_OUT_CLAUSE.sub("", f.sentence)) for f in tested],
+        ]
     if isinstance(result, pd.DataFrame):
         return result.drop(columns=[c for c in result.columns if c.startswith("n_left_out")])
     if isinstance(result, dict):
@@ -185,7 +262,7 @@ def _assert_same(a, b):
 def _count(result):
     """How many rows a result says were left out (None if it has no room to say)."""
     if isinstance(result, list):
-        return result[0].n_left_out[0]        # the scope finding's
+        return result[0].n_left_out[0]  # the scope finding's
     if isinstance(result, dict):
         return result.get("n_left_out")
     if not isinstance(result, pd.DataFrame) or "n_left_out" not in result:
@@ -197,8 +274,9 @@ def _count(result):
 def _trained(trials):
     """The trials that did not diverge, with the family and a final train loss, as the store has them."""
     trained = trials[trials["status"] != "diverged"]
-    return trained.assign(family=trained["model"].map(lambda m: get_spec(m).family),
-                          train_loss=trained["top1_err"] / 20)
+    return trained.assign(
+        family=trained["model"].map(lambda m: get_spec(m).family), train_loss=trained["top1_err"] / 20
+    )
 
 
 TABLE_CALLS = {
@@ -245,18 +323,21 @@ def dirty_and_clean():
     return trials, clean
 
 
-SILENT = {"findings"}      # counts what it left out in its sentences instead of warning
+SILENT = {"findings"}  # counts what it left out in its sentences instead of warning
 
 
 @pytest.mark.parametrize("name", sorted(TABLE_CALLS))
 def test_table_functions_leave_out_failed_rows_themselves(name, dirty_and_clean):
     dirty, clean = dirty_and_clean
     caller = {"edf_table_matched": "edf_table", "equalize_counts+edf_table": "edf_table"}.get(name, name)
-    with (contextlib.nullcontext() if name in SILENT else
-          pytest.warns(LeftOutWarning, match=rf"^{caller}: left out \d+ of \d+ rows: \d+ failed")):
+    with (
+        contextlib.nullcontext()
+        if name in SILENT
+        else pytest.warns(LeftOutWarning, match=rf"^{caller}: left out \d+ of \d+ rows: \d+ failed")
+    ):
         result = TABLE_CALLS[name](dirty)
     with warnings.catch_warnings():
-        warnings.simplefilter("error", LeftOutWarning)     # nothing to leave out: no warning
+        warnings.simplefilter("error", LeftOutWarning)  # nothing to leave out: no warning
         expected = TABLE_CALLS[name](clean)
     _assert_same(_without_counts(result), _without_counts(expected))
     assert _count(expected) in (0, None) and _count(result) != 0
@@ -278,9 +359,12 @@ def test_array_functions_leave_out_non_finite_errors_themselves(name, dirty_and_
 @pytest.mark.slow
 def test_report_tables_leave_out_failed_rows_themselves(dirty_and_clean):
     dirty, clean = dirty_and_clean
-    stored_counts = ["ok", "diverged", "failed"]   # the summary counts what is stored, by status
-    for table in (lambda t: summary_table(t).drop(columns=stored_counts), comparison_table,
-                  lambda t: ranges_and_importance(t)[0]):
+    stored_counts = ["ok", "diverged", "failed"]  # the summary counts what is stored, by status
+    for table in (
+        lambda t: summary_table(t).drop(columns=stored_counts),
+        comparison_table,
+        lambda t: ranges_and_importance(t)[0],
+    ):
         with pytest.warns(LeftOutWarning):
             result = table(dirty)
         _assert_same(_without_counts(result), _without_counts(table(clean)))
@@ -348,24 +432,28 @@ def test_expected_best_estimators_match_enumeration():
         assert p == pytest.approx(_brute_force(v, k, replace=True))
         assert u == pytest.approx(_brute_force(v, k, replace=False))
     assert unbiased[0] == pytest.approx(v.mean()) and unbiased[-1] == pytest.approx(v.min())
-    for estimator in ("unbiased", "plugin"):   # neither extrapolates beyond the n trials run
+    for estimator in ("unbiased", "plugin"):  # neither extrapolates beyond the n trials run
         with pytest.raises(StatsError, match=r"ks: bad value 7..7; k must be in \[1, 6\] for n = 6 trials"):
             expected_best(v, [7], estimator)
     with pytest.warns(LeftOutWarning), pytest.raises(StatsError, match="n = 5 trials"):
         expected_best(np.append(v[:5], np.nan), [6], "plugin")
 
 
-@pytest.mark.parametrize("errors, ks, estimator, message", [
-    ([1.0, 2.0], [], "unbiased", r"^expected_best: ks: bad value \[\] \(no k\); k must be in \[1, 2\] for n = 2"),
-    ([], [1], "unbiased", r"^expected_best: errors: no finite error \(n = 0 trials\); allowed: at least one trial"),
-    ([], [], "plugin", r"^expected_best: errors: no finite error"),
-    ([1.0, 2.0], [0, 2], "plugin", r"^expected_best: ks: bad value 0..2; k must be in \[1, 2\]"),
-    ([1.0, 2.0], [1], "mean", r"^expected_best: estimator: bad value 'mean'; allowed: plugin, unbiased$"),
-], ids=["no k", "no error", "neither", "k below 1", "unknown estimator"])
+@pytest.mark.parametrize(
+    "errors, ks, estimator, message",
+    [
+        ([1.0, 2.0], [], "unbiased", r"^expected_best: ks: bad value \[\] \(no k\); k must be in \[1, 2\] for n = 2"),
+        ([], [1], "unbiased", r"^expected_best: errors: no finite error \(n = 0 trials\); allowed: at least one trial"),
+        ([], [], "plugin", r"^expected_best: errors: no finite error"),
+        ([1.0, 2.0], [0, 2], "plugin", r"^expected_best: ks: bad value 0..2; k must be in \[1, 2\]"),
+        ([1.0, 2.0], [1], "mean", r"^expected_best: estimator: bad value 'mean'; allowed: plugin, unbiased$"),
+    ],
+    ids=["no k", "no error", "neither", "k below 1", "unknown estimator"],
+)
 def test_expected_best_names_what_it_cannot_estimate(errors, ks, estimator, message):
     with pytest.raises(StatsError, match=message) as caught:
         expected_best(np.array(errors), ks, estimator)
-    assert isinstance(caught.value, HpstudyError)       # a user's mistake: exit code 2 at the command line
+    assert isinstance(caught.value, HpstudyError)  # a user's mistake: exit code 2 at the command line
 
 
 def test_unbiased_estimator_is_unbiased_in_simulation():
@@ -376,7 +464,7 @@ def test_unbiased_estimator_is_unbiased_in_simulation():
     plugin = np.mean([expected_best(rng.exponential(1.0, n), [k], "plugin")[0] for _ in range(reps)])
     stderr = 1.0 / k / np.sqrt(reps)
     assert abs(unbiased - 1 / k) < 4 * stderr
-    assert plugin - 1 / k > 4 * stderr   # drawing with replacement overstates the best error
+    assert plugin - 1 / k > 4 * stderr  # drawing with replacement overstates the best error
 
 
 def test_normalized_weights_sum_to_one_and_equalise_bins():
@@ -387,7 +475,7 @@ def test_normalized_weights_sum_to_one_and_equalise_bins():
     assert w.sum() == pytest.approx(1.0) and (weights["metric"] == "final").all()
     for value in (1e6, 1e7, 1e8):
         assert w[flops == value].sum() == pytest.approx(1 / 3)
-    assert effective_sample_size(w) == pytest.approx(1 / (w ** 2).sum())
+    assert effective_sample_size(w) == pytest.approx(1 / (w**2).sum())
     assert 1 < effective_sample_size(w) < len(w)
     errors = weights["error"].to_numpy()
     assert weighted_edf_at(errors, w, [13.0])[0] == pytest.approx(1.0)
@@ -397,12 +485,18 @@ def test_normalized_weights_sum_to_one_and_equalise_bins():
 
 
 def test_optimizer_and_length_gaps_on_a_hand_made_table():
-    frame = pd.DataFrame({
-        "model": ["m"] * 8, "status": ["ok"] * 6 + ["diverged"] * 2,
-        "optimizer": ["adamw", "adamw", "sgd", "sgd", "adamw", "adamw", "adamw", "adamw"],
-        "epochs": [50, 50, 50, 50, 100, 200, 400, 400],
-        "top1_err": [20.0, 22.0, 25.0, 21.5, 18.0, 17.0, 90.0, 90.0],
-        "lr": 1e-3, "wd": 0.1, "seed": 0})
+    frame = pd.DataFrame(
+        {
+            "model": ["m"] * 8,
+            "status": ["ok"] * 6 + ["diverged"] * 2,
+            "optimizer": ["adamw", "adamw", "sgd", "sgd", "adamw", "adamw", "adamw", "adamw"],
+            "epochs": [50, 50, 50, 50, 100, 200, 400, 400],
+            "top1_err": [20.0, 22.0, 25.0, 21.5, 18.0, 17.0, 90.0, 90.0],
+            "lr": 1e-3,
+            "wd": 0.1,
+            "seed": 0,
+        }
+    )
     gap = optimizer_gap(frame, metric="final", n_boot=200)
     assert len(gap) == 1 and gap.loc[0, "gap"] == pytest.approx(1.5)
     assert gap.loc[0, "best_sgd"] == 21.5 and gap.loc[0, "best_adamw"] == 20.0
@@ -415,8 +509,18 @@ def test_optimizer_and_length_gaps_on_a_hand_made_table():
 
 
 def test_peak_table_reports_noise_floor_from_seeds():
-    frame = pd.DataFrame({"model": "m", "optimizer": "adamw", "epochs": 10, "lr": [1e-3, 1e-3, 2e-3],
-                          "wd": 0.1, "seed": [0, 1, 0], "top1_err": [10.0, 12.0, 15.0], "status": "ok"})
+    frame = pd.DataFrame(
+        {
+            "model": "m",
+            "optimizer": "adamw",
+            "epochs": 10,
+            "lr": [1e-3, 1e-3, 2e-3],
+            "wd": 0.1,
+            "seed": [0, 1, 0],
+            "top1_err": [10.0, 12.0, 15.0],
+            "status": "ok",
+        }
+    )
     peak = peak_table(frame, metric="final").iloc[0]
     assert peak["best_err"] == 10.0 and peak["n"] == 3 and peak["seeds"] == 2
     assert peak["noise_floor"] == pytest.approx(np.std([10.0, 12.0], ddof=1))
@@ -429,11 +533,12 @@ def test_good_ranges_find_the_bowl_and_importance_finds_lr():
     assert ranges.loc["p2.5", "log10_lr"] < -3 < ranges.loc["p97.5", "log10_lr"]
     assert abs(ranges.loc["p50", "log10_lr"] + 3) < 0.3
     importance = hp_importance(trials)
-    assert importance["lr"] > importance["wd"]   # the bowl is 4x steeper in lr
+    assert importance["lr"] > importance["wd"]  # the bowl is 4x steeper in lr
 
 
 def test_bootstrap_min_matches_resampling():
     from hpstudy.analysis.gaps import bootstrap_min
+
     v = np.array([5.0, 1.0, 3.0, 2.0, 8.0])
     rng = np.random.default_rng(0)
     exact = bootstrap_min(v, rng, 200_000)
@@ -444,6 +549,7 @@ def test_bootstrap_min_matches_resampling():
 
 def test_importance_leaves_optuna_logging_as_it_was():
     import optuna
+
     before = optuna.logging.get_verbosity()
     optuna.logging.set_verbosity(optuna.logging.DEBUG)
     try:
@@ -459,7 +565,7 @@ def test_good_ranges_sample_size_is_pycls(n, size):
     trials = make_trials(models=("cnn_tiny",), optimizers=("adamw",), n=n, diverge_share=0, seed=n)
     ranges = good_ranges(trials, n_boot=500)
     assert ranges["sample_size"].iloc[0] == size and ranges["n"].iloc[0] == n
-    if size == 1:   # each sample's best is one uniformly drawn trial: the range spans nearly all lrs
+    if size == 1:  # each sample's best is one uniformly drawn trial: the range spans nearly all lrs
         lrs = np.log10(trials["lr"])
         assert ranges.loc["p2.5", "log10_lr"] <= np.quantile(lrs, 0.1)
         assert ranges.loc["p97.5", "log10_lr"] >= np.quantile(lrs, 0.9)
@@ -479,8 +585,11 @@ def test_ema_gain_per_model_is_pyclss():
 def _backticked_names(path):
     """Dotted hpstudy names in backticks in a module's docstrings (module, class and function)."""
     tree = ast.parse(open(path).read())
-    docs = [ast.get_docstring(node) or "" for node in ast.walk(tree)
-            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef))]
+    docs = [
+        ast.get_docstring(node) or ""
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef))
+    ]
     return set(re.findall(r"`(hpstudy\.(?:analysis|trainers|study)\.[A-Za-z_][\w.]*)`", "\n".join(docs)))
 
 

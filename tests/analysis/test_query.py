@@ -11,29 +11,63 @@ import pytest
 from hpstudy.analysis.query import MAX_DEPTH, MAX_LENGTH, QueryError, filter_rows
 from hpstudy.cli import hpstudy_main
 from hpstudy.study.store import write_trial
-from tests.helpers import stored_row
 from hpstudy.trainers.errors import HpstudyError
+from tests.helpers import stored_row
 
-TRIALS = pd.DataFrame({
-    "model": ["vit_c_tiny", "vit_c_tiny", "cnn_tiny", None, "cnn_tiny"],
-    "status": ["ok", "diverged", "ok", "failed", "ok"],
-    "epochs": [1, 2, 3, 4, 2],
-    "lr": [0.001, 0.01, np.nan, 0.1, 0.01],
-    "top1_err": [4.5, 90.0, 12.0, np.nan, 3.0],
-    "ema": [True, False, True, False, False],
-})
+TRIALS = pd.DataFrame(
+    {
+        "model": ["vit_c_tiny", "vit_c_tiny", "cnn_tiny", None, "cnn_tiny"],
+        "status": ["ok", "diverged", "ok", "failed", "ok"],
+        "epochs": [1, 2, 3, 4, 2],
+        "lr": [0.001, 0.01, np.nan, 0.1, 0.01],
+        "top1_err": [4.5, 90.0, 12.0, np.nan, 3.0],
+        "ema": [True, False, True, False, False],
+    }
+)
 
 SAME_AS_PANDAS = [
-    "lr == 0.01", "lr != 0.01", "lr < 0.01", "lr <= 0.01", "lr > 0.01", "lr >= 0.01",
-    "0.001 < lr < 0.1", "0.001 <= lr < 0.1 < top1_err", "top1_err > lr",
-    "model == 'vit_c_tiny'", 'model != "cnn_tiny"', "model < 'd'", "model == None",
-    "status in ['ok', 'diverged']", "status not in ('ok',)", "epochs in [1, 4]", "epochs in [2 * 2, -1 + 2]",
-    "model == 'vit_c_tiny' and top1_err < 5", "model == 'cnn_tiny' or top1_err < 5", "not top1_err < 5",
-    "ema", "not ema", "~ema", "ema and lr >= 0.001", "ema & (lr > 0.001)", "(ema) | (status == 'failed')",
-    "lr > 0.001 & top1_err < 50", "status == 'failed' | lr < 0.01 & ema", "model != 'a & b' & ema",
-    "top1_err - 1 > 2 * epochs", "top1_err / epochs > 5", "epochs // 2 == 1", "epochs % 2 == 0",
-    "epochs ** 2 >= 9", "-lr < -0.005", "+epochs == 2", "lr * 100 == epochs / 2", "top1_err / 0 > 1",
-    "((((lr)))) > 0.005", "2 ** 3 == epochs * 4", "ema == True", "ema != False and True",
+    "lr == 0.01",
+    "lr != 0.01",
+    "lr < 0.01",
+    "lr <= 0.01",
+    "lr > 0.01",
+    "lr >= 0.01",
+    "0.001 < lr < 0.1",
+    "0.001 <= lr < 0.1 < top1_err",
+    "top1_err > lr",
+    "model == 'vit_c_tiny'",
+    'model != "cnn_tiny"',
+    "model < 'd'",
+    "model == None",
+    "status in ['ok', 'diverged']",
+    "status not in ('ok',)",
+    "epochs in [1, 4]",
+    "epochs in [2 * 2, -1 + 2]",
+    "model == 'vit_c_tiny' and top1_err < 5",
+    "model == 'cnn_tiny' or top1_err < 5",
+    "not top1_err < 5",
+    "ema",
+    "not ema",
+    "~ema",
+    "ema and lr >= 0.001",
+    "ema & (lr > 0.001)",
+    "(ema) | (status == 'failed')",
+    "lr > 0.001 & top1_err < 50",
+    "status == 'failed' | lr < 0.01 & ema",
+    "model != 'a & b' & ema",
+    "top1_err - 1 > 2 * epochs",
+    "top1_err / epochs > 5",
+    "epochs // 2 == 1",
+    "epochs % 2 == 0",
+    "epochs ** 2 >= 9",
+    "-lr < -0.005",
+    "+epochs == 2",
+    "lr * 100 == epochs / 2",
+    "top1_err / 0 > 1",
+    "((((lr)))) > 0.005",
+    "2 ** 3 == epochs * 4",
+    "ema == True",
+    "ema != False and True",
 ]
 
 
@@ -45,6 +79,7 @@ def test_an_allowed_filter_selects_the_rows_dataframe_query_selects(expr):
 def test_the_filter_never_hands_the_expression_to_pandas_or_to_eval(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("called")
+
     for target in ("pandas.DataFrame.query", "pandas.DataFrame.eval", "pandas.eval", "builtins.eval", "builtins.exec"):
         monkeypatch.setattr(target, refuse)
     assert list(filter_rows(TRIALS, "model == 'vit_c_tiny' and 1 < epochs * 2 < 5").index) == [0, 1]
@@ -82,7 +117,7 @@ ATTACKS = [
     ("status in [status]", "in / not in take a list or tuple of literals, not columns"),
     ("model < 1", "cannot evaluate: 'model < 1'"),
     ("__builtins__ == 1", "unknown column: '__builtins__'"),
-    ("[*lr & wd]", "not an expression"),       # valid Python until & is read with DataFrame.query's precedence
+    ("[*lr & wd]", "not an expression"),  # valid Python until & is read with DataFrame.query's precedence
     ("{**lr & wd}", "not an expression"),
 ]
 
@@ -113,15 +148,18 @@ def test_a_filter_that_is_no_condition_is_refused(expr):
         filter_rows(TRIALS, expr)
 
 
-@pytest.mark.parametrize("expr,message", [
-    ("-" * (MAX_DEPTH + 1) + "lr > 0", f"nested more than {MAX_DEPTH} levels deep"),
-    ("not " * MAX_DEPTH + "ema", "nested more than"),
-    ("lr" + " + lr" * MAX_DEPTH + " > 0", "nested more than"),
-    ("epochs in " + "[" * 60 + "]" * 60, "nested more than"),
-    ("(" * 300 + "lr" + ")" * 300, "not an expression (too many nested parentheses)"),
-    ("lr > 0 and " * 100 + "ema", f"at most {MAX_LENGTH} allowed"),
-    ("x" * 10 ** 6, f"{10 ** 6} characters; at most {MAX_LENGTH} allowed"),
-])
+@pytest.mark.parametrize(
+    "expr,message",
+    [
+        ("-" * (MAX_DEPTH + 1) + "lr > 0", f"nested more than {MAX_DEPTH} levels deep"),
+        ("not " * MAX_DEPTH + "ema", "nested more than"),
+        ("lr" + " + lr" * MAX_DEPTH + " > 0", "nested more than"),
+        ("epochs in " + "[" * 60 + "]" * 60, "nested more than"),
+        ("(" * 300 + "lr" + ")" * 300, "not an expression (too many nested parentheses)"),
+        ("lr > 0 and " * 100 + "ema", f"at most {MAX_LENGTH} allowed"),
+        ("x" * 10**6, f"{10**6} characters; at most {MAX_LENGTH} allowed"),
+    ],
+)
 def test_a_deep_or_huge_expression_is_refused_in_one_short_line(expr, message):
     with pytest.raises(QueryError) as refused:
         filter_rows(TRIALS, expr)
@@ -137,10 +175,27 @@ def test_a_query_error_is_a_users_mistake():
 def store(tmp_path):
     root = str(tmp_path / "store")
     for key, model, err in [("a", "vit_c_tiny", 4.0), ("b", "vit_c_tiny", 9.0), ("c", "cnn_tiny", 3.0)]:
-        write_trial(root, "s", stored_row(trial_key=key, model=model, optimizer="adamw", epochs=2, lr=1e-3, wd=0.05,
-                                          status="ok", top1_err=err))
-    write_trial(root, "t", stored_row(trial_key="d", model="vit_c_tiny", optimizer="sgd", epochs=2, lr=0.1, wd=0.0,
-                                      status="diverged", top1_err=99.0))
+        write_trial(
+            root,
+            "s",
+            stored_row(
+                trial_key=key, model=model, optimizer="adamw", epochs=2, lr=1e-3, wd=0.05, status="ok", top1_err=err
+            ),
+        )
+    write_trial(
+        root,
+        "t",
+        stored_row(
+            trial_key="d",
+            model="vit_c_tiny",
+            optimizer="sgd",
+            epochs=2,
+            lr=0.1,
+            wd=0.0,
+            status="diverged",
+            top1_err=99.0,
+        ),
+    )
     return root
 
 

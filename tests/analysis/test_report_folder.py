@@ -44,7 +44,10 @@ def test_a_second_report_replaces_the_first_and_keeps_the_users_own_files(tmp_pa
     (tmp_path / "out/notes.md").write_text("mine")
     publish(LOCAL, target, report(tmp_path, "r2", **{"index.html": "2", "new.svg": "2"}), "--out")
     assert {k: v for k, v in files(target).items() if k != MANIFEST} == {
-        "index.html": "2", "new.svg": "2", "notes.md": "mine"}
+        "index.html": "2",
+        "new.svg": "2",
+        "notes.md": "mine",
+    }
     assert json.loads(open(f"{target}/{MANIFEST}").read())["files"] == ["index.html", "new.svg"]
 
 
@@ -52,12 +55,17 @@ def test_a_second_report_replaces_the_first_and_keeps_the_users_own_files(tmp_pa
 def test_a_folder_hpstudy_did_not_write_is_refused_and_left_as_it_is(tmp_path, make):
     target = tmp_path / "paper"
     target.mkdir()
-    {"thesis": lambda: (target / "thesis.tex").write_text("years of work"),
-     "empty_subfolder": lambda: (target / "sub").mkdir(),
-     "hidden_file": lambda: (target / ".git").write_text("x")}[make]()
+    {
+        "thesis": lambda: (target / "thesis.tex").write_text("years of work"),
+        "empty_subfolder": lambda: (target / "sub").mkdir(),
+        "hidden_file": lambda: (target / ".git").write_text("x"),
+    }[make]()
     before = files(target), sorted(os.listdir(target))
-    with pytest.raises(ReportError, match=r"^--out: '.*paper' holds files hpstudy did not write \(.*\); "
-                                          r"allowed: a new or empty folder, or one holding an hpstudy report$"):
+    with pytest.raises(
+        ReportError,
+        match=r"^--out: '.*paper' holds files hpstudy did not write \(.*\); "
+        r"allowed: a new or empty folder, or one holding an hpstudy report$",
+    ):
         publish(LOCAL, str(target), report(tmp_path, "r", **{"index.html": "x"}), "--out")
     assert (files(target), sorted(os.listdir(target))) == before
 
@@ -98,7 +106,7 @@ def test_a_listed_file_that_became_a_link_is_left_and_its_target_untouched(tmp_p
     publish(LOCAL, str(target), report(tmp_path, "r2", **{"index.html": "2"}), "--out")
     assert (tmp_path / "paper.pdf").read_text() == "hand-made" and os.path.islink(target / "fig.pdf")
     (target / "index.html").unlink()
-    (target / "index.html").symlink_to(tmp_path / "paper.pdf")        # hpstudy did not write the link
+    (target / "index.html").symlink_to(tmp_path / "paper.pdf")  # hpstudy did not write the link
     with pytest.raises(ReportError, match=r"out/index.html was not written by hpstudy"):
         publish(LOCAL, str(target), report(tmp_path, "r3", **{"index.html": "3"}), "--out")
     assert (tmp_path / "paper.pdf").read_text() == "hand-made" and os.path.islink(target / "index.html")
@@ -114,10 +122,14 @@ def test_a_link_out_of_the_store_is_refused_and_what_it_points_at_is_kept(tmp_pa
     (store / linked).parent.mkdir(parents=True, exist_ok=True)
     (store / linked).symlink_to(paper if linked == "reports" else paper / "s")
     before = files(paper)
-    with pytest.raises(ReportError, match=rf"^store report: '{store}/{linked}' is a symbolic link; allowed: a "
-                                          r"folder inside the store"):
-        publish(LOCAL, f"{store}/reports/s", report(tmp_path, "r", **{"index.html": "x"}), "store report",
-                root=str(store))
+    with pytest.raises(
+        ReportError,
+        match=rf"^store report: '{store}/{linked}' is a symbolic link; allowed: a "
+        r"folder inside the store",
+    ):
+        publish(
+            LOCAL, f"{store}/reports/s", report(tmp_path, "r", **{"index.html": "x"}), "store report", root=str(store)
+        )
     assert files(paper) == before
 
 
@@ -127,8 +139,12 @@ def test_a_report_written_before_manifests_is_replaced_and_a_users_file_beside_i
     (target / "report.json").write_text(json.dumps({"study": "s", "edf_convention": "x", "findings": []}))
     for name in ("index.html", "hp_scatter_sgd.pdf", "delta_edf_adamw_6ep.png", "delta_edf_final.pdf", "notes.md"):
         (target / name).write_text("old")
-    assert owned(LOCAL, str(target), "--out") == {"report.json", "index.html", "hp_scatter_sgd.pdf",
-                                                  "delta_edf_adamw_6ep.png"}
+    assert owned(LOCAL, str(target), "--out") == {
+        "report.json",
+        "index.html",
+        "hp_scatter_sgd.pdf",
+        "delta_edf_adamw_6ep.png",
+    }
     publish(LOCAL, str(target), report(tmp_path, "r", **{"index.html": "new", "report.json": "{}"}), "--out")
     assert sorted(os.listdir(target)) == [MANIFEST, "delta_edf_final.pdf", "index.html", "notes.md", "report.json"]
     (tmp_path / "fake").mkdir()
@@ -145,7 +161,7 @@ def test_a_publish_killed_part_way_leaves_every_written_file_listed(tmp_path, mo
 
     def dying_write(fs, folder, name, data):
         calls.append(name)
-        if len(calls) == 3:                      # the manifest, b.svg, then killed before c.svg
+        if len(calls) == 3:  # the manifest, b.svg, then killed before c.svg
             raise KeyboardInterrupt
         real_write(fs, folder, name, data)
 
@@ -160,8 +176,21 @@ def test_a_publish_killed_part_way_leaves_every_written_file_listed(tmp_path, mo
 
 def store_with_one_trial(tmp_path) -> str:
     root = str(tmp_path / "store")
-    write_trial(root, "s", stored_row(trial_key="a", model="cnn_tiny", optimizer="adamw", epochs=1, lr=1e-3,
-                                      wd=0.1, status="ok", top1_err=10.0, seed=0))
+    write_trial(
+        root,
+        "s",
+        stored_row(
+            trial_key="a",
+            model="cnn_tiny",
+            optimizer="adamw",
+            epochs=1,
+            lr=1e-3,
+            wd=0.1,
+            status="ok",
+            top1_err=10.0,
+            seed=0,
+        ),
+    )
     write_spec_record(root, "s", {"name": "s"}, 1, trial_keys=["a"])
     return root
 
@@ -173,14 +202,17 @@ def test_hpstudy_report_refuses_a_folder_with_a_users_files_with_one_line(tmp_pa
     folder.mkdir(parents=True)
     (folder / "notes.md").write_text("mine")
     monkeypatch.chdir(tmp_path / "work" if where == "cwd" else tmp_path)
-    argv = ["report", "--store", root, "--study", "s"] + {"store": [], "out": ["--out", str(folder)],
-                                                         "cwd": ["--out", "."]}[where]
+    argv = ["report", "--store", root, "--study", "s"] + {
+        "store": [],
+        "out": ["--out", str(folder)],
+        "cwd": ["--out", "."],
+    }[where]
     assert hpstudy_main(argv) == 2
     err = capsys.readouterr().err
     flag = "report folder in the store" if where == "store" else "--out"
     assert err.startswith(f"error: {flag}: ") and "holds files hpstudy did not write ('notes.md')" in err
     assert err.count("\n") == 1 and os.listdir(folder) == ["notes.md"]
-    (folder / "notes.md").unlink()                                  # an empty folder is fine
+    (folder / "notes.md").unlink()  # an empty folder is fine
     assert hpstudy_main(argv) == 0 and {"index.html", MANIFEST} <= set(os.listdir(folder))
 
 
@@ -217,15 +249,21 @@ def _manifest_huge(target):
     (target / MANIFEST).write_text(json.dumps({"files": ["a"] * 300_000}))
 
 
-@pytest.mark.parametrize("damage", [_manifest_link_to_zero, _manifest_fifo, _manifest_folder, _manifest_nested,
-                                    _manifest_huge], ids=lambda f: f.__name__[10:])
+@pytest.mark.parametrize(
+    "damage",
+    [_manifest_link_to_zero, _manifest_fifo, _manifest_folder, _manifest_nested, _manifest_huge],
+    ids=lambda f: f.__name__[10:],
+)
 def test_a_manifest_that_is_no_small_regular_file_is_refused_at_once(tmp_path, damage):
     target = tmp_path / "out"
     target.mkdir()
     (target / "index.html").write_text("mine")
     damage(target)
-    with pytest.raises(ReportError, match=r"^--out: '.*\.hpstudy-report\.json' is not an hpstudy report manifest "
-                                          r"\((not a regular file|larger than 1048576 bytes|nested too deeply)\)"):
+    with pytest.raises(
+        ReportError,
+        match=r"^--out: '.*\.hpstudy-report\.json' is not an hpstudy report manifest "
+        r"\((not a regular file|larger than 1048576 bytes|nested too deeply)\)",
+    ):
         publish(LOCAL, str(target), report(tmp_path, "r", **{"index.html": "x"}), "--out")
     assert (target / "index.html").read_text() == "mine"
 
@@ -248,9 +286,18 @@ def test_a_report_folder_given_as_a_uri_is_refused_not_written_locally(tmp_path,
     if flag == "--out":
         code = hpstudy_main(["report", "--store", root, "--study", "s", "--out", "s3://bucket/reports/x"])
     else:
-        code = run_edf_main(["--config", write_spec(tmp_path, small_spec(name="u")), "--store", root,
-                             "--report", "s3://bucket/reports/x"])
+        code = run_edf_main(
+            [
+                "--config",
+                write_spec(tmp_path, small_spec(name="u")),
+                "--store",
+                root,
+                "--report",
+                "s3://bucket/reports/x",
+            ]
+        )
     assert code == 2
-    assert capsys.readouterr().err.startswith(f"error: {flag}: 's3://bucket/reports/x' is a URI; allowed: a local "
-                                              f"folder")
+    assert capsys.readouterr().err.startswith(
+        f"error: {flag}: 's3://bucket/reports/x' is a URI; allowed: a local folder"
+    )
     assert not (tmp_path / "s3:").exists()

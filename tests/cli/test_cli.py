@@ -17,8 +17,10 @@ SUBCOMMANDS = ["run", "status", "report", "query", "compact", "prepare", "sugges
 
 def loaded_after(code: str) -> list:
     """The heavy packages a fresh interpreter has loaded after running `code`."""
-    probe = f"import json, sys\ntry:\n    {code}\nexcept SystemExit:\n    pass\n" \
-            f"print(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}} & {set(HEAVY)!r})))"
+    probe = (
+        f"import json, sys\ntry:\n    {code}\nexcept SystemExit:\n    pass\n"
+        f"print(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}} & {set(HEAVY)!r})))"
+    )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -44,7 +46,7 @@ def test_every_command_help_ends_with_an_example_of_that_command(name, capsys):
         hpstudy_main([name, "--help"])
     lines = capsys.readouterr().out.rstrip().splitlines()
     assert lines[-2] == "example:" and lines[-1].startswith(f"  hpstudy {name} ")
-    assert parser().parse_args(shlex.split(lines[-1])[1:]).command == name      # the example parses
+    assert parser().parse_args(shlex.split(lines[-1])[1:]).command == name  # the example parses
 
 
 def test_run_edf_help_ends_with_an_example(capsys):

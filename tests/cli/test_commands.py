@@ -11,7 +11,6 @@ import pytest
 import yaml
 
 from hpstudy.analysis.report_folder import publish
-
 from hpstudy.cli import hpstudy_main, run_edf_main
 from hpstudy.commands import fetch_hint, run_exit_code
 from hpstudy.study.progress import ProgressPrinter, Tally
@@ -27,25 +26,30 @@ def test_dry_run_prints_the_plan(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "study plan: 12 trials, 12 to run" in out
     assert "vit_c_tiny     adamw" in out and "[0.0005, 0.005]" in out and "trial-hours" in out
-    assert not (tmp_path / "s").exists()   # a dry run writes nothing
+    assert not (tmp_path / "s").exists()  # a dry run writes nothing
 
 
 def test_a_dry_run_warns_of_what_a_run_would_refuse_and_prints_the_memory_plan(tmp_path, capsys):
     """No dataset and too few CPUs here: a run stops, the dry run says so and plans anyway."""
-    raw = small_spec(name="far", dataset={"name": "imagefolder", "path": str(tmp_path / "imagenet"), "image_size": 16},
-                     resources={"cpu": 64, "gpu": 1})
+    raw = small_spec(
+        name="far",
+        dataset={"name": "imagefolder", "path": str(tmp_path / "imagenet"), "image_size": 16},
+        resources={"cpu": 64, "gpu": 1},
+    )
     raw["recipe"] = {k: v for k, v in raw["recipe"].items() if k != "device"}
     config = write_spec(tmp_path, raw)
     argv = ["--config", config, "--store", str(tmp_path / "s"), "--num-cpus", "2"]
     assert run_edf_main(argv + ["--dry-run"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0] == (f"warning: dataset.path: dataset 'imagefolder': path '{tmp_path / 'imagenet'}' does not exist or "
-                      f"is not a folder; expected train/<class>/*.JPEG and val/<class>/*.JPEG (ImageNet layout) (a run "
-                      f"stops here; the dry run's plan does not need it)")
+    assert out[0] == (
+        f"warning: dataset.path: dataset 'imagefolder': path '{tmp_path / 'imagenet'}' does not exist or "
+        f"is not a folder; expected train/<class>/*.JPEG and val/<class>/*.JPEG (ImageNet layout) (a run "
+        f"stops here; the dry run's plan does not need it)"
+    )
     assert out[1].startswith("warning: resources.cpu: bad value 64; allowed: <= 2")
     assert out[2].startswith("study far: 12 trials") and "memory per trial (estimate; budget 40.0 GB" in "\n".join(out)
     assert [line.split()[0] for line in out[-2:]] == ["vit_c_tiny", "cnn_tiny"]
-    assert run_edf_main(argv) == 2                         # the run itself refuses, naming the path
+    assert run_edf_main(argv) == 2  # the run itself refuses, naming the path
     assert "error: dataset.path: dataset 'imagefolder'" in capsys.readouterr().err
 
 
@@ -54,8 +58,9 @@ def test_the_paper_spec_plans_without_imagenet(capsys):
     """README: `run_edf.py --config paper_lr_wd --dry-run` prints the memory plan on any machine."""
     assert run_edf_main(["--config", "paper_lr_wd", "--dry-run", "--store", "/nonexistent-hpstudy-store"]) == 0
     out = capsys.readouterr().out
-    assert ("warning: dataset.path: dataset 'imagefolder': path '/data/imagenet'" in out) \
-        == (not os.path.isdir("/data/imagenet"))
+    assert ("warning: dataset.path: dataset 'imagefolder': path '/data/imagenet'" in out) == (
+        not os.path.isdir("/data/imagenet")
+    )
     assert "study paper_lr_wd: 1152 trials" in out and out.count("batch 2048 / accum_steps 8") == 9
 
 
@@ -64,11 +69,14 @@ def test_bundled_default_dry_run(capsys):
     assert "study demo_digits: 48 trials" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("argv,message", [
-    (["--max-concurrent", "0"], "--max-concurrent: bad value 0; allowed: an integer >= 1"),
-    (["--config", "/no/such.yaml"], "--config: '/no/such.yaml' is not a file"),
-    (["--num-cpus", "-1"], "--num-cpus: bad value -1"),
-])
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--max-concurrent", "0"], "--max-concurrent: bad value 0; allowed: an integer >= 1"),
+        (["--config", "/no/such.yaml"], "--config: '/no/such.yaml' is not a file"),
+        (["--num-cpus", "-1"], "--num-cpus: bad value -1"),
+    ],
+)
 def test_bad_flags_fail_before_anything_runs(argv, message, capsys):
     assert run_edf_main(argv + ["--dry-run"]) == 2
     assert message in capsys.readouterr().err
@@ -84,26 +92,47 @@ def test_store_that_is_a_file_is_rejected(tmp_path, capsys):
 def test_hpstudy_status_and_compact(tmp_path, capsys):
     store = str(tmp_path)
     for i, status in enumerate(["ok", "ok", "diverged", "failed"]):
-        write_trial(store, "s", stored_row(trial_key=f"k{i}", model="cnn_tiny", optimizer="sgd", status=status,
-                                           top1_err=None if status == "failed" else 10.0 + i))
+        write_trial(
+            store,
+            "s",
+            stored_row(
+                trial_key=f"k{i}",
+                model="cnn_tiny",
+                optimizer="sgd",
+                status=status,
+                top1_err=None if status == "failed" else 10.0 + i,
+            ),
+        )
     write_spec_record(store, "s", {"name": "s"}, 4)
     assert hpstudy_main(["status", "--store", store, "--study", "s"]) == 0
     out = capsys.readouterr().out
-    assert "cnn_tiny" in out and "10.00" in out and "11.00" in out   # best and median
+    assert "cnn_tiny" in out and "10.00" in out and "11.00" in out  # best and median
     assert hpstudy_main(["compact", "--store", store, "--study", "s"]) == 0
     out = capsys.readouterr().out
-    assert ("trials: 4 files read (0 merged by earlier compactions left as they are); 3 rows of finished trials "
-            "merged (3 files deleted); 1 unfinished trials") in out
+    assert (
+        "trials: 4 files read (0 merged by earlier compactions left as they are); 3 rows of finished trials "
+        "merged (3 files deleted); 1 unfinished trials"
+    ) in out
     assert "epochs: 0 files read (0 merged" in out
     assert len(load_trials(store, "s")) == 4
 
 
-@pytest.mark.parametrize("value,code,message", [
-    ("off", 0, "fuse off"), ("false", 0, "fuse off"), ("no", 0, "fuse off"), ("'off'", 0, "fuse off"),
-    ("on", 2, "error: fuse: bad value True; allowed: off, auto or an integer K >= 1 (YAML reads on/yes/true as "
-              "true: write auto or K)"),
-    ("true", 2, "error: fuse: bad value True"),
-])
+@pytest.mark.parametrize(
+    "value,code,message",
+    [
+        ("off", 0, "fuse off"),
+        ("false", 0, "fuse off"),
+        ("no", 0, "fuse off"),
+        ("'off'", 0, "fuse off"),
+        (
+            "on",
+            2,
+            "error: fuse: bad value True; allowed: off, auto or an integer K >= 1 (YAML reads on/yes/true as "
+            "true: write auto or K)",
+        ),
+        ("true", 2, "error: fuse: bad value True"),
+    ],
+)
 def test_fuse_takes_yamls_booleans_for_off_and_refuses_on(value, code, message, tmp_path, capsys):
     text = yaml.safe_dump(small_spec(name="fz")).replace("fuse: 'off'", f"fuse: {value}")
     assert f"fuse: {value}\n" in text
@@ -135,14 +164,18 @@ def test_a_cluster_run_says_how_to_fetch_its_report(capsys):
     assert f"on the head node ({socket.gethostname()})" in local
     assert "ray rsync-down cluster.yaml /home/ubuntu/results/reports/demo/ ./demo-report/" in local
     assert fetch_hint("s3://bucket/hpstudy/reports/demo/index.html") == (
-        "the report is in the store: s3://bucket/hpstudy/reports/demo/ (copy it with your storage's own tools)")
+        "the report is in the store: s3://bucket/hpstudy/reports/demo/ (copy it with your storage's own tools)"
+    )
 
 
-@pytest.mark.parametrize("statuses,total,code,last", [
-    (["ok", "diverged"], 2, 0, None),
-    (["ok", "failed"], 2, 1, None),
-    (["ok", "diverged"], 3, 1, "incomplete: 2/3 stored, 1 not run to the end; rerun the same command to resume"),
-])
+@pytest.mark.parametrize(
+    "statuses,total,code,last",
+    [
+        (["ok", "diverged"], 2, 0, None),
+        (["ok", "failed"], 2, 1, None),
+        (["ok", "diverged"], 3, 1, "incomplete: 2/3 stored, 1 not run to the end; rerun the same command to resume"),
+    ],
+)
 def test_exit_code_is_0_only_when_every_trial_of_the_spec_is_stored(statuses, total, code, last, capsys):
     stored = pd.DataFrame({"trial_key": [f"k{i}" for i in range(len(statuses))], "status": statuses})
     assert run_exit_code(stored, total) == code
@@ -152,14 +185,17 @@ def test_exit_code_is_0_only_when_every_trial_of_the_spec_is_stored(statuses, to
 
 def test_the_status_line_shows_the_devices_trials_ran_on():
     tally = Tally()
-    for i, row in enumerate([
+    for i, row in enumerate(
+        [
             {"model": "cnn_tiny", "status": "ok", "top1_err": 5.0, "device": "cuda:0 (NVIDIA A100-SXM4-40GB)"},
             {"model": "cnn_tiny", "status": "ok", "top1_err": 4.0, "device": "cpu"},
-            {"model": "vit_p_tiny", "status": "failed", "top1_err": None, "device": None}]):
+            {"model": "vit_p_tiny", "status": "failed", "top1_err": None, "device": None},
+        ]
+    ):
         tally.add(dict(row, trial_key=f"k{i}"))
     line = ProgressPrinter(SimpleNamespace(tally=tally), total=4).line()
     assert "3/4 done (ok 2, diverged 0, failed 1)" in line and "| on cpu 1, cuda 1 |" in line
-    assert line.endswith("| best top-1: cnn_tiny 4.00%")      # a failed trial has no error to be best
+    assert line.endswith("| best top-1: cnn_tiny 4.00%")  # a failed trial has no error to be best
 
 
 @pytest.mark.slow
@@ -179,17 +215,21 @@ def test_hpstudy_prepare_writes_then_reuses_only_verified_arrays(tmp_path, capsy
     source, out = image_folder(tmp_path / "imgs", n=2), str(tmp_path / "prep")
     argv = ["prepare", "--data", source, "--out", out, "--train-size", "16", "--image-size", "12", "--workers", "1"]
     assert hpstudy_main(argv) == 0
-    assert capsys.readouterr().out == (f"prepared {out}: 4 train images at 16 px, 4 val images at 12 px, 2 classes; "
-                                       f"use dataset: {{name: prepared, path: {out}}}\n")
+    assert capsys.readouterr().out == (
+        f"prepared {out}: 4 train images at 16 px, 4 val images at 12 px, 2 classes; "
+        f"use dataset: {{name: prepared, path: {out}}}\n"
+    )
     assert hpstudy_main(argv) == 0
     assert capsys.readouterr().out.startswith(f"reused {out}: 4 train images")
-    with open(f"{out}/val_x.npy", "r+b") as f:         # a flipped bit on the node's disk
+    with open(f"{out}/val_x.npy", "r+b") as f:  # a flipped bit on the node's disk
         f.seek(-1, 2)
         last = f.read(1)
         f.seek(-1, 2)
         f.write(bytes([last[0] ^ 1]))
     assert hpstudy_main(argv) == 2
-    assert capsys.readouterr().err == (f"error: prepared data: {out}/val_x.npy fails its checksum; rebuild the "
-                                       f"folder: delete {out} and run `hpstudy prepare` again\n")
+    assert capsys.readouterr().err == (
+        f"error: prepared data: {out}/val_x.npy fails its checksum; rebuild the "
+        f"folder: delete {out} and run `hpstudy prepare` again\n"
+    )
     shutil.rmtree(out)
     assert hpstudy_main(argv) == 0 and capsys.readouterr().out.startswith(f"prepared {out}")

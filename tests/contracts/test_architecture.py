@@ -19,14 +19,14 @@ from hpstudy.study.sampling import expand
 from hpstudy.study.spec import parse_spec
 from hpstudy.study.store import write_trial
 from hpstudy.study.store_read import load_trials
-from tests.helpers import REPO, small_spec
 from hpstudy.trainers.schema import FAILED, RESULT_FIELDS, TRIAL_FIELDS
 from hpstudy.trainers.train import main as train_main
+from tests.helpers import REPO, small_spec
 
 PACKAGES = ("trainers", "study", "analysis")
 TESTS = os.path.join(REPO, "tests")
 SHARED_TEST_MODULES = {"tests.helpers", "tests.conftest"}
-PARTITION_COLUMN = "study"     # added by the store's readers from the study=<name> folder, not stored in a row
+PARTITION_COLUMN = "study"  # added by the store's readers from the study=<name> folder, not stored in a row
 TORCH_FREE_TRAINERS = {"hpstudy.trainers.errors", "hpstudy.trainers.schema", "hpstudy.trainers.zoo"}
 
 
@@ -56,9 +56,12 @@ def is_entry_script(path: str) -> bool:
     """A file that only imports and calls an entry point under `if __name__ == "__main__":` (study/run_edf.py,
     which `ray submit` copies alone to the head node): it defines nothing and no module imports it."""
     body = ast.parse(open(path).read()).body
-    return all(isinstance(node, (ast.Import, ast.ImportFrom)) or
-               (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)) or
-               (isinstance(node, ast.If) and ast.unparse(node.test) == "__name__ == '__main__'") for node in body)
+    return all(
+        isinstance(node, (ast.Import, ast.ImportFrom))
+        or (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant))
+        or (isinstance(node, ast.If) and ast.unparse(node.test) == "__name__ == '__main__'")
+        for node in body
+    )
 
 
 def import_graph():
@@ -80,10 +83,16 @@ def import_graph():
 def test_layers_point_one_way():
     """trainers <- analysis (its torch-free trainers modules only) and trainers <- study; the command line
     (hpstudy.cli, hpstudy.commands) above both; no exemptions but entry scripts, which define nothing."""
-    allowed = {"trainers": {"trainers"}, "study": {"trainers", "study"}, "analysis": {"analysis"},
-               "cli": {"trainers", "study", "analysis", "cli"}}
+    allowed = {
+        "trainers": {"trainers"},
+        "study": {"trainers", "study"},
+        "analysis": {"analysis"},
+        "cli": {"trainers", "study", "analysis", "cli"},
+    }
     graph, files = import_graph(), _module_files()
-    assert {"hpstudy.study.store", "hpstudy.trainers.schema"} <= graph["hpstudy.study.tune_store_writer"][0]   # edges are seen
+    assert {"hpstudy.study.store", "hpstudy.trainers.schema"} <= graph["hpstudy.study.tune_store_writer"][
+        0
+    ]  # edges are seen
     assert "hpstudy.cli" in graph["hpstudy.study.run_edf"][0] and is_entry_script(files["hpstudy.study.run_edf"])
     assert not is_entry_script(files["hpstudy.study.runner"])
     for module, (internal, external) in graph.items():
@@ -91,7 +100,7 @@ def test_layers_point_one_way():
             continue
         layer = layer_of(module)
         outside = {m for m in internal if layer_of(m) not in allowed[layer]}
-        if layer == "analysis":   # the library: DataFrames in, tables and figures out
+        if layer == "analysis":  # the library: DataFrames in, tables and figures out
             outside -= TORCH_FREE_TRAINERS
             assert not external & {"torch", "timm", "ray"}, (module, external)
         assert not outside, f"{module} imports {sorted(outside)}"
@@ -115,17 +124,36 @@ def test_no_import_cycles():
             visit(module, [module])
 
 
-@pytest.mark.parametrize("modules,banned", [
-    (["hpstudy.analysis.edf", "hpstudy.analysis.stats", "hpstudy.analysis.gaps", "hpstudy.analysis.figures", "hpstudy.analysis.report"],
-     ["torch", "timm", "ray", "study"]),
-    (["hpstudy.trainers.schema", "hpstudy.trainers.zoo", "hpstudy.trainers.errors"], ["torch", "timm", "ray", "study", "analysis"]),
-    pytest.param(["hpstudy.trainers.trial", "hpstudy.trainers.fused", "hpstudy.trainers.train", "hpstudy.trainers.flops"], ["ray", "study", "analysis"],
-                 marks=pytest.mark.slow),
-])
+@pytest.mark.parametrize(
+    "modules,banned",
+    [
+        (
+            [
+                "hpstudy.analysis.edf",
+                "hpstudy.analysis.stats",
+                "hpstudy.analysis.gaps",
+                "hpstudy.analysis.figures",
+                "hpstudy.analysis.report",
+            ],
+            ["torch", "timm", "ray", "study"],
+        ),
+        (
+            ["hpstudy.trainers.schema", "hpstudy.trainers.zoo", "hpstudy.trainers.errors"],
+            ["torch", "timm", "ray", "study", "analysis"],
+        ),
+        pytest.param(
+            ["hpstudy.trainers.trial", "hpstudy.trainers.fused", "hpstudy.trainers.train", "hpstudy.trainers.flops"],
+            ["ray", "study", "analysis"],
+            marks=pytest.mark.slow,
+        ),
+    ],
+)
 def test_what_a_layer_loads_at_run_time(modules, banned):
-    code = (f"import sys\nfor m in {modules!r}: __import__(m)\n"
-            f"parts = [m.split('.') for m in sys.modules]\n"
-            f"print(sorted({{p[1] if p[0] == 'hpstudy' and len(p) > 1 else p[0] for p in parts}} & {set(banned)!r}))")
+    code = (
+        f"import sys\nfor m in {modules!r}: __import__(m)\n"
+        f"parts = [m.split('.') for m in sys.modules]\n"
+        f"print(sorted({{p[1] if p[0] == 'hpstudy' and len(p) > 1 else p[0] for p in parts}} & {set(banned)!r}))"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout
 
@@ -134,16 +162,40 @@ def _store_without_study(tmp_path):
     return ["--store", str(tmp_path / "empty")]
 
 
-@pytest.mark.parametrize("entry,argv,message", [
-    (hpstudy_main, ["report", "--study", "nope"], "--study: no trials of study 'nope'"),
-    (hpstudy_main, ["query", "no_such_column > 1"], "--store: no store at"),
-    (hpstudy_main, ["run", "--config", "/no/such.yaml"], "--config: '/no/such.yaml' is not a file"),
-    (run_edf_main, ["--max-concurrent", "0", "--dry-run"], "--max-concurrent: bad value 0"),
-    (train_main, ["--model", "cnn_tiny", "--optimizer", "adamw", "--epochs", "1", "--lr", "-1", "--wd", "0"],
-     "lr: bad value -1.0; allowed: > 0"),
-    (train_main, ["--model", "cnn_tiny", "--optimizer", "adamw", "--epochs", "1", "--lr", "1", "--wd", "0",
-                  "--dataset", "cifar10", "--data-path", "/no/such"], "/no/such"),
-])
+@pytest.mark.parametrize(
+    "entry,argv,message",
+    [
+        (hpstudy_main, ["report", "--study", "nope"], "--study: no trials of study 'nope'"),
+        (hpstudy_main, ["query", "no_such_column > 1"], "--store: no store at"),
+        (hpstudy_main, ["run", "--config", "/no/such.yaml"], "--config: '/no/such.yaml' is not a file"),
+        (run_edf_main, ["--max-concurrent", "0", "--dry-run"], "--max-concurrent: bad value 0"),
+        (
+            train_main,
+            ["--model", "cnn_tiny", "--optimizer", "adamw", "--epochs", "1", "--lr", "-1", "--wd", "0"],
+            "lr: bad value -1.0; allowed: > 0",
+        ),
+        (
+            train_main,
+            [
+                "--model",
+                "cnn_tiny",
+                "--optimizer",
+                "adamw",
+                "--epochs",
+                "1",
+                "--lr",
+                "1",
+                "--wd",
+                "0",
+                "--dataset",
+                "cifar10",
+                "--data-path",
+                "/no/such",
+            ],
+            "/no/such",
+        ),
+    ],
+)
 def test_every_entry_point_turns_a_user_error_into_exit_2(entry, argv, message, tmp_path, capsys):
     if entry is not train_main:
         argv = argv + _store_without_study(tmp_path)
@@ -153,10 +205,13 @@ def test_every_entry_point_turns_a_user_error_into_exit_2(entry, argv, message, 
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("command", [
-    ["hpstudy", "report", "--study", "nope"],
-    [sys.executable, os.path.join(REPO, "study", "run_edf.py"), "--config", "/no/such.yaml", "--dry-run"],
-])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["hpstudy", "report", "--study", "nope"],
+        [sys.executable, os.path.join(REPO, "study", "run_edf.py"), "--config", "/no/such.yaml", "--dry-run"],
+    ],
+)
 def test_installed_commands_exit_2_without_a_traceback(command, tmp_path):
     if command[0] == "hpstudy":
         command = [os.path.join(os.path.dirname(sys.executable), "hpstudy")] + command[1:]
@@ -168,18 +223,27 @@ def test_installed_commands_exit_2_without_a_traceback(command, tmp_path):
 @pytest.mark.slow
 def test_importing_the_study_runner_changes_no_environment():
     """hpstudy sets Tune's variables when Ray starts, not at import (Ray and torch set their own)."""
-    code = ("import os\nimport hpstudy.study.runner, hpstudy.cli, hpstudy.commands, hpstudy.study.trainable\n"
-            "print(sorted(k for k in hpstudy.study.runner.TUNE_ENV if k in os.environ))")
-    env = {k: v for k, v in os.environ.items() if k not in ("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS",
-                                                            "TUNE_MAX_PENDING_TRIALS_PG", "RAY_AIR_NEW_OUTPUT")}
+    code = (
+        "import os\nimport hpstudy.study.runner, hpstudy.cli, hpstudy.commands, hpstudy.study.trainable\n"
+        "print(sorted(k for k in hpstudy.study.runner.TUNE_ENV if k in os.environ))"
+    )
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "TUNE_MAX_PENDING_TRIALS_PG", "RAY_AIR_NEW_OUTPUT")
+    }
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True, env=env)
     assert out.stdout.strip() == "[]", out.stdout
 
 
 def _test_files():
     """Every Python file below tests/, relative to it (tests/<package>/test_<module>.py and the rest)."""
-    return sorted(os.path.relpath(os.path.join(folder, name), TESTS) for folder, _, names in os.walk(TESTS)
-                  for name in names if name.endswith(".py"))
+    return sorted(
+        os.path.relpath(os.path.join(folder, name), TESTS)
+        for folder, _, names in os.walk(TESTS)
+        for name in names
+        if name.endswith(".py")
+    )
 
 
 def _test_modules():
@@ -203,7 +267,7 @@ def _imported_test_modules(path, package="tests"):
         for module in modules:
             if module.split(".")[0] == "tests" and module != "tests" and not module.endswith(".__init__"):
                 found.add(module)
-            elif module in by_name:                      # a bare `import test_optim`
+            elif module in by_name:  # a bare `import test_optim`
                 found.add(by_name[module])
     return {m for m in found if m in dotted or m.rsplit(".", 1)[-1].startswith("test_") or m in SHARED_TEST_MODULES}
 
@@ -219,13 +283,20 @@ def test_test_modules_import_shared_helpers_from_tests_helpers_only(name):
 
 def test_the_import_check_sees_every_spelling_of_a_test_module_import(tmp_path):
     path = tmp_path / "test_x.py"
-    path.write_text("from tests.study.test_store import a\nimport tests.cli.test_commands\n"
-                    "from tests.trainers import test_data\nfrom tests import helpers\n"
-                    "from . import test_fused\nfrom .test_coatnet import b\nimport test_optim\n"
-                    "def f():\n    from tests.helpers import row\n    import numpy\n")
+    path.write_text(
+        "from tests.study.test_store import a\nimport tests.cli.test_commands\n"
+        "from tests.trainers import test_data\nfrom tests import helpers\n"
+        "from . import test_fused\nfrom .test_coatnet import b\nimport test_optim\n"
+        "def f():\n    from tests.helpers import row\n    import numpy\n"
+    )
     assert _imported_test_modules(path, "tests.trainers") - SHARED_TEST_MODULES == {
-        "tests.study.test_store", "tests.cli.test_commands", "tests.trainers.test_data", "tests.trainers.test_fused",
-        "tests.trainers.test_coatnet", "tests.trainers.test_optim"}
+        "tests.study.test_store",
+        "tests.cli.test_commands",
+        "tests.trainers.test_data",
+        "tests.trainers.test_fused",
+        "tests.trainers.test_coatnet",
+        "tests.trainers.test_optim",
+    }
 
 
 def test_every_test_file_sits_with_the_code_it_tests_or_in_a_suite_named_for_what_it_guards():
@@ -240,7 +311,13 @@ def test_every_test_file_sits_with_the_code_it_tests_or_in_a_suite_named_for_wha
 def _by_defaults():
     """{function: its default `by` columns} for every analysis function that groups by default."""
     found = {}
-    for module in ("hpstudy.analysis.edf", "hpstudy.analysis.gaps", "hpstudy.analysis.stats", "hpstudy.analysis.findings", "hpstudy.analysis.report"):
+    for module in (
+        "hpstudy.analysis.edf",
+        "hpstudy.analysis.gaps",
+        "hpstudy.analysis.stats",
+        "hpstudy.analysis.findings",
+        "hpstudy.analysis.report",
+    ):
         for name, function in inspect.getmembers(importlib.import_module(module), inspect.isfunction):
             by = inspect.signature(function).parameters.get("by")
             if function.__module__ == module and by is not None and by.default not in (inspect.Parameter.empty, ()):
@@ -259,10 +336,17 @@ def _query_default_columns(tmp_path, monkeypatch):
 def test_every_column_the_analysis_and_the_cli_ask_for_is_a_stored_trial_column(tmp_path, monkeypatch):
     """A column renamed or dropped in hpstudy.trainers.schema fails here, not as a KeyError in a user's report."""
     from hpstudy.study.runner import SUMMARY_COLUMNS
-    asked = {"hpstudy.analysis.metric.METRIC_COLUMNS": list(METRIC_COLUMNS.values()), "hpstudy.analysis.report.CELL": CELL,
-             "hpstudy.study.runner.SUMMARY_COLUMNS": SUMMARY_COLUMNS,
-             "hpstudy query --columns": _query_default_columns(tmp_path, monkeypatch), **_by_defaults()}
-    assert {"hpstudy.analysis.edf.edf_table", "hpstudy.analysis.gaps.optimizer_gap"} <= set(asked)    # the `by` defaults were found
+
+    asked = {
+        "hpstudy.analysis.metric.METRIC_COLUMNS": list(METRIC_COLUMNS.values()),
+        "hpstudy.analysis.report.CELL": CELL,
+        "hpstudy.study.runner.SUMMARY_COLUMNS": SUMMARY_COLUMNS,
+        "hpstudy query --columns": _query_default_columns(tmp_path, monkeypatch),
+        **_by_defaults(),
+    }
+    assert {"hpstudy.analysis.edf.edf_table", "hpstudy.analysis.gaps.optimizer_gap"} <= set(
+        asked
+    )  # the `by` defaults were found
     unknown = {where: sorted(set(columns) - set(TRIAL_FIELDS) - {PARTITION_COLUMN}) for where, columns in asked.items()}
     assert not {where: names for where, names in unknown.items() if names}
 
@@ -271,6 +355,7 @@ def test_a_failed_trials_row_is_a_complete_schema_row_from_its_planned_trial(tmp
     """failed_row: exactly the schema's keys, status failed, no result, the error's last 4000
     characters, and the config columns of the trial that was planned; the store takes it as is."""
     from hpstudy.study.tune_store_writer import failed_row
+
     trial = expand(parse_spec(small_spec(models=["cnn_tiny"], optimizers=["sgd"], samples=1)))[0]
     error = "Traceback (most recent call last):\n" + "x" * 5000 + "\nRuntimeError: boom"
     row = failed_row(trial, error)
@@ -281,9 +366,18 @@ def test_a_failed_trials_row_is_a_complete_schema_row_from_its_planned_trial(tmp
     results = [name for name in RESULT_FIELDS if name != "status"]
     assert {name: row[name] for name in results} == dict.fromkeys(results)
     assert (row["model"], row["family"], row["optimizer"], row["epochs"], row["seed"]) == (
-        trial.model, "cnn", trial.optimizer, trial.epochs, trial.seed)
+        trial.model,
+        "cnn",
+        trial.optimizer,
+        trial.epochs,
+        trial.seed,
+    )
     assert (row["lr"], row["wd"], row["dataset"], row["batch_size"]) == (
-        trial.config["lr"], trial.config["wd"], "digits", 64)
+        trial.config["lr"],
+        trial.config["wd"],
+        "digits",
+        64,
+    )
     assert json.loads(row["config_json"])["lr"] == trial.config["lr"] and row["finished_at"].tzinfo == timezone.utc
     write_trial(str(tmp_path), "s", row)
     stored = load_trials(str(tmp_path), "s")
@@ -297,7 +391,12 @@ def test_a_users_own_study_and_analysis_modules_do_not_shadow_hpstudys(tmp_path,
     for name in ("study", "analysis", "trainers"):
         (tmp_path / f"{name}.py").write_text(f"raise SystemExit('the user\\'s own {name}.py was imported')\n")
     command = ["-m", "hpstudy.study.run_edf"] if entry == "module" else [os.path.join(REPO, "study", "run_edf.py")]
-    out = subprocess.run([sys.executable, *command, "--dry-run", "--store", str(tmp_path / "s")], cwd=tmp_path,
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, *command, "--dry-run", "--store", str(tmp_path / "s")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert "study demo_digits: 48 trials, 48 to run" in out.stdout

@@ -16,9 +16,10 @@ from hpstudy.study.store import StoreError, StoreFault, delete_study, open_root,
 from hpstudy.study.store_compaction import compact
 from hpstudy.study.store_read import load_epochs, load_study, load_trials
 from hpstudy.study.store_spec_record import report_location
-from tests.helpers import epoch_row, row, tiny_trainer as trainer, write_file
 from hpstudy.trainers.loop import resolve_device
 from hpstudy.trainers.schema import EPOCH_SCHEMA, TRIAL_SCHEMA
+from tests.helpers import epoch_row, row, write_file
+from tests.helpers import tiny_trainer as trainer
 
 
 def test_auto_picks_cuda_when_present_and_named_devices_are_taken_as_named(monkeypatch):
@@ -50,12 +51,12 @@ def test_release_empties_the_cuda_cache_on_cuda_devices_only(monkeypatch):
     cpu.release()
     assert calls == [] and not hasattr(cpu, "model")
     cuda = trainer()
-    cuda.device = torch.device("cuda")      # no GPU needed: release only reads the device's type
+    cuda.device = torch.device("cuda")  # no GPU needed: release only reads the device's type
     cuda.release()
     assert calls == ["empty"] and not hasattr(cuda, "model") and not hasattr(cuda, "optimizer")
 
 
-KEYS = ["study", "trial_key", "finished_at"]        # what load_trials adds to the columns asked for
+KEYS = ["study", "trial_key", "finished_at"]  # what load_trials adds to the columns asked for
 
 
 def test_load_trials_reads_the_columns_asked_for_and_the_key_columns_only(tmp_path):
@@ -97,8 +98,11 @@ def test_a_uri_root_keeps_its_path_but_the_trailing_slash(tmp_path):
 
 
 def test_a_root_that_is_no_path_nor_known_uri_is_refused_with_what_is_allowed():
-    with pytest.raises(StoreError, match=r"--store: bad value 'nosuch://x'; allowed: a local path or a "
-                                         r"filesystem URI such as s3://bucket/prefix \(Unrecognized"):
+    with pytest.raises(
+        StoreError,
+        match=r"--store: bad value 'nosuch://x'; allowed: a local path or a "
+        r"filesystem URI such as s3://bucket/prefix \(Unrecognized",
+    ):
         open_root("nosuch://x")
 
 
@@ -136,10 +140,12 @@ def test_every_reader_sees_one_row_per_trial_epoch_when_files_repeat_one(tmp_pat
     root = tmp_path / "store"
     epochs = root / "epochs/study=s"
     write_trial(str(root), "s", row("a"))
-    rows = lambda loss: [dict(epoch_row(epoch=e, train_loss=loss + e), trial_key="a", model="vit_p_tiny",
-                              optimizer="adamw") for e in (1, 2)]
-    write_file(epochs / "a.parquet", rows(1.0) + rows(5.0)[:1], EPOCH_SCHEMA)   # epoch 1 twice in one file
-    write_file(epochs / "old.parquet", rows(9.0), EPOCH_SCHEMA)                 # and again in an older file
+    rows = lambda loss: [
+        dict(epoch_row(epoch=e, train_loss=loss + e), trial_key="a", model="vit_p_tiny", optimizer="adamw")
+        for e in (1, 2)
+    ]
+    write_file(epochs / "a.parquet", rows(1.0) + rows(5.0)[:1], EPOCH_SCHEMA)  # epoch 1 twice in one file
+    write_file(epochs / "old.parquet", rows(9.0), EPOCH_SCHEMA)  # and again in an older file
     os.utime(epochs / "old.parquet", (time.time() - 3600, time.time() - 3600))
     loaded = load_epochs(str(root), "s")
     assert sorted(loaded["epoch"]) == [1, 2]
@@ -172,7 +178,9 @@ def test_compaction_moves_an_unfinished_trials_row_to_its_own_file(tmp_path):
     compact(str(root), "s")
     assert (folder / "bad.parquet").exists() and not (folder / "shared.parquet").exists()
     assert sorted(zip(load_trials(str(root), "s")["trial_key"], load_trials(str(root), "s")["status"])) == [
-        ("bad", "failed"), ("ok1", "ok")]
+        ("bad", "failed"),
+        ("ok1", "ok"),
+    ]
 
 
 def test_the_probe_writes_bytes_so_a_full_disk_fails_it(tmpfs):

@@ -23,7 +23,7 @@ README = ROOT / "README.md"
 CHANGELOG = ROOT / "CHANGELOG.md"
 DOCS = ROOT / "docs"
 README_MAX_LINES = 200
-CI_TEST_COMMAND = '    pip install -e ".[test]" && pytest'     # .ci/run greps README.md for this line
+CI_TEST_COMMAND = '    pip install -e ".[test]" && pytest'  # .ci/run greps README.md for this line
 
 
 def pages():
@@ -79,8 +79,8 @@ def split_blocks(text: str):
 def slug(heading: str) -> str:
     """GitHub's anchor for a heading: its text lower-cased, punctuation dropped (letters, digits,
     marks, `_`, `-` and spaces stay), each space a `-`."""
-    text = re.sub(r"!\[[^\]]*\]\([^)]*\)", "", heading)            # images
-    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", text)            # links: their text
+    text = re.sub(r"!\[[^\]]*\]\([^)]*\)", "", heading)  # images
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", text)  # links: their text
     text = re.sub(r"<[^>]+>", "", text).replace("`", "").strip().lower()
     kept = "".join(c for c in text if c.isalnum() or c in "_- " or unicodedata.category(c).startswith("M"))
     return kept.replace(" ", "-")
@@ -104,7 +104,9 @@ def anchors(path: Path) -> frozenset:
 
 
 INLINE_CODE = re.compile(r"(`+)(?:(?!\1).)+?\1")
-LINK = re.compile(r"!?\[(?:[^\[\]]|\[[^\[\]]*\])*\]\(\s*<?([^()\s<>]*(?:\([^()\s]*\)[^()\s<>]*)*)>?(?:\s+\"[^\"]*\")?\s*\)")
+LINK = re.compile(
+    r"!?\[(?:[^\[\]]|\[[^\[\]]*\])*\]\(\s*<?([^()\s<>]*(?:\([^()\s]*\)[^()\s<>]*)*)>?(?:\s+\"[^\"]*\")?\s*\)"
+)
 REFERENCE = re.compile(r"^ {0,3}\[[^\]]+\]:\s*<?(\S+?)>?(?:\s+\"[^\"]*\")?\s*$")
 
 
@@ -129,7 +131,7 @@ def broken_link(page: Path, target: str):
     path_part = urllib.parse.unquote(path_part)
     if not path_part:
         file = page
-    elif path_part.startswith("/"):                   # GitHub: from the repository's root
+    elif path_part.startswith("/"):  # GitHub: from the repository's root
         file = (ROOT / path_part.lstrip("/")).resolve()
     else:
         file = (page.parent / path_part).resolve()
@@ -233,9 +235,9 @@ def command_of(segment: str):
     if python and tokens[1:3] == ["-m", "hpstudy.trainers.train"]:
         return ("train",), flags_of(tokens[3:])
     if tokens[:2] == ["ray", "submit"] and "--" in tokens:
-        script = tokens[:tokens.index("--")]
+        script = tokens[: tokens.index("--")]
         if any(t.endswith("run_edf.py") for t in script):
-            return ("run_edf",), flags_of(tokens[tokens.index("--") + 1:])
+            return ("run_edf",), flags_of(tokens[tokens.index("--") + 1 :])
     return None
 
 
@@ -263,8 +265,15 @@ def argv_for(key):
 @functools.cache
 def help_text(key: tuple) -> tuple:
     """(exit code, stdout, stderr) of the key's `python -m ... --help`, run once per session."""
-    done = subprocess.run([sys.executable, *argv_for(key)], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300, check=False, env={**os.environ, "COLUMNS": "200"})
+    done = subprocess.run(
+        [sys.executable, *argv_for(key)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env={**os.environ, "COLUMNS": "200"},
+    )
     return done.returncode, done.stdout, done.stderr
 
 
@@ -288,11 +297,11 @@ def help_texts():
 
 # ---------------------------------------------------------------- tests
 
+
 @pytest.mark.parametrize("page", pages(), ids=rel)
 def test_relative_links_point_to_files_and_headings(page):
     assert page.exists(), f"{rel(page)} is missing"
-    broken = [f"{rel(page)}:{number}: {why}" for number, target in links(page)
-              if (why := broken_link(page, target))]
+    broken = [f"{rel(page)}:{number}: {why}" for number, target in links(page) if (why := broken_link(page, target))]
     assert not broken, "broken links:\n" + "\n".join(broken)
 
 
@@ -304,16 +313,21 @@ def test_commands_use_only_flags_their_help_lists(case, help_texts):
     assert code == 0, f"{rel(path)}:{number}: `{segment}`: `{shown}` exited {code}:\n{(err or out)[-1500:]}"
     known = set(FLAG.findall(out))
     unknown = [flag for flag in flags if flag not in known]
-    assert not unknown, (f"{rel(path)}:{number}: `{segment}` uses {', '.join(unknown)}, which `{shown}` "
-                         f"does not list")
+    assert not unknown, f"{rel(path)}:{number}: `{segment}` uses {', '.join(unknown)}, which `{shown}` does not list"
 
 
 def test_the_readme_has_commands_of_every_kind():
     """The command check covers the README's main commands (a parser change would otherwise pass
     by finding none)."""
     keys = {key for path, _, _, key, _ in COMMANDS if path == README}
-    for key in [("run_edf",), ("train",), ("hpstudy", "run"), ("hpstudy", "report"), ("hpstudy", "query"),
-                ("hpstudy", "status")]:
+    for key in [
+        ("run_edf",),
+        ("train",),
+        ("hpstudy", "run"),
+        ("hpstudy", "report"),
+        ("hpstudy", "query"),
+        ("hpstudy", "status"),
+    ]:
         assert key in keys, f"no `{' '.join(key)}` command found in README.md's code blocks"
 
 
@@ -355,4 +369,6 @@ def test_link_checker_knows_broken_links():
     assert slug("Δ-EDF panels") == "δ-edf-panels"
     assert shell_segments("a [--x | --y] && b # c | d") == ["a [--x | --y]", "b"]
     assert command_of("ray submit --tmux c.yaml study/run_edf.py -- --config x --address auto") == (
-        ("run_edf",), ["--config", "--address"])
+        ("run_edf",),
+        ["--config", "--address"],
+    )

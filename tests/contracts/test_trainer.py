@@ -9,7 +9,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tests.helpers import TINY_DATA as DATA, TINY_TRIAL as BASE, image_folder, tiny_trainer as trainer
 from hpstudy.trainers.config import TrialConfig
 from hpstudy.trainers.data import LoaderData
 from hpstudy.trainers.device_decode import DeviceDecodeData
@@ -18,6 +17,11 @@ from hpstudy.trainers.fused import FusedTrainer, train_fused
 from hpstudy.trainers.loop import chance_error, data_for, diverged_mask, fit, trial_row
 from hpstudy.trainers.optim import build_optimizer, build_schedule
 from hpstudy.trainers.trial import DIVERGENCE_CHECK_EVERY, evaluate, train_trial
+from tests.helpers import TINY_DATA as DATA
+from tests.helpers import TINY_TRIAL as BASE
+from tests.helpers import image_folder
+from tests.helpers import tiny_trainer as trainer
+
 
 def _params(model):
     return torch.cat([p.detach().flatten() for p in model.parameters()])
@@ -54,11 +58,13 @@ def test_a_finite_loss_above_divergence_loss_ends_the_trial_at_chance():
 
 def test_fused_members_above_divergence_loss_end_at_chance():
     ten = dict(DATA, num_classes=10)
-    rows = train_fused([dict(BASE, divergence_loss=0.5, dataset=ten), dict(BASE, divergence_loss=0.5, dataset=ten, seed=4)])
+    rows = train_fused(
+        [dict(BASE, divergence_loss=0.5, dataset=ten), dict(BASE, divergence_loss=0.5, dataset=ten, seed=4)]
+    )
     for row in rows:
         assert row["status"] == "diverged" and row["epochs_done"] == 0
         assert (row["top1_err"], row["top5_err"], row["best_top1_err"]) == (90.0, 50.0, 90.0)
-        assert (row["ema_top1_err"], row["best_ema_top1_err"]) == (None, None)    # fused training has no EMA
+        assert (row["ema_top1_err"], row["best_ema_top1_err"]) == (None, None)  # fused training has no EMA
 
 
 class _Fixed(torch.nn.Module):
@@ -69,7 +75,7 @@ class _Fixed(torch.nn.Module):
 
 
 def test_evaluate_counts_top1_and_top5_hits_over_all_batches():
-    scores = torch.eye(6)[[0, 1, 2, 3]] + torch.linspace(0, 0.1, 6)      # class i first; class 5 second
+    scores = torch.eye(6)[[0, 1, 2, 3]] + torch.linspace(0, 0.1, 6)  # class i first; class 5 second
     batches = [(scores[:2], torch.tensor([0, 5])), (scores[2:], torch.tensor([2, 4]))]
     errors = evaluate({"m": _Fixed()}, batches, contextlib.nullcontext)["m"]
     # top-1 hits: samples 0 and 2; top-5 (classes i, 5, 4, 3, 2): samples 0, 1, 2 and 3
@@ -92,13 +98,15 @@ def test_fused_lr_is_scaled_linearly_from_the_reference_batch():
         fused = FusedTrainer([TrialConfig.from_dict(dict(BASE, seed=i, **c)) for i, c in enumerate(configs)])
         result = fused.train_epoch()
         return result["train_loss"].tolist(), result["lr"].tolist()
+
     scaled = epoch({"lr": 0.1, "reference_batch_size": 16}, {"lr": 0.4, "reference_batch_size": 16})
     assert scaled == epoch({"lr": 0.05}, {"lr": 0.2})
     assert scaled[1] == pytest.approx([peak * (1 + math.cos(math.pi / 2)) / 2 for peak in (0.05, 0.2)])
 
 
-@pytest.mark.parametrize("option", [{"mixup": 0.8}, {"cutmix": 1.0}, {"label_smoothing": 0.3}, {"amp": True},
-                                    {"grad_clip": 0.01}])
+@pytest.mark.parametrize(
+    "option", [{"mixup": 0.8}, {"cutmix": 1.0}, {"label_smoothing": 0.3}, {"amp": True}, {"grad_clip": 0.01}]
+)
 def test_each_recipe_option_changes_training(option, plain):
     changed = trainer(**option).train_epoch()
     assert changed["diverged"] is False and changed["lr"] == plain["lr"]
@@ -123,10 +131,10 @@ def test_ema_weights_follow_the_model_with_a_lag_and_leave_training_alone():
     longer = dict(DATA, n_train=32)
     run = trainer(ema_decay=0.5, dataset=longer)
     start = _params(run.model)
-    assert run.train_epoch() == trainer(dataset=longer).train_epoch()     # the weights trained are the same
+    assert run.train_epoch() == trainer(dataset=longer).train_epoch()  # the weights trained are the same
     raw, ema = _params(run.model), _params(run.ema.module)
     assert not torch.equal(ema, raw) and not torch.equal(ema, start)
-    assert (ema - raw).norm() < (start - raw).norm()   # an average of the steps, nearer the last
+    assert (ema - raw).norm() < (start - raw).norm()  # an average of the steps, nearer the last
     # an EMA that is the model with its logits negated: it picks each image's least likely class
     run.ema.module.load_state_dict(run.model.state_dict())
     head = run.ema.module.get_classifier()
@@ -136,8 +144,10 @@ def test_ema_weights_follow_the_model_with_a_lag_and_leave_training_alone():
         run.model.eval()
         x, y = (torch.cat(t) for t in zip(*run.batches.val(256)))
         logits = run.model(x)
-    top1, last = (100.0 * (logits.argmax(1) != y).double().mean().item(),
-                  100.0 * (logits.argmin(1) != y).double().mean().item())
+    top1, last = (
+        100.0 * (logits.argmax(1) != y).double().mean().item(),
+        100.0 * (logits.argmin(1) != y).double().mean().item(),
+    )
     assert top1 != last
     metrics = run.evaluate()
     assert (metrics["top1_err"], metrics["ema_top1_err"]) == (pytest.approx(top1), pytest.approx(last))
@@ -155,8 +165,17 @@ class _Scripted:
     def run_epoch(self):
         self.epoch += 1
         live = [0] if self.epoch >= 2 else [0, 1]
-        return {k: {"train_loss": 1.0 / self.epoch, "train_top1_err": None, "lr": 0.1, "top1_err": 50.0 - self.epoch - k,
-                    "top5_err": 0.0, "ema_top1_err": None} for k in live}
+        return {
+            k: {
+                "train_loss": 1.0 / self.epoch,
+                "train_top1_err": None,
+                "lr": 0.1,
+                "top1_err": 50.0 - self.epoch - k,
+                "top5_err": 0.0,
+                "ema_top1_err": None,
+            }
+            for k in live
+        }
 
     def diverged(self, member):
         return member == 1 and self.epoch >= 2
@@ -171,8 +190,13 @@ def test_fit_builds_each_members_log_and_row():
     assert seen == [[0, 1], [0], [0]] and scripted.released == 1
     ok, diverged = rows
     assert [e["epoch"] for e in ok["epoch_log"]] == [1, 2, 3] and [e["epoch"] for e in diverged["epoch_log"]] == [1]
-    assert (ok["status"], ok["top1_err"], ok["best_top1_err"], ok["train_loss"], ok["epochs_done"]) == \
-        ("ok", 47.0, 47.0, pytest.approx(1 / 3), 3)
+    assert (ok["status"], ok["top1_err"], ok["best_top1_err"], ok["train_loss"], ok["epochs_done"]) == (
+        "ok",
+        47.0,
+        47.0,
+        pytest.approx(1 / 3),
+        3,
+    )
     assert (diverged["status"], diverged["top1_err"], diverged["epochs_done"]) == ("diverged", 75.0, 1)
     assert diverged["train_loss"] == 1.0 and ok["wall_s"] == diverged["wall_s"] >= 0
     finished = datetime.fromisoformat(ok["finished_at"])
@@ -192,8 +216,12 @@ def test_fit_waits_for_a_cuda_device_before_timing_an_epoch(monkeypatch):
 
 
 def test_a_rows_flops_are_counted_at_the_datasets_image_size():
-    flops = [trial_row(TrialConfig.from_dict(dict(BASE, dataset=dict(DATA, image_size=size))), [], True,
-                       _Scripted(), 1.0)["flops"] for size in (8, 32)]
+    flops = [
+        trial_row(TrialConfig.from_dict(dict(BASE, dataset=dict(DATA, image_size=size))), [], True, _Scripted(), 1.0)[
+            "flops"
+        ]
+        for size in (8, 32)
+    ]
     assert flops[0] < flops[1]
 
 
@@ -225,9 +253,11 @@ def test_train_loss_and_error_are_the_means_over_the_epochs_batches():
     logits = []
     run.model.register_forward_hook(lambda module, args, out: logits.append(out.detach()))
     result = run.train_epoch()
-    per_step = [(F.cross_entropy(logits[2 * s], y[:4]) + F.cross_entropy(logits[2 * s + 1], y[4:])).item() / 2
-                for s, y in enumerate(targets)]
-    hits = sum((torch.cat(logits[2 * s: 2 * s + 2]).argmax(1) == y).sum().item() for s, y in enumerate(targets))
+    per_step = [
+        (F.cross_entropy(logits[2 * s], y[:4]) + F.cross_entropy(logits[2 * s + 1], y[4:])).item() / 2
+        for s, y in enumerate(targets)
+    ]
+    hits = sum((torch.cat(logits[2 * s : 2 * s + 2]).argmax(1) == y).sum().item() for s, y in enumerate(targets))
     assert result["train_loss"] == pytest.approx(sum(per_step) / len(targets), rel=1e-12, abs=0)
     assert result["train_top1_err"] == pytest.approx(100.0 * (1 - hits / 16))
 
@@ -248,7 +278,7 @@ def test_the_loss_is_float32_under_bf16_and_soft_targets_are_not_smoothed_twice(
     run = trainer(label_smoothing=0.3)
     logits = torch.tensor([[2.0, 0.0, -1.0, 0.5], [0.0, 1.0, 0.0, 0.0]])
     assert run._loss(logits.bfloat16(), torch.tensor([0, 1])).dtype == torch.float32
-    soft = torch.tensor([[0.7, 0.1, 0.1, 0.1], [0.1, 0.1, 0.4, 0.4]])      # mixup's targets, smoothed already
+    soft = torch.tensor([[0.7, 0.1, 0.1, 0.1], [0.1, 0.1, 0.4, 0.4]])  # mixup's targets, smoothed already
     expected = -(soft * torch.log_softmax(logits, 1)).sum(1).mean()
     torch.testing.assert_close(run._loss(logits, soft), expected)
 

@@ -38,7 +38,7 @@ def test_the_on_prem_file_is_rays_local_provider_with_cluster_yamls_setup():
     aws, onprem = _cluster_file("cluster.yaml"), _cluster_file("examples/cluster-onprem.yaml")
     assert aws["head_node_type"] in aws["available_node_types"]
     assert onprem["provider"]["type"] == "local" and {"head_ip", "worker_ips"} <= set(onprem["provider"])
-    assert "available_node_types" not in onprem      # the local provider makes its own node type
+    assert "available_node_types" not in onprem  # the local provider makes its own node type
     assert "ssh_private_key" not in onprem["auth"] and "ssh_proxy_command" not in onprem["auth"]
     for key in ("file_mounts", "rsync_exclude", "setup_commands"):
         assert onprem[key] == aws[key], key

@@ -25,8 +25,14 @@ from tests.helpers import REPO, free_port, in_terminal, small_spec
 pytestmark = pytest.mark.slow
 
 LOOPBACK = {"127.0.0.1", "::ffff:127.0.0.1", "::1"}
-SPEC = small_spec(name="cycle", models=["cnn_tiny"], optimizers=["adamw"], samples=4, epochs=[1],
-                  space={"adamw": {"lr": [5e-4, 5e-3], "wd": [0.01, 0.1]}})
+SPEC = small_spec(
+    name="cycle",
+    models=["cnn_tiny"],
+    optimizers=["adamw"],
+    samples=4,
+    epochs=[1],
+    space={"adamw": {"lr": [5e-4, 5e-3], "wd": [0.01, 0.1]}},
+)
 
 
 def _node_venv(base: Path) -> Path:
@@ -35,7 +41,7 @@ def _node_venv(base: Path) -> Path:
     venv = base / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     site = next((venv / "lib").glob("python3*/site-packages"))
-    (site / "outer.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")   # a path, its .pth files unread
+    (site / "outer.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")  # a path, its .pth files unread
     ray_cli = venv / "bin" / "ray"
     ray_cli.write_text(f"#!{venv}/bin/python\nimport sys\nfrom ray.scripts.scripts import main\nsys.exit(main())\n")
     ray_cli.chmod(0o755)
@@ -46,9 +52,28 @@ def _wait_for_ssh(node, timeout=120):
     deadline = time.time() + timeout
     while time.time() < deadline:
         assert node.sshd.poll() is None, node.log.read_text()
-        if subprocess.run(["ssh", "-i", str(node.key), "-p", str(node.port), "-o", "StrictHostKeyChecking=no",
-                           "-o", f"UserKnownHostsFile={os.devnull}", "-o", "BatchMode=yes", "root@127.0.0.1",
-                           "true"], capture_output=True, timeout=30).returncode == 0:
+        if (
+            subprocess.run(
+                [
+                    "ssh",
+                    "-i",
+                    str(node.key),
+                    "-p",
+                    str(node.port),
+                    "-o",
+                    "StrictHostKeyChecking=no",
+                    "-o",
+                    f"UserKnownHostsFile={os.devnull}",
+                    "-o",
+                    "BatchMode=yes",
+                    "root@127.0.0.1",
+                    "true",
+                ],
+                capture_output=True,
+                timeout=30,
+            ).returncode
+            == 0
+        ):
             return
         time.sleep(0.5)
     raise AssertionError(f"sshd did not answer: {node.log.read_text()}")
@@ -57,34 +82,59 @@ def _wait_for_ssh(node, timeout=120):
 @pytest.fixture
 def node():
     """sshd on 127.0.0.1:<free port> in its own PID namespace, a key to log in as root."""
-    base = Path(tempfile.mkdtemp(prefix="hpc", dir="/tmp"))   # short: Ray's socket paths must fit 107 bytes
+    base = Path(tempfile.mkdtemp(prefix="hpc", dir="/tmp"))  # short: Ray's socket paths must fit 107 bytes
     home, ssh = base / "home", base / "ssh"
     for folder in (home, ssh, base / "tmp", base / "client"):
         folder.mkdir()
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(ssh / "key")], check=True)
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(ssh / "host")], check=True)
     venv = _node_venv(base)
-    (home / ".bashrc").write_text(f"export PATH={venv}/bin:$PATH\ncd ~\n")   # /etc/profile resets PATH
+    (home / ".bashrc").write_text(f"export PATH={venv}/bin:$PATH\ncd ~\n")  # /etc/profile resets PATH
     port = free_port()
-    (ssh / "sshd_config").write_text("\n".join([
-        "ListenAddress 127.0.0.1", f"Port {port}", f"HostKey {ssh / 'host'}", f"PidFile {ssh / 'sshd.pid'}",
-        f"AuthorizedKeysFile {ssh / 'key.pub'}", "PubkeyAuthentication yes", "PasswordAuthentication no",
-        "KbdInteractiveAuthentication no", "PermitRootLogin prohibit-password", "StrictModes no", "UsePAM no",
-        "PrintMotd no", "Subsystem sftp internal-sftp",
-        # Ray's files in the node's own temp folder; every Ray socket on loopback
-        f"SetEnv HOME={home} TMPDIR={base / 'tmp'} RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0", ""]))
+    (ssh / "sshd_config").write_text(
+        "\n".join(
+            [
+                "ListenAddress 127.0.0.1",
+                f"Port {port}",
+                f"HostKey {ssh / 'host'}",
+                f"PidFile {ssh / 'sshd.pid'}",
+                f"AuthorizedKeysFile {ssh / 'key.pub'}",
+                "PubkeyAuthentication yes",
+                "PasswordAuthentication no",
+                "KbdInteractiveAuthentication no",
+                "PermitRootLogin prohibit-password",
+                "StrictModes no",
+                "UsePAM no",
+                "PrintMotd no",
+                "Subsystem sftp internal-sftp",
+                # Ray's files in the node's own temp folder; every Ray socket on loopback
+                f"SetEnv HOME={home} TMPDIR={base / 'tmp'} RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0",
+                "",
+            ]
+        )
+    )
     os.makedirs("/run/sshd", exist_ok=True)
     log = base / "sshd.log"
     sshd = subprocess.Popen(
-        ["unshare", "--pid", "--mount-proc", "--kill-child", "sh", "-c",
-         f"exec /usr/sbin/sshd -D -f {ssh / 'sshd_config'} -E {log}"],
-        start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        [
+            "unshare",
+            "--pid",
+            "--mount-proc",
+            "--kill-child",
+            "sh",
+            "-c",
+            f"exec /usr/sbin/sshd -D -f {ssh / 'sshd_config'} -E {log}",
+        ],
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     node = SimpleNamespace(base=base, port=port, key=ssh / "key", sshd=sshd, log=log, home=home)
     try:
         _wait_for_ssh(node)
         yield node
     finally:
-        os.killpg(sshd.pid, signal.SIGKILL)     # its namespace's first process dies: so does all in it
+        os.killpg(sshd.pid, signal.SIGKILL)  # its namespace's first process dies: so does all in it
         sshd.wait(30)
         shutil.rmtree(base, ignore_errors=True)
 
@@ -96,12 +146,16 @@ def _cluster_file(node, spec_path: Path) -> Path:
         config = yaml.safe_load(f)
     config["cluster_name"] = f"hpstudy-test-{node.port}"
     config["provider"].update(head_ip="127.0.0.1", worker_ips=[])
-    config["auth"] = {"ssh_user": "root", "ssh_private_key": str(node.key),
-                      "ssh_proxy_command": f"nc 127.0.0.1 {node.port}"}
+    config["auth"] = {
+        "ssh_user": "root",
+        "ssh_private_key": str(node.key),
+        "ssh_proxy_command": f"nc 127.0.0.1 {node.port}",
+    }
     config["file_mounts"]["~/specs/cycle.yaml"] = str(spec_path)
     ray_port = free_port()
-    config["head_start_ray_commands"] = [c.replace("--port=6379", f"--port={ray_port} --num-cpus=1")
-                                         for c in config["head_start_ray_commands"]]
+    config["head_start_ray_commands"] = [
+        c.replace("--port=6379", f"--port={ray_port} --num-cpus=1") for c in config["head_start_ray_commands"]
+    ]
     assert any(f"--port={ray_port}" in c for c in config["head_start_ray_commands"])
     path = node.base / "cluster.yaml"
     path.write_text(yaml.safe_dump(config))
@@ -110,20 +164,24 @@ def _cluster_file(node, spec_path: Path) -> Path:
 
 def _ray(*args, timeout=900):
     """A `ray` cluster-launcher command from the checkout's root, as a user runs it."""
-    return subprocess.run([os.path.join(os.path.dirname(sys.executable), "ray"), *args], cwd=REPO,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [os.path.join(os.path.dirname(sys.executable), "ray"), *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def _listening(root_pid):
     """Addresses that the namespace's processes listen on (seen from outside it)."""
     pids = {p.pid for p in psutil.Process(root_pid).children(recursive=True)}
-    return {c.laddr.ip for c in psutil.net_connections(kind="inet")
-            if c.status == psutil.CONN_LISTEN and c.pid in pids}
+    return {c.laddr.ip for c in psutil.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN and c.pid in pids}
 
 
 def test_ray_up_submit_interrupt_resume_and_down_on_an_on_prem_cluster(node, monkeypatch):
     started = time.time()
-    monkeypatch.setenv("TMPDIR", str(node.base / "client"))   # the launcher's own files (cluster state)
+    monkeypatch.setenv("TMPDIR", str(node.base / "client"))  # the launcher's own files (cluster state)
     spec_path = node.base / "cycle.yaml"
     spec_path.write_text(yaml.safe_dump(SPEC))
     cluster, store = _cluster_file(node, spec_path), node.base / "store"
@@ -132,16 +190,28 @@ def test_ray_up_submit_interrupt_resume_and_down_on_an_on_prem_cluster(node, mon
     # the node kept the torch it had: nothing of torch was installed into its environment
     assert not list((node.base / "venv" / "lib").glob("python3*/site-packages/torch"))
     assert (node.home / "hpstudy" / "trainers" / "GIT_SHA").exists() and not (node.home / "hpstudy" / ".git").exists()
-    submit = [os.path.join(os.path.dirname(sys.executable), "ray"), "submit", str(cluster), "study/run_edf.py",
-              "--", "--config", "~/specs/cycle.yaml", "--store", str(store), "--address", "auto",
-              "--progress-interval", "1"]
+    submit = [
+        os.path.join(os.path.dirname(sys.executable), "ray"),
+        "submit",
+        str(cluster),
+        "study/run_edf.py",
+        "--",
+        "--config",
+        "~/specs/cycle.yaml",
+        "--store",
+        str(store),
+        "--address",
+        "auto",
+        "--progress-interval",
+        "1",
+    ]
     try:
         addresses = _listening(node.sshd.pid)
         assert addresses and addresses <= LOOPBACK, addresses
         # Ctrl-C in the terminal running `ray submit` reaches the driver on the head
         terminal, output = in_terminal(submit)
         trial_dir = store / "trials" / "study=cycle"
-        deadline = time.time() + 900                  # generous: a loaded 2-core machine
+        deadline = time.time() + 900  # generous: a loaded 2-core machine
         while not (trial_dir.exists() and list(trial_dir.glob("*.parquet"))):
             assert terminal.poll() is None and time.time() < deadline, "".join(output)[-5000:]
             time.sleep(0.2)
@@ -171,6 +241,6 @@ def test_ray_up_submit_interrupt_resume_and_down_on_an_on_prem_cluster(node, mon
     rows = load_trials(str(store), "cycle")
     assert len(rows) == 4 and rows["trial_key"].is_unique and set(rows["status"]) == {"ok"}
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
-    assert {yaml.safe_load(v)["git_sha"] for v in rows["versions"]} == {head}   # from the shipped checkout
+    assert {yaml.safe_load(v)["git_sha"] for v in rows["versions"]} == {head}  # from the shipped checkout
     assert set(rows["device"]) == {"cpu"}
     print(f"cluster cycle: {time.time() - started:.0f} s")

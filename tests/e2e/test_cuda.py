@@ -42,9 +42,10 @@ def test_cuda_batches_and_convolution_weights_are_channels_last():
 
 
 def test_prepared_batches_are_pinned_on_the_host_before_the_copy(tmp_path, monkeypatch):
-    from tests.helpers import image_folder
     from hpstudy.trainers.data import DeviceBatches
     from hpstudy.trainers.prepared import PreparedData, prepare
+    from tests.helpers import image_folder
+
     root = image_folder(tmp_path / "imgs", n=8)
     out = str(tmp_path / "prepared")
     prepare(root, out, train_size=32, image_size=24, workers=1, progress=None)
@@ -55,20 +56,23 @@ def test_prepared_batches_are_pinned_on_the_host_before_the_copy(tmp_path, monke
         copy = pin_memory(tensor, *args, **kwargs)
         pinned.append((tensor.dim(), tensor.dtype, copy.is_pinned()))
         return copy
+
     monkeypatch.setattr(torch.Tensor, "pin_memory", spy)
     view = DeviceBatches(PreparedData(out, 24), torch.device("cuda"), torch.float32)
     x, y = next(iter(view.train(4, torch.Generator().manual_seed(0))))
     assert x.is_cuda and y.is_cuda and x.shape == (4, 3, 24, 24)
-    assert (4, torch.uint8, True) in pinned and (1, torch.int64, True) in pinned     # images and labels
+    assert (4, torch.uint8, True) in pinned and (1, torch.int64, True) in pinned  # images and labels
 
 
 def test_gpu_shares_through_ray_no_gpu_for_gpu_0_and_quarters_four_at_once_each_capped():
     import ray
 
     from hpstudy.study.trainable import use_assigned_gpus
+
     ray.init(num_cpus=4, num_gpus=1, include_dashboard=False, logging_level="WARNING")
     try:
-        @ray.remote(num_gpus=0, max_calls=1)      # its worker, CUDA hidden, exits after it
+
+        @ray.remote(num_gpus=0, max_calls=1)  # its worker, CUDA hidden, exits after it
         def no_share():
             use_assigned_gpus()
             return torch.cuda.is_available()
@@ -93,5 +97,5 @@ def test_gpu_shares_through_ray_no_gpu_for_gpu_0_and_quarters_four_at_once_each_
     finally:
         ray.shutdown()
     assert sees_gpu is False
-    assert not any(over for _, _, over in spans)                 # 30% of the GPU is over a quarter share
-    assert max(start for start, _, _ in spans) < min(end for _, end, _ in spans)   # all four at once
+    assert not any(over for _, _, over in spans)  # 30% of the GPU is over a quarter share
+    assert max(start for start, _, _ in spans) < min(end for _, end, _ in spans)  # all four at once

@@ -17,8 +17,14 @@ from tests.helpers import REPO, in_terminal, run_edf, run_edf_command, small_spe
 
 pytestmark = pytest.mark.slow
 
-SPEC = small_spec(name="stop", models=["cnn_tiny"], optimizers=["adamw"], samples=8, epochs=[2],
-                  space={"adamw": {"lr": [5e-4, 5e-3], "wd": [0.01, 0.1]}})
+SPEC = small_spec(
+    name="stop",
+    models=["cnn_tiny"],
+    optimizers=["adamw"],
+    samples=8,
+    epochs=[2],
+    space={"adamw": {"lr": [5e-4, 5e-3], "wd": [0.01, 0.1]}},
+)
 
 
 def _wait_for_stored(trial_dir, n, proc, timeout=240):
@@ -52,7 +58,7 @@ def test_ctrl_c_and_sigterm_exit_130_and_143_then_a_rerun_stores_each_trial_once
     terminal, output = in_terminal(run_edf_command(config, store))
     try:
         _wait_for_stored(trial_dir, 1, terminal)
-        os.write(terminal.master, b"\x03")              # Ctrl-C, as typed
+        os.write(terminal.master, b"\x03")  # Ctrl-C, as typed
         assert terminal.wait(120) == 130
     finally:
         if terminal.poll() is None:
@@ -61,17 +67,23 @@ def test_ctrl_c_and_sigterm_exit_130_and_143_then_a_rerun_stores_each_trial_once
         os.close(terminal.master)
     text = "".join(output)
     stored = load_trials(store, "stop")
-    assert 1 <= len(stored) < 8 and set(stored["status"]) == {"ok"}   # nothing stored as failed
+    assert 1 <= len(stored) < 8 and set(stored["status"]) == {"ok"}  # nothing stored as failed
     assert _last_line(text) == f"interrupted: {len(stored)}/8 stored; rerun the same command to resume"
     assert "SIGINT: stopping: no new trial starts, running trials are cancelled" in text
     assert "Tuner.restore" not in text and "Traceback" not in _driver_lines(text), text[-3000:]
 
     before = len(stored)
-    driver = subprocess.Popen(run_edf_command(config, store), cwd=REPO, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, start_new_session=True)
+    driver = subprocess.Popen(
+        run_edf_command(config, store),
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         _wait_for_stored(trial_dir, before + 1, driver)
-        driver.send_signal(signal.SIGTERM)              # as a scheduler or `timeout` would
+        driver.send_signal(signal.SIGTERM)  # as a scheduler or `timeout` would
         out, err = driver.communicate(timeout=120)
     finally:
         if driver.poll() is None:
@@ -80,7 +92,7 @@ def test_ctrl_c_and_sigterm_exit_130_and_143_then_a_rerun_stores_each_trial_once
     stored = load_trials(store, "stop")
     assert err.strip().splitlines()[-1] == f"interrupted: {len(stored)}/8 stored; rerun the same command to resume"
     assert f"{before} already stored, {8 - before} to run" in out and "Traceback" not in _driver_lines(err)
-    assert not [p for p in (tmp_path / "store").rglob("*") if ".tmp-" in p.name]   # no half-written file
+    assert not [p for p in (tmp_path / "store").rglob("*") if ".tmp-" in p.name]  # no half-written file
 
     done = run_edf(config, store)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -17,8 +17,8 @@ from hpstudy.study.runner import run_study
 from hpstudy.study.sampling import expand
 from hpstudy.study.spec import parse_spec
 from hpstudy.study.store_read import load_epochs, load_trials
-from tests.helpers import REPO, run_edf, run_edf_command, small_spec, stored_row, write_spec
 from hpstudy.trainers.schema import TRIAL_SCHEMA
+from tests.helpers import REPO, run_edf, run_edf_command, small_spec, stored_row, write_spec
 
 pytestmark = pytest.mark.slow
 
@@ -79,8 +79,7 @@ def _listening_addresses(root_pid):
     except psutil.NoSuchProcess:
         return set()
     pids = {p.pid for p in procs}
-    return {c.laddr.ip for c in psutil.net_connections(kind="tcp")
-            if c.status == psutil.CONN_LISTEN and c.pid in pids}
+    return {c.laddr.ip for c in psutil.net_connections(kind="tcp") if c.status == psutil.CONN_LISTEN and c.pid in pids}
 
 
 def test_driver_sigkill_then_restart_stores_each_trial_once(tmp_path):
@@ -88,8 +87,13 @@ def test_driver_sigkill_then_restart_stores_each_trial_once(tmp_path):
     config, store = write_spec(tmp_path, spec), str(tmp_path / "store")
     trial_dir = tmp_path / "store/trials/study=kill"
     count = lambda: len([f for f in trial_dir.glob("*.parquet")]) if trial_dir.exists() else 0
-    driver = subprocess.Popen(run_edf_command(config, store), cwd=REPO, start_new_session=True,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    driver = subprocess.Popen(
+        run_edf_command(config, store),
+        cwd=REPO,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         _wait_for(lambda: count() >= 3, 240, "three stored trials")
         # the local Ray of run_edf.py listens on loopback only
@@ -120,8 +124,8 @@ def test_worker_crash_is_retried_then_failed_trials_rerun(tmp_path):
     retried, failing = [t.key for t in expand(parse_spec(spec))]
     crashes = tmp_path / "crashes"
     crashes.mkdir()
-    (crashes / retried).write_text("1")   # dies once, retried once: stored ok
-    (crashes / failing).write_text("2")   # dies on the try and the retry: stored failed
+    (crashes / retried).write_text("1")  # dies once, retried once: stored ok
+    (crashes / failing).write_text("2")  # dies on the try and the retry: stored failed
     first = run_edf(config, store, env={CRASH_DIR_ENV: str(crashes)})
     assert first.returncode == 1, first.stderr[-3000:]  # exit 1: some trials failed
     rows = load_trials(store, "crash").set_index("trial_key")
@@ -138,24 +142,30 @@ def test_worker_crash_is_retried_then_failed_trials_rerun(tmp_path):
 def test_fused_groups_store_k_rows_and_resume_per_member(local_ray, tmp_path, capsys):
     from hpstudy.study.fusion import AUTO_FUSE_MIN_SPEEDUP, fusion_groups, fusion_sizes
     from hpstudy.study.store import write_trial
+
     spec = parse_spec(small_spec(name="fused", models=["cnn_tiny"], optimizers=["adamw"], samples=4, fuse=2))
     trials = expand(spec)
     assert [len(g) for g in fusion_groups(trials, {"cnn_tiny": 2})] == [2, 2]
     store = str(tmp_path)
     # one member of the first group is already stored, as after a crash mid-study
-    write_trial(store, "fused", stored_row(trial_key=trials[0].key, model="cnn_tiny", optimizer="adamw",
-                                           status="ok", top1_err=1.0))
+    write_trial(
+        store,
+        "fused",
+        stored_row(trial_key=trials[0].key, model="cnn_tiny", optimizer="adamw", status="ok", top1_err=1.0),
+    )
     run_study(spec, store)
     rows = load_trials(store, "fused").set_index("trial_key")
-    assert len(rows) == 4 and rows.loc[trials[0].key, "top1_err"] == 1.0   # not trained again
+    assert len(rows) == 4 and rows.loc[trials[0].key, "top1_err"] == 1.0  # not trained again
     trained = rows.drop(trials[0].key)
     assert set(trained["status"]) == {"ok"} and (trained["epochs_done"] == 1).all()
     assert "3 to run" in capsys.readouterr().out
     # fuse: auto measures on a worker and reports what it decided
     auto = parse_spec(small_spec(name="auto", models=["cnn_tiny"], samples=2, fuse="auto"))
     sizes = fusion_sizes(auto, expand(auto), {"cpu": 1, "gpu": 0})
-    said = re.search(r"fuse auto: cnn_tiny: 2 fused run ([0-9.]+)x the speed of 2 alone -> (fuse 2|no fusion)",
-                     capsys.readouterr().out)
+    said = re.search(
+        r"fuse auto: cnn_tiny: 2 fused run ([0-9.]+)x the speed of 2 alone -> (fuse 2|no fusion)",
+        capsys.readouterr().out,
+    )
     speedup, decision = float(said.group(1)), said.group(2)
     assert sizes == ({"cnn_tiny": 2} if decision == "fuse 2" else {})
     # the decision is the threshold's (the printed speedup is rounded to 2 decimals)
@@ -163,21 +173,29 @@ def test_fused_groups_store_k_rows_and_resume_per_member(local_ray, tmp_path, ca
 
 
 def test_a_study_longer_than_one_tune_run_stores_each_trial_once_and_compacts_as_it_goes(
-        local_ray, tmp_path, monkeypatch):
+    local_ray, tmp_path, monkeypatch
+):
     """Tune runs of at most TUNE_RUN_GROUPS groups (here 3) bound the driver's bookkeeping; the
     store is compacted before the run, every 2 stored trials and after it; each Tune run's folder is
     removed when it ends."""
     import hpstudy.study.runner as runner
     import hpstudy.study.tune_store_writer as tune_store_writer
+
     compactions = []
     real_compact = runner.compact
     monkeypatch.setattr(runner, "TUNE_RUN_GROUPS", 3)
     monkeypatch.setattr(runner, "TUNE_STORAGE", str(tmp_path / "tune"))
-    for module in (runner, tune_store_writer):     # before the run, after it (runner) and during it (the writer)
+    for module in (runner, tune_store_writer):  # before the run, after it (runner) and during it (the writer)
         monkeypatch.setattr(module, "compact", lambda *a: compactions.append(a) or real_compact(*a))
-    spec = parse_spec(small_spec(name="long", models=["cnn_tiny"], optimizers=["adamw"], samples=7,
-                                 dataset={"name": "synthetic", "image_size": 8, "n_train": 32, "n_val": 16,
-                                          "num_classes": 4}))
+    spec = parse_spec(
+        small_spec(
+            name="long",
+            models=["cnn_tiny"],
+            optimizers=["adamw"],
+            samples=7,
+            dataset={"name": "synthetic", "image_size": 8, "n_train": 32, "n_val": 16, "num_classes": 4},
+        )
+    )
     store = str(tmp_path / "store")
     summary = run_study(spec, store, compact_every=2, progress_interval=1)
     assert sorted(summary["trial_key"]) == sorted(t.key for t in expand(spec))
@@ -190,6 +208,7 @@ def test_a_study_longer_than_one_tune_run_stores_each_trial_once_and_compacts_as
     assert (tmp_path / "tune").is_dir() and not list((tmp_path / "tune").iterdir())
     # nor does Ray's process-wide log_once set keep Tune's per-trial keys (read where Ray keeps it)
     from ray.util.debug import _logged
+
     assert not [key for key in _logged if key.startswith("tune_func_encode:")]
 
 
@@ -198,17 +217,25 @@ def test_a_local_ray_runs_as_many_trials_at_once_as_it_holds(local_ray, tmp_path
     Tune's scheduler picks no trial to start first (its pick took idle actors from trials whose own
     actor was starting, and killed that actor)."""
     import hpstudy.study.runner as runner
+
     assert runner.local_slots({"cpu": 1, "gpu": 0}) == 2 and runner.local_slots({"cpu": 0.5, "gpu": 0}) == 4
     assert runner.local_slots({"cpu": 3, "gpu": 0}) == 1 and runner.local_slots({"cpu": 0, "gpu": 0}) is None
     assert runner.local_slots({"cpu": 0.1, "gpu": 0}) == 20
     assert runner.IdleActorsToNewTrials().choose_trial_to_run(None) is None
     caps = []
     real_run_trials = runner.run_trials
-    monkeypatch.setattr(runner, "run_trials",
-                        lambda *a, **k: caps.append(k["max_concurrent"]) or real_run_trials(*a, **k))
-    spec = parse_spec(small_spec(name="cap", models=["cnn_tiny"], optimizers=["adamw"], samples=2,
-                                 dataset={"name": "synthetic", "image_size": 8, "n_train": 32, "n_val": 16,
-                                          "num_classes": 4}))
+    monkeypatch.setattr(
+        runner, "run_trials", lambda *a, **k: caps.append(k["max_concurrent"]) or real_run_trials(*a, **k)
+    )
+    spec = parse_spec(
+        small_spec(
+            name="cap",
+            models=["cnn_tiny"],
+            optimizers=["adamw"],
+            samples=2,
+            dataset={"name": "synthetic", "image_size": 8, "n_train": 32, "n_val": 16, "num_classes": 4},
+        )
+    )
     assert len(run_study(spec, str(tmp_path / "a"))) == 2
     assert len(run_study(spec, str(tmp_path / "b"), max_concurrent=1)) == 2
     assert caps == [2, 1]

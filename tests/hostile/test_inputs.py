@@ -10,8 +10,8 @@ import hpstudy.study.sampling
 from hpstudy.cli import hpstudy_main, run_edf_main
 from hpstudy.study.spec import SpecError, SpecLoader, load_spec
 from hpstudy.study.store import write_trial
-from tests.helpers import spec_text, stored_row
 from hpstudy.trainers.train import main as train_main
+from tests.helpers import spec_text, stored_row
 
 
 def box(lr: str) -> str:
@@ -38,8 +38,11 @@ SPEC_CASES = [
     # values that cannot train are refused up front, not in a worker
     (dict(recipe="{grad_clip: -1}"), 2, "recipe.grad_clip: bad value -1; allowed: null (off) or a finite max norm > 0"),
     (dict(recipe="{batch_size: 1}"), 2, "recipe.batch_size: bad value 1 for model cnn_tiny; allowed: >= 2"),
-    (dict(recipe="{batch_size: 8, accum_steps: 8}"), 2, "recipe.accum_steps: bad value 8 for model cnn_tiny; "
-                                                         "allowed: fewer micro-batches"),
+    (
+        dict(recipe="{batch_size: 8, accum_steps: 8}"),
+        2,
+        "recipe.accum_steps: bad value 8 for model cnn_tiny; allowed: fewer micro-batches",
+    ),
     (dict(recipe="{batch_size: -8}"), 2, "recipe.batch_size: bad value -8; allowed: an integer in [1, "),
     (dict(recipe="{reference_batch_size: -64}"), 2, "recipe.reference_batch_size: bad value -64; allowed: null"),
     (dict(dataset=synthetic(n_train=0)), 2, "dataset.n_train: bad value 0; allowed: an integer in [1, "),
@@ -61,8 +64,11 @@ SPEC_CASES = [
     (dict(epochs="[a]"), 2, "epochs[0]: bad value 'a'; allowed: an integer"),
     (dict(models="[5]"), 2, "models[0]: bad value 5; allowed: a string"),
     # a YAML syntax error: one line with where (line, column) and what
-    (dict(models="[vit_c_tiny"), 2, "not valid YAML at line 5, column 11: while parsing a flow sequence, "
-                                    "expected ',' or ']', but got ':'"),
+    (
+        dict(models="[vit_c_tiny"),
+        2,
+        "not valid YAML at line 5, column 11: while parsing a flow sequence, expected ',' or ']', but got ':'",
+    ),
     (dict(samples="3: 4"), 2, "not valid YAML at line 7, column 11: mapping values are not allowed here"),
     (dict(seeds="[-1]"), 2, "seeds: bad value -1; allowed: integers in [0, 2**63)"),
     (dict(max_retries="1000"), 2, "max_retries: bad value 1000; allowed: an integer in [0, 100]"),
@@ -80,8 +86,7 @@ SPEC_CASES = [
 ]
 
 
-@pytest.mark.parametrize("changes,code,fragment", SPEC_CASES,
-                         ids=[f"{'-'.join(c)}:{f[:40]}" for c, _, f in SPEC_CASES])
+@pytest.mark.parametrize("changes,code,fragment", SPEC_CASES, ids=[f"{'-'.join(c)}:{f[:40]}" for c, _, f in SPEC_CASES])
 def test_spec_cases_exit_with_code_and_message(changes, code, fragment, tmp_path, capsys):
     config = tmp_path / "spec.yaml"
     config.write_text(spec_text(**changes))
@@ -100,9 +105,18 @@ RUN = ["--config", "{config}", "--store", "{dir}/store"]
 # {config}, a valid spec
 COMMAND_CASES = [
     (run_edf_main, RUN + ["--report", "{dir}/a_file"], 2, "--report: '{dir}/a_file' is a file"),
-    (run_edf_main, RUN + ["--report", "{dir}/a_file/sub"], 2, "--report: cannot write '{dir}/a_file/sub' (Not a directory"),
-    (hpstudy_main, ["report", "--store", "{dir}/store", "--study", "x", "--out", "{dir}/a_file"], 2,
-     "--out: '{dir}/a_file' is a file"),
+    (
+        run_edf_main,
+        RUN + ["--report", "{dir}/a_file/sub"],
+        2,
+        "--report: cannot write '{dir}/a_file/sub' (Not a directory",
+    ),
+    (
+        hpstudy_main,
+        ["report", "--store", "{dir}/store", "--study", "x", "--out", "{dir}/a_file"],
+        2,
+        "--out: '{dir}/a_file' is a file",
+    ),
     (hpstudy_main, ["status", "--store", "{dir}", "--study", ".."], 2, "--study: bad value '..'"),
     (hpstudy_main, ["compact", "--store", "{dir}", "--study", "../x"], 2, "--study: bad value '../x'"),
     (hpstudy_main, ["report", "--store", "{dir}", "--study", ".."], 2, "--study: bad value '..'"),
@@ -115,13 +129,18 @@ COMMAND_CASES = [
     (train_main, TRAIN + ["--lr", "1e-3", "--warmup-epochs", "inf"], 2, "warmup_epochs: bad value inf"),
     (train_main, TRAIN + ["--lr", "1e-3", "--data-image-size", "-4"], 2, "dataset.image_size: bad value -4"),
     # an unwritable store stops before Ray starts, naming it, with exit code 3
-    (run_edf_main, ["--config", "{config}", "--store", "/proc/hpstudy-store"], 3,
-     "cannot write /proc/hpstudy-store/.probe-"),
+    (
+        run_edf_main,
+        ["--config", "{config}", "--store", "/proc/hpstudy-store"],
+        3,
+        "cannot write /proc/hpstudy-store/.probe-",
+    ),
 ]
 
 
-@pytest.mark.parametrize("entry,argv,code,fragment", COMMAND_CASES,
-                         ids=[f"{e.__module__}:{f[:40]}" for e, _, _, f in COMMAND_CASES])
+@pytest.mark.parametrize(
+    "entry,argv,code,fragment", COMMAND_CASES, ids=[f"{e.__module__}:{f[:40]}" for e, _, _, f in COMMAND_CASES]
+)
 def test_command_cases_exit_with_code_and_message(entry, argv, code, fragment, tmp_path, capsys):
     (tmp_path / "a_file").write_text("x")
     (tmp_path / "h.yaml").write_text(spec_text())
@@ -152,7 +171,7 @@ def test_dry_run_counts_trials_without_materialising_them(tmp_path, capsys, monk
     store = str(tmp_path / "store")
     assert run_edf_main(["--config", str(config), "--store", store, "--dry-run"]) == 0
     assert "100000 trials, 100000 to run" in capsys.readouterr().out
-    assert made == []          # counted from the spec: no trial config was built
+    assert made == []  # counted from the spec: no trial config was built
     # with rows stored, the plan matches keys cell by cell
     small = tmp_path / "small.yaml"
     small.write_text(spec_text(models="[vit_p_tiny]"))
@@ -161,23 +180,37 @@ def test_dry_run_counts_trials_without_materialising_them(tmp_path, capsys, monk
     assert run_edf_main(["--config", str(small), "--store", store, "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "3 trials, 2 to run (1 already stored)" in out
-    assert "note: study 'h'" not in out       # no spec recorded yet: nothing to compare with
+    assert "note: study 'h'" not in out  # no spec recorded yet: nothing to compare with
 
 
-@pytest.mark.parametrize("text,value", [
-    ("1e-4", 1e-4), ("1E+3", 1000.0), ("-2.5e-3", -2.5e-3), (".5e1", 5.0), ("1.0e-4", 1e-4), ("3", 3),
-    ("0x1f", 31), (".nan", None), ("e5", "e5"), ("1e", "1e"), ("1e-4x", "1e-4x"), ("'1e-4'", "1e-4"),
-])
+@pytest.mark.parametrize(
+    "text,value",
+    [
+        ("1e-4", 1e-4),
+        ("1E+3", 1000.0),
+        ("-2.5e-3", -2.5e-3),
+        (".5e1", 5.0),
+        ("1.0e-4", 1e-4),
+        ("3", 3),
+        ("0x1f", 31),
+        (".nan", None),
+        ("e5", "e5"),
+        ("1e", "1e"),
+        ("1e-4x", "1e-4x"),
+        ("'1e-4'", "1e-4"),
+    ],
+)
 def test_spec_loader_reads_exponent_floats_as_numbers(text, value):
     loaded = yaml.load(f"v: {text}", Loader=SpecLoader)["v"]
     if value is None:
-        assert loaded != loaded        # NaN
+        assert loaded != loaded  # NaN
     else:
         assert loaded == value and type(loaded) is type(value)
 
 
-@pytest.mark.parametrize("text,holds", [("[1, 2]", "a list"), ("", "nothing (null)"), ("7", "an integer"),
-                                        ("just words", "a string")])
+@pytest.mark.parametrize(
+    "text,holds", [("[1, 2]", "a list"), ("", "nothing (null)"), ("7", "an integer"), ("just words", "a string")]
+)
 def test_a_spec_file_that_is_not_a_mapping_says_what_it_holds(tmp_path, text, holds):
     config = tmp_path / "spec.yaml"
     config.write_text(text)
@@ -186,4 +219,4 @@ def test_a_spec_file_that_is_not_a_mapping_says_what_it_holds(tmp_path, text, ho
 
 
 def test_pyyamls_safe_loader_is_left_as_it_was():
-    assert yaml.safe_load("v: 1e-4")["v"] == "1e-4"      # YAML 1.1 needs a dot: a string
+    assert yaml.safe_load("v: 1e-4")["v"] == "1e-4"  # YAML 1.1 needs a dot: a string

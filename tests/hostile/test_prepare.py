@@ -12,18 +12,19 @@ from PIL import Image
 import hpstudy.trainers.prepared
 from hpstudy.cli import hpstudy_main
 from hpstudy.study.spec import SpecError, parse_spec
-from tests.helpers import image_folder, small_spec
 from hpstudy.trainers.config import TrialConfig
 from hpstudy.trainers.data import DataSpec, load_data
 from hpstudy.trainers.errors import DataError
 from hpstudy.trainers.prepared import PREPARED_FILES, PreparedData, prepare
+from tests.helpers import image_folder, small_spec
 
 SIZES = ["--train-size", "16", "--image-size", "12"]
 
 
 def run_prepare(source, out, *flags, workers=1):
-    return hpstudy_main(["prepare", "--data", str(source), "--out", str(out), *SIZES, "--workers", str(workers),
-                         *flags])
+    return hpstudy_main(
+        ["prepare", "--data", str(source), "--out", str(out), *SIZES, "--workers", str(workers), *flags]
+    )
 
 
 def tree(root) -> dict:
@@ -32,8 +33,13 @@ def tree(root) -> dict:
     for folder, dirs, files in os.walk(root):
         for name in dirs + files:
             path = os.path.join(folder, name)
-            found[os.path.relpath(path, root)] = (f"-> {os.readlink(path)}" if os.path.islink(path) else
-                                                  "dir" if os.path.isdir(path) else open(path, "rb").read())
+            found[os.path.relpath(path, root)] = (
+                f"-> {os.readlink(path)}"
+                if os.path.islink(path)
+                else "dir"
+                if os.path.isdir(path)
+                else open(path, "rb").read()
+            )
     return found
 
 
@@ -118,13 +124,22 @@ def out_preparation_with_linked_array(tmp, source):
     return tmp / "prep", tmp, None
 
 
-OUTS = [out_file, out_link_to_folder, out_link_to_preparation, out_user_folder, out_cwd, out_empty_cwd,
-        out_parent_of_cwd, out_foreign_meta, out_preparation_with_user_file, out_preparation_with_linked_array]
+OUTS = [
+    out_file,
+    out_link_to_folder,
+    out_link_to_preparation,
+    out_user_folder,
+    out_cwd,
+    out_empty_cwd,
+    out_parent_of_cwd,
+    out_foreign_meta,
+    out_preparation_with_user_file,
+    out_preparation_with_linked_array,
+]
 
 
 @pytest.mark.parametrize("make", OUTS, ids=[f.__name__[4:] for f in OUTS])
-def test_an_out_that_prepare_did_not_write_is_refused_before_decoding(make, tmp_path, source, capsys,
-                                                                      monkeypatch):
+def test_an_out_that_prepare_did_not_write_is_refused_before_decoding(make, tmp_path, source, capsys, monkeypatch):
     guarded = tmp_path / "guarded"
     guarded.mkdir()
     out, _, cwd = make(guarded, source)
@@ -134,24 +149,42 @@ def test_an_out_that_prepare_did_not_write_is_refused_before_decoding(make, tmp_
     monkeypatch.setattr(hpstudy.trainers.prepared, "_decode", lambda job: pytest.fail("decoding started"))
     assert run_prepare(source, out) == 2
     err = one_error(capsys)
-    assert err.startswith(f"error: --out: {str(out)!r} ") and "allowed: a path that does not exist, an empty " \
-                                                             "folder, or a folder written by `hpstudy prepare`" in err
+    assert (
+        err.startswith(f"error: --out: {str(out)!r} ")
+        and "allowed: a path that does not exist, an empty folder, or a folder written by `hpstudy prepare`" in err
+    )
     assert tree(guarded) == before
 
 
 def test_a_preparation_is_replaced_deleting_only_its_own_files(tmp_path, source, capsys):
     out = tmp_path / "prep"
-    out.mkdir()                                        # an empty folder is taken
+    out.mkdir()  # an empty folder is taken
     (tmp_path / "beside.txt").write_text("next to it")
     assert run_prepare(source, out) == 0 and capsys.readouterr().out.startswith(f"prepared {out}")
     first = json.loads((out / "meta.json").read_text())
     assert sorted(os.listdir(out)) == sorted(PREPARED_FILES)
-    assert hpstudy_main(["prepare", "--data", source, "--out", str(out), "--train-size", "20", "--image-size", "12",
-                         "--workers", "1"]) == 0
-    assert capsys.readouterr().out.startswith(f"prepared {out}")        # other sizes: replaced
+    assert (
+        hpstudy_main(
+            [
+                "prepare",
+                "--data",
+                source,
+                "--out",
+                str(out),
+                "--train-size",
+                "20",
+                "--image-size",
+                "12",
+                "--workers",
+                "1",
+            ]
+        )
+        == 0
+    )
+    assert capsys.readouterr().out.startswith(f"prepared {out}")  # other sizes: replaced
     assert sorted(os.listdir(out)) == sorted(PREPARED_FILES)
     assert json.loads((out / "meta.json").read_text())["digest"] != first["digest"]
-    assert sorted(os.listdir(tmp_path)) == ["beside.txt", "imgs", "prep"]   # no temporary folder left
+    assert sorted(os.listdir(tmp_path)) == ["beside.txt", "imgs", "prep"]  # no temporary folder left
 
 
 def _bmp_folder(root):
@@ -178,11 +211,11 @@ def test_reuse_needs_the_same_source_bytes(tmp_path, capsys):
     assert run_prepare(source, out) == 0
     digest = json.loads((out / "meta.json").read_text())["digest"]
     assert run_prepare(source, out, "--verify-content") == 0 and "reused" in capsys.readouterr().out
-    _repaint(source / "train" / "a" / "0.bmp", 10**9)      # same size, another mtime
+    _repaint(source / "train" / "a" / "0.bmp", 10**9)  # same size, another mtime
     assert run_prepare(source, out) == 0 and capsys.readouterr().out.startswith("prepared")
     replaced = json.loads((out / "meta.json").read_text())["digest"]
     assert replaced != digest
-    _repaint(source / "val" / "b" / "1.bmp", 0)            # same size and mtime: only the bytes tell
+    _repaint(source / "val" / "b" / "1.bmp", 0)  # same size and mtime: only the bytes tell
     assert run_prepare(source, out) == 0 and capsys.readouterr().out.startswith("reused")
     assert run_prepare(source, out, "--verify-content") == 0 and capsys.readouterr().out.startswith("prepared")
     assert json.loads((out / "meta.json").read_text())["digest"] != replaced
@@ -221,17 +254,25 @@ def test_a_bad_source_is_one_line_naming_it(damage, workers, tmp_path, source, c
     assert run_prepare(source, tmp_path / "prep", workers=workers) == 2
     err = one_error(capsys)
     assert str(named) in err and all(f.lower() in err.lower() for f in fragments), err
-    assert sorted(os.listdir(tmp_path)) == ["imgs"]                   # nothing written
+    assert sorted(os.listdir(tmp_path)) == ["imgs"]  # nothing written
 
 
 def _study(path, **dataset) -> dict:
-    return small_spec(models=["cnn_tiny"], optimizers=["adamw"], samples=1,
-                      dataset=dict(name="prepared", path=str(path), image_size=12, **dataset))
+    return small_spec(
+        models=["cnn_tiny"],
+        optimizers=["adamw"],
+        samples=1,
+        dataset=dict(name="prepared", path=str(path), image_size=12, **dataset),
+    )
 
 
 def _keys(spec) -> set:
-    return {TrialConfig.from_dict(dict(spec.recipe, model=m, optimizer="adamw", epochs=1, lr=1e-3, wd=0.01,
-                                       dataset=asdict(spec.dataset))).key for m in spec.models}
+    return {
+        TrialConfig.from_dict(
+            dict(spec.recipe, model=m, optimizer="adamw", epochs=1, lr=1e-3, wd=0.01, dataset=asdict(spec.dataset))
+        ).key
+        for m in spec.models
+    }
 
 
 def test_a_prepared_trial_key_names_the_preparation(tmp_path, source):
@@ -240,28 +281,37 @@ def test_a_prepared_trial_key_names_the_preparation(tmp_path, source):
     planned = parse_spec(_study(out))
     meta = json.loads((out / "meta.json").read_text())
     assert planned.dataset.digest == meta["digest"]
-    assert parse_spec(_study(out), check_paths=False).dataset.digest == meta["digest"]   # status sees the same keys
-    (tmp_path / "imgs" / "train" / "cat" / "0.JPEG").unlink()        # other images, the same folder
+    assert parse_spec(_study(out), check_paths=False).dataset.digest == meta["digest"]  # status sees the same keys
+    (tmp_path / "imgs" / "train" / "cat" / "0.JPEG").unlink()  # other images, the same folder
     prepare(source, str(out), 16, 12, 1, progress=None)
     replanned = parse_spec(_study(out))
     assert not _keys(planned) & _keys(replanned)
-    with pytest.raises(DataError, match=r"^dataset.digest: .* holds the preparation [0-9a-f]{64}, not the "
-                                        r"[0-9a-f]{64} this trial was planned with; allowed: the same preparation "
-                                        r"\(rerun the study"):
+    with pytest.raises(
+        DataError,
+        match=r"^dataset.digest: .* holds the preparation [0-9a-f]{64}, not the "
+        r"[0-9a-f]{64} this trial was planned with; allowed: the same preparation "
+        r"\(rerun the study",
+    ):
         load_data(planned.dataset)
     assert load_data(replanned.dataset).num_train == 3
     with pytest.raises(SpecError, match=r"^dataset.digest: bad value '0+'; allowed: the digest of"):
         parse_spec(_study(out, digest="0" * 64))
-    with pytest.raises(DataError, match=r"^dataset.digest: bad value '0+'; allowed: null, or 64 lower-case hex "
-                                        r"digits with dataset prepared"):
+    with pytest.raises(
+        DataError,
+        match=r"^dataset.digest: bad value '0+'; allowed: null, or 64 lower-case hex "
+        r"digits with dataset prepared",
+    ):
         DataSpec.from_config({"name": "imagefolder", "path": str(source), "digest": "0" * 64})
 
 
 def test_a_prepared_study_needs_a_folder_prepare_wrote(tmp_path):
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "meta.json").write_text("{}")
-    with pytest.raises(SpecError, match=r"^dataset.path: dataset 'prepared': .*other' has no meta.json written by "
-                                        r"`hpstudy prepare`"):
+    with pytest.raises(
+        SpecError,
+        match=r"^dataset.path: dataset 'prepared': .*other' has no meta.json written by "
+        r"`hpstudy prepare`",
+    ):
         parse_spec(_study(tmp_path / "other"))
 
 

@@ -26,22 +26,22 @@ def test_an_edited_spec_under_the_same_name_is_announced_and_never_mixed(tmp_pat
     done = run_edf(second, store)
     assert done.returncode == 0, done.stderr[-3000:]
     out = done.stdout
-    assert out.index("note: study 'edit'") < out.index("1 trials, 0 already stored, 1 to run")   # up front
+    assert out.index("note: study 'edit'") < out.index("1 trials, 0 already stored, 1 to run")  # up front
     assert "2 stored rows come from that earlier spec" in out
-    assert "vit_p_tiny         1     1" in out                                     # the run's summary: n = 1
+    assert "vit_p_tiny         1     1" in out  # the run's summary: n = 1
     with pytest.warns(UserWarning, match="2 rows from an earlier spec of study 'edit' are not in these figures"):
         trials, epochs, record = load_study(store, "edit")
-    assert trials["trial_key"].tolist() == [expand(load_spec(second))[0].key]    # what the report gets
+    assert trials["trial_key"].tolist() == [expand(load_spec(second))[0].key]  # what the report gets
     assert set(epochs["trial_key"]) == set(trials["trial_key"]) and record["earlier_spec_rows"] == 2
     assert hpstudy_main(["status", "--store", store, "--study", "edit"]) == 0
     status = capsys.readouterr().out
     assert "1/1 trials of the spec stored as ok/diverged" in status
     assert "2 rows from an earlier spec of study 'edit'" in status
-    assert len(load_trials(store, "edit")) == 3                                    # nothing was deleted
+    assert len(load_trials(store, "edit")) == 3  # nothing was deleted
 
 
 def test_a_disk_filling_mid_run_stops_cleanly_and_a_rerun_finishes_exactly_once(tmp_path, tmpfs):
-    disk = tmpfs("24k")                      # the spec record, the probe and one trial's files fit
+    disk = tmpfs("24k")  # the spec record, the probe and one trial's files fit
     store = str(disk / "store")
     config = write_spec(tmp_path, small_spec(name="full", samples=3, **ONE_MODEL))
     full = run_edf(config, store)
@@ -50,10 +50,10 @@ def test_a_disk_filling_mid_run_stops_cleanly_and_a_rerun_finishes_exactly_once(
     assert err[-1].startswith(f"error: store: cannot write {store}/") and "No space left on device" in err[-1]
     assert "of its 3 trials before that and stopped" in err[-1] and "rerun the same command to resume" in err[-1]
     assert "Traceback" not in full.stderr
-    assert not [p for p in disk.rglob("*") if ".tmp-" in p.name]           # no temporary file left behind
+    assert not [p for p in disk.rglob("*") if ".tmp-" in p.name]  # no temporary file left behind
     stored_before = len(load_trials(store, "full"))
     assert stored_before < 3
-    subprocess.run(["mount", "-o", "remount,size=1m", str(disk)], check=True)   # space freed
+    subprocess.run(["mount", "-o", "remount,size=1m", str(disk)], check=True)  # space freed
     again = run_edf(config, store)
     assert again.returncode == 0, again.stderr[-3000:]
     assert f"{stored_before} already stored, {3 - stored_before} to run" in again.stdout
@@ -64,12 +64,18 @@ def test_a_disk_filling_mid_run_stops_cleanly_and_a_rerun_finishes_exactly_once(
 def test_a_trial_error_that_repeats_is_stored_failed_without_ray_retries(tmp_path):
     data = tmp_path / "folder"
     (data / "train").mkdir(parents=True)
-    (data / "val").mkdir()                  # the layout check passes; there are no class folders
-    spec = small_spec(name="det", samples=1, max_retries=2, models=["cnn_tiny"], optimizers=["adamw"],
-                      dataset={"name": "imagefolder", "path": str(data), "image_size": 16},
-                      recipe={"batch_size": 8, "device": "cpu", "num_workers": 0})
+    (data / "val").mkdir()  # the layout check passes; there are no class folders
+    spec = small_spec(
+        name="det",
+        samples=1,
+        max_retries=2,
+        models=["cnn_tiny"],
+        optimizers=["adamw"],
+        dataset={"name": "imagefolder", "path": str(data), "image_size": 16},
+        recipe={"batch_size": 8, "device": "cpu", "num_workers": 0},
+    )
     done = run_edf(write_spec(tmp_path, spec), str(tmp_path / "store"))
-    assert done.returncode == 1, done.stderr[-3000:]                        # exit 1: a trial failed
+    assert done.returncode == 1, done.stderr[-3000:]  # exit 1: a trial failed
     row = load_trials(str(tmp_path / "store"), "det").iloc[0]
     assert row["status"] == "failed" and "Couldn't find any class folder" in row["error"]
     # the worker tried it twice and saw the same error: stored at once, not handed to Ray's retries

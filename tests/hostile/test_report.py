@@ -23,8 +23,20 @@ GOOD = ("a", "b", "c")
 
 def complete_row(key: str) -> dict:
     """A stored ok trial with a value in every column a report reads."""
-    return stored_row(trial_key=key, model="vit_p_tiny", family="vit_p", optimizer="adamw", epochs=1, lr=1e-3,
-                      wd=0.05, seed=0, status="ok", top1_err=10.0, train_loss=1.0, wall_s=1.0)
+    return stored_row(
+        trial_key=key,
+        model="vit_p_tiny",
+        family="vit_p",
+        optimizer="adamw",
+        epochs=1,
+        lr=1e-3,
+        wd=0.05,
+        seed=0,
+        status="ok",
+        top1_err=10.0,
+        train_loss=1.0,
+        wall_s=1.0,
+    )
 
 
 def write_without(path, table: str, column: str, row: dict) -> None:
@@ -52,7 +64,7 @@ def test_a_trial_file_lacking_a_column_is_skipped_naming_file_and_column(tmp_pat
         trials = load_trials(root, "s")
     assert sorted(trials["trial_key"]) == list(GOOD) and trials["model"].notna().all()
     assert len([w for w in caught if "x.parquet" in str(w.message)]) == 1
-    with pytest.warns(UserWarning, match=named):           # what resume counts as stored
+    with pytest.warns(UserWarning, match=named):  # what resume counts as stored
         assert stored_keys(root, "s") == set(GOOD)
 
 
@@ -66,8 +78,12 @@ def test_a_complete_store_reads_without_a_warning(tmp_path, recwarn):
 
 def test_compact_quarantines_a_file_lacking_a_column_and_keeps_every_good_row(tmp_path):
     root = store_with_incomplete_file(tmp_path, "model")
-    write_without(tmp_path / "store/epochs/study=s/y.parquet", "epochs", "epoch",
-                  epoch_row(trial_key="y", model="vit_p_tiny", optimizer="adamw", top1_err=1.0))
+    write_without(
+        tmp_path / "store/epochs/study=s/y.parquet",
+        "epochs",
+        "epoch",
+        epoch_row(trial_key="y", model="vit_p_tiny", optimizer="adamw", top1_err=1.0),
+    )
     with pytest.warns(UserWarning, match="moved to"):
         counts = compact(root, "s")
     assert counts["trials"]["quarantined"] == counts["epochs"]["quarantined"] == 1
@@ -76,9 +92,10 @@ def test_compact_quarantines_a_file_lacking_a_column_and_keeps_every_good_row(tm
     assert sorted(os.listdir(quarantine / "trials/study=s")) == ["x.parquet", "x.parquet.note.txt"]
     assert "missing column 'model'" in (quarantine / "trials/study=s/x.parquet.note.txt").read_text()
     assert "missing column 'epoch'" in (quarantine / "epochs/study=s/y.parquet.note.txt").read_text()
-    assert pq.read_schema(quarantine / "trials/study=s/x.parquet").names == \
-        [n for n in TABLES["trials"].names if n != "model"]            # kept as it was
-    assert sorted(load_trials(root, "s")["trial_key"]) == list(GOOD)   # no warning left: nothing to skip
+    assert pq.read_schema(quarantine / "trials/study=s/x.parquet").names == [
+        n for n in TABLES["trials"].names if n != "model"
+    ]  # kept as it was
+    assert sorted(load_trials(root, "s")["trial_key"]) == list(GOOD)  # no warning left: nothing to skip
     assert sorted(load_epochs(root, "s")["trial_key"]) == list(GOOD)
 
 
@@ -107,8 +124,9 @@ def test_rows_of_an_earlier_spec_reach_the_report_as_a_count_through_load_study(
     build_report(trials, epochs, record, str(tmp_path / "out"))
     report = json.loads((tmp_path / "out/report.json").read_text())
     assert report["earlier_spec_rows"] == 2 and report["n_finished"] == 1
-    assert report["completeness"] == ("1 of 1 trials stored as ok/diverged (100%); 2 rows from an earlier spec "
-                                      "of this study are not in these figures")
+    assert report["completeness"] == (
+        "1 of 1 trials stored as ok/diverged (100%); 2 rows from an earlier spec of this study are not in these figures"
+    )
 
 
 # (report folder, given relative to a temporary folder holding a_file; what the error says)
@@ -148,8 +166,7 @@ def store_for_report(tmp_path) -> str:
 # a_file, a store with study s, and a store whose reports/ is a file (it cannot take the report)
 EXIT_CASES = [
     (["--store", "{dir}/store", "--out", "{dir}/a_file"], 2, "error: --out: '{dir}/a_file' is a file"),
-    (["--store", "{dir}/store", "--out", "{dir}/a_file/sub"], 2, "error: --out: cannot write "
-                                                                  "'{dir}/a_file/sub'"),
+    (["--store", "{dir}/store", "--out", "{dir}/a_file/sub"], 2, "error: --out: cannot write '{dir}/a_file/sub'"),
     (["--store", "{dir}/store", "--study", "nope"], 2, "error: --study: no trials of study 'nope'"),
     (["--store", "{dir}/broken/store"], 3, "error: store: cannot write the report into {dir}/broken/store/reports/s "),
 ]

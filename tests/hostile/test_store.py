@@ -15,8 +15,8 @@ from hpstudy.study.store import StoreError, StoreFault, probe_store, write_trial
 from hpstudy.study.store_compaction import compact
 from hpstudy.study.store_read import load_epochs, load_study, load_trials
 from hpstudy.study.store_spec_record import load_spec_record, write_spec_record
-from tests.helpers import epoch_row, row, write_file
 from hpstudy.trainers.schema import EPOCH_SCHEMA, TRIAL_SCHEMA
+from tests.helpers import epoch_row, row, write_file
 
 
 def at(hour: int) -> str:
@@ -27,9 +27,11 @@ def readers(root: str, study: str = "s") -> dict:
     """(trial_key, status, top1_err) rows as pandas, pyarrow.dataset and load_trials see them."""
     path = f"{root}/trials/study={study}"
     pick = lambda f: sorted(zip(f["trial_key"], f["status"], f["top1_err"].fillna(-1)))
-    return {"pandas": pick(pd.read_parquet(path)),
-            "pyarrow.dataset": pick(pads.dataset(path, format="parquet").to_table().to_pandas()),
-            "load_trials": pick(load_trials(root, study))}
+    return {
+        "pandas": pick(pd.read_parquet(path)),
+        "pyarrow.dataset": pick(pads.dataset(path, format="parquet").to_table().to_pandas()),
+        "load_trials": pick(load_trials(root, study)),
+    }
 
 
 def files(folder) -> list:
@@ -46,8 +48,15 @@ def test_compact_moves_unreadable_files_to_quarantine_and_deletes_only_what_it_m
     (trials / "zz.parquet").write_bytes(b"garbage")
     with pytest.warns(UserWarning, match="moved to"):
         counts = compact(root, "s")
-    assert counts["trials"] == {"files": 2, "merged_rows": 2, "unfinished": 0, "dropped_rows": 0,
-                                "deleted_files": 2, "merged_files_kept": 0, "quarantined": 2}
+    assert counts["trials"] == {
+        "files": 2,
+        "merged_rows": 2,
+        "unfinished": 0,
+        "dropped_rows": 0,
+        "deleted_files": 2,
+        "merged_files_kept": 0,
+        "quarantined": 2,
+    }
     # the unreadable files are kept, byte for byte, with a note saying why
     quarantine = tmp_path / "quarantine/trials/study=s"
     assert (quarantine / "b.parquet").read_bytes() == good[: len(good) // 2]
@@ -65,7 +74,7 @@ def test_a_corrupt_merged_file_goes_to_quarantine_and_the_next_trials_still_merg
     write_trial(root, "s", row("a"), [epoch_row(epoch=1, train_loss=1.0)])
     compact(root, "s")
     merged = next((tmp_path / "trials/study=s").glob("compact-*.parquet"))
-    merged.write_bytes(merged.read_bytes()[:40])                      # truncated on disk
+    merged.write_bytes(merged.read_bytes()[:40])  # truncated on disk
     write_trial(root, "s", row("b"), [epoch_row(epoch=1, train_loss=1.0)])
     with pytest.warns(UserWarning, match="moved to"):
         counts = compact(root, "s")
@@ -81,12 +90,12 @@ def test_a_failed_then_compacted_then_retried_trial_is_one_row_for_every_reader(
         write_trial(root, "s", row(key, when=at(9)))
     counts = compact(root, "s")["trials"]
     assert (counts["merged_rows"], counts["unfinished"]) == (2, 1)
-    assert files(tmp_path / "trials/study=s")[1:] == ["k0.parquet"]   # beside one compact-*.parquet
-    write_trial(root, "s", row("k0", "ok", 4.0, when=at(11)))          # the rerun retries it
+    assert files(tmp_path / "trials/study=s")[1:] == ["k0.parquet"]  # beside one compact-*.parquet
+    write_trial(root, "s", row("k0", "ok", 4.0, when=at(11)))  # the rerun retries it
     seen = readers(root)
     assert seen["pandas"] == [("k0", "ok", 4.0), ("k1", "ok", 10.0), ("k2", "ok", 10.0)]
     assert seen["pandas"] == seen["pyarrow.dataset"] == seen["load_trials"]
-    compact(root, "s")       # k0's rerun replaced its failed row: merged beside the earlier merged file
+    compact(root, "s")  # k0's rerun replaced its failed row: merged beside the earlier merged file
     assert [name.startswith("compact-") for name in files(tmp_path / "trials/study=s")] == [True, True]
     assert readers(root)["pandas"] == seen["pandas"]
 
@@ -94,16 +103,28 @@ def test_a_failed_then_compacted_then_retried_trial_is_one_row_for_every_reader(
 def test_compaction_keeps_one_row_per_trial_key_finished_first_then_newest(tmp_path):
     root, part = str(tmp_path), tmp_path / "trials/study=s"
     # an old compacted file holding everything, duplicates included, as compaction used to write
-    write_file(part / "compact-old.parquet", [
-        row("k0", "ok", 5.0, when=at(9)), row("k0", "failed", None, when=at(10)),   # ok beats a newer failure
-        row("k1", "ok", 7.0, when=at(9)), row("k1", "ok", 6.0, when=at(10)),        # the newest ok wins
-        row("k2", "failed", None, when=at(9))], TRIAL_SCHEMA)
+    write_file(
+        part / "compact-old.parquet",
+        [
+            row("k0", "ok", 5.0, when=at(9)),
+            row("k0", "failed", None, when=at(10)),  # ok beats a newer failure
+            row("k1", "ok", 7.0, when=at(9)),
+            row("k1", "ok", 6.0, when=at(10)),  # the newest ok wins
+            row("k2", "failed", None, when=at(9)),
+        ],
+        TRIAL_SCHEMA,
+    )
     write_trial(root, "s", row("k2", "failed", None, when=at(12)))
-    write_file(tmp_path / "epochs/study=s/compact-old.parquet",
-               [dict(epoch_row(epoch=e, train_loss=9.0), trial_key="k1", model="m", optimizer="o") for e in (1, 2)],
-               EPOCH_SCHEMA)
-    write_file(tmp_path / "epochs/study=s/k1.parquet",        # a newer file of k1's epochs wins whole
-               [dict(epoch_row(epoch=1, train_loss=1.0), trial_key="k1", model="m", optimizer="o")], EPOCH_SCHEMA)
+    write_file(
+        tmp_path / "epochs/study=s/compact-old.parquet",
+        [dict(epoch_row(epoch=e, train_loss=9.0), trial_key="k1", model="m", optimizer="o") for e in (1, 2)],
+        EPOCH_SCHEMA,
+    )
+    write_file(
+        tmp_path / "epochs/study=s/k1.parquet",  # a newer file of k1's epochs wins whole
+        [dict(epoch_row(epoch=1, train_loss=1.0), trial_key="k1", model="m", optimizer="o")],
+        EPOCH_SCHEMA,
+    )
     os.utime(tmp_path / "epochs/study=s/compact-old.parquet", (1, 1))
     os.utime(part / "compact-old.parquet", (1, 1))
     counts = compact(root, "s")
@@ -128,13 +149,16 @@ def test_compacting_a_compacted_study_changes_nothing(tmp_path):
     assert {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*.parquet")} == before
 
 
-@pytest.mark.parametrize("call", [
-    lambda root: write_trial(root, "..", row("a")),
-    lambda root: load_trials(root, "../x"),
-    lambda root: compact(root, ".."),
-    lambda root: load_spec_record(root, "../../etc/passwd"),
-    lambda root: write_spec_record(root, "a/b", {}, 0),
-])
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda root: write_trial(root, "..", row("a")),
+        lambda root: load_trials(root, "../x"),
+        lambda root: compact(root, ".."),
+        lambda root: load_spec_record(root, "../../etc/passwd"),
+        lambda root: write_spec_record(root, "a/b", {}, 0),
+    ],
+)
 def test_unsafe_study_names_are_refused_by_every_store_function(call, tmp_path):
     with pytest.raises(StoreError, match="--study: bad value .*; allowed: 1 to 128 letters"):
         call(str(tmp_path / "store"))
@@ -144,8 +168,12 @@ def test_unsafe_study_names_are_refused_by_every_store_function(call, tmp_path):
 def _stored_with_an_earlier_spec(root):
     """Rows a, b of the recorded spec and c of an earlier one; epochs of a and c."""
     for key in "abc":
-        write_trial(root, "s", row(key, err={"a": 1.0, "b": 2.0, "c": 3.0}[key]),
-                    [epoch_row(epoch=1, train_loss=1.0)] if key != "b" else ())
+        write_trial(
+            root,
+            "s",
+            row(key, err={"a": 1.0, "b": 2.0, "c": 3.0}[key]),
+            [epoch_row(epoch=1, train_loss=1.0)] if key != "b" else (),
+        )
     write_spec_record(root, "s", {"name": "s"}, 2, ["a", "b"])
 
 
@@ -173,7 +201,7 @@ def test_status_counts_the_recorded_spec_and_lists_earlier_rows_separately(tmp_p
     assert hpstudy_main(["status", "--store", root, "--study", "s"]) == 0
     current, earlier = capsys.readouterr().out.split("1 rows from an earlier spec of study 's'")
     assert "2/2 trials of the spec stored as ok/diverged" in current
-    assert "vit_p_tiny         2     2" in current and "1.00     1.50" in current   # n 2; best 1, median 1.5
+    assert "vit_p_tiny         2     2" in current and "1.00     1.50" in current  # n 2; best 1, median 1.5
     assert "vit_p_tiny         1     1" in earlier and "3.00" in earlier
 
 
@@ -188,13 +216,13 @@ def test_a_full_disk_stops_writes_with_the_path_and_leaves_no_temporary_file(tmp
     assert 1 <= len(stored) < 20
     assert f"cannot write {root}/" in str(info.value) and "No space left on device" in str(info.value)
     assert not [p for p in disk.rglob("*") if ".tmp-" in p.name]
-    assert sorted(load_trials(root, "s")["trial_key"]) == stored          # what was stored stays whole
+    assert sorted(load_trials(root, "s")["trial_key"]) == stored  # what was stored stays whole
     with pytest.raises(StoreFault, match="No space left on device"):
-        compact(root, "s")                                                 # cannot write its merged file ...
-    assert sorted(load_trials(root, "s")["trial_key"]) == stored          # ... so it deleted nothing
+        compact(root, "s")  # cannot write its merged file ...
+    assert sorted(load_trials(root, "s")["trial_key"]) == stored  # ... so it deleted nothing
     assert not [p for p in disk.rglob("*") if ".tmp-" in p.name]
     subprocess.run(["mount", "-o", "remount,size=1m", str(disk)], check=True)
-    write_trial(root, "s", row("again"))                                   # freed: writes work again
+    write_trial(root, "s", row("again"))  # freed: writes work again
     assert len(load_trials(root, "s")) == len(stored) + 1
 
 
@@ -204,16 +232,20 @@ def test_a_read_only_store_fails_the_probe(tmpfs):
         probe_store(str(disk))
     with pytest.raises(StoreFault, match="cannot write /proc/hpstudy/"):
         probe_store("/proc/hpstudy")
-    probe_store(str(disk.parent / "writable"))                             # a writable one passes ...
-    assert os.listdir(disk.parent / "writable") == []                     # ... and keeps nothing
+    probe_store(str(disk.parent / "writable"))  # a writable one passes ...
+    assert os.listdir(disk.parent / "writable") == []  # ... and keeps nothing
 
 
 @pytest.mark.slow
 def test_an_unreachable_s3_store_stops_before_any_trial(tmp_path, capsys, monkeypatch):
     from hpstudy.cli import run_edf_main
     from tests.helpers import free_port, spec_text
-    for name, value in {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
-                        "AWS_EC2_METADATA_DISABLED": "true"}.items():
+
+    for name, value in {
+        "AWS_ACCESS_KEY_ID": "test",
+        "AWS_SECRET_ACCESS_KEY": "test",
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }.items():
         monkeypatch.setenv(name, value)
     store = f"s3://nobucket/x?endpoint_override=127.0.0.1:{free_port()}&scheme=http&region=us-east-1"
     config = tmp_path / "h.yaml"

@@ -12,11 +12,19 @@ import pytest
 from hpstudy.analysis.edf import bootstrap_band, edf_table, normalized_weights, weighted_edf_at
 from hpstudy.analysis.gaps import bootstrap_min, ema_gain, length_gap, optimizer_gap, peak_table
 from hpstudy.analysis.metric import usable
-from hpstudy.analysis.stats import (ad_compare, effect_sizes, expected_best_band, good_ranges, hp_importance, ks_power,
-                            trials_for_dkw, trials_for_ks)
+from hpstudy.analysis.stats import (
+    ad_compare,
+    effect_sizes,
+    expected_best_band,
+    good_ranges,
+    hp_importance,
+    ks_power,
+    trials_for_dkw,
+    trials_for_ks,
+)
 from tests.helpers import make_trials
 
-LN_40 = math.log(40.0)      # ln(2 / alpha) at alpha = 0.05
+LN_40 = math.log(40.0)  # ln(2 / alpha) at alpha = 0.05
 
 
 def _frame(rows, columns):
@@ -24,9 +32,19 @@ def _frame(rows, columns):
 
 
 # two models of different sizes and minima; b has a diverged trial (at chance), a a failed one
-GROUPS = _frame([("a", "ok", 9.0), ("a", "ok", 5.0), ("a", "ok", 7.0), ("a", "failed", None),
-                 ("b", "ok", 14.0), ("b", "diverged", 90.0), ("b", "ok", 10.0), ("b", "ok", 11.0)],
-                ["model", "status", "top1_err"]).assign(optimizer="adamw", epochs=10)
+GROUPS = _frame(
+    [
+        ("a", "ok", 9.0),
+        ("a", "ok", 5.0),
+        ("a", "ok", 7.0),
+        ("a", "failed", None),
+        ("b", "ok", 14.0),
+        ("b", "diverged", 90.0),
+        ("b", "ok", 10.0),
+        ("b", "ok", 11.0),
+    ],
+    ["model", "status", "top1_err"],
+).assign(optimizer="adamw", epochs=10)
 
 
 def _by_model(table):
@@ -59,18 +77,33 @@ def test_edf_table_counts_and_dkw_bands_are_per_group():
 
 
 def test_edf_table_ties_take_the_top_of_the_step_and_groups_can_be_pairs():
-    frame = _frame([("a", "adamw", 3.0), ("a", "adamw", 2.0), ("a", "adamw", 2.0), ("a", "sgd", 8.0),
-                    ("a", "sgd", 6.0)], ["model", "optimizer", "top1_err"]).assign(status="ok")
+    frame = _frame(
+        [("a", "adamw", 3.0), ("a", "adamw", 2.0), ("a", "adamw", 2.0), ("a", "sgd", 8.0), ("a", "sgd", 6.0)],
+        ["model", "optimizer", "top1_err"],
+    ).assign(status="ok")
     table = edf_table(frame, by=["model", "optimizer"], metric="final")
     assert table[["optimizer", "error", "F", "n"]].values.tolist() == [
-        ["adamw", 2.0, 2 / 3, 3], ["adamw", 2.0, 2 / 3, 3], ["adamw", 3.0, 1.0, 3],
-        ["sgd", 6.0, 0.5, 2], ["sgd", 8.0, 1.0, 2]]
+        ["adamw", 2.0, 2 / 3, 3],
+        ["adamw", 2.0, 2 / 3, 3],
+        ["adamw", 3.0, 1.0, 3],
+        ["sgd", 6.0, 0.5, 2],
+        ["sgd", 8.0, 1.0, 2],
+    ]
     assert table["delta"].tolist() == [0.0, 0.0, 1.0, 0.0, 2.0]
 
 
 def test_edf_table_matched_reference_is_the_best_of_the_matched_rows():
-    frame = _frame([("p", "small", 12.0), ("p", "small", 15.0), ("c", "small", 10.0), ("c", "small", 11.0),
-                    ("p", "large", 8.0), ("c", "large", 9.0)], ["model", "size", "top1_err"]).assign(status="ok")
+    frame = _frame(
+        [
+            ("p", "small", 12.0),
+            ("p", "small", 15.0),
+            ("c", "small", 10.0),
+            ("c", "small", 11.0),
+            ("p", "large", 8.0),
+            ("c", "large", 9.0),
+        ],
+        ["model", "size", "top1_err"],
+    ).assign(status="ok")
     table = edf_table(frame, metric="final", reference="matched", match=["size"])
     small = table["error"] >= 10
     assert (table.loc[small, "reference"] == 10.0).all() and (table.loc[~small, "reference"] == 8.0).all()
@@ -88,9 +121,13 @@ def test_edf_table_matched_reference_is_the_best_of_the_matched_rows():
 
 
 # a clear-cut gap: SGD's best is 10 points above AdamW's in model m, 2 below in model n
-GAP = _frame([("m", "sgd", e) for e in (30.0, 31.0, 32.0, 33.0)] + [("m", "adamw", e) for e in (20.0, 24.0, 25.0, 29.0)]
-             + [("n", "sgd", e) for e in (40.0, 41.0, 45.0)] + [("n", "adamw", e) for e in (42.0, 43.0)],
-             ["model", "optimizer", "top1_err"]).assign(status="ok", epochs=10)
+GAP = _frame(
+    [("m", "sgd", e) for e in (30.0, 31.0, 32.0, 33.0)]
+    + [("m", "adamw", e) for e in (20.0, 24.0, 25.0, 29.0)]
+    + [("n", "sgd", e) for e in (40.0, 41.0, 45.0)]
+    + [("n", "adamw", e) for e in (42.0, 43.0)],
+    ["model", "optimizer", "top1_err"],
+).assign(status="ok", epochs=10)
 
 
 def test_optimizer_gap_is_sgd_minus_adamw_with_its_own_ci():
@@ -100,7 +137,7 @@ def test_optimizer_gap_is_sgd_minus_adamw_with_its_own_ci():
     # every bootstrap difference of minima lies in [min sgd - max adamw, max sgd - min adamw]
     assert 30 - 29 <= gap.loc["m", "gap_lo"] <= 10.0 <= gap.loc["m", "gap_hi"] <= 33 - 20
     assert 40 - 43 <= gap.loc["n", "gap_lo"] <= -2.0 <= gap.loc["n", "gap_hi"] <= 45 - 42
-    assert gap.loc["m", "gap_lo"] > 0      # clear-cut: every resampled SGD best is worse
+    assert gap.loc["m", "gap_lo"] > 0  # clear-cut: every resampled SGD best is worse
     assert gap.loc["m", ["n_sgd", "n_adamw", "budget_k"]].tolist() == [4, 4, 4]
     assert gap.loc["n", ["n_sgd", "n_adamw", "budget_k"]].tolist() == [3, 2, 2]
 
@@ -120,28 +157,58 @@ def test_optimizer_gap_skips_a_cell_without_both_optimizers():
 
 
 # E_max = 200 epochs did not diverge and is worse than 100 epochs: the reference is still E_max's best
-LENGTHS = _frame([("m", 50, "ok", 21.0), ("m", 50, "ok", 20.0), ("m", 100, "ok", 18.0), ("m", 100, "diverged", 90.0),
-                  ("m", 200, "ok", 19.0), ("m", 200, "diverged", 90.0),
-                  ("n", 50, "ok", 30.0), ("n", 200, "ok", 26.0), ("n", 200, "ok", 27.0)],
-                 ["model", "epochs", "status", "top1_err"]).assign(optimizer="adamw")
+LENGTHS = _frame(
+    [
+        ("m", 50, "ok", 21.0),
+        ("m", 50, "ok", 20.0),
+        ("m", 100, "ok", 18.0),
+        ("m", 100, "diverged", 90.0),
+        ("m", 200, "ok", 19.0),
+        ("m", 200, "diverged", 90.0),
+        ("n", 50, "ok", 30.0),
+        ("n", 200, "ok", 26.0),
+        ("n", 200, "ok", 27.0),
+    ],
+    ["model", "epochs", "status", "top1_err"],
+).assign(optimizer="adamw")
 
 
 def test_length_gap_is_measured_from_the_longest_schedules_best():
     table = length_gap(LENGTHS, metric="final").set_index(["model", "epochs"])
-    assert table["reference"].to_dict() == {("m", 50): 19.0, ("m", 100): 19.0, ("m", 200): 19.0,
-                                            ("n", 50): 26.0, ("n", 200): 26.0}
-    assert table["error"].to_dict() == {("m", 50): 20.0, ("m", 100): 18.0, ("m", 200): 19.0,
-                                        ("n", 50): 30.0, ("n", 200): 26.0}
-    assert table["gap"].to_dict() == {("m", 50): 1.0, ("m", 100): -1.0, ("m", 200): 0.0,
-                                      ("n", 50): 4.0, ("n", 200): 0.0}
+    assert table["reference"].to_dict() == {
+        ("m", 50): 19.0,
+        ("m", 100): 19.0,
+        ("m", 200): 19.0,
+        ("n", 50): 26.0,
+        ("n", 200): 26.0,
+    }
+    assert table["error"].to_dict() == {
+        ("m", 50): 20.0,
+        ("m", 100): 18.0,
+        ("m", 200): 19.0,
+        ("n", 50): 30.0,
+        ("n", 200): 26.0,
+    }
+    assert table["gap"].to_dict() == {
+        ("m", 50): 1.0,
+        ("m", 100): -1.0,
+        ("m", 200): 0.0,
+        ("n", 50): 4.0,
+        ("n", 200): 0.0,
+    }
     assert (table["reference_epochs"] == 200).all() and not table["reference_fallback"].any()
-    assert not table["diverged"].any()     # some runs diverged at 100 and 200, not all
+    assert not table["diverged"].any()  # some runs diverged at 100 and 200, not all
 
 
 def test_length_gap_falls_back_to_the_best_shorter_schedule_when_every_e_max_run_diverged():
-    frame = pd.concat([LENGTHS[LENGTHS["model"] == "m"],
-                       _frame([("m", 400, "diverged", 90.0)] * 2, ["model", "epochs", "status", "top1_err"])
-                       .assign(optimizer="adamw")])
+    frame = pd.concat(
+        [
+            LENGTHS[LENGTHS["model"] == "m"],
+            _frame([("m", 400, "diverged", 90.0)] * 2, ["model", "epochs", "status", "top1_err"]).assign(
+                optimizer="adamw"
+            ),
+        ]
+    )
     table = length_gap(frame, metric="final").set_index("epochs")
     assert table["reference_fallback"].all() and (table["reference_epochs"] == 100).all()
     assert (table["reference"] == 18.0).all()
@@ -152,7 +219,7 @@ def test_length_gap_falls_back_to_the_best_shorter_schedule_when_every_e_max_run
 def _ranked_trials(n):
     """n trials, the i-th best (i = 1..n) with log10 lr = -i and log10 wd = -2 i."""
     rank = np.arange(1, n + 1)
-    return pd.DataFrame({"status": "ok", "top1_err": 10.0 + rank, "lr": 10.0 ** -rank, "wd": 10.0 ** (-2 * rank)})
+    return pd.DataFrame({"status": "ok", "top1_err": 10.0 + rank, "lr": 10.0**-rank, "wd": 10.0 ** (-2 * rank)})
 
 
 def _winner_quantile(n, size, q):
@@ -193,7 +260,7 @@ def test_bootstrap_band_of_two_and_of_equal_errors():
 
 
 def test_weighted_edf_is_the_share_of_the_total_weight():
-    errors, weights = np.array([1.0, 2.0, 3.0]), np.array([1.0, 1.0, 2.0])     # total 4, not normalised
+    errors, weights = np.array([1.0, 2.0, 3.0]), np.array([1.0, 1.0, 2.0])  # total 4, not normalised
     points = [0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 9.0]
     assert weighted_edf_at(errors, weights, points).tolist() == [0.0, 0.25, 0.25, 0.5, 0.5, 1.0, 1.0]
     assert weighted_edf_at(errors[::-1], weights[::-1], points).tolist() == [0.0, 0.25, 0.25, 0.5, 0.5, 1.0, 1.0]
@@ -205,8 +272,7 @@ def test_normalized_weights_split_three_log_bins_evenly():
     """Covariates e^0, e^1.2, e^2.2, e^3: 3 log bins [0, 1), [1, 2), [2, 3] hold 1, 1 and 2 trials;
     4 bins [0, .75), [.75, 1.5), [1.5, 2.25), [2.25, 3] hold one each. (No value sits on an inner
     edge: whether log(exp(x)) returns x exactly differs between numpy versions.)"""
-    frame = pd.DataFrame({"status": "ok", "top1_err": [1.0, 2.0, 3.0, 4.0],
-                          "flops": np.exp([0.0, 1.2, 2.2, 3.0])})
+    frame = pd.DataFrame({"status": "ok", "top1_err": [1.0, 2.0, 3.0, 4.0], "flops": np.exp([0.0, 1.2, 2.2, 3.0])})
     assert normalized_weights(frame, metric="final")["weight"].tolist() == pytest.approx([1 / 3, 1 / 3, 1 / 6, 1 / 6])
     assert normalized_weights(frame, metric="final", bins=4)["weight"].tolist() == pytest.approx([0.25] * 4)
     small = normalized_weights(frame.assign(flops=[0.1, 0.2, 0.4, 0.8]), metric="final", bins=3)
@@ -226,18 +292,33 @@ def test_bootstrap_min_of_two_errors_is_the_larger_a_quarter_of_the_time():
 def test_optimizer_gap_ci_resamples_both_optimizers():
     """One SGD trial and two AdamW trials (or the other way round): the CI's ends are the two
     possible differences, since the worse AdamW best comes up a quarter of the time."""
-    frame = _frame([("p", "sgd", 30.0), ("p", "adamw", 20.0), ("p", "adamw", 29.0),
-                    ("q", "adamw", 20.0), ("q", "sgd", 30.0), ("q", "sgd", 39.0)],
-                   ["model", "optimizer", "top1_err"]).assign(status="ok", epochs=10)
+    frame = _frame(
+        [
+            ("p", "sgd", 30.0),
+            ("p", "adamw", 20.0),
+            ("p", "adamw", 29.0),
+            ("q", "adamw", 20.0),
+            ("q", "sgd", 30.0),
+            ("q", "sgd", 39.0),
+        ],
+        ["model", "optimizer", "top1_err"],
+    ).assign(status="ok", epochs=10)
     gap = optimizer_gap(frame, metric="final", n_boot=4000, budget=3).set_index("model")
     assert gap.loc["p", ["gap", "gap_lo", "gap_hi"]].tolist() == [10.0, 1.0, 10.0]
     assert gap.loc["q", ["gap", "gap_lo", "gap_hi"]].tolist() == [10.0, 10.0, 19.0]
-    assert gap["budget_k"].tolist() == [1, 1]      # the budget is capped by the smaller sample
+    assert gap["budget_k"].tolist() == [1, 1]  # the budget is capped by the smaller sample
 
 
 def test_length_gap_falls_back_to_the_one_shorter_schedule_left():
-    frame = _frame([("m", 50, "ok", 30.0), ("m", 100, "diverged", 90.0), ("n", 50, "diverged", 90.0),
-                    ("n", 100, "diverged", 90.0)], ["model", "epochs", "status", "top1_err"]).assign(optimizer="sgd")
+    frame = _frame(
+        [
+            ("m", 50, "ok", 30.0),
+            ("m", 100, "diverged", 90.0),
+            ("n", 50, "diverged", 90.0),
+            ("n", 100, "diverged", 90.0),
+        ],
+        ["model", "epochs", "status", "top1_err"],
+    ).assign(optimizer="sgd")
     table = length_gap(frame, metric="final").set_index(["model", "epochs"])
     assert table.loc["m", "reference_fallback"].all() and (table.loc["m", "reference"] == 30.0).all()
     # nothing to fall back to: E_max's (chance) error is the reference, and no fallback is claimed
@@ -247,17 +328,26 @@ def test_length_gap_falls_back_to_the_one_shorter_schedule_left():
 def test_unused_categories_of_the_model_column_change_nothing():
     """pandas groups over every category unless told `observed`: a category without trials must not
     become a row or break a gap."""
-    frame = pd.concat([GAP.assign(epochs=50), GAP.assign(epochs=100, top1_err=GAP["top1_err"] - 1)],
-                      ignore_index=True).assign(lr=1e-3, wd=0.1, seed=0, best_top1_err=lambda f: f["top1_err"],
-                                                best_ema_top1_err=lambda f: f["top1_err"] - 0.5)
+    frame = pd.concat(
+        [GAP.assign(epochs=50), GAP.assign(epochs=100, top1_err=GAP["top1_err"] - 1)], ignore_index=True
+    ).assign(
+        lr=1e-3, wd=0.1, seed=0, best_top1_err=lambda f: f["top1_err"], best_ema_top1_err=lambda f: f["top1_err"] - 0.5
+    )
     categorical = frame.assign(model=pd.Categorical(frame["model"], categories=["m", "unused", "n"]))
-    for call in (lambda t: optimizer_gap(t, metric="final", n_boot=20), lambda t: length_gap(t, metric="final"),
-                 lambda t: peak_table(t, metric="final"), lambda t: ema_gain(t),
-                 lambda t: edf_table(t, metric="final")):
+    for call in (
+        lambda t: optimizer_gap(t, metric="final", n_boot=20),
+        lambda t: length_gap(t, metric="final"),
+        lambda t: peak_table(t, metric="final"),
+        lambda t: ema_gain(t),
+        lambda t: edf_table(t, metric="final"),
+    ):
         plain, grouped = call(frame), call(categorical)
         assert set(grouped["model"].astype(str)) == {"m", "n"}
-        pd.testing.assert_frame_equal(grouped.assign(model=grouped["model"].astype(str)).reset_index(drop=True),
-                                      plain.reset_index(drop=True), check_dtype=False)
+        pd.testing.assert_frame_equal(
+            grouped.assign(model=grouped["model"].astype(str)).reset_index(drop=True),
+            plain.reset_index(drop=True),
+            check_dtype=False,
+        )
 
 
 def test_expected_best_band_is_the_pointwise_95_percent_band():
@@ -273,14 +363,18 @@ def test_effect_size_cis_resample_whole_samples():
     eff = effect_sizes(np.array([0.0, 1.0, 2.0]), np.array([3.0, 4.0, 5.0]), n_boot=2000)
     assert eff["area"] == pytest.approx(3.0) and 1.0 < eff["area_lo"] < 3.0 < eff["area_hi"] < 5.0
     # within k points of the pooled best (0)
-    assert (eff["within1_a"], eff["within2_a"], eff["within2_b"], eff["within4_b"]) == \
-        (pytest.approx(2 / 3), 1.0, 0.0, pytest.approx(2 / 3))
+    assert (eff["within1_a"], eff["within2_a"], eff["within2_b"], eff["within4_b"]) == (
+        pytest.approx(2 / 3),
+        1.0,
+        0.0,
+        pytest.approx(2 / 3),
+    )
 
 
 def test_planners_and_power_at_their_defaults():
-    assert trials_for_dkw(0.1) == 185              # ceil(ln(40) / (2 * 0.01)) = ceil(184.4)
+    assert trials_for_dkw(0.1) == 185  # ceil(ln(40) / (2 * 0.01)) = ceil(184.4)
     assert trials_for_ks(0.3) == math.ceil(2 * math.log(40) / 2 / 0.09)
-    assert ks_power(0.0, 20, n_sim=200) <= 0.06     # no shift: rejections at about alpha (KS is conservative)
+    assert ks_power(0.0, 20, n_sim=200) <= 0.06  # no shift: rejections at about alpha (KS is conservative)
     assert ks_power(0.8, 20, n_sim=50) == 1.0 and ks_power(0.3, 20, n_sim=200) == ks_power(0.3, 20, n_sim=200)
 
 
@@ -307,8 +401,10 @@ SEEDED = {
     "hp_importance": (lambda x, y, t, **kw: hp_importance(t[t["optimizer"] == "adamw"], **kw), {"seed": 0}),
     # three trials per optimizer: the bootstrap minima take few values, and the CI's ends move with
     # the number of draws (with twelve, 1000 and 1001 draws land on the same quantiles)
-    "optimizer_gap": (lambda x, y, t, **kw: optimizer_gap(t.groupby("optimizer").head(3), metric="final", **kw),
-                      {"n_boot": 1000, "seed": 0}),
+    "optimizer_gap": (
+        lambda x, y, t, **kw: optimizer_gap(t.groupby("optimizer").head(3), metric="final", **kw),
+        {"n_boot": 1000, "seed": 0},
+    ),
 }
 
 
@@ -327,20 +423,32 @@ def test_bootstrap_band_keeps_its_defaults():
     assert bootstrap_band(x) == bootstrap_band(x, alpha=0.05, n_boot=1000, seed=0) > 0
     # the band lives on the 1/n grid, where another number of resamples (1001) or another seed nearly
     # always lands on the same value: the documented defaults are checked where they are stated
-    defaults = {name: p.default for name, p in inspect.signature(bootstrap_band).parameters.items()
-                if p.default is not inspect.Parameter.empty}
+    defaults = {
+        name: p.default
+        for name, p in inspect.signature(bootstrap_band).parameters.items()
+        if p.default is not inspect.Parameter.empty
+    }
     assert defaults == {"alpha": 0.05, "n_boot": 1000, "seed": 0}
 
 
 def test_results_do_not_depend_on_the_order_of_the_rows():
     """A store is read in file order: shuffled rows give the same tables, sorted by their keys."""
-    frame = pd.concat([GAP.assign(epochs=50), GAP.assign(epochs=100, top1_err=GAP["top1_err"] - 1.5)],
-                      ignore_index=True).assign(lr=np.linspace(1e-3, 1e-2, 26), wd=0.1, seed=0,
-                                                best_top1_err=lambda f: f["top1_err"],
-                                                best_ema_top1_err=lambda f: f["top1_err"] - 0.5)
+    frame = pd.concat(
+        [GAP.assign(epochs=50), GAP.assign(epochs=100, top1_err=GAP["top1_err"] - 1.5)], ignore_index=True
+    ).assign(
+        lr=np.linspace(1e-3, 1e-2, 26),
+        wd=0.1,
+        seed=0,
+        best_top1_err=lambda f: f["top1_err"],
+        best_ema_top1_err=lambda f: f["top1_err"] - 0.5,
+    )
     shuffled = frame.sample(frac=1.0, random_state=5)
-    for call in (lambda t: optimizer_gap(t, metric="final", n_boot=50), lambda t: length_gap(t, metric="final"),
-                 lambda t: peak_table(t, metric="final"), lambda t: ema_gain(t, by=["model", "epochs"])):
+    for call in (
+        lambda t: optimizer_gap(t, metric="final", n_boot=50),
+        lambda t: length_gap(t, metric="final"),
+        lambda t: peak_table(t, metric="final"),
+        lambda t: ema_gain(t, by=["model", "epochs"]),
+    ):
         ordered = call(frame)
         pd.testing.assert_frame_equal(call(shuffled), ordered, check_exact=False, rtol=1e-12)
         keys = [c for c in ("model", "optimizer", "epochs") if c in ordered]

@@ -18,9 +18,9 @@ import torch
 from hpstudy.analysis.edf import edf_table
 from hpstudy.analysis.gaps import ema_gain, peak_table
 from hpstudy.analysis.stats import good_ranges
-from tests.helpers import stored_row
 from hpstudy.trainers.config import TrialConfig
 from hpstudy.trainers.loop import chance_error, trial_row
+from tests.helpers import stored_row
 
 CHANCE = chance_error(10)
 SEED, B = 3, 2500
@@ -49,24 +49,58 @@ def _sweep_and_rows():
             lr, wd = 10 ** rng.uniform(-4, -2), 10 ** rng.uniform(-2, 0)
             key = f"{model}-{i}"
             if i < 3:
-                rows.append(stored_row(study="parity", trial_key=key, model=model, optimizer="adamw", epochs=8,
-                                       lr=lr, wd=wd, seed=0, status="failed", error="worker died"))
+                rows.append(
+                    stored_row(
+                        study="parity",
+                        trial_key=key,
+                        model=model,
+                        optimizer="adamw",
+                        epochs=8,
+                        lr=lr,
+                        wd=wd,
+                        seed=0,
+                        status="failed",
+                        error="worker died",
+                    )
+                )
                 continue
             diverged = i < 5
             top1 = _curve(rng, 8 if not diverged else 2)
             ema = top1 - rng.uniform(0, 2, len(top1)) if ema_decay else None
-            log = [{"epoch": e + 1, "train_loss": 1.0, "train_top1_err": None, "top1_err": float(top1[e]),
-                    "top5_err": float(top1[e] / 3), "ema_top1_err": None if ema is None else float(ema[e]),
-                    "lr": lr, "seconds": 1.0} for e in range(len(top1))]
-            cfg = TrialConfig.from_dict({"model": model, "optimizer": "adamw", "epochs": 8, "lr": lr, "wd": wd,
-                                         "ema_decay": ema_decay, "dataset": {"name": "digits", "image_size": 16}})
+            log = [
+                {
+                    "epoch": e + 1,
+                    "train_loss": 1.0,
+                    "train_top1_err": None,
+                    "top1_err": float(top1[e]),
+                    "top5_err": float(top1[e] / 3),
+                    "ema_top1_err": None if ema is None else float(ema[e]),
+                    "lr": lr,
+                    "seconds": 1.0,
+                }
+                for e in range(len(top1))
+            ]
+            cfg = TrialConfig.from_dict(
+                {
+                    "model": model,
+                    "optimizer": "adamw",
+                    "epochs": 8,
+                    "lr": lr,
+                    "wd": wd,
+                    "ema_decay": ema_decay,
+                    "dataset": {"name": "digits", "image_size": 16},
+                }
+            )
             row = trial_row(cfg, log, diverged, _Trainer(), wall_s=1.0)
             del row["epoch_log"]
             rows.append(stored_row(**row, study="parity", trial_key=key))
             # pycls logs the running minimum of each epoch's error; hpstudy's diverged trial is at chance
             test = [CHANCE] if diverged else list(np.minimum.accumulate(top1))
-            job = {"model": model, "cfg": {"OPTIM": {"BASE_LR": lr, "WEIGHT_DECAY": wd}},
-                   "test_epoch": {"min_top1_err": test}}
+            job = {
+                "model": model,
+                "cfg": {"OPTIM": {"BASE_LR": lr, "WEIGHT_DECAY": wd}},
+                "test_epoch": {"min_top1_err": test},
+            }
             if ema_decay:
                 job["test_ema_epoch"] = {"min_top1_err": [CHANCE] if diverged else list(np.minimum.accumulate(ema))}
             sweep.append(job)
@@ -79,6 +113,7 @@ def sweep_and_rows():
 
 
 # ---- pycls, written out again (pycls/sweep/analysis.py, pycls/sweep/plotting.py) ----
+
 
 def pycls_error(job):
     """metrics_info["error"]: min of test_ema_epoch.min_top1_err (error_tst without EMA: hpstudy's)."""
@@ -116,11 +151,13 @@ def pycls_get_filters(sweep, metrics, alpha=5, sample=0.25, b=B, seed=SEED):
 
 def pycls_ema_gain(sweep):
     """augment_sweep: ema_gain = max(0, min(error) - min(error_ema)) per job."""
-    return [max(0, min(job["test_epoch"]["min_top1_err"]) - min(job["test_ema_epoch"]["min_top1_err"]))
-            for job in sweep]
+    return [
+        max(0, min(job["test_epoch"]["min_top1_err"]) - min(job["test_ema_epoch"]["min_top1_err"])) for job in sweep
+    ]
 
 
 # ---- the comparisons ----
+
 
 def _jobs(sweep, model):
     return [job for job in sweep if job["model"] == model]
@@ -156,7 +193,7 @@ def test_ema_gain_matches_pycls(sweep_and_rows):
     sweep, rows = sweep_and_rows
     with pytest.warns(UserWarning):
         gain = ema_gain(rows).set_index("model")
-    assert list(gain.index) == ["vit_c_tiny"]      # EMA was off for the CNN
+    assert list(gain.index) == ["vit_c_tiny"]  # EMA was off for the CNN
     gains = pycls_ema_gain(_jobs(sweep, "vit_c_tiny"))
     assert gain.loc["vit_c_tiny", "n"] == len(gains) == 27
     assert gain.loc["vit_c_tiny", "gain_mean"] == pytest.approx(np.mean(gains), abs=1e-12)
@@ -169,5 +206,5 @@ def test_the_row_stores_the_best_ema_error(sweep_and_rows):
     ok = vit[vit["status"] == "ok"]
     assert (ok["best_ema_top1_err"] <= ok["ema_top1_err"]).all() and ok["best_ema_top1_err"].notna().all()
     assert (vit.loc[vit["status"] == "diverged", "best_ema_top1_err"] == CHANCE).all()
-    assert cnn["best_ema_top1_err"].isna().all()          # null without EMA, diverged or not
+    assert cnn["best_ema_top1_err"].isna().all()  # null without EMA, diverged or not
     assert vit.loc[vit["status"] == "failed", "best_ema_top1_err"].isna().all()

@@ -45,7 +45,7 @@ def test_the_committed_table_holds_every_trial_of_the_bundled_spec(study):
     assert [p[:4] for p in stored] == [p[:4] for p in wanted]
     assert np.allclose([p[4:] for p in stored], [p[4:] for p in wanted], rtol=5e-6, atol=0)
     assert trials["trial_key"].is_unique
-    assert set(trials["status"]) <= {"ok", "diverged"}                # nothing failed
+    assert set(trials["status"]) <= {"ok", "diverged"}  # nothing failed
     assert set(epochs["trial_key"]) <= set(trials["trial_key"]) and len(epochs) > 0
 
 
@@ -55,5 +55,4 @@ def test_the_documents_findings_are_what_the_table_gives(study):
     trials, _, _ = load_study(STORE, study)
     generated = [f.sentence for f in findings(trials)]
     quoted = quoted_findings(study)
-    assert quoted and all(sentence in generated for sentence in quoted), \
-        [s for s in quoted if s not in generated]
+    assert quoted and all(sentence in generated for sentence in quoted), [s for s in quoted if s not in generated]

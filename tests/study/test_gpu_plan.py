@@ -9,11 +9,11 @@ import yaml
 from hpstudy.study.gpu_plan import memory_plan
 from hpstudy.study.sampling import first_trials
 from hpstudy.study.spec import parse_spec, resolve_config
-from tests.helpers import small_spec
 from hpstudy.trainers.config import TrialConfig
 from hpstudy.trainers.memory import peak_memory_gb
+from tests.helpers import small_spec
 
-LARGEST = {"vit_p_18gf", "vit_c_18gf", "regnety_16gf"}    # the paper spec's models above 140 GB at batch 2048
+LARGEST = {"vit_p_18gf", "vit_c_18gf", "regnety_16gf"}  # the paper spec's models above 140 GB at batch 2048
 
 
 def _verdicts(spec, gpu_memory_gb):
@@ -40,20 +40,22 @@ def test_a_model_fits_within_its_share_or_gets_the_fewest_micro_batches_that_fit
     vit = TrialConfig.from_dict(first_trials(spec)[0].config)
     assert vit.model == "vit_c_tiny" and vit.accum_steps == 1
     one, two = (peak_memory_gb(dataclasses.replace(vit, accum_steps=s), 10) for s in (1, 2))
-    budget = (one + two) / 2                     # vit_c_tiny fits in two micro-batches, not in one
-    verdicts = _verdicts(spec, 2 * budget)       # half of a GPU twice the budget
+    budget = (one + two) / 2  # vit_c_tiny fits in two micro-batches, not in one
+    verdicts = _verdicts(spec, 2 * budget)  # half of a GPU twice the budget
     assert verdicts["cnn_tiny"] == "fits" and _proposed(verdicts["vit_c_tiny"]) == 2
-    assert _verdicts(_small(1), budget) == verdicts     # the budget is the trial's share of the GPU
+    assert _verdicts(_small(1), budget) == verdicts  # the budget is the trial's share of the GPU
     assert set(_verdicts(_small(1), one).values()) == {"fits"}
 
 
 def test_a_model_that_fits_in_no_micro_batch_gets_advice():
-    verdicts = _verdicts(_small(1), 1.0)         # below the 2 GB overhead: nothing fits
+    verdicts = _verdicts(_small(1), 1.0)  # below the 2 GB overhead: nothing fits
     assert all("grad_checkpointing" in v for v in verdicts.values()) and not any(map(_proposed, verdicts.values()))
     # cnn_tiny's BatchNorm cannot train on one image: its smallest micro-batch is 2 of its batch of 64
-    assert verdicts["cnn_tiny"] == ("DOES NOT FIT: no micro-batch fits (not even the smallest the model can train on, "
-                                    "2 images): set recipe.grad_checkpointing: true, or give trials a GPU (or GPU "
-                                    "share) with more memory")
+    assert verdicts["cnn_tiny"] == (
+        "DOES NOT FIT: no micro-batch fits (not even the smallest the model can train on, "
+        "2 images): set recipe.grad_checkpointing: true, or give trials a GPU (or GPU "
+        "share) with more memory"
+    )
     assert "(not even the smallest the model can train on, 1 image)" in verdicts["vit_c_tiny"]
 
 
@@ -67,11 +69,11 @@ def _paper(accum_steps):
 
 @pytest.mark.slow
 def test_the_paper_spec_fits_an_a100_with_its_accum_steps_and_an_h200_with_two():
-    at_141 = _verdicts(_paper(1), 141)          # batch 2048 in one step on an H200
+    at_141 = _verdicts(_paper(1), 141)  # batch 2048 in one step on an H200
     assert {model for model, verdict in at_141.items() if verdict != "fits"} == LARGEST
     assert {_proposed(at_141[model]) for model in LARGEST} == {2}
-    assert set(_verdicts(_paper(2), 141).values()) == {"fits"}      # the proposal fits
+    assert set(_verdicts(_paper(2), 141).values()) == {"fits"}  # the proposal fits
     spec = _paper(8)
-    assert set(_verdicts(spec, 40).values()) == {"fits"}             # as bundled, on a 40 GB A100
-    assert _verdicts(spec, None) == _verdicts(spec, 40)              # 40 GB is the default
-    assert set(_verdicts(spec, 20).values()) != {"fits"}             # and the plan can say no
+    assert set(_verdicts(spec, 40).values()) == {"fits"}  # as bundled, on a 40 GB A100
+    assert _verdicts(spec, None) == _verdicts(spec, 40)  # 40 GB is the default
+    assert set(_verdicts(spec, 20).values()) != {"fits"}  # and the plan can say no

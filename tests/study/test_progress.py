@@ -14,6 +14,6 @@ def test_tune_hooks_pickle_without_the_studys_plan(tmp_path):
     trials = expand(parse_spec(small_spec(samples=50)))
     groups = [{"keys": [t.key], "configs": [t.config]} for t in trials]
     writer = StoreWriter(str(tmp_path), "s", trials, groups)
-    assert len(cloudpickle.dumps(writer.__dict__)) > 10_000          # the plan it holds is large
+    assert len(cloudpickle.dumps(writer.__dict__)) > 10_000  # the plan it holds is large
     for hook in (writer, RunStopper(writer), ProgressPrinter(writer, len(trials))):
         assert len(cloudpickle.dumps(hook)) < 200

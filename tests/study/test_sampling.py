@@ -11,21 +11,58 @@ from hpstudy.study.spec import Box, SpecError, parse_spec
 from hpstudy.trainers.config import TrialConfig
 from hpstudy.trainers.data import DataSpec
 
-BASE = {"model": "cnn_tiny", "optimizer": "adamw", "epochs": 2, "lr": 1e-3, "wd": 0.05,
-        "dataset": {"name": "synthetic", "image_size": 8}}
+BASE = {
+    "model": "cnn_tiny",
+    "optimizer": "adamw",
+    "epochs": 2,
+    "lr": 1e-3,
+    "wd": 0.05,
+    "dataset": {"name": "synthetic", "image_size": 8},
+}
 # every TrialConfig field with another valid value than BASE's (or the default): a new field needs one
-OTHER = {"model": "vit_p_tiny", "optimizer": "sgd", "epochs": 3, "lr": 2e-3, "wd": 0.1, "seed": 1,
-         "batch_size": 64, "reference_batch_size": 256, "warmup_epochs": 1.0, "min_lr_ratio": 0.1,
-         "label_smoothing": 0.1, "mixup": 0.8, "cutmix": 1.0, "auto_augment": "original", "ema_decay": 0.999,
-         "grad_clip": 1.0, "divergence_loss": 50.0, "amp": True, "channels_last": True, "device": "cpu",
-         "dtype": "float64", "num_workers": 0, "accum_steps": 2, "grad_checkpointing": True,
-         "decode": "workers", "init": "/checkpoints/a.pt",
-         "dataset": dict(BASE["dataset"], image_size=16)}
+OTHER = {
+    "model": "vit_p_tiny",
+    "optimizer": "sgd",
+    "epochs": 3,
+    "lr": 2e-3,
+    "wd": 0.1,
+    "seed": 1,
+    "batch_size": 64,
+    "reference_batch_size": 256,
+    "warmup_epochs": 1.0,
+    "min_lr_ratio": 0.1,
+    "label_smoothing": 0.1,
+    "mixup": 0.8,
+    "cutmix": 1.0,
+    "auto_augment": "original",
+    "ema_decay": 0.999,
+    "grad_clip": 1.0,
+    "divergence_loss": 50.0,
+    "amp": True,
+    "channels_last": True,
+    "device": "cpu",
+    "dtype": "float64",
+    "num_workers": 0,
+    "accum_steps": 2,
+    "grad_checkpointing": True,
+    "decode": "workers",
+    "init": "/checkpoints/a.pt",
+    "dataset": dict(BASE["dataset"], image_size=16),
+}
 # fields that only take another value together with others: (changes, the config they are compared with)
-NEEDS = {"init_sha256": ({"init": "/checkpoints/a.pt", "init_sha256": "0" * 64}, {"init": "/checkpoints/a.pt"}),
-         "freeze": ({"init": "/checkpoints/a.pt", "freeze": 1}, {"init": "/checkpoints/a.pt"})}
-OTHER_DATA = {"name": "digits", "path": "/data/elsewhere", "image_size": 16, "num_classes": 4, "n_train": 64,
-              "n_val": 32, "seed": 1}
+NEEDS = {
+    "init_sha256": ({"init": "/checkpoints/a.pt", "init_sha256": "0" * 64}, {"init": "/checkpoints/a.pt"}),
+    "freeze": ({"init": "/checkpoints/a.pt", "freeze": 1}, {"init": "/checkpoints/a.pt"}),
+}
+OTHER_DATA = {
+    "name": "digits",
+    "path": "/data/elsewhere",
+    "image_size": 16,
+    "num_classes": 4,
+    "n_train": 64,
+    "n_val": 32,
+    "seed": 1,
+}
 PREPARED = {"name": "prepared", "path": "/data/prepared"}
 NEEDS_DATA = {"digest": (dict(PREPARED, digest="0" * 64), PREPARED)}
 
@@ -47,38 +84,62 @@ def test_the_key_changes_with_every_dataset_field(name):
 
 
 def test_the_key_is_the_same_when_defaults_are_spelled_out():
-    defaults = {f.name: f.default for f in dataclasses.fields(TrialConfig)
-                if f.default is not dataclasses.MISSING}
+    defaults = {f.name: f.default for f in dataclasses.fields(TrialConfig) if f.default is not dataclasses.MISSING}
     data_defaults = {f.name: f.default for f in dataclasses.fields(DataSpec) if f.name != "name"}
     spelled = {**defaults, **BASE, "dataset": dict(data_defaults, **BASE["dataset"])}
     assert "accum_steps" in spelled and "seed" in spelled and "n_train" in spelled["dataset"]
     assert TrialConfig.from_dict(spelled).key == key()
-    assert TrialConfig.from_dict(dict(reversed(list(spelled.items())))).key == key()   # order is not part of it
+    assert TrialConfig.from_dict(dict(reversed(list(spelled.items())))).key == key()  # order is not part of it
 
 
 def test_the_key_is_a_short_hex_digest_and_differs_across_seeds_of_a_study():
     assert len(key()) == 20 and int(key(), 16) >= 0
-    spec = parse_spec({"name": "k", "dataset": {"name": "digits"}, "models": ["cnn_tiny", "vit_p_tiny"],
-                       "optimizers": ["adamw"], "epochs": [1, 2], "samples": 2, "seeds": [0, 1],
-                       "space": {"adamw": {"lr": [1e-4, 1e-2], "wd": [0.01, 0.5]}}})
+    spec = parse_spec(
+        {
+            "name": "k",
+            "dataset": {"name": "digits"},
+            "models": ["cnn_tiny", "vit_p_tiny"],
+            "optimizers": ["adamw"],
+            "epochs": [1, 2],
+            "samples": 2,
+            "seeds": [0, 1],
+            "space": {"adamw": {"lr": [1e-4, 1e-2], "wd": [0.01, 0.5]}},
+        }
+    )
     trials = expand(spec)
     assert len(trials) == 2 * 1 * 2 * 2 * 2 == len({t.key for t in trials})
     for t in trials:
         assert t.key == TrialConfig.from_dict(t.config).key
-        assert (t.config["model"], t.config["optimizer"], t.config["epochs"], t.config["seed"]) == \
-            (t.model, t.optimizer, t.epochs, t.seed)
+        assert (t.config["model"], t.config["optimizer"], t.config["epochs"], t.config["seed"]) == (
+            t.model,
+            t.optimizer,
+            t.epochs,
+            t.seed,
+        )
     # models x optimizers x epochs x samples x seeds, in that order
     assert [(t.model, t.epochs, t.sample, t.seed) for t in trials[:8]] == [
-        ("cnn_tiny", e, s, seed) for e in (1, 2) for s in (0, 1) for seed in (0, 1)]
-    assert cells(spec) == [("cnn_tiny", "adamw", 1), ("cnn_tiny", "adamw", 2),
-                           ("vit_p_tiny", "adamw", 1), ("vit_p_tiny", "adamw", 2)]
+        ("cnn_tiny", e, s, seed) for e in (1, 2) for s in (0, 1) for seed in (0, 1)
+    ]
+    assert cells(spec) == [
+        ("cnn_tiny", "adamw", 1),
+        ("cnn_tiny", "adamw", 2),
+        ("vit_p_tiny", "adamw", 1),
+        ("vit_p_tiny", "adamw", 2),
+    ]
     assert first_trials(spec) == [trials[0], trials[8]]
 
 
 def _spec(**changes):
-    raw = {"name": "p", "dataset": {"name": "digits"}, "models": ["vit_p_tiny", "vit_c_tiny", "cnn_tiny"],
-           "optimizers": ["adamw", "sgd"], "epochs": [2, 4], "samples": 5, "sampler": "random",
-           "space": {"adamw": {"lr": [1e-4, 1e-2], "wd": [0.01, 0.5]}, "sgd": {"lr": [1e-4, 1e-2], "wd": [0.01, 0.5]}}}
+    raw = {
+        "name": "p",
+        "dataset": {"name": "digits"},
+        "models": ["vit_p_tiny", "vit_c_tiny", "cnn_tiny"],
+        "optimizers": ["adamw", "sgd"],
+        "epochs": [2, 4],
+        "samples": 5,
+        "sampler": "random",
+        "space": {"adamw": {"lr": [1e-4, 1e-2], "wd": [0.01, 0.5]}, "sgd": {"lr": [1e-4, 1e-2], "wd": [0.01, 0.5]}},
+    }
     return parse_spec(dict(raw, **changes))
 
 
@@ -104,31 +165,38 @@ def test_unpaired_models_and_schedules_get_their_own_points():
     assert sample_box(spec, "cnn_tiny", "adamw", 2) == sample_box(_spec(paired=False), "cnn_tiny", "adamw", 2)
 
 
-
 def test_a_model_key_that_repeats_the_box_it_overrides_changes_no_trial_key():
     base = _spec()
-    space = dict(base.source["space"], vit_c_tiny={"adamw": {"lr": [1e-4, 1e-2], "wd": [0.01, 0.5]}},
-                 cnn_tiny={"sgd": {"lr": [1e-4, 1e-2], "wd": [0.01, 0.5]}})
+    space = dict(
+        base.source["space"],
+        vit_c_tiny={"adamw": {"lr": [1e-4, 1e-2], "wd": [0.01, 0.5]}},
+        cnn_tiny={"sgd": {"lr": [1e-4, 1e-2], "wd": [0.01, 0.5]}},
+    )
     assert [t.key for t in expand(_spec(space=space))] == [t.key for t in expand(base)]
 
 
 def test_models_of_one_family_at_their_own_fixed_points_train_at_them():
     # model keys come before the family's (vit_p) and the optimizer's box
-    space = {"adamw": {"lr": [1e-4, 1e-2], "wd": [0.01, 0.5]}, "sgd": {"lr": 0.1, "wd": 1e-5},
-             "vit_p": {"adamw": {"lr": 3e-3, "wd": 0.2}},
-             "vit_p_tiny": {"adamw": {"lr": 1e-3, "wd": 0.05}}, "vit_p_1gf": {"adamw": {"lr": 2e-3, "wd": 0.05}}}
+    space = {
+        "adamw": {"lr": [1e-4, 1e-2], "wd": [0.01, 0.5]},
+        "sgd": {"lr": 0.1, "wd": 1e-5},
+        "vit_p": {"adamw": {"lr": 3e-3, "wd": 0.2}},
+        "vit_p_tiny": {"adamw": {"lr": 1e-3, "wd": 0.05}},
+        "vit_p_1gf": {"adamw": {"lr": 2e-3, "wd": 0.05}},
+    }
     spec = _spec(models=["vit_p_tiny", "vit_p_1gf", "vit_c_tiny"], samples=1, seeds=[0, 1], space=space)
     trials = expand(spec)
     got = {}
     for t in trials:
         got.setdefault((t.model, t.optimizer), set()).add((t.config["lr"], t.config["wd"]))
-    assert [len(v) for v in got.values()] == [1] * 6                  # seeds share the point
+    assert [len(v) for v in got.values()] == [1] * 6  # seeds share the point
     point = {cell: next(iter(v)) for cell, v in got.items()}
-    assert point[("vit_p_tiny", "adamw")] == pytest.approx((1e-3, 0.05), rel=1e-12)    # exp(log(x)): to an ulp
+    assert point[("vit_p_tiny", "adamw")] == pytest.approx((1e-3, 0.05), rel=1e-12)  # exp(log(x)): to an ulp
     assert point[("vit_p_1gf", "adamw")] == pytest.approx((2e-3, 0.05), rel=1e-12)
     assert point[("vit_c_tiny", "sgd")] == point[("vit_p_tiny", "sgd")] == pytest.approx((0.1, 1e-5), rel=1e-12)
     assert point[("vit_c_tiny", "adamw")] != point[("vit_p_tiny", "adamw")]
     assert len({t.key for t in trials}) == len(trials) == 3 * 2 * 2 * 1 * 2
+
 
 def test_unit_points_known_layouts():
     grid = unit_points("grid", 9, 0)
@@ -149,6 +217,5 @@ def test_scale_to_box_is_log_uniform_onto_the_closed_box():
     box = Box(lr=(1e-4, 1e-2), wd=(1e-3, 1e-1))
     (low, mid, high) = scale_to_box(np.array([[0.0, 0.0], [0.5, 0.25], [1.0, 1.0]]), box)
     assert low == pytest.approx((1e-4, 1e-3)) and high == pytest.approx((1e-2, 1e-1))
-    assert mid == pytest.approx((1e-3, 10 ** -2.5))
+    assert mid == pytest.approx((1e-3, 10**-2.5))
     assert all(isinstance(v, float) for v in mid)
-

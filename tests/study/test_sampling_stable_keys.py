@@ -15,14 +15,18 @@ from hpstudy.study.spec import Box, SpecError, load_spec, parse_spec, resolve_co
 from hpstudy.study.store import write_trial
 from hpstudy.study.store_read import load_trials
 from hpstudy.study.store_spec_record import write_spec_record
-from tests.helpers import small_spec, stored_row, write_spec
 from hpstudy.trainers.config import TrialConfig
+from tests.helpers import small_spec, stored_row, write_spec
 
 # sha256 (first 16 hex digits) of the sorted trial keys of bundled specs: a change here re-keys every
 # stored study of that spec (say so in the changelog, and keep the old keys resumable as below)
-PINNED = {"demo_digits": "b99c70ff37d38dc1", "repro_digits_lr_wd": "fa60475add2603a5",
-          "repro_digits_length": "410c75833facbc5c", "repro_digits_optimizer": "0ab3ee3e789326a5",
-          "cifar10_lr_wd": "b1e85f937cae2c12"}
+PINNED = {
+    "demo_digits": "b99c70ff37d38dc1",
+    "repro_digits_lr_wd": "fa60475add2603a5",
+    "repro_digits_length": "410c75833facbc5c",
+    "repro_digits_optimizer": "0ab3ee3e789326a5",
+    "cifar10_lr_wd": "b1e85f937cae2c12",
+}
 
 
 def keys_digest(trials) -> str:
@@ -35,9 +39,17 @@ def test_the_bundled_specs_trial_keys_are_pinned(name):
 
 
 def spec_with(sampler: str, samples: int = 9, lr=(1e-4, 3e-2), wd=(1.234567891e-3, 0.5)):
-    return parse_spec({"name": "k", "models": ["cnn_tiny"], "optimizers": ["adamw"], "epochs": [1],
-                       "samples": samples, "sampler": sampler,
-                       "space": {"adamw": {"lr": list(lr), "wd": list(wd)}}})
+    return parse_spec(
+        {
+            "name": "k",
+            "models": ["cnn_tiny"],
+            "optimizers": ["adamw"],
+            "epochs": [1],
+            "samples": samples,
+            "sampler": sampler,
+            "space": {"adamw": {"lr": list(lr), "wd": list(wd)}},
+        }
+    )
 
 
 @pytest.mark.parametrize("sampler", ["random", "sobol", "grid"])
@@ -52,6 +64,7 @@ def test_a_last_bit_of_exp_or_log_elsewhere_changes_no_key(monkeypatch, sampler,
             for _ in range(abs(ulps)):
                 y = math.nextafter(y, math.copysign(math.inf, ulps))
             return y
+
         return shifted
 
     monkeypatch.setattr(hpstudy.study.sampling.math, "exp", off(math.exp))
@@ -65,8 +78,8 @@ def test_sampled_values_have_six_significant_digits_and_stay_in_the_closed_box(s
     for t in expand(spec):
         for value, (lo, hi) in ((t.config["lr"], spec.space["adamw"].lr), (t.config["wd"], spec.space["adamw"].wd)):
             assert lo <= value <= hi
-            assert value in (lo, hi) or float(f"{value:.5e}") == value     # 6 significant digits
-    if sampler == "grid":      # the grid spans the box: its ends are the box's ends, rounded inward
+            assert value in (lo, hi) or float(f"{value:.5e}") == value  # 6 significant digits
+    if sampler == "grid":  # the grid spans the box: its ends are the box's ends, rounded inward
         wds = [t.config["wd"] for t in expand(spec)]
         assert (min(wds), max(wds)) == (0.00123457, 0.5)
 
@@ -79,16 +92,16 @@ def test_a_fixed_value_is_exactly_the_value_written():
 def old_sampler_key(spec, trial) -> tuple:
     """The (lr, wd) and key the sampler of hpstudy 0.1 gave `trial`: np.exp of the log-box, unrounded."""
     box: Box = spec.box(trial.model, trial.optimizer)
-    seed = hpstudy.study.sampling._stream_seed(spec.sampler_seed, trial.optimizer,
-                                       {"lr": box.lr, "wd": box.wd}) % 2**32
+    seed = hpstudy.study.sampling._stream_seed(spec.sampler_seed, trial.optimizer, {"lr": box.lr, "wd": box.wd}) % 2**32
     u = unit_points(spec.sampler, spec.samples, seed)[trial.sample]
     lr, wd = (float(np.exp(np.log(lo) + x * (np.log(hi) - np.log(lo)))) for x, (lo, hi) in zip(u, (box.lr, box.wd)))
     return lr, wd, TrialConfig.from_dict(dict(trial.config, lr=lr, wd=wd)).key
 
 
 def test_a_store_of_the_unrounded_sampler_resumes_to_nothing(tmp_path, capsys):
-    raw = small_spec(name="old", samples=4, optimizers=["adamw"],
-                     space={"adamw": {"lr": [1e-4, 1e-2], "wd": [1e-3, 0.5]}})
+    raw = small_spec(
+        name="old", samples=4, optimizers=["adamw"], space={"adamw": {"lr": [1e-4, 1e-2], "wd": [1e-3, 0.5]}}
+    )
     config = write_spec(tmp_path, raw)
     spec = load_spec(config)
     root = str(tmp_path / "store")
@@ -99,9 +112,22 @@ def test_a_store_of_the_unrounded_sampler_resumes_to_nothing(tmp_path, capsys):
         assert key != trial.key and abs(lr / trial.config["lr"] - 1) < 5e-6
         old[trial.key] = key
         config_json = TrialConfig.from_dict(dict(trial.config, lr=lr, wd=wd)).to_json()
-        write_trial(root, "old", stored_row(trial_key=key, model=trial.model, optimizer=trial.optimizer,
-                                            epochs=trial.epochs, lr=lr, wd=wd, seed=trial.seed, status="ok",
-                                            top1_err=10.0, config_json=config_json))
+        write_trial(
+            root,
+            "old",
+            stored_row(
+                trial_key=key,
+                model=trial.model,
+                optimizer=trial.optimizer,
+                epochs=trial.epochs,
+                lr=lr,
+                wd=wd,
+                seed=trial.seed,
+                status="ok",
+                top1_err=10.0,
+                config_json=config_json,
+            ),
+        )
     write_spec_record(root, "old", raw, len(planned), trial_keys=list(old.values()))
     assert [t.key for t in expand_for_store(spec, root)] == [old[t.key] for t in planned]
     assert run_edf_main(["--config", config, "--store", root, "--dry-run"]) == 0
@@ -116,26 +142,60 @@ def test_a_stored_row_of_another_trial_or_without_a_readable_config_is_not_adopt
     spec = load_spec(write_spec(tmp_path, small_spec(name="other", samples=2)))
     root = str(tmp_path / "store")
     trial = expand(spec)[0]
-    shifted = dict(trial.config, lr=trial.config["lr"] * 1.001)           # another lr: another trial
-    write_trial(root, "other", stored_row(trial_key="x" * 20, model=trial.model, optimizer="adamw", epochs=1,
-                                          lr=shifted["lr"], wd=trial.config["wd"], status="ok", top1_err=1.0,
-                                          config_json=TrialConfig.from_dict(shifted).to_json()))
-    write_trial(root, "other", stored_row(trial_key="y" * 20, model=trial.model, optimizer="adamw", epochs=1,
-                                          lr=1e-3, wd=0.1, status="ok", top1_err=1.0, config_json="{not json"))
+    shifted = dict(trial.config, lr=trial.config["lr"] * 1.001)  # another lr: another trial
+    write_trial(
+        root,
+        "other",
+        stored_row(
+            trial_key="x" * 20,
+            model=trial.model,
+            optimizer="adamw",
+            epochs=1,
+            lr=shifted["lr"],
+            wd=trial.config["wd"],
+            status="ok",
+            top1_err=1.0,
+            config_json=TrialConfig.from_dict(shifted).to_json(),
+        ),
+    )
+    write_trial(
+        root,
+        "other",
+        stored_row(
+            trial_key="y" * 20,
+            model=trial.model,
+            optimizer="adamw",
+            epochs=1,
+            lr=1e-3,
+            wd=0.1,
+            status="ok",
+            top1_err=1.0,
+            config_json="{not json",
+        ),
+    )
     assert [t.key for t in expand_for_store(spec, root)] == [t.key for t in expand(spec)]
     assert len(load_trials(root, "other")) == 2
 
 
 def test_a_box_narrower_than_six_significant_digits_is_refused_before_it_repeats_trials(tmp_path, capsys):
-    raw = small_spec(name="narrow", samples=16, optimizers=["adamw"],
-                     space={"adamw": {"lr": [1.0e-3, 1.000002e-3], "wd": [0.05, 0.0500002]}})
+    raw = small_spec(
+        name="narrow",
+        samples=16,
+        optimizers=["adamw"],
+        space={"adamw": {"lr": [1.0e-3, 1.000002e-3], "wd": [0.05, 0.0500002]}},
+    )
     config = write_spec(tmp_path, raw)
     args = ["--config", config, "--store", str(tmp_path / "s")]
     for command in (lambda: run_edf_main([*args, "--dry-run"]), lambda: hpstudy_main(["status", *args])):
         assert command() == 2
         err = capsys.readouterr().err
-        assert err.startswith("error: samples: bad value 16 for the box lr [0.001, 0.001000002], wd [0.05, "
-                              "0.0500002] of vit_c_tiny (adamw): it gives ") and err.count("\n") == 1
+        assert (
+            err.startswith(
+                "error: samples: bad value 16 for the box lr [0.001, 0.001000002], wd [0.05, "
+                "0.0500002] of vit_c_tiny (adamw): it gives "
+            )
+            and err.count("\n") == 1
+        )
         assert "allowed: samples <= " in err
     fixed = small_spec(name="fixed", samples=2, optimizers=["adamw"], space={"adamw": {"lr": 1e-3, "wd": 0.05}})
     with pytest.raises(SpecError, match=r"^samples: bad value 2 .* gives 1 distinct \(lr, wd\) points"):
@@ -144,9 +204,23 @@ def test_a_box_narrower_than_six_significant_digits_is_refused_before_it_repeats
 
 def _old_row(root, trial, key, lr, status, when):
     config_json = TrialConfig.from_dict(dict(trial.config, lr=lr)).to_json()
-    write_trial(root, "dup", stored_row(trial_key=key, model=trial.model, optimizer=trial.optimizer, epochs=1,
-                                        lr=lr, wd=trial.config["wd"], seed=0, status=status, top1_err=10.0,
-                                        config_json=config_json, finished_at=when))
+    write_trial(
+        root,
+        "dup",
+        stored_row(
+            trial_key=key,
+            model=trial.model,
+            optimizer=trial.optimizer,
+            epochs=1,
+            lr=lr,
+            wd=trial.config["wd"],
+            seed=0,
+            status=status,
+            top1_err=10.0,
+            config_json=config_json,
+            finished_at=when,
+        ),
+    )
 
 
 def test_only_a_finished_older_row_is_adopted_and_the_newest_of_them(tmp_path):
@@ -155,7 +229,7 @@ def test_only_a_finished_older_row_is_adopted_and_the_newest_of_them(tmp_path):
     first, second = expand(spec)[:2]
     lr = first.config["lr"]
     _old_row(root, first, "a" * 20, lr * (1 + 1e-15), "ok", "2026-11-01T00:00:00+00:00")
-    _old_row(root, first, "b" * 20, lr * (1 - 1e-15), "failed", "2026-11-02T00:00:00+00:00")   # newer, failed
+    _old_row(root, first, "b" * 20, lr * (1 - 1e-15), "failed", "2026-11-02T00:00:00+00:00")  # newer, failed
     _old_row(root, second, "c" * 20, second.config["lr"] * (1 + 1e-15), "failed", "2026-11-01T00:00:00+00:00")
     _old_row(root, second, "d" * 20, second.config["lr"] * (1 + 2e-15), "ok", "2026-11-01T00:00:00+00:00")
     _old_row(root, second, "e" * 20, second.config["lr"] * (1 - 2e-15), "diverged", "2026-11-03T00:00:00+00:00")
@@ -163,13 +237,35 @@ def test_only_a_finished_older_row_is_adopted_and_the_newest_of_them(tmp_path):
     assert keys[:2] == ["a" * 20, "e" * 20]
 
 
-@pytest.mark.parametrize("config_json", ['{"lr": 1' + "0" * 400 + ', "wd": 1}', "[" * 50_000 + "]" * 50_000,
-                                         '{"lr": "x", "wd": 1}', "[1, 2]", '"text"', '{"lr": NaN, "wd": 1}'])
+@pytest.mark.parametrize(
+    "config_json",
+    [
+        '{"lr": 1' + "0" * 400 + ', "wd": 1}',
+        "[" * 50_000 + "]" * 50_000,
+        '{"lr": "x", "wd": 1}',
+        "[1, 2]",
+        '"text"',
+        '{"lr": NaN, "wd": 1}',
+    ],
+)
 def test_a_stored_row_with_a_hostile_config_is_left_under_its_own_key(tmp_path, config_json, capsys):
     config = write_spec(tmp_path, small_spec(name="hostile", samples=2, optimizers=["adamw"]))
     root = str(tmp_path / "store")
-    write_trial(root, "hostile", stored_row(trial_key="z" * 20, model="cnn_tiny", optimizer="adamw", epochs=1,
-                                            lr=1e-3, wd=0.1, status="ok", top1_err=1.0, config_json=config_json))
+    write_trial(
+        root,
+        "hostile",
+        stored_row(
+            trial_key="z" * 20,
+            model="cnn_tiny",
+            optimizer="adamw",
+            epochs=1,
+            lr=1e-3,
+            wd=0.1,
+            status="ok",
+            top1_err=1.0,
+            config_json=config_json,
+        ),
+    )
     spec = load_spec(config)
     assert [t.key for t in expand_for_store(spec, root)] == [t.key for t in expand(spec)]
     assert hpstudy_main(["status", "--store", root, "--config", config]) == 0

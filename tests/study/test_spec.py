@@ -5,8 +5,8 @@ import pytest
 import yaml
 
 from hpstudy.study.sampling import expand, sample_box
-from hpstudy.trainers.config import TrialConfig
 from hpstudy.study.spec import Box, SpecError, bundled_configs, load_spec, parse_spec, resolve_config
+from hpstudy.trainers.config import TrialConfig
 
 BASE = {
     "name": "t",
@@ -15,9 +15,11 @@ BASE = {
     "optimizers": ["adamw", "sgd"],
     "epochs": [2],
     "samples": 4,
-    "space": {"adamw": {"lr": [1e-4, 1e-2], "wd": [0.01, 0.5]},
-              "sgd": {"lr": [0.01, 1.0], "wd": [1e-5, 1e-4]},
-              "cnn": {"adamw": {"lr": [1e-3, 4e-2], "wd": [0.01, 0.2]}}},
+    "space": {
+        "adamw": {"lr": [1e-4, 1e-2], "wd": [0.01, 0.5]},
+        "sgd": {"lr": [0.01, 1.0], "wd": [1e-5, 1e-4]},
+        "cnn": {"adamw": {"lr": [1e-3, 4e-2], "wd": [0.01, 0.2]}},
+    },
 }
 
 
@@ -31,49 +33,76 @@ def with_(**changes):
     return spec
 
 
-@pytest.mark.parametrize("raw,message", [
-    (with_(models=["vit_x"]), "models: bad value 'vit_x'; allowed: vit_p_1gf"),
-    (with_(optimizers=["adam"]), "optimizers: bad value 'adam'; allowed: adamw, sgd"),
-    (with_(dataset={"name": "mnist"}), "unknown dataset 'mnist'"),
-    (with_(models=[]), "models: bad value []; allowed: a non-empty list"),
-    (with_(optimizers=[]), "optimizers: bad value []"),
-    (with_(epochs=[]), "epochs: bad value []"),
-    (with_(samples=0), "samples: bad value 0; allowed: an integer in [1, 100000]"),
-    (with_(space={"adamw": {"lr": [0, 1e-2], "wd": [0.01, 0.5]}, "sgd": BASE["space"]["sgd"]}),
-     "space.adamw.lr: bad value [0, 0.01]; allowed: low > 0"),
-    (with_(space={"adamw": {"lr": [1e-2, 1e-4], "wd": [0.01, 0.5]}, "sgd": BASE["space"]["sgd"]}),
-     "space.adamw.lr: bad value [0.01, 0.0001]; allowed: low <= high"),
-    (with_(space={"adamw": BASE["space"]["adamw"]}), "space: bad value ['adamw']; allowed: a box for "
-                                                     "every listed optimizer; missing 'sgd'"),
-    (with_(sampels=4), "spec: bad value 'sampels'"),
-    (with_(recipe={"batch_sise": 64}), "recipe: bad value 'batch_sise'; allowed: batch_size"),
-    (with_(recipe={"batch_size": 0}), "recipe.batch_size: bad value 0"),
-    (with_(dataset={"name": "cifar10", "path": "/no/such/dir"}),
-     "dataset.path: dataset 'cifar10': path '/no/such/dir' does not exist"),
-    (with_(resources={"cpu": -1}), "resources.cpu: bad value -1"),
-    (with_(resources={"cpu": 1, "gpu": 1.5}), "resources.gpu: bad value 1.5"),
-    (with_(resources={"cpus": 1}), "resources: bad value {'cpus': 1}"),
-    (with_(sampler="lhs"), "sampler: bad value 'lhs'; allowed: random, sobol, grid"),
-    (with_(sampler="grid", samples=5), "samples: bad value 5; allowed: a perfect square"),
-    (with_(name="a b"), "name: bad value 'a b'"),
-    (with_(fuse="yes"), "fuse: bad value 'yes'"),
-    (with_(space=dict(BASE["space"], vit_x_tiny={"adamw": {"lr": 1e-3, "wd": 0.05}})),
-     "space: bad value 'vit_x_tiny'; allowed: optimizer names (adamw, sgd), family names (vit_p, vit_c, cnn"),
-    (with_(space=dict(BASE["space"], vit_x_tiny={"adamw": {"lr": 1e-3, "wd": 0.05}})),
-     "or model names (vit_p_1gf, vit_c_1gf"),
-    (with_(space=dict(BASE["space"], vit_c_tiny=[1e-3, 0.05])),
-     "space.vit_c_tiny: bad value [0.001, 0.05]; allowed: a mapping of optimizer -> {lr, wd}"),
-    (with_(space=dict(BASE["space"], vit_c_tiny={"adam": {"lr": 1e-3, "wd": 0.05}})),
-     "space.vit_c_tiny: bad value 'adam'; allowed: adamw, sgd"),
-    (with_(space=dict(BASE["space"], vit_c_tiny={"adamw": {"lr": 1e-3}})),
-     "space.vit_c_tiny.adamw: bad value {'lr': 0.001}; allowed: a mapping with exactly the keys lr and wd"),
-    (with_(space=dict(BASE["space"], vit_c_tiny={"adamw": {"lr": 0, "wd": 0.05}})),
-     "space.vit_c_tiny.adamw.lr: bad value [0, 0]; allowed: low > 0"),
-    (with_(space=dict(BASE["space"], vit_c_tiny={"adamw": {"lr": float("nan"), "wd": 0.05}})),
-     "space.vit_c_tiny.adamw.lr: bad value [nan, nan]; allowed: finite numbers"),
-    (with_(space=dict(BASE["space"], vit_c_tiny={"sgd": {"lr": 0.1, "wd": "1e-5"}})),
-     "space.vit_c_tiny.sgd.wd: bad value '1e-5'; allowed: [low, high]"),
-])
+@pytest.mark.parametrize(
+    "raw,message",
+    [
+        (with_(models=["vit_x"]), "models: bad value 'vit_x'; allowed: vit_p_1gf"),
+        (with_(optimizers=["adam"]), "optimizers: bad value 'adam'; allowed: adamw, sgd"),
+        (with_(dataset={"name": "mnist"}), "unknown dataset 'mnist'"),
+        (with_(models=[]), "models: bad value []; allowed: a non-empty list"),
+        (with_(optimizers=[]), "optimizers: bad value []"),
+        (with_(epochs=[]), "epochs: bad value []"),
+        (with_(samples=0), "samples: bad value 0; allowed: an integer in [1, 100000]"),
+        (
+            with_(space={"adamw": {"lr": [0, 1e-2], "wd": [0.01, 0.5]}, "sgd": BASE["space"]["sgd"]}),
+            "space.adamw.lr: bad value [0, 0.01]; allowed: low > 0",
+        ),
+        (
+            with_(space={"adamw": {"lr": [1e-2, 1e-4], "wd": [0.01, 0.5]}, "sgd": BASE["space"]["sgd"]}),
+            "space.adamw.lr: bad value [0.01, 0.0001]; allowed: low <= high",
+        ),
+        (
+            with_(space={"adamw": BASE["space"]["adamw"]}),
+            "space: bad value ['adamw']; allowed: a box for every listed optimizer; missing 'sgd'",
+        ),
+        (with_(sampels=4), "spec: bad value 'sampels'"),
+        (with_(recipe={"batch_sise": 64}), "recipe: bad value 'batch_sise'; allowed: batch_size"),
+        (with_(recipe={"batch_size": 0}), "recipe.batch_size: bad value 0"),
+        (
+            with_(dataset={"name": "cifar10", "path": "/no/such/dir"}),
+            "dataset.path: dataset 'cifar10': path '/no/such/dir' does not exist",
+        ),
+        (with_(resources={"cpu": -1}), "resources.cpu: bad value -1"),
+        (with_(resources={"cpu": 1, "gpu": 1.5}), "resources.gpu: bad value 1.5"),
+        (with_(resources={"cpus": 1}), "resources: bad value {'cpus': 1}"),
+        (with_(sampler="lhs"), "sampler: bad value 'lhs'; allowed: random, sobol, grid"),
+        (with_(sampler="grid", samples=5), "samples: bad value 5; allowed: a perfect square"),
+        (with_(name="a b"), "name: bad value 'a b'"),
+        (with_(fuse="yes"), "fuse: bad value 'yes'"),
+        (
+            with_(space=dict(BASE["space"], vit_x_tiny={"adamw": {"lr": 1e-3, "wd": 0.05}})),
+            "space: bad value 'vit_x_tiny'; allowed: optimizer names (adamw, sgd), family names (vit_p, vit_c, cnn",
+        ),
+        (
+            with_(space=dict(BASE["space"], vit_x_tiny={"adamw": {"lr": 1e-3, "wd": 0.05}})),
+            "or model names (vit_p_1gf, vit_c_1gf",
+        ),
+        (
+            with_(space=dict(BASE["space"], vit_c_tiny=[1e-3, 0.05])),
+            "space.vit_c_tiny: bad value [0.001, 0.05]; allowed: a mapping of optimizer -> {lr, wd}",
+        ),
+        (
+            with_(space=dict(BASE["space"], vit_c_tiny={"adam": {"lr": 1e-3, "wd": 0.05}})),
+            "space.vit_c_tiny: bad value 'adam'; allowed: adamw, sgd",
+        ),
+        (
+            with_(space=dict(BASE["space"], vit_c_tiny={"adamw": {"lr": 1e-3}})),
+            "space.vit_c_tiny.adamw: bad value {'lr': 0.001}; allowed: a mapping with exactly the keys lr and wd",
+        ),
+        (
+            with_(space=dict(BASE["space"], vit_c_tiny={"adamw": {"lr": 0, "wd": 0.05}})),
+            "space.vit_c_tiny.adamw.lr: bad value [0, 0]; allowed: low > 0",
+        ),
+        (
+            with_(space=dict(BASE["space"], vit_c_tiny={"adamw": {"lr": float("nan"), "wd": 0.05}})),
+            "space.vit_c_tiny.adamw.lr: bad value [nan, nan]; allowed: finite numbers",
+        ),
+        (
+            with_(space=dict(BASE["space"], vit_c_tiny={"sgd": {"lr": 0.1, "wd": "1e-5"}})),
+            "space.vit_c_tiny.sgd.wd: bad value '1e-5'; allowed: [low, high]",
+        ),
+    ],
+)
 def test_every_bad_input_is_rejected_by_name(raw, message):
     with pytest.raises(SpecError) as info:
         parse_spec(raw)
@@ -82,6 +111,7 @@ def test_every_bad_input_is_rejected_by_name(raw, message):
 
 def test_unreadable_resources_for_this_machine(tmp_path):
     from hpstudy.commands import check_local_resources
+
     spec = parse_spec(with_(resources={"cpu": 1, "gpu": 1}))
     with pytest.raises(SpecError, match="resources.gpu: bad value 1; allowed: <= 0"):
         check_local_resources(spec, num_cpus=2)
@@ -117,8 +147,7 @@ def test_paired_models_share_samples_unpaired_do_not():
 
 
 def test_sobol_and_grid_samplers():
-    sobol = np.log(np.array(sample_box(parse_spec(with_(sampler="sobol", samples=16)),
-                                       "vit_p_tiny", "adamw", 2)))
+    sobol = np.log(np.array(sample_box(parse_spec(with_(sampler="sobol", samples=16)), "vit_p_tiny", "adamw", 2)))
     # a scrambled Sobol set of 16 puts exactly one point in each of 16 strips of log lr
     strips = np.floor((sobol[:, 0] - np.log(1e-4)) / (np.log(1e-2) - np.log(1e-4)) * 16)
     assert sorted(strips.astype(int).tolist()) == list(range(16))
@@ -128,29 +157,30 @@ def test_sobol_and_grid_samplers():
 
 
 def test_single_value_range_fixes_the_value():
-    spec = parse_spec(with_(samples=1, space={"adamw": {"lr": 1e-3, "wd": 0.05},
-                                              "sgd": {"lr": 0.1, "wd": 1e-5}}))
+    spec = parse_spec(with_(samples=1, space={"adamw": {"lr": 1e-3, "wd": 0.05}, "sgd": {"lr": 0.1, "wd": 1e-5}}))
     assert sample_box(spec, "vit_p_tiny", "adamw", 2) == [pytest.approx((1e-3, 0.05))]
 
 
 def test_model_keys_come_before_family_keys_and_optimizer_boxes():
-    space = dict(BASE["space"], vit_c_tiny={"sgd": {"lr": 0.2, "wd": 2e-5}},
-                 cnn_tiny={"adamw": {"lr": 5e-3, "wd": [0.02, 0.04]}})
+    space = dict(
+        BASE["space"], vit_c_tiny={"sgd": {"lr": 0.2, "wd": 2e-5}}, cnn_tiny={"adamw": {"lr": 5e-3, "wd": [0.02, 0.04]}}
+    )
     spec = parse_spec(with_(space=space))
-    assert spec.box("vit_c_tiny", "sgd") == Box(lr=(0.2, 0.2), wd=(2e-5, 2e-5))      # the model's own
+    assert spec.box("vit_c_tiny", "sgd") == Box(lr=(0.2, 0.2), wd=(2e-5, 2e-5))  # the model's own
     assert spec.box("vit_c_tiny", "adamw") == Box(lr=(1e-4, 1e-2), wd=(0.01, 0.5))  # none of its own: adamw's
-    assert spec.box("cnn_tiny", "adamw") == Box(lr=(5e-3, 5e-3), wd=(0.02, 0.04))   # before the cnn family's
+    assert spec.box("cnn_tiny", "adamw") == Box(lr=(5e-3, 5e-3), wd=(0.02, 0.04))  # before the cnn family's
     assert spec.box("vit_p_tiny", "sgd") == Box(lr=(0.01, 1.0), wd=(1e-5, 1e-4))
     # a model key for a model the study does not train is allowed (like a family key)
-    assert parse_spec(with_(space=dict(space, vit_p_1gf={"adamw": {"lr": 1e-3, "wd": 0.1}}))).models == \
-        spec.models
+    assert parse_spec(with_(space=dict(space, vit_p_1gf={"adamw": {"lr": 1e-3, "wd": 0.1}}))).models == spec.models
 
 
 def test_model_key_in_yaml_with_scalar_fixed_points(tmp_path):
     path = tmp_path / "s.yaml"
-    path.write_text("name: s\ndataset: {name: digits}\nmodels: [vit_p_tiny, vit_c_tiny]\noptimizers: [adamw]\n"
-                    "epochs: [2, 4]\nsamples: 1\nseeds: [0, 1, 2]\nspace:\n  adamw: {lr: 1e-3, wd: 0.05}\n"
-                    "  vit_p_tiny:\n    adamw: {lr: 5.0e-4, wd: 0.1}\n  vit_c_tiny:\n    adamw: {lr: 2e-3, wd: 0.05}\n")
+    path.write_text(
+        "name: s\ndataset: {name: digits}\nmodels: [vit_p_tiny, vit_c_tiny]\noptimizers: [adamw]\n"
+        "epochs: [2, 4]\nsamples: 1\nseeds: [0, 1, 2]\nspace:\n  adamw: {lr: 1e-3, wd: 0.05}\n"
+        "  vit_p_tiny:\n    adamw: {lr: 5.0e-4, wd: 0.1}\n  vit_c_tiny:\n    adamw: {lr: 2e-3, wd: 0.05}\n"
+    )
     trials = expand(load_spec(str(path)))
     points = {}
     for t in trials:

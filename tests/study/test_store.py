@@ -5,9 +5,9 @@ import pytest
 from hpstudy.study.store import write_trial
 from hpstudy.study.store_compaction import compact
 from hpstudy.study.store_read import load_epochs, load_trials, stored_keys
-from tests.helpers import epoch_row, row
 from hpstudy.trainers.errors import SchemaError
 from hpstudy.trainers.schema import EPOCH_SCHEMA, TRIAL_SCHEMA
+from tests.helpers import epoch_row, row
 
 
 def test_layout_and_pandas_reads_the_hive_tree(tmp_path):
@@ -65,13 +65,16 @@ def test_compact_keeps_what_readers_see(tmp_path):
     write_trial(root, "other", row("x"))
     before, before_epochs = load_trials(root), load_epochs(root)
     counts = compact(root, "s")
-    assert {t: (c["files"], c["merged_rows"], c["deleted_files"]) for t, c in counts.items()} == \
-        {"trials": (6, 6, 6), "epochs": (6, 6, 6)}
+    assert {t: (c["files"], c["merged_rows"], c["deleted_files"]) for t, c in counts.items()} == {
+        "trials": (6, 6, 6),
+        "epochs": (6, 6, 6),
+    }
     assert len(list((tmp_path / "trials/study=s").iterdir())) == 1
     after = load_trials(root)
     key = ["study", "trial_key"]
-    pd.testing.assert_frame_equal(before.sort_values(key).reset_index(drop=True),
-                                  after.sort_values(key).reset_index(drop=True))
+    pd.testing.assert_frame_equal(
+        before.sort_values(key).reset_index(drop=True), after.sort_values(key).reset_index(drop=True)
+    )
     assert len(load_epochs(root)) == len(before_epochs)
     assert len(pd.read_parquet(root + "/trials")) == 7
     # a trial stored after compaction (e.g. a failed one retried) supersedes the compacted row
@@ -91,10 +94,13 @@ def test_s3_store_round_trip(s3_root):
     assert sorted(load_trials(s3_root)["trial_key"]) == ["a", "b"]
 
 
-@pytest.mark.parametrize("change,message", [
-    ({"top1_error": 1.0}, "trial row: unknown key 'top1_error'"),
-    ({"drop": "wall_s"}, "trial row: missing key 'wall_s'"),
-])
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        ({"top1_error": 1.0}, "trial row: unknown key 'top1_error'"),
+        ({"drop": "wall_s"}, "trial row: missing key 'wall_s'"),
+    ],
+)
 def test_a_row_with_an_unknown_or_missing_key_is_refused_naming_it(change, message, tmp_path):
     bad = row("a")
     bad.pop(change.pop("drop", None), None)
@@ -103,4 +109,4 @@ def test_a_row_with_an_unknown_or_missing_key_is_refused_naming_it(change, messa
         write_trial(str(tmp_path), "s", bad)
     with pytest.raises(SchemaError, match="epoch row: unknown key 'loss'"):
         write_trial(str(tmp_path), "s", row("b"), [dict(epoch_row(epoch=1), loss=1.0)])
-    assert not (tmp_path / "trials").exists()   # nothing half-stored
+    assert not (tmp_path / "trials").exists()  # nothing half-stored

@@ -45,8 +45,8 @@ def test_a_trial_rewrite_that_fails_halfway_keeps_the_old_trial(table, tmp_path,
     with pytest.raises(StoreFault, match=f"cannot write .*{table}/study=s/a.parquet.*No space left"):
         write_trial(str(root), "s", _row("a", 5.0), epochs)
     monkeypatch.undo()
-    assert seen == [[12.0]]                       # mid-write, readers see the old row only
-    assert _files(root) == before                 # no temporary file left behind
+    assert seen == [[12.0]]  # mid-write, readers see the old row only
+    assert _files(root) == before  # no temporary file left behind
     assert load_trials(str(root), "s")["top1_err"].tolist() == [12.0]
     assert load_epochs(str(root), "s")["train_loss"].tolist() == [2.0]
 
@@ -86,8 +86,11 @@ def test_a_spec_record_rewrite_that_fails_halfway_keeps_the_old_record(tmp_path,
             return HalfStream(self.fs.open_output_stream(path, *args, **kwargs))
 
     open_root = hpstudy.study.store_spec_record.open_root
-    monkeypatch.setattr(hpstudy.study.store_spec_record, "open_root",
-                        lambda r: (HalfWritingFileSystem(open_root(r)[0]), open_root(r)[1]))
+    monkeypatch.setattr(
+        hpstudy.study.store_spec_record,
+        "open_root",
+        lambda r: (HalfWritingFileSystem(open_root(r)[0]), open_root(r)[1]),
+    )
     with pytest.raises(StoreFault, match="Input/output error"):
         write_spec_record(root, "s", {"samples": 16}, 32, ["k1"])
     monkeypatch.undo()

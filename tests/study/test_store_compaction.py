@@ -24,29 +24,37 @@ def _store(root: str) -> None:
     """12 trials: 9 ok/diverged with epochs, 2 failed, and one failed then rerun ok (two files over
     time for one key: the ok row must win)."""
     for i in range(9):
-        write_trial(root, "s", row(f"t{i}", "diverged" if i == 4 else "ok", 10.0 + i),
-                    [epoch_row(epoch=e, train_loss=float(i * 10 + e)) for e in (1, 2)])
+        write_trial(
+            root,
+            "s",
+            row(f"t{i}", "diverged" if i == 4 else "ok", 10.0 + i),
+            [epoch_row(epoch=e, train_loss=float(i * 10 + e)) for e in (1, 2)],
+        )
     for i in (9, 10):
         write_trial(root, "s", row(f"t{i}", "failed", None))
     write_trial(root, "s", row("t11", "failed", None, when="2026-11-29T09:00:00+00:00"))
-    write_trial(root, "s", row("t11", "ok", 3.0, when="2026-11-29T11:00:00+00:00"),
-                [epoch_row(epoch=1, train_loss=0.5)])
+    write_trial(
+        root, "s", row("t11", "ok", 3.0, when="2026-11-29T11:00:00+00:00"), [epoch_row(epoch=1, train_loss=0.5)]
+    )
 
 
 def _readers(root: str) -> dict:
     """What each reader a user has sees, in a comparable form."""
-    by_key = lambda frame: frame.sort_values(["trial_key"] + (["epoch"] if "epoch" in frame else []),
-                                             ignore_index=True)
+    by_key = lambda frame: frame.sort_values(["trial_key"] + (["epoch"] if "epoch" in frame else []), ignore_index=True)
     pandas_rows = pd.read_parquet(os.path.join(root, "trials"))
     dataset_rows = pads.dataset(os.path.join(root, "trials"), format="parquet", partitioning="hive").to_table()
-    return {"load_trials": by_key(load_trials(root, "s")), "load_epochs": by_key(load_epochs(root, "s")),
-            "pandas": by_key(pandas_rows.assign(study=pandas_rows["study"].astype(str))),
-            "dataset_keys": sorted(dataset_rows.column("trial_key").to_pylist())}
+    return {
+        "load_trials": by_key(load_trials(root, "s")),
+        "load_epochs": by_key(load_epochs(root, "s")),
+        "pandas": by_key(pandas_rows.assign(study=pandas_rows["study"].astype(str))),
+        "dataset_keys": sorted(dataset_rows.column("trial_key").to_pylist()),
+    }
 
 
 def _same(a: pd.DataFrame, b: pd.DataFrame) -> None:
-    pd.testing.assert_frame_equal(a[sorted(a.columns)], b[sorted(b.columns)], check_dtype=False,
-                                  check_categorical=False)
+    pd.testing.assert_frame_equal(
+        a[sorted(a.columns)], b[sorted(b.columns)], check_dtype=False, check_categorical=False
+    )
 
 
 def _parquet_files(root: str, table: str) -> list:
@@ -70,7 +78,7 @@ def test_compaction_merges_finished_trials_into_one_file_and_every_reader_sees_t
     files = _parquet_files(root, "trials")
     assert len(files) == 3 and {"t9.parquet", "t10.parquet"} < set(files)
     assert len(_parquet_files(root, "epochs")) == 1
-    assert compact(root, "s")["trials"]["deleted_files"] == 0          # compacting again changes nothing
+    assert compact(root, "s")["trials"]["deleted_files"] == 0  # compacting again changes nothing
 
 
 _KILLER = textwrap.dedent("""
@@ -106,8 +114,9 @@ def _kill_compaction_then_compact(root: str, point: str, nth: int) -> None:
     exactly once, and after the next compaction (every run starts with one) every reader sees the
     rows of before."""
     before = _readers(root)
-    killed = subprocess.run([sys.executable, "-c", _KILLER, root, point, str(nth)], cwd=REPO,
-                            capture_output=True, text=True, timeout=120)
+    killed = subprocess.run(
+        [sys.executable, "-c", _KILLER, root, point, str(nth)], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     mid = _readers(root)
     _same(mid["load_trials"], before["load_trials"])
@@ -138,8 +147,10 @@ def test_a_compaction_killed_beside_an_earlier_merged_file_loses_and_duplicates_
     root = str(tmp_path / "store")
     _store(root)
     compact(root, "s")
-    earlier = {table: [name for name in _parquet_files(root, table) if name.startswith("compact-")]
-               for table in ("trials", "epochs")}
+    earlier = {
+        table: [name for name in _parquet_files(root, table) if name.startswith("compact-")]
+        for table in ("trials", "epochs")
+    }
     for i in (12, 13):
         write_trial(root, "s", row(f"t{i}", "ok", 20.0 + i), [epoch_row(epoch=1, train_loss=float(i))])
     _kill_compaction_then_compact(root, point, nth)
@@ -169,8 +180,11 @@ def test_a_compaction_merges_only_what_was_stored_since_the_last_one(tmp_path):
     root = str(tmp_path / "store")
     _store(root)
     compact(root, "s")
-    first = {name: os.stat(os.path.join(root, "trials/study=s", name)).st_mtime_ns
-             for name in _parquet_files(root, "trials") if name.startswith("compact-")}
+    first = {
+        name: os.stat(os.path.join(root, "trials/study=s", name)).st_mtime_ns
+        for name in _parquet_files(root, "trials")
+        if name.startswith("compact-")
+    }
     for i in (12, 13):
         write_trial(root, "s", row(f"t{i}", "ok", 20.0 + i), [epoch_row(epoch=1, train_loss=float(i))])
     before = _readers(root)

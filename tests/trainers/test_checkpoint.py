@@ -9,22 +9,30 @@ from hpstudy.study.runner import run_study
 from hpstudy.study.sampling import expand
 from hpstudy.study.spec import SpecError, parse_spec
 from hpstudy.study.store_read import load_trials
-from tests.helpers import small_spec
-from hpstudy.trainers.init_file import file_sha256
 from hpstudy.trainers.config import TrialConfig
 from hpstudy.trainers.errors import ConfigError
 from hpstudy.trainers.fused import check_fusable
+from hpstudy.trainers.init_file import file_sha256
 from hpstudy.trainers.models import build_model
 from hpstudy.trainers.trial import Trainer, train_trial
+from tests.helpers import small_spec
 
 MODEL = "coatnet_tiny_cctt"
 HEAD = ("head.fc.weight", "head.fc.bias")
 
 
 def _config(classes: int = 4, image_size: int = 16, **changes) -> dict:
-    return {"model": MODEL, "optimizer": "adamw", "epochs": 1, "lr": 1e-3, "wd": 0.05, "device": "cpu",
-            "batch_size": 32, "dataset": dict(name="synthetic", image_size=image_size, num_classes=classes,
-                                              n_train=32, n_val=32), **changes}
+    return {
+        "model": MODEL,
+        "optimizer": "adamw",
+        "epochs": 1,
+        "lr": 1e-3,
+        "wd": 0.05,
+        "device": "cpu",
+        "batch_size": 32,
+        "dataset": dict(name="synthetic", image_size=image_size, num_classes=classes, n_train=32, n_val=32),
+        **changes,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -48,13 +56,13 @@ def test_a_checkpoint_loads_and_the_head_is_reinitialised_only_for_another_class
     same = Trainer(TrialConfig.from_dict(_config(init=path)))
     assert same.head_reinit is False and _equal(same.model.state_dict(), state, state)
     other = Trainer(TrialConfig.from_dict(_config(classes=7, init=path)))
-    torch.manual_seed(0)                      # the trial's seed: its head is the one built for it
+    torch.manual_seed(0)  # the trial's seed: its head is the one built for it
     fresh = build_model(MODEL, 7, 16).state_dict()
     body = [k for k in state if k not in HEAD]
     assert other.head_reinit is True and _equal(other.model.state_dict(), state, body)
     assert _equal(other.model.state_dict(), fresh, HEAD)
     assert other.cfg.init_sha256 == file_sha256(path)
-    larger = Trainer(TrialConfig.from_dict(_config(image_size=32, init=path)))   # timm resizes the 16 px tables
+    larger = Trainer(TrialConfig.from_dict(_config(image_size=32, init=path)))  # timm resizes the 16 px tables
     assert larger.head_reinit is False and _equal(larger.model.state_dict(), state, HEAD)
 
 
@@ -64,12 +72,12 @@ def test_rows_say_which_checkpoint_and_whether_the_head_was_reinitialised(checkp
     assert row["init_sha256"] == file_sha256(checkpoint[2]) and row["init_sha256"] in row["config_json"]
     scratch = TrialConfig.from_dict(_config())
     assert Trainer(scratch).head_reinit is None and scratch.row_fields()["init_sha256"] is None
-    assert "init" not in scratch.to_json()          # trial keys of stores without fine-tuning stay
+    assert "init" not in scratch.to_json()  # trial keys of stores without fine-tuning stay
 
 
 def test_freeze_keeps_the_leading_groups_and_their_batchnorm_statistics(checkpoint):
     state, path = checkpoint[0], checkpoint[1]
-    trainer = Trainer(TrialConfig.from_dict(_config(init=path, freeze=2)))    # the stem and stage S1
+    trainer = Trainer(TrialConfig.from_dict(_config(init=path, freeze=2)))  # the stem and stage S1
     trainer.train_epoch()
     after = trainer.model.state_dict()
     kept = [k for k in state if k.startswith(("stem.", "stages.0.")) and not k.endswith("num_batches_tracked")]
@@ -79,8 +87,11 @@ def test_freeze_keeps_the_leading_groups_and_their_batchnorm_statistics(checkpoi
 
 
 def test_a_checkpoint_that_does_not_fit_names_the_first_mismatched_keys(checkpoint, tmp_path):
-    with pytest.raises(ConfigError, match=r"init: '.*tiny.pt' does not fit model coatnet_tiny_cttt: missing "
-                                          r"stages\.1\.blocks\.0\.norm1.*\(\+\d+ more\); unexpected stages\.1"):
+    with pytest.raises(
+        ConfigError,
+        match=r"init: '.*tiny.pt' does not fit model coatnet_tiny_cttt: missing "
+        r"stages\.1\.blocks\.0\.norm1.*\(\+\d+ more\); unexpected stages\.1",
+    ):
         Trainer(TrialConfig.from_dict(_config(model="coatnet_tiny_cttt", init=checkpoint[1])))
     junk = tmp_path / "junk.pt"
     junk.write_text("not a checkpoint")
@@ -92,12 +103,15 @@ def test_a_checkpoint_that_does_not_fit_names_the_first_mismatched_keys(checkpoi
         Trainer(TrialConfig.from_dict(_config(init=checkpoint[1], init_sha256="0" * 64)))
 
 
-@pytest.mark.parametrize("changes, message", [
-    (dict(freeze=1), r"freeze: bad value 1 for model coatnet_tiny_cctt; allowed: 0 without init"),
-    (dict(init="/x.pt", freeze=6), r"freeze: bad value 6 .*allowed: an integer in \[0, 5\]"),
-    (dict(init=""), r"init: bad value ''; allowed: null \(from scratch\) or the path"),
-    (dict(init_sha256="ab" * 32), r"init_sha256: bad value .*allowed: null, or 64 lower-case hex digits with init"),
-])
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        (dict(freeze=1), r"freeze: bad value 1 for model coatnet_tiny_cctt; allowed: 0 without init"),
+        (dict(init="/x.pt", freeze=6), r"freeze: bad value 6 .*allowed: an integer in \[0, 5\]"),
+        (dict(init=""), r"init: bad value ''; allowed: null \(from scratch\) or the path"),
+        (dict(init_sha256="ab" * 32), r"init_sha256: bad value .*allowed: null, or 64 lower-case hex digits with init"),
+    ],
+)
 def test_bad_fine_tuning_fields_are_named(changes, message):
     with pytest.raises(ConfigError, match=message):
         TrialConfig.from_dict(_config(**changes))
@@ -129,19 +143,30 @@ def test_a_relative_init_is_refused_when_the_spec_is_read(tmp_path, monkeypatch,
     """Ray runs trials in other working directories: a relative path that is a file here names nothing there."""
     torch.save({"w": torch.zeros(2)}, tmp_path / "ck.pt")
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(SpecError, match=r"^recipe\.init: bad value 'ck\.pt' \(a relative path.*\); allowed: an "
-                                        r"absolute path every worker can read"):
+    with pytest.raises(
+        SpecError,
+        match=r"^recipe\.init: bad value 'ck\.pt' \(a relative path.*\); allowed: an "
+        r"absolute path every worker can read",
+    ):
         parse_spec(small_spec(recipe=dict(small_spec()["recipe"], init="ck.pt")), check_paths=check_paths)
 
 
 @pytest.mark.slow
 def test_a_fine_tuning_study_runs_from_a_checkpoint_trained_here(tmp_path, capsys):
     pretrain = Trainer(TrialConfig.from_dict(_config()))
-    pretrain.run_epoch()                                       # a 4-class synthetic pretraining epoch
+    pretrain.run_epoch()  # a 4-class synthetic pretraining epoch
     path = str(tmp_path / "pretrained.safetensors")
     save_file(pretrain.model.state_dict(), path)
-    spec = parse_spec(small_spec(name="finetune", models=[MODEL], optimizers=["adamw"], samples=2, fuse="auto",
-                                 recipe={"batch_size": 64, "device": "cpu", "init": path, "freeze": 1}))
+    spec = parse_spec(
+        small_spec(
+            name="finetune",
+            models=[MODEL],
+            optimizers=["adamw"],
+            samples=2,
+            fuse="auto",
+            recipe={"batch_size": 64, "device": "cpu", "init": path, "freeze": 1},
+        )
+    )
     ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
     try:
         run_study(spec, str(tmp_path / "store"), progress_interval=1)
@@ -150,5 +175,5 @@ def test_a_fine_tuning_study_runs_from_a_checkpoint_trained_here(tmp_path, capsy
     assert "fuse auto: no fusion: init" in capsys.readouterr().out
     rows = load_trials(str(tmp_path / "store"), "finetune")
     assert set(rows["trial_key"]) == {t.key for t in expand(spec)} and len(rows) == 2
-    assert (rows["status"] == "ok").all() and rows["head_reinit"].tolist() == [True, True]   # digits: 10 classes
+    assert (rows["status"] == "ok").all() and rows["head_reinit"].tolist() == [True, True]  # digits: 10 classes
     assert set(rows["init_sha256"]) == {file_sha256(path)}

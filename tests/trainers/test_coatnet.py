@@ -8,10 +8,10 @@ from torch import nn
 
 from hpstudy.analysis.figures import generalization_figure, generalization_table, model_style
 from hpstudy.analysis.metric import LeftOutWarning
-from tests.helpers import make_trials
 from hpstudy.trainers.flops import count_flops, model_profile
 from hpstudy.trainers.models import build_model
 from hpstudy.trainers.zoo import get_spec, list_models
+from tests.helpers import make_trials
 
 # Tables 3/4 of the paper (ImageNet-1K, 224 px): (GFLOPs, M params).
 PAPER = {"coatnet_0": (4.2, 25), "coatnet_1": (8.4, 42), "coatnet_2": (15.7, 75), "coatnet_3": (34.7, 168)}
@@ -25,8 +25,9 @@ def _within_table_tolerance(counted_gflops: float, published: float) -> bool:
     return abs(counted_gflops - published) <= 0.03 * published + 0.05
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=[] if n == "coatnet_0" else pytest.mark.slow)
-                                  for n in sorted(PAPER)])
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=[] if n == "coatnet_0" else pytest.mark.slow) for n in sorted(PAPER)]
+)
 def test_coatnet_counts_match_the_paper(name):
     gflops, mparams = PAPER[name]
     flops, params = model_profile(name, 1000, 224)
@@ -47,7 +48,7 @@ def test_timms_default_down_sampling_is_the_papers_table_9_variant(name):
 
 def _stage_kinds(model: MaxxVit) -> str:
     kinds = [{type(block) for block in stage.blocks} for stage in model.stages]
-    assert all(len(k) == 1 for k in kinds), kinds           # a stage is all conv or all attention
+    assert all(len(k) == 1 for k in kinds), kinds  # a stage is all conv or all attention
     return "".join("t" if k == {TransformerBlock2d} else "c" for k in kinds)
 
 
@@ -55,10 +56,13 @@ def _stage_kinds(model: MaxxVit) -> str:
 SPREAD = {224: 1.10, 32: 1.10, 16: 1.09}
 
 
-@pytest.mark.parametrize("prefix, vit_rel, sizes", [
-    pytest.param("coatnet_0", "vit_rel", (224,), marks=pytest.mark.slow),
-    ("coatnet_tiny", "vit_rel_tiny", (32, 16)),          # the tiny twins' size, and digits'
-])
+@pytest.mark.parametrize(
+    "prefix, vit_rel, sizes",
+    [
+        pytest.param("coatnet_0", "vit_rel", (224,), marks=pytest.mark.slow),
+        ("coatnet_tiny", "vit_rel_tiny", (32, 16)),  # the tiny twins' size, and digits'
+    ],
+)
 def test_layouts_have_their_blocks_and_flops_within_ten_percent(prefix, vit_rel, sizes):
     names = [f"{prefix}_{layout}" for layout in LAYOUTS] + [vit_rel]
     classes = 1000 if prefix == "coatnet_0" else 10
@@ -75,8 +79,7 @@ def test_layouts_have_their_blocks_and_flops_within_ten_percent(prefix, vit_rel,
 def test_the_cctt_layout_is_coatnet_0():
     with torch.device("meta"):
         layout, coatnet = build_model("coatnet_0_cctt"), build_model("coatnet_0")
-    assert ({k: v.shape for k, v in layout.state_dict().items()}
-            == {k: v.shape for k, v in coatnet.state_dict().items()})
+    assert {k: v.shape for k, v in layout.state_dict().items()} == {k: v.shape for k, v in coatnet.state_dict().items()}
 
 
 def test_feature_maps_shrink_to_7_px_at_224_and_2_px_for_the_32_px_twins():
@@ -91,28 +94,32 @@ def test_vit_rel_is_a_vit_stem_with_relative_attention():
         model = build_model("vit_rel")
     block = model.blocks[0]
     assert model.cls_token is None and model.global_pool == "avg"
-    assert model.patch_embed.grid_size == (14, 14)             # CoAtNet-0's S3 grid
+    assert model.patch_embed.grid_size == (14, 14)  # CoAtNet-0's S3 grid
     assert block.attn.head_dim == 32 and block.attn.rel_pos is not None
-    assert isinstance(block.ls1, nn.Identity)                  # no LayerScale, as CoAtNet's blocks
+    assert isinstance(block.ls1, nn.Identity)  # no LayerScale, as CoAtNet's blocks
 
 
 def test_families_have_their_own_line_styles_and_panels_distinct_colours():
     assert {get_spec(n).family for n in list_models()} >= {"coatnet", "vit_rel"}
-    lines = {family: model_style(list_models(family)[0])["linestyle"]
-             for family in ("vit_p", "vit_c", "cnn", "coatnet", "vit_rel")}
+    lines = {
+        family: model_style(list_models(family)[0])["linestyle"]
+        for family in ("vit_p", "vit_c", "cnn", "coatnet", "vit_rel")
+    }
     assert len({str(style) for style in lines.values()}) == 5
     for size in ("tiny", "4gf"):
         panel = [n for n in list_models() if get_spec(n).size == size]
-        assert len({model_style(n)["color"] for n in panel if get_spec(n).family in ("coatnet", "vit_rel")}) \
-            == len([n for n in panel if get_spec(n).family in ("coatnet", "vit_rel")])
-    for layout in LAYOUTS:      # a tiny twin is drawn in its 224 px twin's colour
+        assert len({model_style(n)["color"] for n in panel if get_spec(n).family in ("coatnet", "vit_rel")}) == len(
+            [n for n in panel if get_spec(n).family in ("coatnet", "vit_rel")]
+        )
+    for layout in LAYOUTS:  # a tiny twin is drawn in its 224 px twin's colour
         assert model_style(f"coatnet_tiny_{layout}")["color"] == model_style(f"coatnet_0_{layout}")["color"]
 
 
 def test_the_generalization_figure_leaves_out_diverged_trials_and_says_so():
     trials = make_trials(models=("coatnet_tiny_cctt", "vit_rel_tiny"), optimizers=("adamw",), n=10, seed=3)
-    trials = trials.assign(family=trials["model"].map(lambda m: get_spec(m).family),
-                           train_loss=np.linspace(0.01, 1.0, len(trials)))
+    trials = trials.assign(
+        family=trials["model"].map(lambda m: get_spec(m).family), train_loss=np.linspace(0.01, 1.0, len(trials))
+    )
     diverged = int((trials["status"] == "diverged").sum())
     assert diverged
     with pytest.warns(LeftOutWarning, match=f"generalization_table: left out {diverged} of 20 counted rows"):

@@ -14,8 +14,11 @@ def _write_fake_cifar10(folder, n_per_batch=20):
     folder.mkdir(parents=True)
     rng = np.random.default_rng(0)
     for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
-        batch = {b"data": rng.integers(0, 256, (n_per_batch, 3072), dtype=np.uint8),
-                 b"labels": rng.integers(0, 10, n_per_batch).tolist(), b"batch_label": name.encode()}
+        batch = {
+            b"data": rng.integers(0, 256, (n_per_batch, 3072), dtype=np.uint8),
+            b"labels": rng.integers(0, 10, n_per_batch).tolist(),
+            b"batch_label": name.encode(),
+        }
         with open(folder / name, "wb") as f:
             pickle.dump(batch, f)
     return batch
@@ -42,9 +45,10 @@ def test_cifar10_reads_the_real_pickle_format(tmp_path):
     assert x.shape == (8, 3, 32, 32) and x.dtype == torch.float32 and y.shape == (8,)
 
 
-@pytest.mark.parametrize("name,layout", [("cifar10", "cifar-10-batches-py"),
-                                         ("cifar100", "cifar-100-python"),
-                                         ("imagefolder", "train/<class>")])
+@pytest.mark.parametrize(
+    "name,layout",
+    [("cifar10", "cifar-10-batches-py"), ("cifar100", "cifar-100-python"), ("imagefolder", "train/<class>")],
+)
 def test_missing_path_names_path_and_layout(name, layout, tmp_path):
     missing = tmp_path / "nowhere"
     with pytest.raises(DataError) as info:
@@ -80,7 +84,7 @@ def test_imagefolder_loads_with_paper_transforms(tmp_path):
     assert x.shape == (4, 3, 32, 32)
     vx, _ = next(iter(data.val_loader(8)))
     assert vx.shape == (8, 3, 32, 32)
-    assert x.dtype == torch.uint8 and vx.dtype == torch.uint8   # workers send uint8, not float32
+    assert x.dtype == torch.uint8 and vx.dtype == torch.uint8  # workers send uint8, not float32
     assert load_data(DataSpec("imagefolder", path=str(tmp_path), image_size=32), num_workers=0) is data
 
 
@@ -109,7 +113,7 @@ def test_random_crop_takes_the_window_at_each_samples_offset():
 def test_epochs_flip_each_sample_independently_and_reproducibly():
     n = 64
     x = torch.randint(0, 256, (n, 3, 6, 6), dtype=torch.uint8)
-    y = torch.arange(n)   # the label names the image
+    y = torch.arange(n)  # the label names the image
     data = TensorData(x, y, x[:4], y[:4], n, (0.5,) * 3, (0.25,) * 3, flip=True)
     batches = list(TensorEpochs(data, 16, torch.Generator().manual_seed(0)))
     assert len(batches) == 4 and sorted(torch.cat([b[1] for b in batches]).tolist()) == list(range(n))
@@ -119,14 +123,14 @@ def test_epochs_flip_each_sample_independently_and_reproducibly():
             same, mirrored = torch.equal(image, x[label]), torch.equal(image, x[label].flip(2))
             assert same or mirrored
             flipped.append(mirrored and not same)
-    assert 16 < sum(flipped) < 48          # about half, drawn per sample
+    assert 16 < sum(flipped) < 48  # about half, drawn per sample
     again = list(TensorEpochs(data, 16, torch.Generator().manual_seed(0)))
     assert all(torch.equal(a[0], b[0]) for a, b in zip(batches, again))
 
 
 def test_device_batches_normalise_on_the_device_and_leave_the_data_alone():
     x = torch.randint(0, 256, (32, 3, 8, 8), dtype=torch.uint8)
-    y = torch.arange(32)   # the label names the image
+    y = torch.arange(32)  # the label names the image
     data = TensorData(x, y, x[:8], y[:8], 32, (0.4, 0.5, 0.6), (0.2, 0.25, 0.3))
     view = DeviceBatches(data, torch.device("cpu"), torch.float64)
     xb, yb = next(view.train(8, torch.Generator().manual_seed(0)))
@@ -144,8 +148,9 @@ def test_moving_cached_data_to_a_device_leaves_the_cached_load_alone():
     data = load_data(spec)
     pixels = data.train_x.clone()
     moved = data.to("meta")
-    assert moved is not data and {t.device.type for t in (moved.train_x, moved.train_y, moved.val_x, moved.val_y)} \
-        == {"meta"}
+    assert moved is not data and {t.device.type for t in (moved.train_x, moved.train_y, moved.val_x, moved.val_y)} == {
+        "meta"
+    }
     assert (moved.mean, moved.std, moved.num_classes) == (data.mean, data.std, data.num_classes)
     assert load_data(spec) is data and data.train_x.device.type == "cpu" and torch.equal(data.train_x, pixels)
-    assert data.to("cpu") is data                      # already there: nothing to copy
+    assert data.to("cpu") is data  # already there: nothing to copy

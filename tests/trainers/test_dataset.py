@@ -14,7 +14,7 @@ from hpstudy.trainers.prepared import PreparedData, prepare
 from tests.helpers import image_folder
 
 MEMBERS = {"num_classes", "mean", "std", "num_train", "to", "steps_per_epoch", "train_loader", "val_loader"}
-PER_CLASS = 5       # images per class and split in the image folder (two classes)
+PER_CLASS = 5  # images per class and split in the image folder (two classes)
 BATCH = 4
 
 
@@ -26,10 +26,12 @@ def datasets(tmp_path_factory):
     prepare(folder, str(root / "prepared"), train_size=20, image_size=16, workers=1, progress=None)
     images = DataSpec("imagefolder", path=folder, image_size=16)
     n_val = 2 * PER_CLASS
-    return {TensorData: (load_data(DataSpec("synthetic", num_classes=3, n_train=19, n_val=7, image_size=8)), 8, 7),
-            LoaderData: (load_data(images, num_workers=0), 16, n_val),
-            DeviceDecodeData: (load_data(images, num_workers=0, decode_on_device=True), 16, n_val),
-            PreparedData: (load_data(DataSpec("prepared", path=str(root / "prepared"), image_size=16)), 16, n_val)}
+    return {
+        TensorData: (load_data(DataSpec("synthetic", num_classes=3, n_train=19, n_val=7, image_size=8)), 8, 7),
+        LoaderData: (load_data(images, num_workers=0), 16, n_val),
+        DeviceDecodeData: (load_data(images, num_workers=0, decode_on_device=True), 16, n_val),
+        PreparedData: (load_data(DataSpec("prepared", path=str(root / "prepared"), image_size=16)), 16, n_val),
+    }
 
 
 CLASSES = [TensorData, LoaderData, DeviceDecodeData, PreparedData]
@@ -37,8 +39,11 @@ CLASSES = [TensorData, LoaderData, DeviceDecodeData, PreparedData]
 
 def _members(protocol) -> set:
     """The attributes, properties and methods a protocol declares."""
-    return set(protocol.__annotations__) | {name for name, value in vars(protocol).items() if not name.startswith("_")
-                                            and (callable(value) or isinstance(value, property))}
+    return set(protocol.__annotations__) | {
+        name
+        for name, value in vars(protocol).items()
+        if not name.startswith("_") and (callable(value) or isinstance(value, property))
+    }
 
 
 def _parameters(method) -> list:
@@ -50,7 +55,7 @@ def _parameters(method) -> list:
 def test_the_protocol_declares_what_the_trainers_use_and_load_data_returns_it():
     assert _members(Dataset) == MEMBERS
     assert typing.get_type_hints(load_data.__wrapped__)["return"] is Dataset
-    assert all(Dataset in cls.__mro__ for cls in CLASSES)          # declared, not only matching
+    assert all(Dataset in cls.__mro__ for cls in CLASSES)  # declared, not only matching
 
 
 @pytest.mark.parametrize("cls", CLASSES, ids=lambda cls: cls.__name__)
@@ -68,8 +73,10 @@ def test_every_dataset_has_the_protocol_s_members_with_its_signatures(cls, datas
 @pytest.mark.parametrize("cls", CLASSES, ids=lambda cls: cls.__name__)
 def test_an_epoch_and_a_validation_pass_are_uint8_nchw_images_with_int64_labels(cls, datasets):
     data, side, n_val = datasets[cls]
-    for loader, count in ((data.train_loader(BATCH, torch.Generator().manual_seed(0)),
-                           data.num_train // BATCH * BATCH), (data.val_loader(BATCH), n_val)):
+    for loader, count in (
+        (data.train_loader(BATCH, torch.Generator().manual_seed(0)), data.num_train // BATCH * BATCH),
+        (data.val_loader(BATCH), n_val),
+    ):
         batches = list(loader)
         for x, y in batches:
             assert x.dtype == torch.uint8 and x.shape[1:] == (3, side, side) and len(x) <= BATCH

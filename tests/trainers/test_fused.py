@@ -11,8 +11,7 @@ from hpstudy.trainers.fused import FusedTrainer, train_fused
 from hpstudy.trainers.trial import Trainer
 
 DATA = {"name": "synthetic", "image_size": 8, "n_train": 64, "n_val": 32, "num_classes": 4}
-BASE = dict(epochs=3, batch_size=16, warmup_epochs=1, min_lr_ratio=0.1, device="cpu", dtype="float64",
-            dataset=DATA)
+BASE = dict(epochs=3, batch_size=16, warmup_epochs=1, min_lr_ratio=0.1, device="cpu", dtype="float64", dataset=DATA)
 
 
 @pytest.fixture(autouse=True)
@@ -24,18 +23,22 @@ def vmap_fallbacks_are_errors():
 
 
 def members(model, optimizer, lrs, wds):
-    return [dict(BASE, model=model, optimizer=optimizer, lr=lr, wd=wd, seed=10 + i)
-            for i, (lr, wd) in enumerate(zip(lrs, wds))]
+    return [
+        dict(BASE, model=model, optimizer=optimizer, lr=lr, wd=wd, seed=10 + i)
+        for i, (lr, wd) in enumerate(zip(lrs, wds))
+    ]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("model", ["vit_p_tiny", "vit_c_tiny", "cnn_tiny"])
-@pytest.mark.parametrize("optimizer,lrs,wds", [("adamw", [1e-3, 4e-3, 2e-4], [0.05, 0.3, 0.0]),
-                                                ("sgd", [0.05, 0.2, 0.01], [1e-4, 1e-5, 0.0])])
+@pytest.mark.parametrize(
+    "optimizer,lrs,wds",
+    [("adamw", [1e-3, 4e-3, 2e-4], [0.05, 0.3, 0.0]), ("sgd", [0.05, 0.2, 0.01], [1e-4, 1e-5, 0.0])],
+)
 def test_each_member_matches_its_trial_alone(model, optimizer, lrs, wds):
     configs = members(model, optimizer, lrs, wds)
     fused = FusedTrainer([TrialConfig.from_dict(c) for c in configs])
-    for _ in range(2):   # 2 epochs x 4 steps: through warmup into the cosine
+    for _ in range(2):  # 2 epochs x 4 steps: through warmup into the cosine
         fused.train_epoch()
     fused_eval = fused.evaluate()
     for k, config in enumerate(configs):
@@ -44,7 +47,7 @@ def test_each_member_matches_its_trial_alone(model, optimizer, lrs, wds):
             alone.train_epoch()
         for name, param in alone.model.named_parameters():
             torch.testing.assert_close(fused.params[name][k], param.detach(), rtol=1e-5, atol=1e-9)
-        for name, buffer in alone.model.named_buffers():   # BatchNorm statistics, per member
+        for name, buffer in alone.model.named_buffers():  # BatchNorm statistics, per member
             torch.testing.assert_close(fused.buffers[name][k], buffer, rtol=1e-5, atol=1e-9)
         assert fused_eval["top1_err"][k] == pytest.approx(alone.evaluate()["top1_err"])
 
@@ -68,7 +71,7 @@ def test_train_fused_returns_one_row_per_member():
     seen = []
     rows = train_fused(configs, on_epoch=lambda records: seen.append(sorted(records)))
     assert [r["status"] for r in rows] == ["ok", "diverged"]
-    assert rows[1]["top1_err"] == pytest.approx(75.0)   # chance error for 4 classes
+    assert rows[1]["top1_err"] == pytest.approx(75.0)  # chance error for 4 classes
     assert rows[0]["epochs_done"] == 3 and seen == [[0], [0], [0]]
     assert [r["lr"] for r in rows] == [1e-3, 1e6] and rows[0]["config_json"] != rows[1]["config_json"]
 
@@ -87,13 +90,13 @@ def test_a_diverged_member_leaves_the_stack_and_the_others_keep_their_numbers():
     trainer = FusedTrainer([TrialConfig.from_dict(c) for c in (keep[0], bad, keep[1])])
     reference = FusedTrainer([TrialConfig.from_dict(c) for c in keep])
     first, ref_first = trainer.run_epoch(), reference.run_epoch()
-    assert sorted(first) == [0, 2] and trainer.k == 2 and trainer.members == [0, 2]   # out of the stack
+    assert sorted(first) == [0, 2] and trainer.k == 2 and trainer.members == [0, 2]  # out of the stack
     assert trainer.diverged(1) and not trainer.diverged(0) and not trainer.diverged(2)
     second, ref_second = trainer.run_epoch(), reference.run_epoch()
-    for (member, ref) in ((0, 0), (2, 1)):
+    for member, ref in ((0, 0), (2, 1)):
         assert first[member]["top1_err"] == ref_first[ref]["top1_err"]
         assert second[member]["train_loss"] == pytest.approx(ref_second[ref]["train_loss"], rel=1e-12)
-    for name in reference.params:   # a stack of 3 then 2 against one of 2: the same up to rounding
+    for name in reference.params:  # a stack of 3 then 2 against one of 2: the same up to rounding
         torch.testing.assert_close(trainer.params[name], reference.params[name], rtol=1e-10, atol=1e-13)
 
 
@@ -121,7 +124,7 @@ def test_a_group_left_with_one_member_goes_on_without_vmap_and_keeps_its_numbers
     keep = members("cnn_tiny", "sgd", [0.05], [1e-4])[0]
     trainer = FusedTrainer([TrialConfig.from_dict(c) for c in (keep, dict(keep, lr=1e6, seed=99))])
     alone = Trainer(TrialConfig.from_dict(keep))
-    assert sorted(trainer.run_epoch()) == [0] and trainer.k == 1          # the other diverged
+    assert sorted(trainer.run_epoch()) == [0] and trainer.k == 1  # the other diverged
     alone.train_epoch()
     monkeypatch.setattr("hpstudy.trainers.fused.vmap", _no_vmap)
     second = trainer.run_epoch()[0]
@@ -146,7 +149,7 @@ def test_bf16_autocast_under_vmap_runs_each_member_as_its_bf16_trial_alone(model
     for k, config in enumerate(configs):
         alone = Trainer(TrialConfig.from_dict(dict(config, amp=True))).train_epoch()["train_loss"]
         assert losses[k] == pytest.approx(alone, rel=2e-2)
-    assert set(fused.evaluate()) == {"top1_err", "top5_err"}      # evaluation runs (in float32)
+    assert set(fused.evaluate()) == {"top1_err", "top5_err"}  # evaluation runs (in float32)
     off = FusedTrainer([TrialConfig.from_dict(dict(c, amp=False)) for c in configs])
     seen.clear()
     head = [m for m in off.base.modules() if isinstance(m, torch.nn.Linear)][-1]
@@ -164,9 +167,11 @@ def test_fuse_auto_takes_an_out_of_memory_while_measuring_as_no_fusion(monkeypat
     from hpstudy.study.sampling import expand
     from hpstudy.study.spec import parse_spec
     from tests.helpers import small_spec
+
     oom = torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
-    error = ray.exceptions.RayTaskError("_measure_fusion", f"Traceback (most recent call last):\n  ...\n"
-                                        f"torch.OutOfMemoryError: {oom}", oom).as_instanceof_cause()
+    error = ray.exceptions.RayTaskError(
+        "_measure_fusion", f"Traceback (most recent call last):\n  ...\ntorch.OutOfMemoryError: {oom}", oom
+    ).as_instanceof_cause()
     asked = []
 
     def remote(**resources):
@@ -186,4 +191,5 @@ def test_fuse_auto_takes_an_out_of_memory_while_measuring_as_no_fusion(monkeypat
     assert capsys.readouterr().out.splitlines() == [
         "fuse auto: cnn_tiny: 3 fused run 2.00x the speed of 3 alone -> fuse 3",
         "fuse auto: vit_c_tiny: no fusion: measuring 3 fused failed (torch.OutOfMemoryError: CUDA out of memory. "
-        "Tried to allocate 2.00 GiB)"]
+        "Tried to allocate 2.00 GiB)",
+    ]

@@ -8,12 +8,12 @@ import weakref
 import pytest
 import torch
 
-from tests.helpers import image_folder
 from hpstudy.trainers.config import TrialConfig
 from hpstudy.trainers.data import DataSpec, DeviceBatches, load_data
 from hpstudy.trainers.loop import configure_device, fit
 from hpstudy.trainers.memory import activation_bytes_per_image, peak_memory_gb
 from hpstudy.trainers.trial import DIVERGENCE_CHECK_EVERY, Trainer
+from tests.helpers import image_folder
 
 SYNTH = {"name": "synthetic", "image_size": 8, "n_train": 64, "n_val": 16, "num_classes": 4}
 
@@ -31,8 +31,17 @@ def test_image_folder_batches_reach_the_training_device(tmp_path):
 
 def test_auto_augment_reaches_the_image_folder_transforms(tmp_path):
     root = image_folder(tmp_path)
-    cfg = dict(model="vit_p_tiny", optimizer="adamw", epochs=1, lr=1e-3, wd=0.0, batch_size=4, device="cpu",
-               num_workers=0, dataset={"name": "imagefolder", "path": root, "image_size": 32})
+    cfg = dict(
+        model="vit_p_tiny",
+        optimizer="adamw",
+        epochs=1,
+        lr=1e-3,
+        wd=0.0,
+        batch_size=4,
+        device="cpu",
+        num_workers=0,
+        dataset={"name": "imagefolder", "path": root, "image_size": 32},
+    )
     with_aa = Trainer(TrialConfig.from_dict(dict(cfg, auto_augment="original")))
     without = Trainer(TrialConfig.from_dict(cfg))
     assert "AutoAugment" in repr(with_aa.batches.data.train_set.transform)
@@ -40,8 +49,21 @@ def test_auto_augment_reaches_the_image_folder_transforms(tmp_path):
 
 
 def test_a_finished_trial_keeps_no_model_optimizer_or_loader_alive():
-    trainer = Trainer(TrialConfig.from_dict(dict(model="cnn_tiny", optimizer="adamw", epochs=1, lr=1e-3, wd=0.0,
-                                                 batch_size=16, ema_decay=0.9, dataset=SYNTH, device="cpu")))
+    trainer = Trainer(
+        TrialConfig.from_dict(
+            dict(
+                model="cnn_tiny",
+                optimizer="adamw",
+                epochs=1,
+                lr=1e-3,
+                wd=0.0,
+                batch_size=16,
+                ema_decay=0.9,
+                dataset=SYNTH,
+                device="cpu",
+            )
+        )
+    )
     refs = [weakref.ref(o) for o in (trainer.model, trainer.optimizer, trainer.ema, trainer.batches)]
     fit(trainer)
     gc.collect()
@@ -52,6 +74,7 @@ def test_loaders_are_built_once_per_trial_and_the_model_and_its_ema_share_each_v
     """Persistent DataLoader workers serve every epoch only if the loaders outlive the epoch; the
     EMA must not decode the validation set a second time."""
     from hpstudy.trainers.data import TensorData
+
     built, passes = [], []
     train_loader, val_loader = TensorData.train_loader, TensorData.val_loader
 
@@ -65,12 +88,29 @@ def test_loaders_are_built_once_per_trial_and_the_model_and_its_ema_share_each_v
             passes.append(len(passes) + 1)
             return iter(self.batches)
 
-    monkeypatch.setattr(TensorData, "train_loader",
-                        lambda self, *a, **k: (built.append("train"), train_loader(self, *a, **k))[1])
-    monkeypatch.setattr(TensorData, "val_loader",
-                        lambda self, *a, **k: (built.append("val"), Passes(val_loader(self, *a, **k)))[1])
-    row, = fit(Trainer(TrialConfig.from_dict(dict(model="cnn_tiny", optimizer="sgd", epochs=3, lr=0.05, wd=0.0,
-                                                  batch_size=16, ema_decay=0.9, dataset=SYNTH, device="cpu"))))
+    monkeypatch.setattr(
+        TensorData, "train_loader", lambda self, *a, **k: (built.append("train"), train_loader(self, *a, **k))[1]
+    )
+    monkeypatch.setattr(
+        TensorData, "val_loader", lambda self, *a, **k: (built.append("val"), Passes(val_loader(self, *a, **k)))[1]
+    )
+    (row,) = fit(
+        Trainer(
+            TrialConfig.from_dict(
+                dict(
+                    model="cnn_tiny",
+                    optimizer="sgd",
+                    epochs=3,
+                    lr=0.05,
+                    wd=0.0,
+                    batch_size=16,
+                    ema_decay=0.9,
+                    dataset=SYNTH,
+                    device="cpu",
+                )
+            )
+        )
+    )
     assert row["epochs_done"] == 3 and None not in [e["ema_top1_err"] for e in row["epoch_log"]]
     assert built == ["train", "val"] and passes == [1, 2, 3]
 
@@ -78,18 +118,34 @@ def test_loaders_are_built_once_per_trial_and_the_model_and_its_ema_share_each_v
 @pytest.mark.parametrize("fused", [False, True])
 def test_training_reads_the_device_only_every_few_steps(fused, monkeypatch):
     from hpstudy.trainers.fused import FusedTrainer
+
     data = dict(SYNTH, n_train=512)
-    cfgs = [TrialConfig.from_dict(dict(model="cnn_tiny", optimizer="sgd", epochs=1, lr=0.05 * (i + 1), wd=0.0,
-                                       batch_size=8, seed=i, dataset=data, device="cpu")) for i in range(2)]
+    cfgs = [
+        TrialConfig.from_dict(
+            dict(
+                model="cnn_tiny",
+                optimizer="sgd",
+                epochs=1,
+                lr=0.05 * (i + 1),
+                wd=0.0,
+                batch_size=8,
+                seed=i,
+                dataset=data,
+                device="cpu",
+            )
+        )
+        for i in range(2)
+    ]
     trainer = FusedTrainer(cfgs) if fused else Trainer(cfgs[0])
     syncs = []
     for name in ("item", "tolist", "__bool__", "__float__", "__int__", "cpu", "numpy"):
         original = getattr(torch.Tensor, name)
-        monkeypatch.setattr(torch.Tensor, name,
-                            lambda self, *a, _o=original, _n=name, **k: (syncs.append(_n), _o(self, *a, **k))[1])
+        monkeypatch.setattr(
+            torch.Tensor, name, lambda self, *a, _o=original, _n=name, **k: (syncs.append(_n), _o(self, *a, **k))[1]
+        )
     trainer.train_epoch()
     assert 512 // 8 >= 4 * DIVERGENCE_CHECK_EVERY
-    assert len(syncs) <= 8, syncs   # 64 steps: a check every 16 and the epoch's results, not one per step
+    assert len(syncs) <= 8, syncs  # 64 steps: a check every 16 and the epoch's results, not one per step
 
 
 def test_cuda_settings_are_made_for_cuda_only():
@@ -99,8 +155,9 @@ def test_cuda_settings_are_made_for_cuda_only():
         configure_device(torch.device("cpu"))
         assert not torch.backends.cudnn.benchmark and not torch.backends.cuda.matmul.allow_tf32
         configure_device(torch.device("cuda"))
-        assert torch.backends.cudnn.benchmark and torch.backends.cuda.matmul.allow_tf32 \
-            and torch.backends.cudnn.allow_tf32
+        assert (
+            torch.backends.cudnn.benchmark and torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
+        )
     finally:
         torch.backends.cudnn.benchmark, torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = flags
 
@@ -112,28 +169,55 @@ def test_fused_trials_configure_their_device_and_refuse_channels_last(monkeypatc
     import hpstudy.trainers.loop
     from hpstudy.trainers.config import ConfigError
     from hpstudy.trainers.fused import FusedTrainer
+
     seen = []
     monkeypatch.setattr(hpstudy.trainers.loop, "configure_device", seen.append)
-    cfgs = [TrialConfig.from_dict(dict(model="cnn_tiny", optimizer="sgd", epochs=1, lr=0.1, wd=0.0, batch_size=16,
-                                       seed=i, dataset=SYNTH, device="cpu")) for i in range(2)]
+    cfgs = [
+        TrialConfig.from_dict(
+            dict(
+                model="cnn_tiny",
+                optimizer="sgd",
+                epochs=1,
+                lr=0.1,
+                wd=0.0,
+                batch_size=16,
+                seed=i,
+                dataset=SYNTH,
+                device="cpu",
+            )
+        )
+        for i in range(2)
+    ]
     FusedTrainer(cfgs)
     assert seen == [torch.device("cpu")]
     Trainer(cfgs[0])
     assert seen == [torch.device("cpu")] * 2
-    with pytest.raises(ConfigError, match="channels_last: True is not supported in fused training .*no channels_last "
-                                          "layout"):
+    with pytest.raises(
+        ConfigError, match="channels_last: True is not supported in fused training .*no channels_last layout"
+    ):
         FusedTrainer([dataclasses.replace(c, channels_last=True) for c in cfgs])
     assert FusedTrainer([dataclasses.replace(c, channels_last=False) for c in cfgs]).batches.channels_last is False
 
 
 def _params_after_one_epoch(**changes):
-    cfg = dict(model="vit_c_tiny", optimizer="adamw", epochs=1, lr=1e-3, wd=0.05, batch_size=16, seed=3,
-               dataset=dict(SYNTH, image_size=32), device="cpu", dtype="float64", **changes)
+    cfg = dict(
+        model="vit_c_tiny",
+        optimizer="adamw",
+        epochs=1,
+        lr=1e-3,
+        wd=0.05,
+        batch_size=16,
+        seed=3,
+        dataset=dict(SYNTH, image_size=32),
+        device="cpu",
+        dtype="float64",
+        **changes,
+    )
     trainer = Trainer(TrialConfig.from_dict(cfg))
     batches = []
     trainer.model.register_forward_pre_hook(lambda module, args: batches.append(len(args[0])))
     trainer.train_epoch()
-    assert set(batches) == {16 // cfg.get("accum_steps", 1)}               # the micro-batches really ran
+    assert set(batches) == {16 // cfg.get("accum_steps", 1)}  # the micro-batches really ran
     assert trainer.model.grad_checkpointing == cfg.get("grad_checkpointing", False)
     return {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
 
@@ -160,11 +244,19 @@ def test_activation_estimate_matches_measured_regnety_and_scales_with_the_micro_
     # measured on an H200 (bf16, per image): RegNetY-1GF 36 MB, -16GF 101 MB (the GPU-ready issue)
     assert activation_bytes_per_image("regnety_1gf", 1000, 224) / 1e6 == pytest.approx(36, rel=0.1)
     assert activation_bytes_per_image("regnety_16gf", 1000, 224) / 1e6 == pytest.approx(101, rel=0.1)
-    paper = dict(model="vit_p_18gf", optimizer="adamw", epochs=50, lr=1e-3, wd=0.05, batch_size=2048,
-                 ema_decay=0.9999, dataset={"name": "imagefolder", "path": "/x", "image_size": 224})
+    paper = dict(
+        model="vit_p_18gf",
+        optimizer="adamw",
+        epochs=50,
+        lr=1e-3,
+        wd=0.05,
+        batch_size=2048,
+        ema_decay=0.9999,
+        dataset={"name": "imagefolder", "path": "/x", "image_size": 224},
+    )
     full = peak_memory_gb(TrialConfig.from_dict(paper), 1000)
     quarter = peak_memory_gb(TrialConfig.from_dict(dict(paper, accum_steps=4)), 1000)
-    assert full > 141 > quarter            # does not fit an H200 whole; fits in 4 micro-batches
+    assert full > 141 > quarter  # does not fit an H200 whole; fits in 4 micro-batches
     assert full - quarter == pytest.approx(0.75 * activation_bytes_per_image("vit_p_18gf", 1000, 224) * 2048 / 1e9)
 
 
@@ -175,11 +267,12 @@ def test_unfusable_recipe_is_never_measured_and_fuse_k_is_refused(capsys):
     from hpstudy.study.sampling import expand
     from hpstudy.study.spec import SpecError, parse_spec
     from tests.helpers import SMALL, small_spec
+
     recipe = dict(SMALL["recipe"], mixup=0.8)
     auto = parse_spec(small_spec(name="mix", models=["cnn_tiny"], recipe=recipe, fuse="auto"))
     assert fusion_sizes(auto, expand(auto), {"cpu": 1, "gpu": 0}) == {}
     assert "fuse auto: no fusion: mixup: 0.8 is not supported" in capsys.readouterr().out
-    assert not ray.is_initialized()          # nothing was measured
+    assert not ray.is_initialized()  # nothing was measured
     fixed = parse_spec(small_spec(name="mix", models=["cnn_tiny"], recipe=recipe, fuse=2))
     with pytest.raises(SpecError, match="fuse: bad value 2 for this recipe"):
         fusion_sizes(fixed, expand(fixed), {"cpu": 1, "gpu": 0})
@@ -193,8 +286,10 @@ def test_a_trial_without_a_gpu_sees_none_even_if_the_node_sets_cuda_visible_devi
     import ray
 
     from hpstudy.study.trainable import use_assigned_gpus
+
     ray.init(num_cpus=1, include_dashboard=False, logging_level="WARNING")
     try:
+
         @ray.remote(num_cpus=1, num_gpus=0, runtime_env={"env_vars": {"CUDA_VISIBLE_DEVICES": "0"}})
         def probe():
             before = os.environ.get("CUDA_VISIBLE_DEVICES")
@@ -215,8 +310,14 @@ def test_the_gpu_check_script_runs_on_the_cpu_and_prints_one_json_object():
     import sys
 
     from tests.helpers import REPO
-    done = subprocess.run([sys.executable, "-m", "bench.gpu_check", "--device", "cpu", "--images", "32", "--batch", "16"],
-                          cwd=REPO, capture_output=True, text=True, timeout=300)
+
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.gpu_check", "--device", "cpu", "--images", "32", "--batch", "16"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     results = json.loads(done.stdout)
     checks = {name: value for name, value in results.items() if isinstance(value, dict)}
@@ -232,13 +333,15 @@ def test_gpu_check_runs_only_the_named_checks_keeps_errors_and_rewrites_out_afte
     import json
 
     from bench.gpu_check import checker
+
     results, out = {}, tmp_path / "results.json"
     check = checker(results, str(out), only="first,broken")
 
     @check("first")
     def _():
         return {"value": 1}
-    assert json.loads(out.read_text())["first"]["value"] == 1      # written before the next check runs
+
+    assert json.loads(out.read_text())["first"]["value"] == 1  # written before the next check runs
 
     @check("broken")
     def _():
@@ -247,6 +350,7 @@ def test_gpu_check_runs_only_the_named_checks_keeps_errors_and_rewrites_out_afte
     @check("skipped")
     def _():
         raise AssertionError("a check not named in `only` must not run")
+
     assert set(results) == {"first", "broken"} and check.names == {"first", "broken", "skipped"}
     assert results["broken"]["error"] == "ValueError: boom"
     assert set(json.loads(out.read_text())) == {"bench", "first", "broken"}

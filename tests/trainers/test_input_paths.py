@@ -40,9 +40,12 @@ def test_rrc_boxes_follow_torchvision_bounds():
     # the same distribution of areas and aspect ratios as torchvision's own RandomResizedCrop draws
     from scipy import stats
     from torchvision.transforms import RandomResizedCrop
+
     torch.manual_seed(0)
-    ref = torch.tensor([RandomResizedCrop.get_params(torch.empty(3, 300, 400), [0.08, 1.0], [3 / 4, 4 / 3])
-                        for _ in range(4000)], dtype=torch.float64)
+    ref = torch.tensor(
+        [RandomResizedCrop.get_params(torch.empty(3, 300, 400), [0.08, 1.0], [3 / 4, 4 / 3]) for _ in range(4000)],
+        dtype=torch.float64,
+    )
     assert stats.ks_2samp(area, ref[:, 2] * ref[:, 3] / (300 * 400)).pvalue > 1e-3
     assert stats.ks_2samp(w / h, ref[:, 3] / ref[:, 2]).pvalue > 1e-3
     assert stats.ks_2samp(top / (300 - h + 1), ref[:, 0] / (300 - ref[:, 2] + 1)).pvalue > 1e-3
@@ -66,7 +69,7 @@ def test_device_auto_augment_changes_some_images_and_is_reproducible():
     a, b = aa(x, torch.Generator().manual_seed(0)), aa(x, torch.Generator().manual_seed(0))
     assert torch.equal(a, b) and a.dtype == torch.uint8 and a.shape == x.shape
     changed = (a != x).flatten(1).any(1).float().mean()
-    assert 0.3 < changed < 1.0       # most sub-policies change an image; some draw no operation
+    assert 0.3 < changed < 1.0  # most sub-policies change an image; some draw no operation
     with pytest.raises(Exception, match="auto_augment: bad value 'rand-m9'"):
         DeviceAutoAugment("rand-m9")
 
@@ -75,14 +78,15 @@ def _torchvision_ops(aa, image, ops):
     """An image's drawn operations applied one after another by torchvision's AutoAugment itself."""
     for op, magnitude_idx, negative in ops:
         magnitude = aa._magnitude(op, magnitude_idx, negative, *image.shape[-2:])
-        image = aa.aa._apply_image_or_video_transform(image, op, magnitude, interpolation=aa.aa.interpolation,
-                                                      fill=aa.aa._fill)
+        image = aa.aa._apply_image_or_video_transform(
+            image, op, magnitude, interpolation=aa.aa.interpolation, fill=aa.aa._fill
+        )
     return image
 
 
 def test_geometric_operations_as_pixel_maps_match_torchvision_exactly():
     aa = DeviceAutoAugment("original")
-    x = torch.randint(0, 256, (2, 3, 20, 28), dtype=torch.uint8)          # not square: no rot90 shortcut
+    x = torch.randint(0, 256, (2, 3, 20, 28), dtype=torch.uint8)  # not square: no rot90 shortcut
     geometric = {(op, magnitude_idx) for sub in aa.aa._policies for op, _, magnitude_idx in sub if op in GEOMETRIC_OPS}
     assert {op for op, _ in geometric} >= {"Rotate", "ShearX"}
     for op, magnitude_idx in geometric:
@@ -97,7 +101,7 @@ def test_device_auto_augment_equals_torchvision_image_by_image():
     drawn = aa.draw(len(x), torch.Generator().manual_seed(5))
     out = aa(x, torch.Generator().manual_seed(5))
     for i, ops in enumerate(drawn):
-        assert torch.equal(out[i:i + 1], _torchvision_ops(aa, x[i:i + 1], ops)), (i, ops)
+        assert torch.equal(out[i : i + 1], _torchvision_ops(aa, x[i : i + 1], ops)), (i, ops)
 
 
 @pytest.mark.slow
@@ -106,7 +110,7 @@ def test_prepare_writes_once_checksummed_and_reuses(folder, tmp_path):
     out = str(tmp_path / "prep")
     meta = prepare(str(folder), out, train_size=32, image_size=24, workers=2, progress=None)
     assert not meta["reused"] and meta["n_train"] == 12 and meta["n_val"] == 12
-    assert not [p for p in tmp_path.iterdir() if ".tmp-" in p.name]     # written under a temp name, renamed
+    assert not [p for p in tmp_path.iterdir() if ".tmp-" in p.name]  # written under a temp name, renamed
     again = prepare(str(folder), out, train_size=32, image_size=24, workers=1, progress=None)
     assert again["reused"] and again["sha256"] == meta["sha256"]
     data = PreparedData(out, 24)
@@ -124,7 +128,7 @@ def test_prepare_writes_once_checksummed_and_reuses(folder, tmp_path):
     with pytest.raises(DataError, match="train_x.npy fails its checksum"):
         PreparedData(out, 24).verify()
     with pytest.raises(DataError, match=f"train_x.npy fails its checksum; rebuild the folder: delete {out}"):
-        prepare(str(folder), out, train_size=32, image_size=24, workers=2, progress=None)    # no silent reuse
+        prepare(str(folder), out, train_size=32, image_size=24, workers=2, progress=None)  # no silent reuse
     with pytest.raises(DataError, match="prepared for 24 px"):
         PreparedData(out, 32)
 
@@ -135,11 +139,13 @@ def test_prepared_validation_is_gathered_one_batch_at_a_time_on_every_pass(folde
     prepare(str(folder), str(tmp_path / "prep"), train_size=32, image_size=24, workers=1, progress=None)
     data = PreparedData(str(tmp_path / "prep"), 24)
     gathered, gather = [], data.gather
-    monkeypatch.setattr(data, "gather", lambda index, split="train": (gathered.append(len(index)), gather(index, split))[1])
+    monkeypatch.setattr(
+        data, "gather", lambda index, split="train": (gathered.append(len(index)), gather(index, split))[1]
+    )
     loader = data.val_loader(5)
-    assert gathered == []                                   # building it copies nothing
+    assert gathered == []  # building it copies nothing
     next(iter(loader))
-    assert gathered == [5]                                  # a batch is gathered when it is reached
+    assert gathered == [5]  # a batch is gathered when it is reached
     first, second = list(loader), list(loader)
     assert [len(y) for _, y in first] == [5, 5, 2]
     assert all(torch.equal(a, b) for (xa, ya), (xb, yb) in zip(first, second) for a, b in ((xa, xb), (ya, yb)))
@@ -159,7 +165,9 @@ def test_prepared_batches_are_augmented_crops_of_the_stored_squares(folder, tmp_
     assert (brightness[y == 0].max() < brightness[y == 1].min()).item()
 
 
-@pytest.mark.parametrize("dataset", [pytest.param("prepared", marks=pytest.mark.slow), "imagefolder-device", "imagefolder"])
+@pytest.mark.parametrize(
+    "dataset", [pytest.param("prepared", marks=pytest.mark.slow), "imagefolder-device", "imagefolder"]
+)
 def test_a_trial_trains_on_each_input_path(dataset, folder, tmp_path):
     spec = {"name": "imagefolder", "path": str(folder), "image_size": 24}
     extra = {"decode": "workers", "num_workers": 0}
@@ -168,8 +176,20 @@ def test_a_trial_trains_on_each_input_path(dataset, folder, tmp_path):
         spec = {"name": "prepared", "path": str(tmp_path / "prep"), "image_size": 24}
     elif dataset == "imagefolder-device":
         extra["decode"] = "device"
-    row = train_trial(dict(model="cnn_tiny", optimizer="adamw", epochs=2, lr=3e-3, wd=0.0, batch_size=4,
-                           auto_augment="original", dataset=spec, device="cpu", **extra))
+    row = train_trial(
+        dict(
+            model="cnn_tiny",
+            optimizer="adamw",
+            epochs=2,
+            lr=3e-3,
+            wd=0.0,
+            batch_size=4,
+            auto_augment="original",
+            dataset=spec,
+            device="cpu",
+            **extra,
+        )
+    )
     assert row["status"] == "ok" and row["epochs_done"] == 2 and 0 <= row["top1_err"] <= 100
     assert json.loads(row["config_json"])["dataset"]["name"] == spec["name"]
 
@@ -180,13 +200,24 @@ def test_decode_is_left_out_of_the_key_at_auto_only():
     assert TrialConfig.from_dict(dict(base, decode="device")).key != TrialConfig.from_dict(base).key
 
 
-@pytest.mark.parametrize("dataset,decode,where", [("prepared", "auto", "dataset prepared"),
-                                                  ("imagefolder", "device", "decode: device")])
+@pytest.mark.parametrize(
+    "dataset,decode,where", [("prepared", "auto", "dataset prepared"), ("imagefolder", "device", "decode: device")]
+)
 @pytest.mark.parametrize("policy", ["rand-m9-mstd0.5", "v0"])
 def test_a_policy_the_device_pipeline_cannot_run_is_refused_at_validation(dataset, decode, where, policy):
-    config = dict(model="cnn_tiny", optimizer="sgd", epochs=1, lr=0.1, wd=0.0, auto_augment=policy, decode=decode,
-                  dataset={"name": dataset, "path": "/nowhere", "image_size": 32})
-    with pytest.raises(ConfigError, match=f"^auto_augment: bad value '{policy}' with {where}; allowed: null or original"):
+    config = dict(
+        model="cnn_tiny",
+        optimizer="sgd",
+        epochs=1,
+        lr=0.1,
+        wd=0.0,
+        auto_augment=policy,
+        decode=decode,
+        dataset={"name": dataset, "path": "/nowhere", "image_size": 32},
+    )
+    with pytest.raises(
+        ConfigError, match=f"^auto_augment: bad value '{policy}' with {where}; allowed: null or original"
+    ):
         TrialConfig.from_dict(config)
     assert TrialConfig.from_dict(dict(config, auto_augment="original")).auto_augment == "original"
 
@@ -194,9 +225,18 @@ def test_a_policy_the_device_pipeline_cannot_run_is_refused_at_validation(datase
 def test_decode_auto_on_cuda_decodes_on_the_device_only_for_a_policy_it_can_run(folder):
     """The same spec trains on CPU and CUDA: a policy the device pipeline cannot run is decoded and
     augmented by the workers (timm's transforms) on CUDA too. Builds no CUDA tensor."""
-    cfg = lambda policy: TrialConfig.from_dict(dict(model="cnn_tiny", optimizer="sgd", epochs=1, lr=0.1, wd=0.0,
-                                                    auto_augment=policy, num_workers=0, dataset={
-                                                        "name": "imagefolder", "path": str(folder), "image_size": 24}))
+    cfg = lambda policy: TrialConfig.from_dict(
+        dict(
+            model="cnn_tiny",
+            optimizer="sgd",
+            epochs=1,
+            lr=0.1,
+            wd=0.0,
+            auto_augment=policy,
+            num_workers=0,
+            dataset={"name": "imagefolder", "path": str(folder), "image_size": 24},
+        )
+    )
     cuda = torch.device("cuda")
     assert isinstance(data_for(cfg("original"), cuda), DeviceDecodeData)
     assert isinstance(data_for(cfg(None), cuda), DeviceDecodeData)

@@ -8,10 +8,14 @@ from hpstudy.trainers.zoo import get_spec, list_models
 
 # Table 1 of Xiao et al. 2021: (GFLOPs, M params).
 TABLE_1 = {
-    "vit_p_1gf": (1.1, 4.8), "vit_c_1gf": (1.1, 4.6),
-    "vit_p_4gf": (3.9, 18.5), "vit_c_4gf": (4.0, 17.8),
-    "vit_p_18gf": (17.5, 86.7), "vit_c_18gf": (17.7, 81.6),
-    "vit_p_36gf": (35.9, 178.4), "vit_c_36gf": (35.0, 167.8),
+    "vit_p_1gf": (1.1, 4.8),
+    "vit_c_1gf": (1.1, 4.6),
+    "vit_p_4gf": (3.9, 18.5),
+    "vit_c_4gf": (4.0, 17.8),
+    "vit_p_18gf": (17.5, 86.7),
+    "vit_c_18gf": (17.7, 81.6),
+    "vit_p_36gf": (35.9, 178.4),
+    "vit_c_36gf": (35.0, 167.8),
 }
 
 
@@ -58,8 +62,14 @@ def test_vit_recipe_details():
 
 def test_families_are_recorded():
     assert {get_spec(n).family for n in list_models()} == {"vit_p", "vit_c", "cnn", "coatnet", "vit_rel"}
-    assert set(list_models("cnn")) >= {"regnety_1gf", "regnety_4gf", "regnety_16gf", "regnety_32gf",
-                                       "resnet50", "cnn_tiny"}
+    assert set(list_models("cnn")) >= {
+        "regnety_1gf",
+        "regnety_4gf",
+        "regnety_16gf",
+        "regnety_32gf",
+        "resnet50",
+        "cnn_tiny",
+    }
 
 
 @pytest.mark.parametrize("name", list_models())

@@ -13,8 +13,7 @@ def test_no_weight_decay_on_norm_gains_and_biases():
     assert decay["weight_decay"] == 0.05 and no_decay["weight_decay"] == 0.0
     ids = lambda ps: {id(p) for p in ps}
     names = {id(p): n for n, p in model.named_parameters()}
-    assert {names[i] for i in ids(no_decay["params"])} == {
-        n for n, p in model.named_parameters() if p.ndim == 1}
+    assert {names[i] for i in ids(no_decay["params"])} == {n for n, p in model.named_parameters() if p.ndim == 1}
     assert any(".bias" in names[i] for i in ids(no_decay["params"]))
     assert any("norm" in names[i] for i in ids(no_decay["params"]))
     assert any("bn" in names[i] or "proj.1" in names[i] for i in ids(no_decay["params"]))
@@ -50,8 +49,8 @@ def test_warmup_then_cosine_to_floor():
         return opt.param_groups[0]["lr"]
 
     assert at(0) == 0.0
-    assert at(2.5) == pytest.approx(lr * 0.5)          # halfway through linear warmup
-    assert at(5) == pytest.approx(lr)                  # peak at the end of warmup
+    assert at(2.5) == pytest.approx(lr * 0.5)  # halfway through linear warmup
+    assert at(5) == pytest.approx(lr)  # peak at the end of warmup
     cosine_mid = floor * lr + (lr - floor * lr) * 0.5 * (1 + math.cos(math.pi * 0.5))
-    assert at(12.5) == pytest.approx(cosine_mid)       # half-way through the cosine
-    assert at(20) == pytest.approx(floor * lr)         # ends at the floor
+    assert at(12.5) == pytest.approx(cosine_mid)  # half-way through the cosine
+    assert at(20) == pytest.approx(floor * lr)  # ends at the floor

@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from hpstudy.trainers.errors import ConfigError
-from hpstudy.trainers.train import main as train_cli
 from hpstudy.trainers.loop import chance_error
+from hpstudy.trainers.train import main as train_cli
 from hpstudy.trainers.trial import train_trial
 
 BASE = dict(dataset={"name": "digits", "image_size": 16}, batch_size=64, warmup_epochs=1)
@@ -23,8 +23,7 @@ def test_cnn_tiny_learns_digits():
 
 def test_huge_lr_diverges_at_chance_without_raising():
     seen = []
-    row = train_trial(dict(BASE, model="vit_p_tiny", optimizer="sgd", epochs=3, lr=1e3, wd=1e-4),
-                      on_epoch=seen.append)
+    row = train_trial(dict(BASE, model="vit_p_tiny", optimizer="sgd", epochs=3, lr=1e3, wd=1e-4), on_epoch=seen.append)
     assert row["status"] == "diverged"
     assert row["top1_err"] == pytest.approx(chance_error(10)) == pytest.approx(90.0)
     assert row["best_top1_err"] == pytest.approx(90.0)
@@ -43,12 +42,33 @@ def test_same_seed_same_errors_and_different_seed_differs():
 
 def test_row_has_design_fields_and_epoch_callback():
     seen = []
-    row = train_trial(dict(BASE, model="cnn_tiny", optimizer="sgd", epochs=2, lr=0.1, wd=1e-4),
-                      on_epoch=seen.append)
-    for field in ("model", "family", "flops", "params", "optimizer", "epochs", "lr", "wd", "seed",
-                  "dataset", "batch_size", "status", "top1_err", "top5_err", "best_top1_err",
-                  "ema_top1_err", "train_loss", "epochs_done", "wall_s", "device", "hostname",
-                  "versions", "config_json", "finished_at"):
+    row = train_trial(dict(BASE, model="cnn_tiny", optimizer="sgd", epochs=2, lr=0.1, wd=1e-4), on_epoch=seen.append)
+    for field in (
+        "model",
+        "family",
+        "flops",
+        "params",
+        "optimizer",
+        "epochs",
+        "lr",
+        "wd",
+        "seed",
+        "dataset",
+        "batch_size",
+        "status",
+        "top1_err",
+        "top5_err",
+        "best_top1_err",
+        "ema_top1_err",
+        "train_loss",
+        "epochs_done",
+        "wall_s",
+        "device",
+        "hostname",
+        "versions",
+        "config_json",
+        "finished_at",
+    ):
         assert field in row, field
     assert row["family"] == "cnn" and row["flops"] > 0 and row["params"] > 0
     assert set(json.loads(row["versions"])) >= {"torch", "timm", "ray", "hpstudy", "git_sha"}
@@ -63,9 +83,28 @@ def test_recipe_options_run_on_cpu():
     from hpstudy.trainers.config import TrialConfig
     from hpstudy.trainers.loop import fit
     from hpstudy.trainers.trial import Trainer
-    trainer = Trainer(TrialConfig.from_dict(dict(
-        BASE, model="vit_c_tiny", optimizer="adamw", epochs=1, warmup_epochs=0.5, lr=1e-3, wd=0.05, ema_decay=0.99,
-        mixup=0.8, cutmix=1.0, label_smoothing=0.1, amp=True, channels_last=True, grad_clip=1.0, device="cpu")))
+
+    trainer = Trainer(
+        TrialConfig.from_dict(
+            dict(
+                BASE,
+                model="vit_c_tiny",
+                optimizer="adamw",
+                epochs=1,
+                warmup_epochs=0.5,
+                lr=1e-3,
+                wd=0.05,
+                ema_decay=0.99,
+                mixup=0.8,
+                cutmix=1.0,
+                label_smoothing=0.1,
+                amp=True,
+                channels_last=True,
+                grad_clip=1.0,
+                device="cpu",
+            )
+        )
+    )
     mixup = trainer.mixup
     assert (mixup.mixup_alpha, mixup.cutmix_alpha, mixup.label_smoothing, mixup.num_classes) == (0.8, 1.0, 0.1, 10)
     assert trainer.amp and trainer.ema.decay == 0.99
@@ -85,12 +124,48 @@ def test_bad_config_names_the_field():
 
 
 def test_cli_prints_progress_and_result(capsys):
-    assert train_cli(["--model", "cnn_tiny", "--optimizer", "adamw", "--epochs", "1", "--lr", "5e-3",
-                      "--wd", "0.05", "--batch-size", "64"]) == 0
+    assert (
+        train_cli(
+            [
+                "--model",
+                "cnn_tiny",
+                "--optimizer",
+                "adamw",
+                "--epochs",
+                "1",
+                "--lr",
+                "5e-3",
+                "--wd",
+                "0.05",
+                "--batch-size",
+                "64",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "epoch   1/1" in out and out.strip().splitlines()[-1].startswith("ok: top-1")
-    assert train_cli(["--model", "cnn_tiny", "--dataset", "cifar10", "--data-path", "/no/such",
-                      "--optimizer", "sgd", "--epochs", "1", "--lr", "1", "--wd", "0"]) == 2
+    assert (
+        train_cli(
+            [
+                "--model",
+                "cnn_tiny",
+                "--dataset",
+                "cifar10",
+                "--data-path",
+                "/no/such",
+                "--optimizer",
+                "sgd",
+                "--epochs",
+                "1",
+                "--lr",
+                "1",
+                "--wd",
+                "0",
+            ]
+        )
+        == 2
+    )
     assert "/no/such" in capsys.readouterr().err
 
 
@@ -100,20 +175,56 @@ def test_cli_flags_are_the_config_fields_with_their_defaults():
     from hpstudy.trainers.config import TrialConfig
     from hpstudy.trainers.data import DataSpec
     from hpstudy.trainers.train import build_parser, config_from_args
+
     parser = build_parser()
     flags = {a.dest for a in parser._actions}
     assert {f.name for f in dataclasses.fields(TrialConfig)} <= flags
     assert {f"data_{f.name}" for f in dataclasses.fields(DataSpec) if f.name != "name"} <= flags
     required = ["--model", "cnn_tiny", "--optimizer", "sgd", "--epochs", "3", "--lr", "0.1", "--wd", "0"]
     # flags left out take exactly TrialConfig's defaults
-    assert TrialConfig.from_dict(config_from_args(parser.parse_args(required))) == \
-        TrialConfig(model="cnn_tiny", optimizer="sgd", epochs=3, lr=0.1, wd=0.0)
+    assert TrialConfig.from_dict(config_from_args(parser.parse_args(required))) == TrialConfig(
+        model="cnn_tiny", optimizer="sgd", epochs=3, lr=0.1, wd=0.0
+    )
     # every recipe field can be set, including the optional and boolean ones
-    cfg = TrialConfig.from_dict(config_from_args(parser.parse_args(required + [
-        "--batch-size", "32", "--warmup-epochs", "0", "--min-lr-ratio", "0.1", "--amp", "false",
-        "--channels-last", "true", "--dtype", "float64", "--ema-decay", "none", "--grad-clip", "2",
-        "--reference-batch-size", "256", "--data-image-size", "24"])))
-    assert (cfg.batch_size, cfg.warmup_epochs, cfg.min_lr_ratio, cfg.amp, cfg.channels_last, cfg.dtype,
-            cfg.ema_decay, cfg.grad_clip, cfg.reference_batch_size, cfg.dataset.image_size) == \
-        (32, 0.0, 0.1, False, True, "float64", None, 2.0, 256, 24)
+    cfg = TrialConfig.from_dict(
+        config_from_args(
+            parser.parse_args(
+                required
+                + [
+                    "--batch-size",
+                    "32",
+                    "--warmup-epochs",
+                    "0",
+                    "--min-lr-ratio",
+                    "0.1",
+                    "--amp",
+                    "false",
+                    "--channels-last",
+                    "true",
+                    "--dtype",
+                    "float64",
+                    "--ema-decay",
+                    "none",
+                    "--grad-clip",
+                    "2",
+                    "--reference-batch-size",
+                    "256",
+                    "--data-image-size",
+                    "24",
+                ]
+            )
+        )
+    )
+    assert (
+        cfg.batch_size,
+        cfg.warmup_epochs,
+        cfg.min_lr_ratio,
+        cfg.amp,
+        cfg.channels_last,
+        cfg.dtype,
+        cfg.ema_decay,
+        cfg.grad_clip,
+        cfg.reference_batch_size,
+        cfg.dataset.image_size,
+    ) == (32, 0.0, 0.1, False, True, "float64", None, 2.0, 256, 24)
     assert "training batch size (default: 128)" in " ".join(parser.format_help().split())
