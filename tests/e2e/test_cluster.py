@@ -27,8 +27,8 @@ def test_cluster_files_match_rays_schema_ship_the_checkout_and_hold_no_credentia
     with open(os.path.join(os.path.dirname(ray.autoscaler.__file__), "ray-schema.json")) as f:
         schema = json.load(f)
     jsonschema.validate(config, schema)
-    assert config["file_mounts"] == {"~/hpstudy": ".", "~/hpstudy.git": ".git"}
-    assert config["setup_commands"][-1] == "python3 -m pip install -c ~/hpstudy-keep.txt -e ~/hpstudy"
+    assert config["file_mounts"] == {"~/hpstudy-src": ".", "~/hpstudy-src.git": ".git"}
+    assert config["setup_commands"][-1] == "python3 -m pip install -c ~/hpstudy-keep.txt -e ~/hpstudy-src"
     text = open(os.path.join(REPO, name)).read().lower()
     for secret in ("aws_secret_access_key", "aws_access_key_id", "password:", "private key-----"):
         assert secret not in text, secret

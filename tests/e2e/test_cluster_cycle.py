@@ -189,7 +189,8 @@ def test_ray_up_submit_interrupt_resume_and_down_on_an_on_prem_cluster(node, mon
     assert up.returncode == 0, (up.stdout + up.stderr)[-5000:]
     # the node kept the torch it had: nothing of torch was installed into its environment
     assert not list((node.base / "venv" / "lib").glob("python3*/site-packages/torch"))
-    assert (node.home / "hpstudy" / "trainers" / "GIT_SHA").exists() and not (node.home / "hpstudy" / ".git").exists()
+    checkout = node.home / "hpstudy-src"
+    assert (checkout / "trainers" / "GIT_SHA").exists() and not (checkout / ".git").exists()
     submit = [
         os.path.join(os.path.dirname(sys.executable), "ray"),
         "submit",
