@@ -4,6 +4,7 @@ hang; the store's fallback reader labels rows by their own partition; a trial's 
 newest file; and no code of the project can run code found in data."""
 
 import ast
+import contextlib
 import json
 import os
 import time
@@ -172,17 +173,9 @@ def test_a_trials_epochs_in_two_files_come_from_the_newest(tmp_path, newest, cor
     os.utime(newer, ns=(2 * 10**18, 2 * 10**18))
     if corrupt:
         (folder / "zz-corrupt.parquet").write_bytes(b"not parquet")
-    with pytest.warns(UserWarning) if corrupt else _no_warning():
+    with pytest.warns(UserWarning) if corrupt else contextlib.nullcontext():
         epochs = load_epochs(root, "s")
     assert dict(zip(epochs["epoch"], epochs["top1_err"])) == expected
-
-
-class _no_warning:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 SAFE_YAML_LOADERS = {"SpecLoader", "yaml.SafeLoader", "yaml.CSafeLoader"}
