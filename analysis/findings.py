@@ -1,105 +1,168 @@
-"""Findings: generated sentences, each with its test, statistic, uncertainty and n.
+"""Findings: the report's verdicts, each one `Finding` holding its test (`inference.Test`).
 
-A report opens with these. Every sentence is produced by one test on the trial table, and none is
-stated without it: where the test cannot decide, the sentence says "inconclusive at this n" and how
-far the data are from deciding. Pure functions on the trial DataFrame (like the rest of
-`analysis`); the estimators are the ones the tables use (`hpstudy.analysis.stats`, `hpstudy.analysis.gaps`).
+A finding's sentence, verdict and table row are all rendered from the object (`Finding.sentence`,
+`Finding.verdict`, `findings_table`), so a table and a sentence cannot disagree. Where a test
+cannot decide, the sentence says "inconclusive at this n" and what 80% power would need; where
+the design cannot reach alpha at all (3 vs 3 without a distributional assumption), it says so.
 
 Rows: failed trials and rows without a finite error under the metric are left out and counted
-(`hpstudy.analysis.metric.usable`); diverged trials count at their (chance) error, as everywhere else.
+(`hpstudy.analysis.metric.usable`); diverged trials count at their (chance) error, and every
+sentence on a group says how many of its trials diverged.
 
-Kinds (one `Finding` each; `models` in catalogue order, `verdict` relative to that order):
+Groups are (model, optimizer, epochs) cells. A cell that ran one (lr, wd) over seeds has the
+`seeds` design, else `samples` (`inference.design_of`); comparisons of seed cells use Welch t on
+seed means (best of seeds quoted beside it), comparisons involving sample cells the calibrated
+exact bootstrap of the best (`inference.best_contrast`). Kinds (`models` in catalogue order):
 
-- `edf_pair` (the paper's Figs 5-6, lr/wd stability): for every pair of models within an
-  (optimizer, epochs) cell, their Δ-EDFs (Δ = error - the model's own best in the cell). Test: the
-  two one-sided two-sample KS tests (`stats.ks_compare`, H1 "this model's Δ is stochastically
-  smaller", i.e. its Δ-EDF lies above), each at ALPHA / 2 so the pair's two directions together
-  keep the error rate at ALPHA. At this level the asymptotic critical distance is exactly the
-  two-sided `stats.min_detectable_d(n, m, ALPHA)`, which the "inconclusive" sentence quotes, with
-  the trials per model that would make the observed D significant (`stats.trials_for_ks`). Both
-  directions significant: the EDFs cross. Effect size: the area between the Δ-EDFs in points with a
-  bootstrap 95% CI (`stats.effect_sizes`, the references held fixed) and each model's share of
-  trials within 2 points of its own best. A cell where every model ran a single (lr, wd) (a length
-  or optimizer study: seeds only) is not tested: its Δ-EDF measures seed noise, not lr/wd robustness.
-- `optimizer_gap` (Fig 3), per (model, epochs): best SGD - best AdamW with the bootstrap 95% CI of
-  `gaps.optimizer_gap`; decided when the CI excludes 0 (a two-sided bootstrap test at 5%), else
-  inconclusive. `p` is None: the CI is the test.
-- `optimizer_gap_pair`, per pair of models and epochs: the difference of their optimizer gaps, CI
-  from the same bootstrap of the minimum (`gaps.bootstrap_min`, N_BOOT draws per sample, seed SEED);
-  decided when the CI excludes 0.
-- `length_gap` (Fig 2), per (model, optimizer): error(E_min) - error(E_ref) from `gaps.length_gap`
-  (E_ref = the longest schedule, or the paper's fallback), CI by the same bootstrap of the minimum,
-  with the gap at every length in the sentence; decided when the CI excludes 0.
-- `length_gap_pair`, per pair of models and optimizer: the difference of their gaps at the
-  shortest schedule; decided when the CI excludes 0.
-- `peak` (Fig 7, Table 2), per pair of models: the difference of their best errors
-  (`gaps.peak_table`, over all cells) against the noise floor, the seed-to-seed standard deviation
-  of one configuration (pooled; for a difference of two runs sigma = sqrt(s_a^2 + s_b^2), one
-  model's floor standing for both where the other has none). Test: z = difference / sigma, two-sided
-  normal p (`scipy.stats.norm`) against ALPHA, i.e. |z| >= 1.96. Without any repeated seed there is
-  no floor and the finding is inconclusive. Caveat, stated in the sentence's test name: a best over
-  many trials is optimistic (selection), and the floor is estimated from few seeds.
-- `scope`: how many tests were made at ALPHA each (no multiple-comparison correction: about
-  ALPHA x tests false positives are expected if nothing differed), trials left out and diverged.
+- `edf_pair` (Figs 5-6, lr/wd stability), per model pair within a `samples` (optimizer, epochs)
+  cell: the Δ-EDFs (Δ = error - the model's own best) by two one-sided KS tests at alpha / 2
+  (`inference.ks_pair`); effect: the signed area between the Δ-EDFs, mean Δ of b - mean Δ of a
+  (positive: a's trials nearer its best), with a bootstrap 95% CI seeded by the data.
+- `optimizer_gap` (Fig 3), per (model, epochs): SGD - AdamW.
+- `optimizer_gap_pair`, per model pair and epochs: gap of a - gap of b.
+- `length_gap` (Fig 2), per (model, optimizer): error(E_min) - error(E_ref), E_ref the longest
+  schedule (or, if all its runs diverged, the paper's fallback: the best shorter one).
+- `length_gap_pair`, per model pair and optimizer (same E_min and E_ref): gap of a - gap of b.
+- `peak` (Fig 7), per model pair: each model's best configuration run over 2 or more seeds (lowest
+  seed mean), compared by Welch t; optimistic, as the configuration is selected on these seeds.
+- `scope`: the family: every finding with a p, Holm-adjusted (`inference.holm`); `verdict_holm`.
 """
 
 import itertools
 import warnings
 from dataclasses import asdict, dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 import pandas as pd
-from scipy import stats as sps
 
-from hpstudy.analysis.gaps import bootstrap_min, length_gap, optimizer_gap, peak_table
+from hpstudy.analysis.inference import (
+    ALPHA,
+    CALIBRATION_STUDIES,
+    POWER,
+    RULES,
+    Test,
+    best_contrast,
+    bootstrap_mean_difference,
+    design_of,
+    holm,
+    ks_detectable,
+    ks_pair,
+    trials_for_ks,
+    welch,
+    welch_detectable,
+)
 from hpstudy.analysis.metric import DEFAULT_METRIC, ERR, LeftOutWarning, usable
-from hpstudy.analysis.stats import effect_sizes, ks_compare, min_detectable_d, trials_for_ks
 from hpstudy.trainers.schema import DIVERGED, FAILED
 from hpstudy.trainers.zoo import list_models
 
-ALPHA = 0.05  # the error rate of every test (per finding; see `scope`)
-CI_LEVEL = 0.95  # every interval: bootstrap percentiles 2.5 / 97.5
-N_BOOT = 1000  # bootstrap draws per interval
-SEED = 0  # the bootstraps' seed: the same table gives the same sentences
+SEED = 0  # mixed with the data into the effect sizes' bootstrap (inference.data_rng)
 WITHIN = 2  # points: "share of trials within 2 points of the model's own best"
-MIN_PER_MODEL = 2  # a KS comparison needs at least this many counted trials per model
+CALIBRATION_DOC = "docs/calibration.md"
 KINDS = ("scope", "edf_pair", "optimizer_gap", "optimizer_gap_pair", "length_gap", "length_gap_pair", "peak")
+PAIR, SINGLE = (1.0, -1.0, -1.0, 1.0), (1.0, -1.0)
+
+
+class Group(NamedTuple):
+    """One (model, optimizer, epochs) cell's counted errors."""
+
+    errors: np.ndarray
+    design: str  # seeds / samples
+    diverged: int
+    left_out: int
 
 
 @dataclass
 class Finding:
-    """One generated sentence and the test behind it (see the module docstring for each kind)."""
+    """One verdict: its test, the numbers its sentence quotes, and its place in the family."""
 
     kind: str
-    models: Tuple[str, ...]  # catalogue order; `verdict` a_better / b_better refers to it
-    cell: Dict  # optimizer and/or epochs the finding is about ({} = whole study)
-    statistic_name: str
-    statistic: Optional[float]
-    ci: Optional[Tuple[float, float]]  # 95% interval of the statistic, where it has one
-    p: Optional[float]  # None where the CI is the test
-    n: Tuple[int, ...]  # counted trials per model (per sample) behind the statistic
-    n_left_out: Tuple[int, ...]  # failed / no finite error, per model
-    verdict: str  # a_better, b_better, crossing, adamw_better, sgd_better,
-    # shorter_worse, shorter_better, inconclusive, info
-    better: Optional[str]  # the model (or optimizer) the verdict favours, else None
-    sentence: str
+    models: Tuple[str, ...]  # catalogue order; a_better / b_better refer to it
+    cell: Dict  # optimizer and/or epochs ({} = whole study)
+    test: Optional[Test]  # None: the scope line
+    n_left_out: Tuple[int, ...]
     detail: Dict = field(default_factory=dict)
+    p_holm: Optional[float] = None
+    family: int = 0  # tests in the Holm family
+
+    @property
+    def statistic(self) -> Optional[float]:
+        """The test's estimate (for scope: the number of tests)."""
+        return self.test.estimate if self.test else float(self.family)
+
+    @property
+    def ci(self) -> Optional[Tuple[float, float]]:
+        """The test's interval, where it has one."""
+        return self.test.ci if self.test else None
+
+    @property
+    def p(self) -> Optional[float]:
+        """The test's p, before Holm's adjustment."""
+        return self.test.p if self.test else None
+
+    @property
+    def n(self) -> Tuple[int, ...]:
+        """Counted trials per group behind the test."""
+        return self.test.n if self.test else tuple(self.detail.get("n", ()))
+
+    @property
+    def statistic_name(self) -> str:
+        """What the estimate is, in words."""
+        return _statistic_name(self)
+
+    @property
+    def verdict(self) -> str:
+        """a_better, b_better, crossing, adamw_better, sgd_better, shorter_worse, shorter_better,
+        inconclusive, or info (scope)."""
+        return _verdict(self, per_test=True)
+
+    @property
+    def verdict_holm(self) -> str:
+        """The verdict after Holm's adjustment over the report's family."""
+        return _verdict(self, per_test=False)
+
+    @property
+    def better(self) -> Optional[str]:
+        """The model or optimizer the verdict favours."""
+        return {
+            "a_better": self.models[0],
+            "b_better": self.models[-1],
+            "adamw_better": "adamw",
+            "sgd_better": "sgd",
+        }.get(self.verdict)
+
+    @property
+    def sentence(self) -> str:
+        """The finding in words, with its test, numbers and n."""
+        return RENDER[self.kind](self)
 
     def as_dict(self) -> Dict:
-        out = asdict(self)
-        out["models"], out["n"], out["n_left_out"] = list(self.models), list(self.n), list(self.n_left_out)
-        out["ci"] = list(self.ci) if self.ci is not None else None
+        """Plain JSON: the fields, the test flattened, and the rendered verdicts and sentence."""
+        out = {k: v for k, v in asdict(self).items() if k != "test"}
+        out.update(
+            models=list(self.models),
+            n=list(self.n),
+            n_left_out=list(self.n_left_out),
+            statistic=self.statistic,
+            statistic_name=self.statistic_name,
+            ci=list(self.ci) if self.ci is not None else None,
+            p=self.p,
+            verdict=self.verdict,
+            verdict_holm=self.verdict_holm,
+            better=self.better,
+            sentence=self.sentence,
+            test=None if self.test is None else {**asdict(self.test), "decidable": self.test.decidable},
+        )
         return _plain(out)
 
 
 def _plain(value):
-    """numpy scalars to Python, NaN to None (JSON)."""
+    """numpy scalars to Python, NaN and inf to None (JSON)."""
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
-    if isinstance(value, (np.integer,)):
+    if isinstance(value, np.integer):
         return int(value)
     if isinstance(value, (float, np.floating)):
         return None if not np.isfinite(value) else float(value)
@@ -108,7 +171,46 @@ def _plain(value):
     return value
 
 
-# ---- formatting --------------------------------------------------------------------------------
+# ---- verdicts -------------------------------------------------------------------------------------
+
+
+def _verdict(f: Finding, per_test: bool) -> str:
+    if f.test is None:
+        return "info" if f.kind == "scope" else "inconclusive"
+    significant = (
+        f.test.significant if per_test else f.test.significant and f.p_holm is not None and f.p_holm <= f.test.alpha
+    )
+    if not significant:
+        return "inconclusive"
+    if f.kind == "edf_pair":
+        a, b = (f.detail[k] <= f.test.alpha / 2 for k in ("p_a_better", "p_b_better"))
+        return "crossing" if a and b else "a_better" if a else "b_better"
+    positive = {
+        "optimizer_gap": "adamw_better",
+        "length_gap": "shorter_worse",
+        "optimizer_gap_pair": "b_better",  # a's gap is larger: a less stable
+        "length_gap_pair": "b_better",  # a further from its long-schedule error
+        "peak": "b_better",  # a's error higher
+    }[f.kind]
+    negative = {"adamw_better": "sgd_better", "shorter_worse": "shorter_better", "b_better": "a_better"}[positive]
+    return positive if f.test.estimate > 0 else negative
+
+
+def _statistic_name(f: Finding) -> str:
+    if f.test is None:
+        return "tests"
+    of = "mean" if f.test.rule == "welch" else "best"
+    return {
+        "edf_pair": "one-sided KS D (the larger)",
+        "optimizer_gap": f"{of} SGD - {of} AdamW (points)",
+        "optimizer_gap_pair": f"optimizer gap of a - of b, {of} errors (points)",
+        "length_gap": f"{of} error(E_min) - {of} error(E_ref) (points)",
+        "length_gap_pair": f"length gap of a - of b, {of} errors (points)",
+        "peak": "seed mean of a's best configuration - of b's (points)",
+    }[f.kind]
+
+
+# ---- formatting -----------------------------------------------------------------------------------
 
 
 def fmt_p(p: float) -> str:
@@ -121,12 +223,23 @@ def fmt_p(p: float) -> str:
     return f"p = {p:.2g}" if p < 0.1 else f"p = {p:.2f}"
 
 
+def _p(test: Test) -> str:
+    """The test's p; the calibrated bootstrap's p is a share of CALIBRATION_STUDIES null studies."""
+    if test.rule == "best" and test.p is not None and test.p <= 1.5 / (CALIBRATION_STUDIES + 1):
+        return f"p ≤ {1 / (CALIBRATION_STUDIES + 1):.0e}".replace("e-0", "e-")  # the resolution of the calibration
+    return fmt_p(test.p) if test.p is not None else "no p"
+
+
 def _pts(value: float, signed: bool = False) -> str:
     return f"{value:+.1f}" if signed else f"{value:.1f}"
 
 
-def _ci(lo: float, hi: float) -> str:
-    return f"[{lo:.1f}, {hi:.1f}]"
+def _ci(ci: Tuple[float, float]) -> str:
+    return f"[{ci[0]:.1f}, {ci[1]:.1f}]"
+
+
+def _slash(values: Sequence) -> str:
+    return "/".join(str(v) for v in values)
 
 
 def _cell(optimizer=None, epochs=None) -> str:
@@ -143,486 +256,567 @@ def _left(n_left_out: Sequence[int]) -> str:
     return f"; {total} left out (failed / no finite error)" if total else ""
 
 
+def _diverged(names: Sequence[str], diverged: Sequence[int], n: Sequence[int], always: bool = False) -> str:
+    """Diverged trials per group ('none diverged' where none did, unless `always`)."""
+    if not always and not any(diverged):
+        return "none diverged"
+    return "diverged " + ", ".join(f"{name} {d}/{k}" for name, d, k in zip(names, diverged, n))
+
+
+def _n(n: Sequence[int], labels: Sequence[str]) -> str:
+    """n = 3 per group, or n = 24/23 (SGD/AdamW)."""
+    return f"n = {n[0]} per group" if len(set(n)) == 1 else f"n = {_slash(n)} ({_slash(labels)})"
+
+
+def _test_words(test: Test) -> str:
+    """'Welch t, 95% CI, p = 0.004, df 3.1' and the like."""
+    if test.rule == "welch":
+        return f"Welch t, 95% CI, {_p(test)}, df {test.df:.1f}"
+    if test.rule == "best":
+        return f"exact bootstrap of the best, calibrated {test.level:.1%} CI, {_p(test)}"
+    return RULES[test.rule]
+
+
+def _holm(f: Finding) -> str:
+    """The finding's standing after Holm's adjustment, where it was decided per test."""
+    if f.verdict in ("inconclusive", "info") or f.p_holm is None:
+        return ""
+    kept = "holds" if f.verdict_holm != "inconclusive" else "does not hold"
+    return f" [{kept} after Holm's adjustment over the report's {f.family} tests: {fmt_p(f.p_holm)}]"
+
+
+def _undecided(f: Finding) -> str:
+    """Why a test did not decide: untestable, the design cannot reach alpha, or not at this n."""
+    t = f.test
+    assert t is not None
+    if t.p is None:
+        return f"not testable ({t.why_untestable})"
+    if not t.decidable:
+        return (
+            f"cannot be decided at n = {_slash(t.n)} (the smallest p this design can give is {t.floor:.2g} "
+            f"> α = {t.alpha:g})"
+        )
+    return "inconclusive at this n"
+
+
+def _power(f: Finding) -> str:
+    """What 80% power needs, for an undecided Welch or KS test."""
+    detectable = f.detail.get("detectable")
+    if f.verdict != "inconclusive" or detectable is None:
+        return ""
+    if not np.isfinite(detectable):
+        return f"; no effect is detectable at {POWER:.0%} power at this n"
+    unit = "D" if f.kind == "edf_pair" else "|difference|"
+    tail = " points at these seeds' spread" if unit != "D" else ""
+    return f"; detectable at {POWER:.0%} power: {unit} ≥ {detectable:.2f}{tail}"
+
+
 def _order(models) -> List[str]:
     catalogue = list_models()
     return sorted(models, key=lambda m: (catalogue.index(m) if m in catalogue else len(catalogue), m))
 
 
-def _ci_of(draws: np.ndarray) -> Tuple[float, float]:
-    lo, hi = np.quantile(draws, [(1 - CI_LEVEL) / 2, 1 - (1 - CI_LEVEL) / 2])
-    return float(lo), float(hi)
+# ---- sentences ------------------------------------------------------------------------------------
 
 
-def _left_out(rows, **keys) -> int:
-    frame = rows.left_out
-    for column, value in keys.items():
-        frame = frame[frame[column] == value]
-    return len(frame)
+def _edf_sentence(f: Finding) -> str:
+    a, b = f.models
+    where = _cell(f.cell["optimizer"], f.cell["epochs"])
+    t, d = f.test, f.detail
+    assert t is not None
+    n = f.n
+    nearer, farther = (a, b) if d["area"] >= 0 else (b, a)
+    effect = (
+        f"mean Δ {a} {d['mean_delta_a']:.1f}, {b} {d['mean_delta_b']:.1f} points: {nearer}'s trials are nearer "
+        f"their best than {farther}'s by {_pts(abs(d['area']))} points on average "
+        f"{_ci(sorted(x * (1 if d['area'] >= 0 else -1) for x in d['area_ci']))} (signed area between the Δ-EDFs, "
+        f"bootstrap 95% CI); within {WITHIN} points of own best: {a} {d['within_a']:.0%}, {b} {d['within_b']:.0%}; "
+        f"{_diverged((a, b), d['diverged'], n, always=True)}{_left(f.n_left_out)}"
+    )
+    verdict = f.verdict
+    if verdict in ("a_better", "b_better"):
+        win, lose = (a, b) if verdict == "a_better" else (b, a)
+        d_win = d["ks_d_a_better"] if verdict == "a_better" else d["ks_d_b_better"]
+        d_rev = d["ks_d_b_better"] if verdict == "a_better" else d["ks_d_a_better"]
+        relation = "dominates" if d_rev == 0 else "lies above"
+        return (
+            f"{win}'s Δ-EDF {relation} {lose}'s ({where}): one-sided KS D = {d_win:.2f}, {_p(t)} "
+            f"(two one-sided tests at α/2), n = {_slash(n)}{_holm(f)}; {effect}"
+        )
+    if verdict == "crossing":
+        return (
+            f"{a}'s and {b}'s Δ-EDFs cross ({where}): each lies above the other somewhere (one-sided KS "
+            f"D = {d['ks_d_a_better']:.2f} and {d['ks_d_b_better']:.2f}, {_p(t)}), n = {_slash(n)}{_holm(f)}; {effect}"
+        )
+    need = ""
+    if f.test and f.test.decidable and 0 < t.estimate < 1:
+        need = f" (about {d['trials_needed']} trials per model would find D = {t.estimate:.2f})"
+    return (
+        f"{a} vs {b} Δ-EDFs ({where}): {_undecided(f)}: KS D = {t.estimate:.2f}, {_p(t)}, n = {_slash(n)}"
+        f"{_power(f)}{need}; {effect}"
+    )
 
 
-# ---- the kinds ---------------------------------------------------------------------------------
+def _gap_numbers(f: Finding) -> str:
+    """The numbers of a gap (or gap-pair) finding: estimate, interval, test, per-group levels."""
+    t, d = f.test, f.detail
+    assert t is not None
+    ci = f" {_ci(t.ci)}" if t.ci else ""
+    test = _test_words(t) if t.p is not None else RULES[t.rule]
+    return (
+        f"{d['what']} = {_pts(t.estimate, True)} points{ci} ({test}); {d['levels']}; {_n(t.n, d['names'])}; "
+        f"{_diverged(d['names'], d['diverged'], t.n)}{_left(f.n_left_out)}"
+    )
 
 
-def edf_pair_findings(
-    trials: pd.DataFrame, metric: str = DEFAULT_METRIC, alpha: float = ALPHA, n_boot: int = N_BOOT, seed: int = SEED
-) -> List[Finding]:
-    """Δ-EDF comparisons for every model pair within each (optimizer, epochs) cell."""
-    rows = usable(trials, metric)
+def _optimizer_gap_sentence(f: Finding) -> str:
+    model, where = f.models[0], _cell(epochs=f.cell["epochs"])
+    if f.verdict == "inconclusive":
+        return f"{model}'s optimizer gap ({where}): {_undecided(f)}: {_gap_numbers(f)}{_power(f)}"
+    verb = "loses" if f.verdict == "adamw_better" else "gains"
+    loss = f"{model} {verb} {abs(f.test.estimate):.1f} points when SGD replaces AdamW ({where})"
+    return f"{loss}{_holm(f)}: {_gap_numbers(f)}"
+
+
+def _optimizer_pair_sentence(f: Finding) -> str:
+    a, b = f.models
+    where = _cell(epochs=f.cell["epochs"])
+    if f.verdict == "inconclusive":
+        return f"{a} vs {b}, loss from SGD instead of AdamW ({where}): {_undecided(f)}: {_gap_numbers(f)}{_power(f)}"
+    more, less = (a, b) if f.verdict == "b_better" else (b, a)
+    return (
+        f"{more} loses {abs(f.test.estimate):.1f} points more than {less} when SGD replaces AdamW ({where})"
+        f"{_holm(f)}: {_gap_numbers(f)}"
+    )
+
+
+def _length_gap_sentence(f: Finding) -> str:
+    model, opt = f.models[0], _opt(f.cell["optimizer"])
+    e_min, e_ref = f.cell["epochs"], f.detail["reference_epochs"]
+    fallback = " (the longest schedule diverged: the reference is the best shorter one)" if f.detail["fallback"] else ""
+    tail = f"{fallback}; per length: {f.detail['per_length']}"
+    if f.verdict == "inconclusive":
+        return f"{model}'s length gap ({opt}): {_undecided(f)}: {_gap_numbers(f)}{_power(f)}{tail}"
+    word = "above" if f.verdict == "shorter_worse" else "below"
+    return (
+        f"{model} at {e_min} epochs is {abs(f.test.estimate):.1f} points {word} its {e_ref}-epoch error ({opt})"
+        f"{_holm(f)}: {_gap_numbers(f)}{tail}"
+    )
+
+
+def _length_pair_sentence(f: Finding) -> str:
+    a, b = f.models
+    opt, e_min = _opt(f.cell["optimizer"]), f.cell["epochs"]
+    if f.verdict == "inconclusive":
+        return (
+            f"{a} vs {b}, distance from the long-schedule error at {e_min} epochs ({opt}): {_undecided(f)}: "
+            f"{_gap_numbers(f)}{_power(f)}"
+        )
+    closer, farther = (b, a) if f.verdict == "b_better" else (a, b)
+    return (
+        f"{closer} is closer to its long-schedule error than {farther} at {e_min} epochs ({opt}), by "
+        f"{abs(f.test.estimate):.1f} points{_holm(f)}: {_gap_numbers(f)}"
+    )
+
+
+def _peak_sentence(f: Finding) -> str:
+    a, b = f.models
+    d = f.detail
+    if f.test is None or f.test.rule != "welch":
+        return (
+            f"{a} vs {b} peak error: not testable (no configuration of {d['missing']} ran with more than one "
+            f"seed): best {a} {d['best_a']:.2f}%, {b} {d['best_b']:.2f}%; n = {_slash(d['n'])}{_left(f.n_left_out)}"
+        )
+    numbers = (
+        f"best configurations {a} {d['config_a']} and {b} {d['config_b']}: {_gap_numbers(f)}; "
+        f"each configuration is the lowest seed mean of its model, chosen on these seeds (optimistic)"
+    )
+    if f.verdict == "inconclusive":
+        return f"{a} vs {b} peak error: {_undecided(f)}: {numbers}{_power(f)}"
+    low, high = (a, b) if f.verdict == "a_better" else (b, a)
+    return f"{low} reaches a lower error than {high} over seeds{_holm(f)}: {numbers}"
+
+
+def _scope_sentence(f: Finding) -> str:
+    d = f.detail
+    rules = ", ".join(f"{RULES[r]} ({k})" for r, k in d["rules"].items())
+    no_value = d["n_no_finite_error"]
+    return (
+        f"{f.family} test{'' if f.family == 1 else 's'} at α = {d['alpha']:g} each ({rules or 'none'}): "
+        f"{d['decided']} decided, {d['decided_holm']} still decided after Holm's adjustment over all {f.family} "
+        f"(the family: every finding below with a p); each rule's error rate at these n is measured "
+        f"({CALIBRATION_DOC}). {d['n'][0]} trials counted on the {d['metric']} error, {d['n_diverged']} of them "
+        f"diverged (counted at chance error); {d['n_failed']} failed"
+        + (f" and {no_value} without a finite error" if no_value else "")
+        + " left out."
+    )
+
+
+RENDER: Dict[str, Callable[[Finding], str]] = {
+    "scope": _scope_sentence,
+    "edf_pair": _edf_sentence,
+    "optimizer_gap": _optimizer_gap_sentence,
+    "optimizer_gap_pair": _optimizer_pair_sentence,
+    "length_gap": _length_gap_sentence,
+    "length_gap_pair": _length_pair_sentence,
+    "peak": _peak_sentence,
+}
+
+
+# ---- the kinds ------------------------------------------------------------------------------------
+
+
+def _groups(rows) -> Dict[Tuple, Group]:
+    """Every (model, optimizer, epochs) cell's counted errors, design and counts."""
+    left = rows.left_out.groupby(["model", "optimizer", "epochs"], observed=True).size()
+    out = {}
+    for key, cell in rows.kept.groupby(["model", "optimizer", "epochs"], sort=True, observed=True):
+        out[key] = Group(
+            errors=cell[ERR].to_numpy(float),
+            design=design_of(cell["lr"].to_numpy(), cell["wd"].to_numpy()),
+            diverged=int((cell["status"] == DIVERGED).sum()),
+            left_out=int(left.get(key, 0)),
+        )
+    return out
+
+
+def _contrast(groups: Sequence[Group], weights, alpha: float) -> Test:
+    """Welch on seed means when every group repeats one configuration, else the calibrated best."""
+    errors = [g.errors for g in groups]
+    if all(g.design == "seeds" for g in groups):
+        return welch(errors, weights, alpha)
+    return best_contrast(errors, weights, alpha)
+
+
+def _level(g: Group, rule: str, with_best: bool) -> str:
+    """A group's level as the sentence quotes it: mean ± sd (and best) over seeds, or the best."""
+    if rule == "welch":
+        sd = g.errors.std(ddof=1) if len(g.errors) > 1 else float("nan")
+        return f"{g.errors.mean():.2f} ± {sd:.2f}%" + (f" (best {g.errors.min():.2f}%)" if with_best else "")
+    return f"{g.errors.min():.2f}%"
+
+
+def _gap_detail(test: Test, groups: Sequence[Group], what: str, labels: Sequence[str], **extra) -> Dict:
+    """The numbers a gap finding quotes beside its test."""
+    detectable = None
+    if test.rule == "welch" and test.p is not None and len(groups) == 2:
+        detectable = welch_detectable(
+            [g.errors.std(ddof=1) for g in groups], [len(g.errors) for g in groups], test.alpha
+        )
+    levels = ", ".join(f"{label} {_level(g, test.rule, len(groups) == 2)}" for label, g in zip(labels, groups))
+    return dict(
+        what=what,
+        levels=levels,
+        names=list(labels),
+        diverged=[g.diverged for g in groups],
+        detectable=detectable,
+        **extra,
+    )
+
+
+def edf_pair_findings(groups: Dict[Tuple, Group], alpha: float = ALPHA, seed: int = SEED) -> List[Finding]:
+    """Δ-EDF comparisons for every model pair within each `samples` (optimizer, epochs) cell."""
     out = []
-    for (opt, epochs), cell in rows.kept.groupby(["optimizer", "epochs"], sort=True, observed=True):
-        if cell.groupby("model", observed=True)[["lr", "wd"]].nunique().max().max() < 2:
-            continue  # one (lr, wd) per model: nothing about lr/wd robustness to test
-        where = _cell(opt, epochs)
-        for a, b in itertools.combinations(_order(cell["model"].unique()), 2):
-            ea = cell.loc[cell["model"] == a, ERR].to_numpy(float)
-            eb = cell.loc[cell["model"] == b, ERR].to_numpy(float)
-            left = (
-                _left_out(rows, model=a, optimizer=opt, epochs=epochs),
-                _left_out(rows, model=b, optimizer=opt, epochs=epochs),
+    cells = sorted({(opt, e) for (_, opt, e) in groups})
+    for opt, epochs in cells:
+        here = {m: g for (m, o, e), g in groups.items() if (o, e) == (opt, epochs) and g.design == "samples"}
+        for a, b in itertools.combinations(_order(here), 2):
+            ga, gb = here[a], here[b]
+            if min(len(ga.errors), len(gb.errors)) < 2:
+                continue
+            da, db = ga.errors - ga.errors.min(), gb.errors - gb.errors.min()
+            result = ks_pair(ga.errors, gb.errors, alpha)
+            test = result.test
+            detectable = ks_detectable(test.n, alpha)
+            detail = dict(
+                ks_d_a_better=result.d_a_better,
+                ks_d_b_better=result.d_b_better,
+                p_a_better=result.p_a_better,
+                p_b_better=result.p_b_better,
+                mean_delta_a=float(da.mean()),
+                mean_delta_b=float(db.mean()),
+                area=float(db.mean() - da.mean()),
+                area_ci=bootstrap_mean_difference(da, db, seed),
+                within_a=float(np.mean(da <= WITHIN)),
+                within_b=float(np.mean(db <= WITHIN)),
+                diverged=[ga.diverged, gb.diverged],
+                detectable=detectable,
+                trials_needed=trials_for_ks(test.estimate, alpha) if 0 < test.estimate < 1 else None,
             )
             out.append(
-                _edf_pair(a, b, ea, eb, left, {"optimizer": opt, "epochs": int(epochs)}, where, alpha, n_boot, seed)
+                Finding(
+                    kind="edf_pair",
+                    models=(a, b),
+                    cell={"optimizer": opt, "epochs": int(epochs)},
+                    test=test,
+                    n_left_out=(ga.left_out, gb.left_out),
+                    detail=detail,
+                )
             )
     return out
 
 
-def _edf_pair(a, b, ea, eb, left, cell, where, alpha, n_boot, seed) -> Finding:
-    n = (len(ea), len(eb))
-    base = dict(kind="edf_pair", models=(a, b), cell=cell, n=n, n_left_out=left)
-    if min(n) < MIN_PER_MODEL:
-        return Finding(
-            **base,
-            statistic_name="one-sided KS D",
-            statistic=None,
-            ci=None,
-            p=None,
-            verdict="inconclusive",
-            better=None,
-            sentence=f"{a} vs {b} Δ-EDFs ({where}): inconclusive, fewer than {MIN_PER_MODEL} "
-            f"counted trials (n = {n[0]}/{n[1]}){_left(left)}",
-        )
-    da, db = ea - ea.min(), eb - eb.min()
-    ab, ba = ks_compare(da, db), ks_compare(db, da)
-    d_min = min_detectable_d(n[0], n[1], alpha)
-    effects = effect_sizes(da, db, n_boot=n_boot, seed=seed)
-    area = (effects["area"], effects["area_lo"], effects["area_hi"])
-    within = (effects[f"within{WITHIN}_a"], effects[f"within{WITHIN}_b"])
-    detail = {
-        "ks_d_a_better": ab["ks_d_a_better"],
-        "p_a_better": ab["ks_p_a_better"],
-        "ks_d_b_better": ba["ks_d_a_better"],
-        "p_b_better": ba["ks_p_a_better"],
-        "ks_d_two_sided": ab["ks_d"],
-        "p_two_sided": ab["ks_p"],
-        "min_detectable_d": d_min,
-        "area": area[0],
-        "area_lo": area[1],
-        "area_hi": area[2],
-        f"within{WITHIN}_a": within[0],
-        f"within{WITHIN}_b": within[1],
-        "alpha_per_direction": alpha / 2,
-    }
-    a_sig, b_sig = ab["ks_p_a_better"] < alpha / 2, ba["ks_p_a_better"] < alpha / 2
-    effect = (
-        f"area between Δ-EDFs {area[0]:.1f} points {_ci(area[1], area[2])}; within {WITHIN} points of "
-        f"own best: {a} {within[0]:.0%}, {b} {within[1]:.0%}"
-    )
-    if a_sig != b_sig:
-        win, lose = (a, b) if a_sig else (b, a)
-        test = ab if a_sig else ba
-        d_rev = (ba if a_sig else ab)["ks_d_a_better"]
-        relation = "dominates" if d_rev == 0 else "lies above"
-        n_w, n_l = n if a_sig else n[::-1]
-        return Finding(
-            **base,
-            statistic_name="one-sided KS D",
-            statistic=test["ks_d_a_better"],
-            ci=None,
-            p=test["ks_p_a_better"],
-            verdict="a_better" if a_sig else "b_better",
-            better=win,
-            detail=detail,
-            sentence=f"{win}'s Δ-EDF {relation} {lose}'s ({where}): one-sided KS D = "
-            f"{test['ks_d_a_better']:.2f}, {fmt_p(test['ks_p_a_better'])}, n = {n_w}/{n_l}; "
-            f"{effect}{_left(left)}",
-        )
-    if a_sig and b_sig:
-        return Finding(
-            **base,
-            statistic_name="two-sided KS D",
-            statistic=ab["ks_d"],
-            ci=None,
-            p=ab["ks_p"],
-            verdict="crossing",
-            better=None,
-            detail=detail,
-            sentence=f"{a}'s and {b}'s Δ-EDFs cross ({where}): each lies above the other somewhere "
-            f"(one-sided KS D = {ab['ks_d_a_better']:.2f}, {fmt_p(ab['ks_p_a_better'])} and "
-            f"D = {ba['ks_d_a_better']:.2f}, {fmt_p(ba['ks_p_a_better'])}), n = {n[0]}/{n[1]}; "
-            f"{effect}{_left(left)}",
-        )
-    d_obs = ab["ks_d"]
-    need = (
-        f"; about {trials_for_ks(d_obs, alpha)} trials per model would make D = {d_obs:.2f} significant"
-        if 0 < d_obs < 1
-        else ""
-    )
-    reach = " > 1: no result could decide" if d_min > 1 else ""
-    return Finding(
-        **base,
-        statistic_name="two-sided KS D",
-        statistic=d_obs,
-        ci=None,
-        p=ab["ks_p"],
-        verdict="inconclusive",
-        better=None,
-        detail=detail,
-        sentence=f"{a} vs {b} Δ-EDFs ({where}): inconclusive at this n (minimum detectable D = "
-        f"{d_min:.2f}{reach}): KS D = {d_obs:.2f}, {fmt_p(ab['ks_p'])}, n = {n[0]}/{n[1]}; "
-        f"{effect}{need}{_left(left)}",
-    )
-
-
-def _decide(lo: float, hi: float, positive: str, negative: str) -> str:
-    return positive if lo > 0 else negative if hi < 0 else "inconclusive"
-
-
-def _pair_gap_numbers(
-    a: str, b: str, diff: float, ci: Tuple[float, float], n: Tuple[int, ...], left: Tuple[int, ...]
-) -> str:
-    """The numbers of a finding on the difference of two models' gaps (optimizer or length)."""
-    return (
-        f"gap {a} − gap {b} = {_pts(diff, True)} points {_ci(*ci)} (bootstrap 95% CI), n = {n[0]}/{n[1]}{_left(left)}"
-    )
-
-
-def optimizer_gap_findings(
-    trials: pd.DataFrame, metric: str = DEFAULT_METRIC, n_boot: int = N_BOOT, seed: int = SEED
-) -> List[Finding]:
-    """Per (model, epochs): best SGD - best AdamW; per model pair: the difference of their gaps."""
-    rows = usable(trials, metric)
-    if not {"adamw", "sgd"} <= set(rows.kept["optimizer"]):
-        return []
-    table = optimizer_gap(trials, metric=metric, n_boot=n_boot, seed=seed)
-    out = []
-    for rec in table.itertuples(index=False):
-        left: Tuple[int, ...] = (_left_out(rows, model=rec.model, epochs=rec.epochs),)
-        verdict = _decide(rec.gap_lo, rec.gap_hi, "adamw_better", "sgd_better")
-        where = _cell(epochs=rec.epochs)
-        numbers = (
-            f"best SGD − best AdamW = {_pts(rec.gap, True)} points {_ci(rec.gap_lo, rec.gap_hi)} "
-            f"(bootstrap 95% CI; {rec.best_sgd:.2f}% vs {rec.best_adamw:.2f}%), n = {rec.n_sgd}/{rec.n_adamw} "
-            f"(SGD/AdamW){_left(left)}"
-        )
-        if verdict == "inconclusive":
-            sentence = f"{rec.model}'s optimizer gap ({where}): inconclusive at this n (the CI includes 0): {numbers}"
-        else:
-            verb = "loses" if verdict == "adamw_better" else "gains"
-            sentence = f"{rec.model} {verb} {abs(rec.gap):.1f} points when SGD replaces AdamW ({where}): {numbers}"
+def optimizer_gap_findings(groups: Dict[Tuple, Group], alpha: float = ALPHA) -> List[Finding]:
+    """Per (model, epochs): SGD - AdamW; per model pair and epochs: the difference of their gaps."""
+    out, have = [], {}
+    for model, epochs in sorted({(m, e) for (m, _, e) in groups}):
+        sgd, adamw = groups.get((model, "sgd", epochs)), groups.get((model, "adamw", epochs))
+        if sgd is None or adamw is None:
+            continue
+        have[(model, epochs)] = (sgd, adamw)
+        test = _contrast([sgd, adamw], SINGLE, alpha)
+        of = "mean" if test.rule == "welch" else "best"
         out.append(
             Finding(
                 kind="optimizer_gap",
-                models=(rec.model,),
-                cell={"epochs": int(rec.epochs)},
-                statistic_name="best SGD - best AdamW (points)",
-                statistic=rec.gap,
-                ci=(rec.gap_lo, rec.gap_hi),
-                p=None,
-                n=(rec.n_sgd, rec.n_adamw),
-                n_left_out=left,
-                verdict=verdict,
-                better={"adamw_better": "adamw", "sgd_better": "sgd"}.get(verdict),
-                sentence=sentence,
+                models=(model,),
+                cell={"epochs": int(epochs)},
+                test=test,
+                n_left_out=(sgd.left_out + adamw.left_out,),
+                detail=_gap_detail(test, [sgd, adamw], f"{of} SGD − {of} AdamW", ["SGD", "AdamW"]),
             )
         )
-    rng = np.random.default_rng(seed)
-    kept = rows.kept
-    for epochs, cell in table.groupby("epochs", sort=True):
-        for a, b in itertools.combinations(_order(cell["model"]), 2):
-            ga, gb = (cell.set_index("model").loc[m, "gap"] for m in (a, b))
-            draws = []
-            for m in (a, b):
-                sel = kept[(kept["model"] == m) & (kept["epochs"] == epochs)]
-                draws.append(
-                    bootstrap_min(sel.loc[sel["optimizer"] == "sgd", ERR].to_numpy(float), rng, n_boot)
-                    - bootstrap_min(sel.loc[sel["optimizer"] == "adamw", ERR].to_numpy(float), rng, n_boot)
-                )
-            lo, hi = _ci_of(draws[0] - draws[1])
-            diff = ga - gb
-            verdict = _decide(lo, hi, "b_better", "a_better")  # a larger gap = a less stable
-            n = tuple(
-                int(cell.set_index("model").loc[m, "n_sgd"] + cell.set_index("model").loc[m, "n_adamw"]) for m in (a, b)
-            )
-            left = tuple(_left_out(rows, model=m, epochs=epochs) for m in (a, b))
-            numbers = _pair_gap_numbers(a, b, diff, (lo, hi), n, left)
-            if verdict == "inconclusive":
-                sentence = (
-                    f"{a} vs {b}, loss from SGD instead of AdamW ({_cell(epochs=epochs)}): inconclusive at "
-                    f"this n (the CI includes 0): {numbers}"
-                )
-            else:
-                more, less = (a, b) if verdict == "b_better" else (b, a)
-                sentence = (
-                    f"{more} loses {abs(diff):.1f} points more than {less} when SGD replaces AdamW "
-                    f"({_cell(epochs=epochs)}): {numbers}"
-                )
+    for epochs in sorted({e for _, e in have}):
+        models = _order([m for m, e in have if e == epochs])
+        for a, b in itertools.combinations(models, 2):
+            four = [*have[(a, epochs)], *have[(b, epochs)]]
+            test = _contrast(four, PAIR, alpha)
+            of = "means" if test.rule == "welch" else "bests"
+            labels = [f"{m} {o}" for m in (a, b) for o in ("SGD", "AdamW")]
             out.append(
                 Finding(
                     kind="optimizer_gap_pair",
                     models=(a, b),
                     cell={"epochs": int(epochs)},
-                    statistic_name="optimizer gap of a - of b (points)",
-                    statistic=diff,
-                    ci=(lo, hi),
-                    p=None,
-                    n=n,
-                    n_left_out=left,
-                    verdict=verdict,
-                    better={"a_better": a, "b_better": b}.get(verdict),
-                    sentence=sentence,
+                    test=test,
+                    n_left_out=tuple(sum(g.left_out for g in have[(m, epochs)]) for m in (a, b)),
+                    detail=_gap_detail(test, four, f"gap {a} − gap {b} (of {of})", labels),
                 )
             )
     return out
 
 
-def length_gap_findings(
-    trials: pd.DataFrame, metric: str = DEFAULT_METRIC, n_boot: int = N_BOOT, seed: int = SEED
-) -> List[Finding]:
-    """Per (model, optimizer): error(E_min) - error(E_ref); per model pair: the difference at E_min."""
-    rows = usable(trials, metric)
-    if rows.kept["epochs"].nunique() < 2:
-        return []
-    table = length_gap(trials, metric=metric)
-    kept = rows.kept
-    rng = np.random.default_rng(seed)
-    out, draws_of = [], {}
-    for (model, opt), group in table.groupby(["model", "optimizer"], sort=True):
-        if len(group) < 2:
+def _reference(groups: Dict[Tuple, Group], model: str, opt: str) -> Optional[Tuple[int, int, bool]]:
+    """(E_min, E_ref, fallback) for one model and optimizer, or None with a single length."""
+    lengths = sorted(e for (m, o, e) in groups if (m, o) == (model, opt))
+    if len(lengths) < 2:
+        return None
+    e_max = lengths[-1]
+    all_diverged = {e: groups[(model, opt, e)].diverged == len(groups[(model, opt, e)].errors) for e in lengths}
+    fallback = all_diverged[e_max] and not all(all_diverged.values())
+    e_ref = (
+        min((e for e in lengths if not all_diverged[e]), key=lambda e: groups[(model, opt, e)].errors.min())
+        if fallback
+        else e_max
+    )
+    return (lengths[0], e_ref, fallback) if lengths[0] != e_ref else None
+
+
+def length_gap_findings(groups: Dict[Tuple, Group], alpha: float = ALPHA) -> List[Finding]:
+    """Per (model, optimizer): error(E_min) - error(E_ref); per model pair: the difference of gaps."""
+    out, have = [], {}
+    for model, opt in sorted({(m, o) for (m, o, _) in groups}):
+        ref = _reference(groups, model, opt)
+        if ref is None:
             continue
-        group = group.sort_values("epochs")
-        first = group.iloc[0]
-        e_min, e_ref = int(first["epochs"]), int(first["reference_epochs"])
-        if e_min == e_ref:
-            continue
-        sel = kept[(kept["model"] == model) & (kept["optimizer"] == opt)]
-        short, ref = (sel.loc[sel["epochs"] == e, ERR].to_numpy(float) for e in (e_min, e_ref))
-        draws = bootstrap_min(short, rng, n_boot) - bootstrap_min(ref, rng, n_boot)
-        draws_of[(model, opt)] = (e_min, draws, len(short) + len(ref))
-        lo, hi = _ci_of(draws)
-        verdict = _decide(lo, hi, "shorter_worse", "shorter_better")
-        left: Tuple[int, ...] = (_left_out(rows, model=model, optimizer=opt),)
-        all_gaps = ", ".join(f"{int(r.epochs)} ep {_pts(r.gap, True)}" for r in group.itertuples() if r.epochs != e_ref)
-        fallback = (
-            " (the longest schedule diverged: reference is the best shorter one)" if first["reference_fallback"] else ""
+        e_min, e_ref, fallback = ref
+        short, reference = groups[(model, opt, e_min)], groups[(model, opt, e_ref)]
+        have[(model, opt)] = (ref, short, reference)
+        test = _contrast([short, reference], SINGLE, alpha)
+        of = "mean" if test.rule == "welch" else "best"
+        level = (lambda g: g.errors.mean()) if test.rule == "welch" else (lambda g: g.errors.min())
+        per_length = ", ".join(
+            f"{int(e)} ep {_pts(level(g) - level(reference), True)}"
+            for (m, o, e), g in sorted(groups.items())
+            if (m, o) == (model, opt) and e != e_ref
         )
-        numbers = (
-            f"error({e_min} ep) − error({e_ref} ep) = {_pts(first['gap'], True)} points {_ci(lo, hi)} "
-            f"(bootstrap 95% CI; {first['error']:.2f}% vs {first['reference']:.2f}%){fallback}; gaps: {all_gaps}; "
-            f"n = {len(short)}/{len(ref)}{_left(left)}"
-        )
-        if verdict == "inconclusive":
-            sentence = f"{model}'s length gap ({_opt(opt)}): inconclusive at this n (the CI includes 0): {numbers}"
-        else:
-            word = "above" if verdict == "shorter_worse" else "below"
-            sentence = (
-                f"{model} at {e_min} epochs is {abs(first['gap']):.1f} points {word} its {e_ref}-epoch "
-                f"error ({_opt(opt)}): {numbers}"
-            )
         out.append(
             Finding(
                 kind="length_gap",
                 models=(model,),
-                cell={"optimizer": opt, "epochs": e_min},
-                statistic_name=f"error({e_min} ep) - error({e_ref} ep) (points)",
-                statistic=first["gap"],
-                ci=(lo, hi),
-                p=None,
-                n=(len(short), len(ref)),
-                n_left_out=left,
-                verdict=verdict,
-                better=None,
-                sentence=sentence,
-                detail={"reference_epochs": e_ref, "reference_fallback": bool(first["reference_fallback"])},
+                cell={"optimizer": opt, "epochs": int(e_min)},
+                test=test,
+                n_left_out=(short.left_out + reference.left_out,),
+                detail=_gap_detail(
+                    test,
+                    [short, reference],
+                    f"{of} error({e_min} ep) − {of} error({e_ref} ep)",
+                    [f"{e_min} ep", f"{e_ref} ep"],
+                    reference_epochs=int(e_ref),
+                    fallback=bool(fallback),
+                    per_length=per_length,
+                ),
             )
         )
-    gaps = {(f.models[0], f.cell["optimizer"]): f for f in out}
-    for opt in sorted({o for _, o in draws_of}):
-        models = _order([m for m, o in draws_of if o == opt])
+    for opt in sorted({o for _, o in have}):
+        models = _order([m for m, o in have if o == opt])
         for a, b in itertools.combinations(models, 2):
-            (ea, da, na), (eb, db, nb) = draws_of[(a, opt)], draws_of[(b, opt)]
-            if ea != eb:
+            (ref_a, *ga), (ref_b, *gb) = have[(a, opt)], have[(b, opt)]
+            if ref_a[:2] != ref_b[:2]:
                 continue
-            gap_a, gap_b = gaps[(a, opt)].statistic, gaps[(b, opt)].statistic
-            assert gap_a is not None and gap_b is not None  # every length_gap finding carries its gap
-            diff = gap_a - gap_b
-            lo, hi = _ci_of(da - db)
-            verdict = _decide(lo, hi, "b_better", "a_better")  # a larger gap: further from converged
-            left = (gaps[(a, opt)].n_left_out[0], gaps[(b, opt)].n_left_out[0])
-            numbers = _pair_gap_numbers(a, b, diff, (lo, hi), (na, nb), left)
-            if verdict == "inconclusive":
-                sentence = (
-                    f"{a} vs {b}, distance from the long-schedule error at {ea} epochs ({_opt(opt)}): "
-                    f"inconclusive at this n (the CI includes 0): {numbers}"
-                )
-            else:
-                closer, farther = (b, a) if verdict == "b_better" else (a, b)
-                sentence = (
-                    f"{closer} is closer to its long-schedule error than {farther} at {ea} epochs "
-                    f"({_opt(opt)}), by {abs(diff):.1f} points: {numbers}"
-                )
+            four = [*ga, *gb]
+            test = _contrast(four, PAIR, alpha)
+            of = "means" if test.rule == "welch" else "bests"
+            labels = [f"{m} {e} ep" for m in (a, b) for e in ref_a[:2]]
             out.append(
                 Finding(
                     kind="length_gap_pair",
                     models=(a, b),
-                    cell={"optimizer": opt, "epochs": ea},
-                    statistic_name="length gap of a - of b (points)",
-                    statistic=diff,
-                    ci=(lo, hi),
-                    p=None,
-                    n=(na, nb),
-                    n_left_out=left,
-                    verdict=verdict,
-                    better={"a_better": a, "b_better": b}.get(verdict),
-                    sentence=sentence,
+                    cell={"optimizer": opt, "epochs": int(ref_a[0])},
+                    test=test,
+                    n_left_out=(sum(g.left_out for g in ga), sum(g.left_out for g in gb)),
+                    detail=_gap_detail(test, four, f"gap {a} − gap {b} (of {of})", labels),
                 )
             )
     return out
 
 
-def _noise_at_best(kept: pd.DataFrame) -> pd.Series:
-    """Per model: the std over seeds (ddof 1) of the configuration (optimizer, epochs, lr, wd) that
-    gave its best trial; NaN where that configuration ran with one seed. Not the pooled floor of
-    peak_table: a short schedule's seeds spread far more than the best one's, and would hide a
-    difference the best configuration's own seeds settle (as the paper's mean ± std over seeds)."""
+def _best_configuration(kept: pd.DataFrame, model: str):
+    """The (optimizer, epochs, lr, wd) of `model` with the lowest seed mean among those run over 2+
+    seeds, and its errors; None if none was repeated."""
     config = ["optimizer", "epochs", "lr", "wd"]
-    noise = {}
-    for model, group in kept.groupby("model", observed=True):
-        best = group.loc[group[ERR].idxmin(), config]
-        same = (group[config] == best).all(axis=1)
-        noise[model] = float(group.loc[same, ERR].std(ddof=1)) if same.sum() > 1 else np.nan
-    return pd.Series(noise, dtype=float)
+    rows = kept[kept["model"] == model]
+    repeated = rows.groupby(config, observed=True)[ERR].agg(["mean", "size"])
+    repeated = repeated[repeated["size"] > 1]
+    if repeated.empty:
+        return None
+    best = repeated["mean"].idxmin()
+    same = (rows[config] == pd.Series(best, index=config)).all(axis=1)
+    return dict(zip(config, best)), rows.loc[same]
 
 
-def peak_findings(trials: pd.DataFrame, metric: str = DEFAULT_METRIC, alpha: float = ALPHA) -> List[Finding]:
-    """Per model pair: the difference of the best errors against the seed-to-seed noise of each
-    model's best configuration (`_noise_at_best`)."""
-    table = peak_table(trials, metric)
-    if table.empty:
-        return []
-    table = table.set_index("model")
-    table["noise_floor"] = _noise_at_best(usable(trials, metric).kept).reindex(table.index)
-    z_crit = float(sps.norm.isf(alpha / 2))
+def peak_findings(rows, alpha: float = ALPHA) -> List[Finding]:
+    """Per model pair: the seed means of each model's best repeated configuration, by Welch t."""
+    kept = rows.kept
     out = []
-    for a, b in itertools.combinations(_order(table.index), 2):
-        ra, rb = table.loc[a], table.loc[b]
-        diff = float(ra["best_err"] - rb["best_err"])
-        floors = [f for f in (ra["noise_floor"], rb["noise_floor"]) if np.isfinite(f)]
-        sigma = float(np.sqrt(sum(f**2 for f in floors) * (2 / len(floors)))) if floors else np.nan
-        n, left = (int(ra["n"]), int(rb["n"])), (int(ra["n_left_out"]), int(rb["n_left_out"]))
-        bests = (
-            f"best {a} {ra['best_err']:.2f}% ({_cell(ra['optimizer'], ra['epochs'])}), "
-            f"{b} {rb['best_err']:.2f}% ({_cell(rb['optimizer'], rb['epochs'])})"
-        )
-        base: Dict[str, Any] = dict(
-            kind="peak",
-            models=(a, b),
-            cell={},
-            statistic_name="best a - best b (points)",
-            statistic=diff,
-            n=n,
-            n_left_out=left,
-        )
-        if not floors or sigma == 0:
-            why = (
-                "neither model's best configuration ran with more than one seed"
-                if not floors
-                else "the repeated seeds gave identical errors"
-            )
+    models = _order(kept["model"].unique())
+    left = rows.left_out.groupby("model", observed=True).size()
+    best = {m: _best_configuration(kept, m) for m in models}
+    for a, b in itertools.combinations(models, 2):
+        n_left = (int(left.get(a, 0)), int(left.get(b, 0)))
+        if best[a] is None or best[b] is None:
+            missing = " or ".join(m for m in (a, b) if best[m] is None)
+            errs = {m: kept.loc[kept["model"] == m, ERR] for m in (a, b)}
             out.append(
                 Finding(
-                    **base,
-                    ci=None,
-                    p=None,
-                    verdict="inconclusive",
-                    better=None,
-                    detail={"noise_floor_a": ra["noise_floor"], "noise_floor_b": rb["noise_floor"]},
-                    sentence=f"{a} vs {b} peak error: inconclusive, no noise floor ({why}): {bests}, "
-                    f"difference {_pts(diff, True)} points; n = {n[0]}/{n[1]}{_left(left)}",
+                    kind="peak",
+                    models=(a, b),
+                    cell={},
+                    test=None,
+                    n_left_out=n_left,
+                    detail=dict(
+                        missing=missing,
+                        best_a=float(errs[a].min()),
+                        best_b=float(errs[b].min()),
+                        n=[len(errs[a]), len(errs[b])],
+                    ),
                 )
             )
             continue
-        z = diff / sigma
-        p = float(2 * sps.norm.sf(abs(z)))
-        ci = (diff - z_crit * sigma, diff + z_crit * sigma)
-        verdict = "inconclusive" if p >= alpha else ("a_better" if diff < 0 else "b_better")
-        numbers = (
-            f"{bests}; difference {_pts(diff, True)} points = {abs(z):.1f} × the seed-to-seed noise "
-            f"(σ of a difference = {sigma:.2f} points, z-test {fmt_p(p)}; 95% {_ci(*ci)}); "
-            f"n = {n[0]}/{n[1]}, seeds {int(ra['seeds'])}/{int(rb['seeds'])}{_left(left)}"
-        )
-        if verdict == "inconclusive":
-            sentence = f"{a} vs {b} peak error: inconclusive at this noise (|z| < {z_crit:.2f}): {numbers}"
-        else:
-            low, high = (a, b) if diff < 0 else (b, a)
-            sentence = f"{low} reaches a lower best error than {high}, beyond the seed noise: {numbers}"
+        (ca, ra), (cb, rb) = best[a], best[b]
+        ga, gb = (Group(r[ERR].to_numpy(float), "seeds", int((r["status"] == DIVERGED).sum()), 0) for r in (ra, rb))
+        test = welch([ga.errors, gb.errors], SINGLE, alpha)
+        label = lambda c: f"({_cell(c['optimizer'], c['epochs'])}, lr {c['lr']:.3g}, wd {c['wd']:.3g})"  # noqa: E731
         out.append(
             Finding(
-                **base,
-                ci=ci,
-                p=p,
-                verdict=verdict,
-                better={"a_better": a, "b_better": b}.get(verdict),
-                sentence=sentence,
-                detail={"z": z, "sigma": sigma, "noise_floor_a": ra["noise_floor"], "noise_floor_b": rb["noise_floor"]},
+                kind="peak",
+                models=(a, b),
+                cell={},
+                test=test,
+                n_left_out=n_left,
+                detail=_gap_detail(
+                    test, [ga, gb], f"mean {a} − mean {b}", [a, b], config_a=label(ca), config_b=label(cb)
+                ),
             )
         )
     return out
 
 
 def findings(
-    trials: pd.DataFrame, metric: str = DEFAULT_METRIC, alpha: float = ALPHA, n_boot: int = N_BOOT, seed: int = SEED
+    trials: pd.DataFrame, metric: str = DEFAULT_METRIC, alpha: float = ALPHA, seed: int = SEED
 ) -> List[Finding]:
-    """Every finding the table supports, the `scope` sentence first."""
-    rows = usable(trials, metric)
+    """Every finding the table supports, the `scope` line first, Holm-adjusted over the family."""
     with warnings.catch_warnings():  # what is left out is counted in every sentence instead
         warnings.simplefilter("ignore", LeftOutWarning)
+        rows = usable(trials, metric)
+    if rows.kept.empty:
+        tested: List[Finding] = []
+    else:
+        groups = _groups(rows)
         tested = (
-            edf_pair_findings(trials, metric, alpha, n_boot, seed)
-            + optimizer_gap_findings(trials, metric, n_boot, seed)
-            + length_gap_findings(trials, metric, n_boot, seed)
-            + peak_findings(trials, metric, alpha)
+            edf_pair_findings(groups, alpha, seed)
+            + optimizer_gap_findings(groups, alpha)
+            + length_gap_findings(groups, alpha)
+            + peak_findings(rows, alpha)
         )
-    n_tests = sum(f.p is not None or f.ci is not None for f in tested)
-    decided = sum(f.verdict != "inconclusive" for f in tested)
+    family = [f for f in tested if f.p is not None]
+    for f, p_holm in zip(family, holm([f.p for f in family])):
+        f.p_holm, f.family = float(p_holm), len(family)
     n_failed = int((trials["status"] == FAILED).sum())
-    n_diverged = int((rows.kept["status"] == DIVERGED).sum())
-    no_value = len(rows.left_out) - n_failed
+    rules: Dict[str, int] = {}
+    for f in family:
+        rules[f.test.rule] = rules.get(f.test.rule, 0) + 1
     scope = Finding(
         kind="scope",
         models=tuple(_order(rows.kept["model"].unique())),
         cell={},
-        statistic_name="tests",
-        statistic=float(n_tests),
-        ci=None,
-        p=None,
-        n=(len(rows.kept),),
+        test=None,
         n_left_out=(len(rows.left_out),),
-        verdict="info",
-        better=None,
-        detail={
-            "alpha": alpha,
-            "n_failed": n_failed,
-            "n_diverged": n_diverged,
-            "n_no_finite_error": no_value,
-            "decided": decided,
-        },
-        sentence=(
-            f"{n_tests} test{'' if n_tests == 1 else 's'} at α = {alpha:g} each, {decided} decided "
-            f"(no multiple-comparison correction: about {alpha * n_tests:.1f} false findings are expected if nothing "
-            f"differed); {len(rows.kept)} trials counted on the {rows.metric} error, "
-            f"{n_diverged} of them diverged (counted at chance error); {n_failed} failed"
-            + (f" and {no_value} without a finite error" if no_value else "")
-            + " left out."
+        family=len(family),
+        detail=dict(
+            alpha=alpha,
+            rules=rules,
+            decided=sum(f.verdict != "inconclusive" for f in family),
+            decided_holm=sum(f.verdict_holm != "inconclusive" for f in family),
+            n=[len(rows.kept)],
+            metric=rows.metric,
+            n_failed=n_failed,
+            n_diverged=int((rows.kept["status"] == DIVERGED).sum()),
+            n_no_finite_error=len(rows.left_out) - n_failed,
         ),
     )
     return [scope] + tested
+
+
+def findings_table(found: Sequence[Finding], kind: str) -> pd.DataFrame:
+    """The findings of one kind as a table: the same objects the sentences are rendered from."""
+    rows = []
+    for f in found:
+        if f.kind != kind:
+            continue
+        t = f.test
+        rows.append(
+            {
+                **{f"model {'ab'[i]}" if len(f.models) > 1 else "model": m for i, m in enumerate(f.models)},
+                **f.cell,
+                "rule": RULES[t.rule] if t else "not testable",
+                "estimate": f.statistic,
+                "estimate_lo": t.ci[0] if t and t.ci else np.nan,
+                "estimate_hi": t.ci[1] if t and t.ci else np.nan,
+                "ci_level": t.level if t and t.level is not None else np.nan,
+                "p": f.p if f.p is not None else np.nan,
+                "p_holm": f.p_holm if f.p_holm is not None else np.nan,
+                "verdict": f.verdict,
+                "verdict_holm": f.verdict_holm,
+                "n": _slash(f.n),
+                "diverged": _slash(f.detail.get("diverged", [])),
+                "n_left_out": int(sum(f.n_left_out)),
+                **_effect_columns(f),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def _effect_columns(f: Finding) -> Dict:
+    """A Δ-EDF finding's effect sizes, as its sentence quotes them."""
+    d = f.detail
+    if f.kind != "edf_pair":
+        return {}
+    return {
+        "area": d["area"],
+        "area_lo": d["area_ci"][0],
+        "area_hi": d["area_ci"][1],
+        f"within{WITHIN}_a": d["within_a"],
+        f"within{WITHIN}_b": d["within_b"],
+        "detectable_d": d["detectable"],
+    }

@@ -1,7 +1,6 @@
 """One-command report of a study: figures, tables and a self-contained HTML page."""
 
 import html
-import itertools
 import json
 import os
 import re
@@ -31,12 +30,13 @@ from hpstudy.analysis.figures import (
     hp_scatter_table,
     save_figure,
 )
-from hpstudy.analysis.findings import ALPHA, CI_LEVEL, Finding
+from hpstudy.analysis.findings import CALIBRATION_DOC, KINDS, Finding, findings_table
 from hpstudy.analysis.findings import findings as make_findings
-from hpstudy.analysis.gaps import ema_gain, length_gap, optimizer_gap, peak_table
-from hpstudy.analysis.metric import DEFAULT_METRIC, ERR, METRIC_DOCS, LeftOutWarning, Rows, left_out_per, usable
+from hpstudy.analysis.gaps import ema_gain
+from hpstudy.analysis.inference import ALPHA, design_of
+from hpstudy.analysis.metric import DEFAULT_METRIC, ERR, METRIC_DOCS, LeftOutWarning, Rows, usable
 from hpstudy.analysis.report_folder import ALLOWED, ReportError, owned, publish
-from hpstudy.analysis.stats import ad_compare, effect_sizes, good_ranges, hp_importance, ks_compare, min_detectable_d
+from hpstudy.analysis.stats import good_ranges, hp_importance
 from hpstudy.trainers.schema import DIVERGED, FAILED, FINISHED, OK, STATUSES
 
 CELL = ["model", "optimizer", "epochs"]
@@ -89,8 +89,9 @@ def equalize_counts(frame: pd.DataFrame, by: List[str], metric: str = DEFAULT_ME
 
 
 def summary_table(trials: pd.DataFrame, metric: str = DEFAULT_METRIC) -> pd.DataFrame:
-    """Per (model, optimizer, epochs): counts by status, trials counted and left out, best/median
-    error under `metric`, diverged share, DKW and bootstrap band half-widths."""
+    """Per (model, optimizer, epochs): its design (one lr/wd over seeds, or lr/wd samples), counts by
+    status, trials counted and left out, best/median/mean/sd error under `metric`, diverged share;
+    for lr/wd samples also the DKW and bootstrap half-widths of its EDF (seeds: not an lr/wd EDF)."""
     rows = usable(trials, metric, "summary_table")
     kept = dict(list(rows.kept.groupby(CELL, sort=True, observed=True)))
     out = []
@@ -98,59 +99,25 @@ def summary_table(trials: pd.DataFrame, metric: str = DEFAULT_METRIC) -> pd.Data
         counted = kept.get(key, rows.kept.iloc[:0])
         errors = counted[ERR].to_numpy(float)
         status = group["status"].value_counts()
+        design = design_of(counted["lr"].to_numpy(), counted["wd"].to_numpy())
+        edf = design == "samples" and len(errors) > 1
         out.append(
             {
                 **dict(zip(CELL, key)),
+                "design": design,
                 "n": len(errors),
                 "n_left_out": len(group) - len(errors),
                 **{s: int(status.get(s, 0)) for s in STATUSES},
                 "diverged_share": float((counted["status"] == DIVERGED).mean()) if len(errors) else np.nan,
                 "best": errors.min() if len(errors) else np.nan,
                 "median": np.median(errors) if len(errors) else np.nan,
-                "dkw_eps_95": float(dkw_epsilon(len(errors))) if len(errors) else np.nan,
-                "bootstrap_eps_95": bootstrap_band(errors, n_boot=300) if len(errors) > 1 else np.nan,
+                "mean": errors.mean() if len(errors) else np.nan,
+                "sd": errors.std(ddof=1) if len(errors) > 1 else np.nan,
+                "dkw_eps_95": float(dkw_epsilon(len(errors))) if edf else np.nan,
+                "bootstrap_eps_95": bootstrap_band(errors, n_boot=300) if edf else np.nan,
             }
         )
     return pd.DataFrame(out).assign(metric=rows.metric)
-
-
-def comparison_table(trials: pd.DataFrame, metric: str = DEFAULT_METRIC) -> pd.DataFrame:
-    """Pairwise model comparisons within each (optimizer, epochs) cell on the `metric` error: KS,
-    AD, D_min, effect sizes; the trials left out of each model are counted."""
-    rows = usable(trials, metric, "comparison_table")
-    out = []
-    for (opt, epochs), cell in rows.kept.groupby(["optimizer", "epochs"], sort=True, observed=True):
-        models = sorted(cell["model"].unique())
-        for a, b in itertools.combinations(models, 2):
-            ea = cell.loc[cell["model"] == a, ERR].to_numpy(float)
-            eb = cell.loc[cell["model"] == b, ERR].to_numpy(float)
-            if len(ea) < 2 or len(eb) < 2:
-                continue
-            effects = effect_sizes(ea, eb, n_boot=300)
-            out.append(
-                {
-                    "optimizer": opt,
-                    "epochs": epochs,
-                    "a": a,
-                    "b": b,
-                    "n_a": len(ea),
-                    "n_b": len(eb),
-                    **ks_compare(ea, eb),
-                    **ad_compare([ea, eb], n_resamples=299),
-                    "ks_d_min": min_detectable_d(len(ea), len(eb)),
-                    "area": effects["area"],
-                    "area_lo": effects["area_lo"],
-                    "area_hi": effects["area_hi"],
-                    "within2_a": effects["within2_a"],
-                    "within2_b": effects["within2_b"],
-                }
-            )
-    table = pd.DataFrame(out)
-    if table.empty:
-        return table
-    for side in ("a", "b"):
-        table[f"n_left_out_{side}"] = left_out_per(rows, CELL, table.assign(model=table[side]))
-    return table.drop(columns="n_left_out").assign(metric=rows.metric)
 
 
 def ranges_and_importance(trials: pd.DataFrame, metric: str = DEFAULT_METRIC) -> Tuple[pd.DataFrame, Dict]:
@@ -178,6 +145,14 @@ def ranges_and_importance(trials: pd.DataFrame, metric: str = DEFAULT_METRIC) ->
     return pd.DataFrame(out), ranges
 
 
+def _sampled(frame: pd.DataFrame) -> pd.DataFrame:
+    """The rows of the (model, optimizer, epochs) cells that sampled lr/wd (not one lr/wd over seeds)."""
+    if frame.empty:
+        return frame
+    configs = frame.groupby(CELL, observed=True)[["lr", "wd"]].transform("nunique").max(axis=1)
+    return frame[configs > 1]
+
+
 def _figures(trials: pd.DataFrame, rows: Rows, ranges: Dict, out: str, metric: str) -> List[Tuple[str, str, Dict]]:
     """Render every figure the data supports, each from its table, saved beside it; returns (name,
     caption, paths)."""
@@ -188,10 +163,14 @@ def _figures(trials: pd.DataFrame, rows: Rows, ranges: Dict, out: str, metric: s
         made.append((name, caption, save_figure(figure(table), out, name, table, {**stated, **meta})))
 
     usable_rows = rows.kept
-    for (opt, epochs), cell in usable_rows.groupby(["optimizer", "epochs"], sort=True, observed=True):
+    sampled, sampled_rows = (
+        _sampled(trials),
+        _sampled(usable_rows),
+    )  # lr/wd figures: seed-only cells are not lr/wd studies
+    for (opt, epochs), cell in sampled_rows.groupby(["optimizer", "epochs"], sort=True, observed=True):
         if cell.groupby("model").size().min() < 2:
             continue
-        whole = trials[(trials["optimizer"] == opt) & (trials["epochs"] == epochs)]
+        whole = sampled[(sampled["optimizer"] == opt) & (sampled["epochs"] == epochs)]
         table = delta_edf_table(equalize_counts(whole, ["model"], metric), metric)
         draw(
             f"delta_edf_{opt}_{epochs}ep",
@@ -207,11 +186,11 @@ def _figures(trials: pd.DataFrame, rows: Rows, ranges: Dict, out: str, metric: s
         )
     for opt in sorted(usable_rows["optimizer"].unique()):
         by_model = {m: r for (m, o), r in ranges.items() if o == opt}
-        if usable_rows.loc[usable_rows["optimizer"] == opt, "lr"].nunique() > 1:
+        if (sampled_rows["optimizer"] == opt).any():
             draw(
                 f"hp_scatter_{opt}",
                 f"Top-1 error ({rows.metric}) against lr, wd and lr·wd ({opt}); shaded: good ranges",
-                hp_scatter_table(trials[trials["optimizer"] == opt], metric),
+                hp_scatter_table(sampled[sampled["optimizer"] == opt], metric),
                 lambda table: hp_scatter_figure(table, by_model),
                 good_ranges="bootstrap (2500 x max(1, int(25% n))) of the best trial's log10 values, 2.5-97.5%",
                 ranges={m: r.to_dict() for m, r in by_model.items()},
@@ -242,11 +221,11 @@ def _figures(trials: pd.DataFrame, rows: Rows, ranges: Dict, out: str, metric: s
             aggregate="median per model",
             left_out="failed, no finite error, diverged",
         )
-    if usable_rows.groupby(["model", "optimizer"]).size().max() >= 2:
+    if len(sampled_rows) and sampled_rows.groupby(["model", "optimizer"]).size().max() >= 2:
         draw(
             "expected_best",
             f"Expected best top-1 error ({rows.metric}) after k random trials (unbiased estimator)",
-            expected_best_table(trials, metric),
+            expected_best_table(sampled, metric),
             expected_best_figure,
             estimator="unbiased, Tang et al. 2020",
             band="bootstrap 95% pointwise",
@@ -257,6 +236,7 @@ def _figures(trials: pd.DataFrame, rows: Rows, ranges: Dict, out: str, metric: s
 # Readable column names with units for the HTML tables (report.json keeps the field names).
 # "%" = top-1 error in percent; "pts" = a difference of errors in percentage points.
 COLUMN_LABELS = {
+    "design": "design",
     "n": "trials counted",
     "n_left_out": "left out",
     "ok": "ok",
@@ -265,35 +245,21 @@ COLUMN_LABELS = {
     "diverged_share": "diverged (%)",
     "best": "best error (%)",
     "median": "median error (%)",
+    "mean": "mean error (%)",
+    "sd": "sd (pts)",
     "dkw_eps_95": "DKW band ± (95%)",
     "bootstrap_eps_95": "bootstrap band ± (95%)",
-    "a": "model a",
-    "b": "model b",
-    "n_a": "n a",
-    "n_b": "n b",
-    "ks_d": "KS D",
-    "ks_p": "KS p",
-    "ks_d_a_better": "KS D, a better (one-sided)",
-    "ks_p_a_better": "KS p, a better",
-    "ad_stat": "Anderson-Darling stat.",
-    "ad_p": "Anderson-Darling p",
-    "ks_d_min": "min. detectable D",
-    "area": "area between EDFs (pts) [95% CI]",
+    "rule": "test",
+    "estimate": "estimate (pts) [CI]",
+    "ci_level": "CI level (%)",
+    "p": "p",
+    "p_holm": "p, Holm",
+    "verdict": "verdict",
+    "verdict_holm": "verdict, Holm",
+    "area": "signed area, a's favour (pts) [95% CI]",
     "within2_a": "a within 2 pts of best (%)",
     "within2_b": "b within 2 pts of best (%)",
-    "n_left_out_a": "left out a",
-    "n_left_out_b": "left out b",
-    "best_sgd": "best SGD error (%)",
-    "best_adamw": "best AdamW error (%)",
-    "gap": "gap (pts) [95% CI]",
-    "n_sgd": "n SGD",
-    "n_adamw": "n AdamW",
-    "budget_k": "budget k (trials)",
-    "gap_at_k": "expected gap at k (pts)",
-    "error": "best error (%)",
-    "reference": "reference error (%)",
-    "reference_epochs": "reference epochs",
-    "reference_fallback": "fallback reference",
+    "detectable_d": "D detectable at 80% power",
     "log10_lr": "log10 lr",
     "log10_wd": "log10 wd",
     "log10_lr_wd": "log10 lr·wd",
@@ -304,13 +270,14 @@ COLUMN_LABELS = {
     "gain_median": "median gain (pts)",
     "best_ema": "best EMA error (%)",
     "gain_of_best": "gain of the bests (pts)",
-    "best_err": "best error (%)",
-    "seeds": "seeds",
-    "noise_floor": "seed noise σ (pts)",
     "no_finite_error": "no finite error",
 }
-TABLE_LABELS = {"length_gap": {"diverged": "all diverged", "gap": "gap to reference (pts)"}}
-SHARES = ("diverged_share", "within2_a", "within2_b")  # fractions shown in percent
+TABLE_LABELS = {
+    "edf_pair": {"estimate": "one-sided KS D", "diverged": "diverged a/b"},
+    "length_gap": {"epochs": "shortest (epochs)"},
+    "length_gap_pair": {"epochs": "shortest (epochs)"},
+}
+SHARES = ("diverged_share", "within2_a", "within2_b", "ci_level")  # fractions shown in percent
 
 
 def _num(value) -> str:
@@ -321,7 +288,7 @@ def readable(frame: pd.DataFrame, key: str = "") -> pd.DataFrame:
     """A table for reading: estimates with their 95% CI in one column, shares in percent, readable
     column names with units, without the `metric` column (the page states the metric once)."""
     frame = frame.drop(columns=[c for c in ("metric",) if c in frame])
-    for stat in ("area", "gap"):
+    for stat in ("area", "estimate"):
         if {stat, f"{stat}_lo", f"{stat}_hi"} <= set(frame):
             frame = frame.assign(
                 **{
@@ -368,15 +335,17 @@ FINDING_TITLES = {
     "optimizer_gap_pair": "Optimizer gap, pairs of models",
     "length_gap": "Training-length gap per model (Fig 2)",
     "length_gap_pair": "Training-length gap, pairs of models",
-    "peak": "Peak error against the seed noise (Fig 7)",
+    "peak": "Peak error over seeds, best configurations (Fig 7)",
 }
 
 
 def _findings_html(found: List[Finding]) -> str:
     parts = [
-        f"<p>Each sentence is one test on the trials below, at α = {ALPHA:g}; intervals are {CI_LEVEL:.0%} "
-        f"(bootstrap unless named); a finding the data cannot decide says <em>inconclusive</em> and what "
-        f"it would take. Tests and thresholds: <code>analysis/findings.py</code>.</p>"
+        f"<p>Each sentence is one test on the trials below, at α = {ALPHA:g}, and names its test and interval; "
+        f"the tables below each kind's sentences are the same findings. A finding the data cannot decide says "
+        f"<em>inconclusive</em> (or that the design cannot reach α) and what 80% power would need. Each "
+        f"rule's measured error rate and power: <code>{CALIBRATION_DOC}</code>; tests: "
+        f"<code>analysis/inference.py</code>.</p>"
     ]
     for kind, title in FINDING_TITLES.items():
         items = [f for f in found if f.kind == kind]
@@ -439,20 +408,15 @@ def _write_report(trials: pd.DataFrame, epochs: pd.DataFrame, record: Optional[D
     with warnings.catch_warnings():  # the report counts what it leaves out in its tables instead
         warnings.simplefilter("ignore", LeftOutWarning)
         ranges_table, ranges = ranges_and_importance(trials, metric)
+        found = make_findings(trials, metric)
         tables = {
             "summary": summary_table(trials, metric),
-            "comparisons": comparison_table(trials, metric),
-            "optimizer_gap": optimizer_gap(trials, metric=metric)
-            if rows.kept["optimizer"].nunique() > 1
-            else pd.DataFrame(),
-            "length_gap": length_gap(trials, metric=metric) if rows.kept["epochs"].nunique() > 1 else pd.DataFrame(),
+            **{kind: findings_table(found, kind) for kind in KINDS if kind != "scope"},
             "good_ranges": ranges_table,
             "ema_gain": ema_gain(trials),
-            "peak": peak_table(trials, metric),
             "left_out": left_out_table(rows),
         }
         figures = _figures(trials, rows, ranges, out, metric)
-        found = make_findings(trials, metric)
     completeness = (
         f"{finished} of {expected} trials stored as ok/diverged ({100 * finished / expected:.0f}%)"
         if expected
@@ -474,6 +438,8 @@ def _write_report(trials: pd.DataFrame, epochs: pd.DataFrame, record: Optional[D
                 "metric": stated,
                 "edf_convention": EDF_CONVENTION,
                 "findings": [f.as_dict() for f in found],
+                "family": {"tests": found[0].family, "adjustment": "Holm", "alpha": ALPHA},
+                "calibration": CALIBRATION_DOC,
                 "tables": {k: json.loads(v.to_json(orient="records")) for k, v in tables.items()},
                 "spec": record["spec"] if record else None,
             },
@@ -500,6 +466,11 @@ def _html(
         f"number, table and figure below is on this error. {html.escape(EDF_CONVENTION)}; failed trials "
         f"and trials without a finite error are left out of every number and counted below.</p>"
     )
+    if not tables["summary"].empty and (tables["summary"]["design"] == "seeds").all():
+        status += (
+            "<p>Every cell ran one lr/wd over seeds: these are seed statistics (mean ± sd, Welch t), so "
+            "no Δ-EDF, good range or expected-best output is shown (they describe lr/wd robustness).</p>"
+        )
     sections = [("findings", "Findings", _findings_html(found)), ("status", "Status", status)]
     for name, caption, paths in figures:
         with open(paths["svg"]) as f:
@@ -510,12 +481,9 @@ def _html(
         )
     titles = {
         "summary": "Summary per cell",
-        "comparisons": "Model comparisons (KS, Anderson-Darling, effect sizes)",
-        "optimizer_gap": "Optimizer gap (best SGD - best AdamW)",
-        "length_gap": "Training-length gap",
+        **{kind: title for kind, title in FINDING_TITLES.items() if kind != "scope"},
         "good_ranges": "Good lr/wd ranges and fANOVA importance",
         "ema_gain": "EMA gain (best - EMA best, per trial as pycls, and of the bests)",
-        "peak": "Peak performance",
         "left_out": "Trials left out (failed, or no finite error under the metric)",
     }
     empty = {

@@ -6,14 +6,13 @@ under the chosen metric (`hpstudy.analysis.metric.usable`). Both report the coun
 """
 
 import math
-from typing import Dict, Iterable, Sequence
+from typing import Dict, Iterable
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 from scipy.special import gammaln
 
-from hpstudy.analysis.metric import DEFAULT_METRIC, ERR, finite, finite_samples, usable
+from hpstudy.analysis.metric import DEFAULT_METRIC, ERR, finite, usable
 from hpstudy.trainers.errors import HpstudyError
 
 ESTIMATORS = ("plugin", "unbiased")
@@ -21,73 +20,6 @@ ESTIMATORS = ("plugin", "unbiased")
 
 class StatsError(HpstudyError, ValueError):
     """An estimator asked for what its sample cannot give, or an unknown estimator."""
-
-
-def ks_compare(a: np.ndarray, b: np.ndarray) -> Dict[str, float]:
-    """Two-sample KS: two-sided, and one-sided with H1 'a is stochastically smaller (better) than b'."""
-    (a, b), n_left_out = finite_samples((a, b), "ks_compare")
-    two = stats.ks_2samp(a, b, alternative="two-sided")
-    # scipy's 'greater' means F_a(x) > F_b(x) for some x, i.e. a tends to be smaller.
-    one = stats.ks_2samp(a, b, alternative="greater")
-    return {
-        "ks_d": float(two.statistic),
-        "ks_p": float(two.pvalue),
-        "ks_d_a_better": float(one.statistic),
-        "ks_p_a_better": float(one.pvalue),
-        "n_left_out": n_left_out,
-    }
-
-
-def ad_compare(samples: Sequence[np.ndarray], n_resamples: int = 999, seed: int = 0) -> Dict[str, float]:
-    """Anderson-Darling k-sample test with a permutation p-value (scipy.stats.anderson_ksamp)."""
-    samples, n_left_out = finite_samples(samples, "ad_compare")
-    method = stats.PermutationMethod(n_resamples=n_resamples, rng=np.random.default_rng(seed))
-    result = stats.anderson_ksamp(samples, variant="midrank", method=method)
-    return {"ad_stat": float(result.statistic), "ad_p": float(result.pvalue), "n_left_out": n_left_out}
-
-
-def ks_critical_c(alpha: float) -> float:
-    """c(alpha) of the asymptotic two-sample KS test: sqrt(-ln(alpha / 2) / 2)."""
-    return math.sqrt(-math.log(alpha / 2.0) / 2.0)
-
-
-def min_detectable_d(n: int, m: int, alpha: float = 0.05) -> float:
-    """The smallest KS distance D that reaches significance at `alpha` with samples n and m."""
-    return ks_critical_c(alpha) * math.sqrt((n + m) / (n * m))
-
-
-def area_between(a: np.ndarray, b: np.ndarray) -> float:
-    """Area between the two EDFs of the finite errors, integral |F_a - F_b| de (the 1-Wasserstein
-    distance), in points."""
-    return float(stats.wasserstein_distance(*finite_samples((a, b), "area_between")[0]))
-
-
-def share_within(errors: np.ndarray, best: float, points: float) -> float:
-    """Fraction of the finite errors within `points` of `best`."""
-    return float(np.mean(finite(errors, "share_within")[0] <= best + points))
-
-
-def _bootstrap_ci(statistic, samples, n_boot: int, seed: int, alpha: float = 0.05):
-    rng = np.random.default_rng(seed)
-    draws = [statistic(*[rng.choice(s, size=len(s), replace=True) for s in samples]) for _ in range(n_boot)]
-    return tuple(float(q) for q in np.quantile(draws, [alpha / 2, 1 - alpha / 2]))
-
-
-def effect_sizes(a: np.ndarray, b: np.ndarray, n_boot: int = 1000, seed: int = 0) -> Dict[str, float]:
-    """Area between EDFs and the share of trials within 1/2/4 points of the pooled best, with
-    bootstrap 95% CIs (each sample resampled with replacement); non-finite errors left out."""
-    (a, b), n_left_out = finite_samples((a, b), "effect_sizes")
-    best = min(a.min(), b.min())
-    out = {"area": area_between(a, b), "n_left_out": n_left_out}
-    out["area_lo"], out["area_hi"] = _bootstrap_ci(area_between, (a, b), n_boot, seed)
-    for points in (1, 2, 4):
-        for name, sample in (("a", a), ("b", b)):
-            key = f"within{points}_{name}"
-            out[key] = share_within(sample, best, points)
-            out[f"{key}_lo"], out[f"{key}_hi"] = _bootstrap_ci(
-                lambda s: share_within(s, best, points), (sample,), n_boot, seed
-            )
-    return out
 
 
 def expected_best(errors: np.ndarray, ks: Iterable[int], estimator: str = "unbiased") -> np.ndarray:
@@ -206,17 +138,3 @@ def _fanova(optuna, kept: pd.DataFrame, seed: int) -> Dict[str, float]:
 def trials_for_dkw(half_width: float, alpha: float = 0.05) -> int:
     """Trials per model for a DKW band of the given half-width: ceil(ln(2/alpha) / (2 eps^2))."""
     return math.ceil(math.log(2.0 / alpha) / (2.0 * half_width**2))
-
-
-def trials_for_ks(d: float, alpha: float = 0.05) -> int:
-    """Trials per model (equal n) for a KS distance d to reach significance at alpha:
-    the smallest n with c(alpha) sqrt(2 / n) <= d (about 50% power at a true distance d)."""
-    return math.ceil(2.0 * (ks_critical_c(alpha) / d) ** 2)
-
-
-def ks_power(d_shift: float, n: int, alpha: float = 0.05, n_sim: int = 500, seed: int = 0) -> float:
-    """Simulated power of the two-sided KS test at equal n for two uniforms whose EDFs are `d_shift`
-    apart (U(0,1) against U(d,1+d)): the share of simulations with p < alpha."""
-    rng = np.random.default_rng(seed)
-    hits = sum(stats.ks_2samp(rng.random(n), rng.random(n) + d_shift).pvalue < alpha for _ in range(n_sim))
-    return hits / n_sim

@@ -45,7 +45,7 @@ def main() -> None:
     t0 = time.perf_counter()
     edf = edf_table(table, by=["model", "optimizer"], reference="min")
     t1 = time.perf_counter()
-    gaps = optimizer_gap(table, by=["model", "epochs"], n_boot=1000)
+    gaps = optimizer_gap(table, by=["model", "epochs"])
     t2 = time.perf_counter()
     print(
         json.dumps(

@@ -2,6 +2,7 @@
 
 import json
 import warnings
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -9,9 +10,10 @@ import pytest
 import yaml
 from scipy import stats
 
-from hpstudy.analysis.findings import findings, fmt_p
-from hpstudy.analysis.gaps import length_gap, optimizer_gap
-from hpstudy.analysis.stats import good_ranges, min_detectable_d, trials_for_ks
+from hpstudy.analysis.findings import findings, findings_table, fmt_p
+from hpstudy.analysis.gaps import optimizer_gap
+from hpstudy.analysis.inference import ks_detectable, trials_for_ks
+from hpstudy.analysis.stats import good_ranges
 from hpstudy.cli import hpstudy_main
 from hpstudy.study.sampling import expand
 from hpstudy.study.spec import parse_spec
@@ -20,8 +22,6 @@ from hpstudy.study.store_read import load_study
 from hpstudy.study.store_spec_record import write_spec_record
 from hpstudy.study.suggest import fixed_points, space_lines
 from tests.helpers import make_trials, small_spec, stored_row
-
-N_BOOT = 200
 
 
 def _rows(cells):
@@ -63,59 +63,88 @@ C_ERR = list(10 + np.linspace(0, 1.5, 8))  # vit_c_tiny: every trial near its be
 P_ERR = [10.0] + [20.0 + 2 * i for i in range(7)]  # vit_p_tiny: one near its best, the rest 10-22 points off
 
 
+def _delta_edf_integral(da, db):
+    """integral of F_a - F_b over the Δ axis, from the two step functions (an independent re-derivation
+    of the signed area: equals mean Δ_b - mean Δ_a)."""
+    grid = np.sort(np.concatenate([da, db, [max(da.max(), db.max())]]))
+    fa = np.searchsorted(np.sort(da), grid[:-1], side="right") / len(da)
+    fb = np.searchsorted(np.sort(db), grid[:-1], side="right") / len(db)
+    return float(np.sum((fa - fb) * np.diff(grid)))
+
+
 def test_a_known_ordering_gives_the_dominance_sentence_with_its_numbers():
-    found = findings(_rows({("vit_p_tiny", "adamw", 6): P_ERR, ("vit_c_tiny", "adamw", 6): C_ERR}), n_boot=N_BOOT)
+    found = findings(_rows({("vit_p_tiny", "adamw", 6): P_ERR, ("vit_c_tiny", "adamw", 6): C_ERR}))
     (pair,) = _of(found, "edf_pair", "vit_p_tiny", "vit_c_tiny")
     dp, dc = np.array(P_ERR) - 10, np.array(C_ERR) - 10
-    expected = stats.ks_2samp(dc, dp, alternative="greater")
-    assert pair.verdict == "b_better" and pair.better == "vit_c_tiny"
-    assert pair.statistic == pytest.approx(7 / 8) == pytest.approx(expected.statistic)
-    assert pair.p == pytest.approx(expected.pvalue) and pair.p < 0.025
+    c_better = stats.ks_2samp(dc, dp, alternative="greater")
+    p_better = stats.ks_2samp(dp, dc, alternative="greater")
+    assert pair.verdict == "b_better" and pair.better == "vit_c_tiny" and pair.test.rule == "ks"
+    assert pair.statistic == pytest.approx(7 / 8) == pytest.approx(c_better.statistic)
+    assert pair.p == pytest.approx(2 * min(c_better.pvalue, p_better.pvalue)) and pair.p < 0.05
     assert pair.detail["ks_d_a_better"] == 0  # vit_p is nowhere above: "dominates"
-    assert pair.detail["area"] == pytest.approx(stats.wasserstein_distance(dc, dp))
-    assert pair.detail["area_lo"] <= pair.detail["area"] <= pair.detail["area_hi"]
-    assert pair.detail["within2_b"] == 1.0 and pair.detail["within2_a"] == 1 / 8
+    # signed area, positive in a's (vit_p's) favour: here negative, vit_c's trials are nearer its best
+    assert pair.detail["area"] == pytest.approx(_delta_edf_integral(dp, dc)) == pytest.approx(dc.mean() - dp.mean())
+    lo, hi = pair.detail["area_ci"]
+    assert lo <= pair.detail["area"] <= hi < 0
+    assert pair.detail["within_b"] == 1.0 and pair.detail["within_a"] == 1 / 8
     assert pair.n == (8, 8) and pair.cell == {"optimizer": "adamw", "epochs": 6}
     assert pair.sentence.startswith(
-        f"vit_c_tiny's Δ-EDF dominates vit_p_tiny's (AdamW, 6 ep): one-sided KS "
-        f"D = 0.88, {fmt_p(expected.pvalue)}, n = 8/8; area between Δ-EDFs "
-        f"{pair.detail['area']:.1f} points ["
+        f"vit_c_tiny's Δ-EDF dominates vit_p_tiny's (AdamW, 6 ep): one-sided KS D = 0.88, {fmt_p(pair.p)} "
+        f"(two one-sided tests at α/2), n = 8/8 [holds after Holm's adjustment over the report's 1 tests"
+    )
+    gap = dp.mean() - dc.mean()
+    assert (
+        f"vit_c_tiny's trials are nearer their best than vit_p_tiny's by {gap:.1f} points on average" in pair.sentence
     )
     assert "within 2 points of own best: vit_p_tiny 12%, vit_c_tiny 100%" in pair.sentence
+    assert "diverged vit_p_tiny 0/8, vit_c_tiny 0/8" in pair.sentence  # stated even when none diverged
     scope = found[0]
-    assert scope.kind == "scope" and scope.sentence.startswith("1 test at α = 0.05 each, 1 decided")
+    assert scope.kind == "scope" and scope.sentence.startswith(
+        "1 test at α = 0.05 each (one-sided KS at α/2 per direction (1)): 1 decided, 1 still decided after Holm"
+    )
     assert fmt_p(8.2e-5) == "p = 8e-5" and fmt_p(0.0123) == "p = 0.012" and fmt_p(0.43) == "p = 0.43"
 
 
-def test_a_small_sample_is_inconclusive_and_says_what_it_would_take():
+def test_a_small_sample_is_inconclusive_and_says_what_power_would_need():
     found = findings(
-        _rows({("vit_p_tiny", "sgd", 4): [10, 11, 12.5, 14], ("vit_c_tiny", "sgd", 4): [20, 21.2, 22, 24]}),
-        n_boot=N_BOOT,
+        _rows({("vit_p_tiny", "sgd", 4): [10, 11, 12.5, 14], ("vit_c_tiny", "sgd", 4): [20, 21.2, 22, 24]})
     )
     (pair,) = _of(found, "edf_pair", "vit_p_tiny", "vit_c_tiny")
-    d_min = min_detectable_d(4, 4)
-    assert pair.verdict == "inconclusive" and pair.better is None
-    assert f"inconclusive at this n (minimum detectable D = {d_min:.2f}): KS D = 0.25" in pair.sentence
+    assert pair.verdict == "inconclusive" and pair.better is None and pair.test.decidable
+    assert "inconclusive at this n: KS D = 0.25" in pair.sentence
     assert pair.statistic == pytest.approx(0.25) and pair.n == (4, 4)
-    assert f"about {trials_for_ks(0.25)} trials per model would make D = 0.25 significant" in pair.sentence
-    # one point per model: no lr/wd study, no Δ-EDF test; no repeated seed: the peak has no noise floor
+    detectable = ks_detectable((4, 4))
+    if np.isfinite(detectable):
+        assert f"detectable at 80% power: D ≥ {detectable:.2f}" in pair.sentence
+    else:
+        assert "no effect is detectable at 80% power at this n" in pair.sentence
+    assert f"about {trials_for_ks(0.25)} trials per model would find D = 0.25" in pair.sentence
+    # one point per model: no repeated seed, so the peak cannot be tested
     (peak,) = _of(found, "peak", "vit_p_tiny", "vit_c_tiny")
-    assert peak.verdict == "inconclusive" and "no noise floor" in peak.sentence and peak.p is None
+    assert peak.verdict == "inconclusive" and "not testable" in peak.sentence and peak.p is None
+
+
+def test_three_samples_each_cannot_reach_alpha_and_the_sentence_says_so():
+    cells = {("vit_p_tiny", "adamw", 6): [30.0, 40.0, 50.0], ("vit_p_tiny", "sgd", 6): [60.0, 70.0, 80.0]}
+    (gap,) = _of(findings(_rows(cells)), "optimizer_gap", "vit_p_tiny")
+    assert gap.test.rule == "best" and gap.test.floor > 0.05 and not gap.test.decidable
+    assert gap.verdict == "inconclusive" and gap.statistic == pytest.approx(30.0)  # fully separated, still undecided
+    assert "cannot be decided at n = 3/3 (the smallest p this design can give is" in gap.sentence
 
 
 def test_failed_trials_are_left_out_and_counted_diverged_count_at_chance():
     cells = {("vit_p_tiny", "adamw", 6): P_ERR + [float("nan")], ("vit_c_tiny", "adamw", 6): C_ERR + [90.0]}
-    found = findings(_rows(cells), n_boot=N_BOOT)
+    found = findings(_rows(cells))
     (pair,) = _of(found, "edf_pair", "vit_p_tiny", "vit_c_tiny")
     dp, dc = np.array(P_ERR) - 10, np.array(C_ERR + [90.0]) - 10
     expected = stats.ks_2samp(dc, dp, alternative="greater")
     assert pair.n == (8, 9) and pair.n_left_out == (1, 0)
     assert pair.statistic == pytest.approx(8 / 9 - 1 / 8) == pytest.approx(expected.statistic)
-    assert pair.p == pytest.approx(expected.pvalue)
     assert pair.detail["ks_d_a_better"] == pytest.approx(1 / 9)  # the diverged vit_c trial: now vit_p is above there
     assert pair.verdict == "b_better" and "lies above" in pair.sentence and "1 left out (failed" in pair.sentence
+    assert "diverged vit_p_tiny 0/8, vit_c_tiny 1/9" in pair.sentence
     scope = found[0]
-    assert scope.detail["n_failed"] == 1 and scope.detail["n_diverged"] == 1 and scope.n == (17,)
+    assert scope.detail["n_failed"] == 1 and scope.detail["n_diverged"] == 1 and scope.detail["n"] == [17]
     assert "1 of them diverged (counted at chance error); 1 failed left out" in scope.sentence
 
 
@@ -127,53 +156,106 @@ def test_optimizer_gap_findings_match_the_gap_table():
         ("vit_c_tiny", "sgd", 6): [e + 0.1 * (-1) ** i for i, e in enumerate(C_ERR)],
     }
     trials = _rows(cells)
-    found = findings(trials, n_boot=N_BOOT)
-    table = optimizer_gap(trials, n_boot=N_BOOT).set_index("model")
+    found = findings(trials)
+    table = optimizer_gap(trials).set_index("model")
     (p_gap,) = _of(found, "optimizer_gap", "vit_p_tiny")
+    assert p_gap.test.rule == "best"  # lr/wd samples: the best of each, not a seed mean
     assert p_gap.statistic == pytest.approx(30.0) == pytest.approx(table.loc["vit_p_tiny", "gap"])
-    assert p_gap.ci == pytest.approx((table.loc["vit_p_tiny", "gap_lo"], table.loc["vit_p_tiny", "gap_hi"]))
+    assert p_gap.ci == (table.loc["vit_p_tiny", "gap_lo"], table.loc["vit_p_tiny", "gap_hi"])
+    assert p_gap.p == table.loc["vit_p_tiny", "gap_p"] and p_gap.ci[0] > 0
     assert p_gap.verdict == "adamw_better" and p_gap.sentence.startswith("vit_p_tiny loses 30.0 points when SGD")
     (c_gap,) = _of(found, "optimizer_gap", "vit_c_tiny")
-    assert (
-        c_gap.statistic == pytest.approx(0.1)
-        and table.loc["vit_c_tiny", "gap_lo"] < 0 < table.loc["vit_c_tiny", "gap_hi"]
-    )
-    assert c_gap.verdict == "inconclusive" and "inconclusive at this n (the CI includes 0)" in c_gap.sentence
+    assert c_gap.statistic == pytest.approx(0.1) and c_gap.ci[0] < 0 < c_gap.ci[1]
+    assert c_gap.verdict == "inconclusive" and "inconclusive at this n" in c_gap.sentence
     (pair,) = _of(found, "optimizer_gap_pair", "vit_p_tiny", "vit_c_tiny")
     assert pair.statistic == pytest.approx(29.9) and pair.verdict == "b_better" and pair.ci[0] > 0
     assert pair.sentence.startswith("vit_p_tiny loses 29.9 points more than vit_c_tiny when SGD replaces AdamW")
 
 
-def test_length_gap_and_peak_against_the_seed_noise():
-    seeds = lambda base, spread: [(base + spread * s, s) for s in range(3)]  # noqa: E731 - one lr/wd, 3 seeds
-    # the short schedule's seeds spread 5x more: the peak's noise is the best configuration's own
+def _seeds(base, spread):
+    """One lr/wd, three seeds: errors base, base + spread, base + 2 spread."""
+    return [(base + spread * s, s) for s in range(3)]
+
+
+def test_seed_cells_are_tested_on_their_means_by_welch_t():
     cells = {
-        ("vit_p_tiny", "adamw", 2): seeds(30, 5.0),
-        ("vit_p_tiny", "adamw", 8): seeds(20, 1.0),
-        ("vit_c_tiny", "adamw", 2): seeds(11, 0.5),
-        ("vit_c_tiny", "adamw", 8): seeds(10, 0.5),
+        ("vit_p_tiny", "adamw", 2): _seeds(30, 5.0),
+        ("vit_p_tiny", "adamw", 8): _seeds(20, 1.0),
+        ("vit_c_tiny", "adamw", 2): _seeds(11, 0.5),
+        ("vit_c_tiny", "adamw", 8): _seeds(10, 0.5),
     }
-    trials = _rows(cells)
-    found = findings(trials, n_boot=N_BOOT)
+    found = findings(_rows(cells))
     assert not [f for f in found if f.kind == "edf_pair"]  # one lr/wd per model: seeds only
-    gaps = length_gap(trials).set_index(["model", "epochs"])["gap"]
+    p2, p8, c2, c8 = (np.array([e for e, _ in cells[k]]) for k in cells)
     (p_len,) = _of(found, "length_gap", "vit_p_tiny")
-    assert p_len.statistic == pytest.approx(gaps[("vit_p_tiny", 2)]) == pytest.approx(10.0)
-    assert p_len.verdict == "shorter_worse" and p_len.sentence.startswith("vit_p_tiny at 2 epochs is 10.0 points above")
+    welch = stats.ttest_ind(p2, p8, equal_var=False)
+    assert p_len.test.rule == "welch" and p_len.statistic == pytest.approx(14.0)  # mean 35 - mean 21
+    assert p_len.p == pytest.approx(welch.pvalue) and p_len.ci == pytest.approx(tuple(welch.confidence_interval()))
+    assert p_len.verdict == "shorter_worse" and p_len.sentence.startswith("vit_p_tiny at 2 epochs is 14.0 points above")
+    assert "2 ep 35.00 ± 5.00% (best 30.00%)" in p_len.sentence  # mean ± sd, best of seeds beside it
     (pair,) = _of(found, "length_gap_pair", "vit_p_tiny", "vit_c_tiny")
-    assert pair.statistic == pytest.approx(9.0) and pair.verdict == "b_better" and pair.better == "vit_c_tiny"
+    parts = [g.var(ddof=1) / 3 for g in (p2, p8, c2, c8)]
+    se, df = np.sqrt(sum(parts)), sum(parts) ** 2 / sum(q**2 / 2 for q in parts)
+    assert pair.statistic == pytest.approx(13.0) and pair.test.df == pytest.approx(df)
+    assert pair.p == pytest.approx(2 * stats.t.sf(13.0 / se, df))
     (peak,) = _of(found, "peak", "vit_p_tiny", "vit_c_tiny")
-    sigma = np.sqrt(1.0**2 + 0.5**2)  # std over the 3 seeds at 8 epochs: spread 1.0 and 0.5
-    assert peak.statistic == pytest.approx(10.0) and peak.detail["sigma"] == pytest.approx(sigma)
-    assert peak.p == pytest.approx(2 * stats.norm.sf(10 / sigma)) and peak.verdict == "b_better"
-    assert peak.sentence.startswith("vit_c_tiny reaches a lower best error than vit_p_tiny, beyond the seed noise")
-    assert f"{10 / sigma:.1f} × the seed-to-seed noise" in peak.sentence
+    best = stats.ttest_ind(p8, c8, equal_var=False)  # each model's lowest seed mean: its 8-epoch configuration
+    assert peak.statistic == pytest.approx(10.5) and peak.p == pytest.approx(best.pvalue)
+    assert peak.verdict == "b_better" and peak.sentence.startswith("vit_c_tiny reaches a lower error than vit_p_tiny")
+
+
+def test_holm_adjusts_over_every_finding_with_a_p():
+    cells = {
+        ("vit_p_tiny", "adamw", 2): _seeds(30, 5.0),
+        ("vit_p_tiny", "adamw", 8): _seeds(20, 1.0),
+        ("vit_c_tiny", "adamw", 2): _seeds(11, 0.5),
+        ("vit_c_tiny", "adamw", 8): _seeds(10, 0.5),
+    }
+    found = findings(_rows(cells))
+    family = [f for f in found if f.p is not None]
+    assert found[0].family == len(family) == 4 and all(f.family == len(family) for f in family)
+    ps = np.array([f.p for f in family])
+    order = np.argsort(ps)
+    expected = np.maximum.accumulate((len(ps) - np.arange(len(ps))) * ps[order]).clip(max=1)
+    assert [family[i].p_holm for i in order] == pytest.approx(expected)
+    for f in family:
+        assert f.verdict_holm == (f.verdict if f.p_holm <= 0.05 else "inconclusive")
+    assert found[0].detail["decided_holm"] == sum(f.verdict_holm != "inconclusive" for f in family)
+
+
+def test_a_table_and_its_sentence_come_from_one_object():
+    found = findings(_rows({("vit_p_tiny", "adamw", 6): P_ERR, ("vit_p_tiny", "sgd", 6): [e + 30 for e in P_ERR]}))
+    (gap,) = _of(found, "optimizer_gap", "vit_p_tiny")
+    changed = replace(gap, test=replace(gap.test, estimate=-12.3))
+    row = findings_table([changed], "optimizer_gap").iloc[0]
+    assert row["estimate"] == -12.3 and row["verdict"] == "sgd_better" == changed.verdict
+    assert changed.sentence.startswith("vit_p_tiny gains 12.3 points when SGD replaces AdamW")
+    assert "best SGD − best AdamW = -12.3 points" in changed.sentence
+
+
+def test_verdicts_do_not_depend_on_the_bootstrap_seed():
+    cells = {("vit_p_tiny", "adamw", 6): P_ERR, ("vit_c_tiny", "adamw", 6): C_ERR}
+    cells.update({(m, "sgd", 6): [e + 5 for e in errs] for (m, _, _), errs in list(cells.items())})
+    trials = _rows(cells)
+    runs = [[(f.verdict, f.verdict_holm, f.ci, f.p) for f in findings(trials, seed=s)] for s in range(5)]
+    assert all(run == runs[0] for run in runs)
 
 
 def test_findings_are_plain_json():
-    found = findings(_rows({("vit_p_tiny", "adamw", 6): P_ERR, ("vit_c_tiny", "adamw", 6): C_ERR}), n_boot=N_BOOT)
+    found = findings(_rows({("vit_p_tiny", "adamw", 6): P_ERR, ("vit_c_tiny", "adamw", 6): C_ERR}))
     for record in json.loads(json.dumps([f.as_dict() for f in found])):
-        assert {"kind", "models", "cell", "statistic", "p", "n", "verdict", "sentence"} <= set(record)
+        assert {
+            "kind",
+            "models",
+            "cell",
+            "statistic",
+            "p",
+            "p_holm",
+            "n",
+            "verdict",
+            "verdict_holm",
+            "sentence",
+        } <= set(record)
 
 
 def _store(root, trials):
@@ -199,8 +281,9 @@ def test_report_opens_with_findings_and_report_json_carries_them(tmp_path):
     assert kinds[0] == "scope" and "edf_pair" in kinds and "peak" in kinds
     for f in report["findings"]:
         assert f["sentence"].replace("'", "&#x27;") in html or f["sentence"] in html
-    assert "ks_d_a_better" not in html.split("<h2>Spec")[0].split("Model comparisons")[1]  # readable names
-    assert "KS D, a better (one-sided)" in html and "samples: 40" in html  # spec as YAML
+    tables = html.split("<h2>Spec")[0].split("<h2>Summary per cell")[1]
+    assert "p_holm" not in tables and "verdict_holm" not in tables  # readable names
+    assert "p, Holm" in tables and "one-sided KS D" in tables and "samples: 40" in html  # spec as YAML
 
 
 def test_suggest_prints_spec_lines_at_the_known_best_region(tmp_path, capsys):
@@ -261,3 +344,31 @@ def test_suggest_prints_spec_lines_at_the_known_best_region(tmp_path, capsys):
     assert set(only) == {"sgd", "cnn_tiny"} and set(only["cnn_tiny"]) == {"sgd"}
     assert hpstudy_main(["suggest", "--store", store, "--study", "gen", "--model", "vit_p_1gf"]) == 2
     assert "--model: bad value 'vit_p_1gf'" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_seed_only_report_shows_seed_statistics_not_lr_wd_outputs(tmp_path):
+    from hpstudy.analysis.report import build_report
+
+    cells = {
+        ("vit_p_tiny", "adamw", 2): _seeds(30, 5.0),
+        ("vit_p_tiny", "sgd", 2): _seeds(40, 5.0),
+        ("vit_c_tiny", "adamw", 2): _seeds(11, 0.5),
+        ("vit_c_tiny", "sgd", 2): _seeds(12, 0.5),
+    }
+    trials = _rows(cells).assign(family="vit")
+    page = open(build_report(trials, trials.iloc[:0], None, str(tmp_path / "rep"))).read()
+    assert "Every cell ran one lr/wd over seeds" in page
+    assert not list((tmp_path / "rep").glob("delta_edf_*")) and not list((tmp_path / "rep").glob("hp_scatter_*"))
+    assert not list((tmp_path / "rep").glob("expected_best*"))
+    report = json.load(open(tmp_path / "rep" / "report.json"))
+    summary = report["tables"]["summary"]
+    assert {row["design"] for row in summary} == {"seeds"} and all(row["dkw_eps_95"] is None for row in summary)
+    assert all(row["sd"] is not None for row in summary)
+    gaps = report["tables"]["optimizer_gap"]
+    assert {row["rule"] for row in gaps} == {"Welch t on seed means"}
+    for row, finding in zip(gaps, [f for f in report["findings"] if f["kind"] == "optimizer_gap"]):
+        assert row["estimate"] == pytest.approx(finding["statistic"]) and row["p_holm"] == pytest.approx(
+            finding["p_holm"]
+        )
+        assert row["verdict_holm"] == finding["verdict_holm"]

@@ -56,3 +56,11 @@ def test_the_documents_findings_are_what_the_table_gives(study):
     generated = [f.sentence for f in findings(trials)]
     quoted = quoted_findings(study)
     assert quoted and all(sentence in generated for sentence in quoted), [s for s in quoted if s not in generated]
+
+
+@pytest.mark.slow
+def test_the_verdicts_are_the_same_under_twenty_bootstrap_seeds():
+    for study in STUDIES:
+        trials, _, _ = load_study(STORE, study)
+        verdicts = {tuple((f.verdict, f.verdict_holm, f.p, f.ci) for f in findings(trials, seed=s)) for s in range(20)}
+        assert len(verdicts) == 1, study
