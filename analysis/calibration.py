@@ -67,14 +67,15 @@ def measure(
 ) -> Dict[str, float]:
     """The share of `studies` simulated studies (n per group) that `rule` decides, with its Monte-Carlo
     standard error. effect = 0: every group from `null` (the false-decision rate); otherwise the first
-    group shifted by `effect` sd (for `ks`: its spread multiplied by `effect`), which gives the power."""
+    group shifted by `effect` sd (for the Δ-EDF rules: its spread multiplied by `effect`, as a shift
+    leaves Δ-EDFs alone), which gives the power. The standard error is at alpha without an effect."""
     decide, weights, _ = RULES_MEASURED[rule]
     draw = NULLS[null]
     rng = np.random.default_rng([seed, n, len(weights), sorted(RULES_MEASURED).index(rule)])
     hits = 0
     for _ in range(studies):
         groups = [draw(rng, n) for _ in weights]
-        if effect and rule == "ks":
+        if effect and rule.endswith("ks"):
             groups[0] = groups[0] * effect
         elif effect:
             groups[0] = groups[0] + effect
@@ -87,5 +88,5 @@ def measure(
         "effect": effect,
         "studies": studies,
         "rate": rate,
-        "mc_se": float(np.sqrt(max(rate * (1 - rate), ALPHA * (1 - ALPHA)) / studies)),
+        "mc_se": float(np.sqrt((rate * (1 - rate) if effect else ALPHA * (1 - ALPHA)) / studies)),
     }

@@ -49,7 +49,7 @@ TAIL = 40  # atoms of a minimum's bootstrap law kept: the rest carry less than e
 RULES = {
     "welch": "Welch t on seed means",
     "best": "exact bootstrap of the best, calibrated",
-    "ks": "permutation test of one-sided Δ-EDF KS distances at α/2 per direction",
+    "ks": "Δ-EDF permutation KS test, α/2 per direction",
 }
 
 
