@@ -10,7 +10,7 @@ model's best as known), so the table in docs/calibration.md shows both. Seeds di
 (`inference.CALIBRATION_SEED`).
 """
 
-from typing import Callable, Dict, Tuple
+from typing import Any, Callable, Dict, Tuple
 
 import numpy as np
 from scipy import stats as sps
@@ -46,7 +46,7 @@ def _plain_ks(groups, weights) -> bool:
 
 def _ks(groups, weights) -> bool:
     """The Δ-EDF test with 999 permutations (the report uses N_PERM; a permutation p is valid at any number)."""
-    return ks_pair(*groups, n_perm=999).test.significant
+    return ks_pair(groups[0], groups[1], n_perm=999).test.significant
 
 
 RULES_MEASURED: Dict[str, Tuple[Callable, Tuple[float, ...], str]] = {
@@ -64,7 +64,7 @@ EFFECTS = {"shift": "the first group shifted by `effect` sd", "spread": "the fir
 
 def measure(
     rule: str, n: int, studies: int = 2000, null: str = "normal", effect: float = 0.0, seed: int = 1
-) -> Dict[str, float]:
+) -> Dict[str, Any]:
     """The share of `studies` simulated studies (n per group) that `rule` decides, with its Monte-Carlo
     standard error. effect = 0: every group from `null` (the false-decision rate); otherwise the first
     group shifted by `effect` sd (for the Δ-EDF rules: its spread multiplied by `effect`, as a shift

@@ -86,7 +86,7 @@ class Finding:
     family: int = 0  # tests in the Holm family
 
     @property
-    def statistic(self) -> Optional[float]:
+    def statistic(self) -> float:
         """The test's estimate (for scope: the number of tests)."""
         return self.test.estimate if self.test else float(self.family)
 
@@ -319,6 +319,11 @@ def _order(models) -> List[str]:
 # ---- sentences ------------------------------------------------------------------------------------
 
 
+def _oriented(ci: Tuple[float, float], keep: bool) -> Tuple[float, float]:
+    """An interval as it is (keep) or of the negated quantity."""
+    return (ci[0], ci[1]) if keep else (-ci[1], -ci[0])
+
+
 def _edf_sentence(f: Finding) -> str:
     a, b = f.models
     where = _cell(f.cell["optimizer"], f.cell["epochs"])
@@ -329,7 +334,7 @@ def _edf_sentence(f: Finding) -> str:
     effect = (
         f"mean Δ {a} {d['mean_delta_a']:.1f}, {b} {d['mean_delta_b']:.1f} points: {nearer}'s trials are nearer "
         f"their best than {farther}'s by {_pts(abs(d['area']))} points on average "
-        f"{_ci(sorted(x * (1 if d['area'] >= 0 else -1) for x in d['area_ci']))} (signed area between the Δ-EDFs, "
+        f"{_ci(_oriented(d['area_ci'], d['area'] >= 0))} (signed area between the Δ-EDFs, "
         f"bootstrap 95% CI); within {WITHIN} points of own best: {a} {d['within_a']:.0%}, {b} {d['within_b']:.0%}; "
         f"{_diverged((a, b), d['diverged'], n, always=True)}{_left(f.n_left_out)}"
     )
@@ -374,7 +379,7 @@ def _optimizer_gap_sentence(f: Finding) -> str:
     if f.verdict == "inconclusive":
         return f"{model}'s optimizer gap ({where}): {_undecided(f)}: {_gap_numbers(f)}{_power(f)}"
     verb = "loses" if f.verdict == "adamw_better" else "gains"
-    loss = f"{model} {verb} {abs(f.test.estimate):.1f} points when SGD replaces AdamW ({where})"
+    loss = f"{model} {verb} {abs(f.statistic):.1f} points when SGD replaces AdamW ({where})"
     return f"{loss}{_holm(f)}: {_gap_numbers(f)}"
 
 
@@ -385,7 +390,7 @@ def _optimizer_pair_sentence(f: Finding) -> str:
         return f"{a} vs {b}, loss from SGD instead of AdamW ({where}): {_undecided(f)}: {_gap_numbers(f)}{_power(f)}"
     more, less = (a, b) if f.verdict == "b_better" else (b, a)
     return (
-        f"{more} loses {abs(f.test.estimate):.1f} points more than {less} when SGD replaces AdamW ({where})"
+        f"{more} loses {abs(f.statistic):.1f} points more than {less} when SGD replaces AdamW ({where})"
         f"{_holm(f)}: {_gap_numbers(f)}"
     )
 
@@ -399,7 +404,7 @@ def _length_gap_sentence(f: Finding) -> str:
         return f"{model}'s length gap ({opt}): {_undecided(f)}: {_gap_numbers(f)}{_power(f)}{tail}"
     word = "above" if f.verdict == "shorter_worse" else "below"
     return (
-        f"{model} at {e_min} epochs is {abs(f.test.estimate):.1f} points {word} its {e_ref}-epoch error ({opt})"
+        f"{model} at {e_min} epochs is {abs(f.statistic):.1f} points {word} its {e_ref}-epoch error ({opt})"
         f"{_holm(f)}: {_gap_numbers(f)}{tail}"
     )
 
@@ -415,7 +420,7 @@ def _length_pair_sentence(f: Finding) -> str:
     closer, farther = (b, a) if f.verdict == "b_better" else (a, b)
     return (
         f"{closer} is closer to its long-schedule error than {farther} at {e_min} epochs ({opt}), by "
-        f"{abs(f.test.estimate):.1f} points{_holm(f)}: {_gap_numbers(f)}"
+        f"{abs(f.statistic):.1f} points{_holm(f)}: {_gap_numbers(f)}"
     )
 
 
@@ -749,13 +754,13 @@ def findings(
             + length_gap_findings(groups, alpha)
             + peak_findings(rows, alpha)
         )
-    family = [f for f in tested if f.p is not None]
-    for f, p_holm in zip(family, holm([f.p for f in family])):
+    family = [(f, f.test) for f in tested if f.test is not None and f.test.p is not None]
+    for (f, test), p_holm in zip(family, holm([test.p for _, test in family if test.p is not None])):
         f.p_holm, f.family = float(p_holm), len(family)
     n_failed = int((trials["status"] == FAILED).sum())
     rules: Dict[str, int] = {}
-    for f in family:
-        rules[f.test.rule] = rules.get(f.test.rule, 0) + 1
+    for _, test in family:
+        rules[test.rule] = rules.get(test.rule, 0) + 1
     scope = Finding(
         kind="scope",
         models=tuple(_order(rows.kept["model"].unique())),
@@ -766,8 +771,8 @@ def findings(
         detail=dict(
             alpha=alpha,
             rules=rules,
-            decided=sum(f.verdict != "inconclusive" for f in family),
-            decided_holm=sum(f.verdict_holm != "inconclusive" for f in family),
+            decided=sum(f.verdict != "inconclusive" for f, _ in family),
+            decided_holm=sum(f.verdict_holm != "inconclusive" for f, _ in family),
             n=[len(rows.kept)],
             metric=rows.metric,
             n_failed=n_failed,

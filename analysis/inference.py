@@ -30,7 +30,7 @@ import hashlib
 import itertools
 import math
 from dataclasses import dataclass
-from typing import NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Dict, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 from scipy import optimize
@@ -93,7 +93,7 @@ def welch(groups: Sequence[np.ndarray], weights: Sequence[float], alpha: float =
     groups = [np.asarray(g, float) for g in groups]
     n = tuple(len(g) for g in groups)
     estimate = float(sum(w * g.mean() for w, g in zip(weights, groups))) if min(n) else float("nan")
-    base = dict(rule="welch", estimate=estimate, n=n, alpha=alpha)
+    base: Dict[str, Any] = dict(rule="welch", estimate=estimate, n=n, alpha=alpha)
     if min(n) < 2:
         return Test(**base, ci=None, level=None, p=None, why_untestable=f"fewer than 2 seeds (n = {_slash(n)})")
     parts = np.array([w**2 * g.var(ddof=1) / len(g) for w, g in zip(weights, groups)])
@@ -373,10 +373,10 @@ def trials_for_ks(d: float, alpha: float = ALPHA, power: float = POWER) -> int:
 def holm(ps: Sequence[float]) -> np.ndarray:
     """Holm's step-down adjusted p-values (scipy has only Benjamini-Hochberg,
     `false_discovery_control`, which controls a different error)."""
-    ps = np.asarray(ps, float)
-    order = np.argsort(ps, kind="stable")
-    m = len(ps)
-    adjusted = np.maximum.accumulate((m - np.arange(m)) * ps[order]).clip(max=1.0)
+    values = np.asarray(ps, float)
+    order = np.argsort(values, kind="stable")
+    m = len(values)
+    adjusted = np.maximum.accumulate((m - np.arange(m)) * values[order]).clip(max=1.0)
     out = np.empty(m)
     out[order] = adjusted
     return out
