@@ -9,11 +9,10 @@ from typing import Any, Dict, Hashable, List, Mapping, Optional, Tuple
 import yaml
 
 from hpstudy.study.store import STUDY_NAME, STUDY_NAME_RULE
-from hpstudy.trainers.config import MAX_EPOCHS, TrialConfig
-from hpstudy.trainers.data import MAX_SEED, DataSpec, finite_in, pin_data, whole_in
+from hpstudy.trainers.config import MAX_EPOCHS, OPTIMIZERS, TrialConfig
+from hpstudy.trainers.data_spec import MAX_SEED, DataSpec, finite_in, pin_data, whole_in
 from hpstudy.trainers.errors import MAX_SHOWN, ConfigError, DataError, HpstudyError, shown
 from hpstudy.trainers.init_file import pin_init
-from hpstudy.trainers.optim import OPTIMIZERS
 from hpstudy.trainers.zoo import FAMILIES, get_spec, list_models
 
 SAMPLERS = ("random", "sobol", "grid")

@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torchvision.transforms.v2 import AutoAugment, AutoAugmentPolicy
 
+from hpstudy.trainers.config import DEVICE_AUTO_AUGMENT
 from hpstudy.trainers.errors import ConfigError, shown
 
 RRC_SCALE = (0.08, 1.0)  # timm's / torchvision's RandomResizedCrop defaults
@@ -91,8 +92,8 @@ class DeviceAutoAugment:
     geometric operations (whose torchvision kernels copy their matrix from the host, a sync per
     call) are applied as a pixel map that torchvision's own kernel computes once on the CPU."""
 
-    def __init__(self, policy: str = "original"):
-        if policy != "original":
+    def __init__(self, policy: str = DEVICE_AUTO_AUGMENT):
+        if policy != DEVICE_AUTO_AUGMENT:
             raise ConfigError(
                 f"auto_augment: bad value {shown(policy)} on a device pipeline; allowed: original "
                 f"(or null), the ImageNet policy"

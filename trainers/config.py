@@ -1,4 +1,7 @@
-"""The one-trial config: a plain dict checked into a typed, validated dataclass."""
+"""The one-trial config: a plain dict checked into a typed, validated dataclass.
+
+No torch at import: reading a study spec builds these configs; `TrialConfig.check_model` (and
+`model_input_error`) import torch when called."""
 
 import dataclasses
 import hashlib
@@ -9,17 +12,28 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Dict, Optional
 
-from hpstudy.trainers.data import MAX_SEED, SHA256, DataSpec, finite_in, raise_first_bad, whole_in
-from hpstudy.trainers.device_decode import device_can_augment
+from hpstudy.trainers.data_spec import MAX_SEED, SHA256, DataSpec, finite_in, raise_first_bad, whole_in
 from hpstudy.trainers.errors import ConfigError, shown
 from hpstudy.trainers.init_file import CHECKPOINT_KINDS
-from hpstudy.trainers.optim import OPTIMIZERS, scaled_lr
 from hpstudy.trainers.zoo import get_spec
 
 MAX_EPOCHS = 100_000
 MAX_BATCH = 1_048_576
 DEVICE = re.compile(r"auto|cpu|cuda(:[0-9]+)?")
 AUTO_AUGMENT = re.compile(r"(original|originalr|v0|v0r|3a|rand|augmix)(-[A-Za-z0-9.]+)*")
+DEVICE_AUTO_AUGMENT = "original"  # the one policy the device pipelines run (hpstudy.trainers.augment.DeviceAutoAugment)
+OPTIMIZERS = ("adamw", "sgd")  # built by hpstudy.trainers.optim.build_optimizer
+
+
+def device_can_augment(policy: Optional[str]) -> bool:
+    """Whether the device pipelines (hpstudy.trainers.prepared, hpstudy.trainers.device_decode) can run the
+    AutoAugment `policy` (None: off): AutoAugment's ImageNet policy (timm's `original`) only."""
+    return policy is None or policy == DEVICE_AUTO_AUGMENT
+
+
+def scaled_lr(lr: float, batch_size: int, reference_batch_size: int) -> float:
+    """Linear scaling rule: lr is given for the reference batch and scaled to the actual batch."""
+    return lr * batch_size / reference_batch_size
 
 
 @lru_cache(maxsize=None)
@@ -69,7 +83,7 @@ class TrialConfig:
     wd: float = _doc("weight decay (not applied to 1-D parameters)")
     dataset: DataSpec = field(
         default_factory=lambda: DataSpec("digits"),
-        metadata={"doc": "dataset name and options (hpstudy.trainers.data.DataSpec)"},
+        metadata={"doc": "dataset name and options (hpstudy.trainers.data_spec.DataSpec)"},
     )
     seed: int = _doc("seed of the initial weights and the data order", 0)
     batch_size: int = _doc("training batch size", 128)

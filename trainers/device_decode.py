@@ -17,21 +17,9 @@ from torchvision.transforms.v2 import functional as TF
 
 from hpstudy.trainers.augment import DeviceAutoAugment, rrc_boxes
 from hpstudy.trainers.dataset import Dataset
-from hpstudy.trainers.errors import ConfigError
 from hpstudy.trainers.prepared import IMAGENET_MEAN, IMAGENET_STD
 
 EVAL_CROP_PCT = 0.875
-
-
-def device_can_augment(policy: Optional[str]) -> bool:
-    """Whether the device pipelines (this one and hpstudy.trainers.prepared) can run the AutoAugment
-    `policy` (None: off); hpstudy.trainers.augment.DeviceAutoAugment says which it runs."""
-    try:
-        if policy is not None:
-            DeviceAutoAugment(policy)
-    except ConfigError:
-        return False
-    return True
 
 
 def _read_bytes(path: str) -> bytes:

@@ -16,9 +16,9 @@ from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence
 import torch
 
 from hpstudy.trainers import schema
-from hpstudy.trainers.config import TrialConfig
-from hpstudy.trainers.data import DataSpec, load_data
-from hpstudy.trainers.device_decode import device_can_augment
+from hpstudy.trainers.config import TrialConfig, device_can_augment
+from hpstudy.trainers.data import load_data
+from hpstudy.trainers.data_spec import DataSpec
 from hpstudy.trainers.flops import model_profile
 from hpstudy.trainers.optim import build_schedule
 from hpstudy.trainers.provenance import run_info

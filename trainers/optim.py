@@ -6,9 +6,8 @@ import torch
 from timm.scheduler import CosineLRScheduler
 from torch import nn
 
+from hpstudy.trainers.config import OPTIMIZERS
 from hpstudy.trainers.errors import ConfigError, shown
-
-OPTIMIZERS = ("adamw", "sgd")
 
 
 def param_groups(model: nn.Module, weight_decay: float) -> List[Dict]:
@@ -22,11 +21,6 @@ def param_groups(model: nn.Module, weight_decay: float) -> List[Dict]:
         if param.requires_grad:
             (no_decay if param.ndim <= 1 else decay).append(param)
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-
-
-def scaled_lr(lr: float, batch_size: int, reference_batch_size: int) -> float:
-    """Linear scaling rule: lr is given for the reference batch and scaled to the actual batch."""
-    return lr * batch_size / reference_batch_size
 
 
 def build_optimizer(

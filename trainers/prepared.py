@@ -12,7 +12,8 @@ and cropped, flipped and AutoAugmented there (hpstudy.trainers.augment).
 
 `prepare` deletes only what it wrote: `--out` must be missing, an empty folder or an earlier
 preparation (its meta.json and arrays and nothing else), checked before decoding; a trial key names
-a preparation by `data_digest` (its classes and its arrays' sha256s).
+a preparation by `data_digest` (its classes and its arrays' sha256s; hpstudy.trainers.prepared_meta,
+which reads a meta.json without torch).
 
 How this differs from decoding the full-size JPEG every epoch: the random-resized crop samples its
 box from the stored `train_size` square, not the full image, so a non-square image loses its
@@ -37,11 +38,10 @@ import torch
 from hpstudy.trainers.augment import DeviceAutoAugment, train_augment
 from hpstudy.trainers.dataset import Dataset
 from hpstudy.trainers.errors import DataError, shown
+from hpstudy.trainers.prepared_meta import ARRAYS, data_digest, own_meta, read_meta
 
 FORMAT_VERSION = 1
-ARRAYS = ("train_x", "train_y", "val_x", "val_y")
 PREPARED_FILES = ("meta.json",) + tuple(f"{name}.npy" for name in ARRAYS)  # all that prepare writes
-MARK = ("version", "source", "train_size", "image_size", "files_digest", "classes", "sha256")  # in every meta.json
 OUT_ALLOWED = (
     "allowed: a path that does not exist, an empty folder, or a folder written by `hpstudy prepare` "
     "(replaced: only the files prepare wrote are deleted)"
@@ -177,11 +177,6 @@ def _hashed_content(splits, workers: int) -> str:
         return _content_digest(splits, imap(_source_sha256, [path for _, path, _, _ in _entries(splits)]))
 
 
-def data_digest(meta: Dict) -> str:
-    """What a trial key names for a prepared folder: a sha256 over its classes and its arrays' sha256s."""
-    return hashlib.sha256(json.dumps([meta["classes"], meta["sha256"]], sort_keys=True).encode()).hexdigest()
-
-
 @contextlib.contextmanager
 def _decoding(workers: int):
     """An ordered map over decoding jobs: in this process for one worker, else in a pool of
@@ -192,33 +187,6 @@ def _decoding(workers: int):
         return
     with multiprocessing.get_context("spawn").Pool(workers) as pool:
         yield lambda fn, jobs: pool.imap(fn, jobs, chunksize=64)
-
-
-def _own_meta(folder: str) -> Optional[Dict]:
-    """`folder`'s meta.json when `hpstudy prepare` wrote it (its format fields are there), else None."""
-    try:
-        with open(os.path.join(folder, "meta.json"), encoding="utf-8") as f:
-            meta = json.load(f)
-    except (OSError, ValueError, RecursionError):  # missing, unreadable or not JSON
-        return None
-    ok = (
-        isinstance(meta, dict)
-        and all(k in meta for k in MARK)
-        and isinstance(meta["sha256"], dict)
-        and all(isinstance(meta["sha256"].get(name), str) for name in ARRAYS)
-    )
-    return meta if ok else None
-
-
-def read_meta(path: str) -> Dict:
-    """The meta.json of a folder written by `hpstudy prepare`; DataError naming the folder otherwise."""
-    meta = _own_meta(path)
-    if meta is None:
-        raise DataError(
-            f"dataset 'prepared': {shown(path)} has no meta.json written by `hpstudy prepare`; "
-            f"make it with `hpstudy prepare --data <image folder> --out {path}`"
-        )
-    return meta
 
 
 def _existing(out: str) -> Optional[Dict]:
@@ -252,7 +220,7 @@ def _existing(out: str) -> Optional[Dict]:
     ]
     if foreign:
         raise refuse(f"holds {shown(foreign)}, which `hpstudy prepare` did not write")
-    meta = _own_meta(out)
+    meta = own_meta(out)
     if meta is None:
         raise refuse("is not empty and holds no meta.json written by `hpstudy prepare`")
     return meta

@@ -14,10 +14,9 @@ import sys
 import typing
 from typing import Any, Callable, Dict, Optional
 
-from hpstudy.trainers.config import TrialConfig
-from hpstudy.trainers.data import DATASETS, DataSpec
+from hpstudy.trainers.config import OPTIMIZERS, TrialConfig
+from hpstudy.trainers.data_spec import DATASETS, DataSpec
 from hpstudy.trainers.errors import exits_on_user_error
-from hpstudy.trainers.optim import OPTIMIZERS
 from hpstudy.trainers.trial import train_trial
 from hpstudy.trainers.zoo import list_models
 

@@ -12,7 +12,8 @@ import torch
 
 from hpstudy.study.spec import SpecError, parse_spec
 from hpstudy.trainers.config import TrialConfig
-from hpstudy.trainers.data import DataSpec, load_data
+from hpstudy.trainers.data import load_data
+from hpstudy.trainers.data_spec import DataSpec
 from hpstudy.trainers.errors import ConfigError, DataError
 from hpstudy.trainers.train import main as train_main
 from tests.helpers import small_spec

@@ -13,7 +13,8 @@ import hpstudy.trainers.prepared
 from hpstudy.cli import hpstudy_main
 from hpstudy.study.spec import SpecError, parse_spec
 from hpstudy.trainers.config import TrialConfig
-from hpstudy.trainers.data import DataSpec, load_data
+from hpstudy.trainers.data import load_data
+from hpstudy.trainers.data_spec import DataSpec
 from hpstudy.trainers.errors import DataError
 from hpstudy.trainers.prepared import PREPARED_FILES, PreparedData, prepare
 from tests.helpers import image_folder, small_spec

@@ -9,7 +9,7 @@ import pytest
 from hpstudy.study.sampling import cells, expand, first_trials, sample_box, scale_to_box, unit_points
 from hpstudy.study.spec import Box, SpecError, parse_spec
 from hpstudy.trainers.config import TrialConfig
-from hpstudy.trainers.data import DataSpec
+from hpstudy.trainers.data_spec import DataSpec
 
 BASE = {
     "model": "cnn_tiny",

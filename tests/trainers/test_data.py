@@ -6,7 +6,8 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
-from hpstudy.trainers.data import DataSpec, DeviceBatches, TensorData, TensorEpochs, load_data, random_crop
+from hpstudy.trainers.data import DeviceBatches, TensorData, TensorEpochs, load_data, random_crop
+from hpstudy.trainers.data_spec import DataSpec
 from hpstudy.trainers.errors import DataError
 
 

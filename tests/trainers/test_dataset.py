@@ -7,7 +7,8 @@ import typing
 import pytest
 import torch
 
-from hpstudy.trainers.data import DataSpec, LoaderData, TensorData, load_data
+from hpstudy.trainers.data import LoaderData, TensorData, load_data
+from hpstudy.trainers.data_spec import DataSpec
 from hpstudy.trainers.dataset import Dataset
 from hpstudy.trainers.device_decode import DeviceDecodeData
 from hpstudy.trainers.prepared import PreparedData, prepare

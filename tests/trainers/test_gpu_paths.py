@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from hpstudy.trainers.config import TrialConfig
-from hpstudy.trainers.data import DataSpec, DeviceBatches, load_data
+from hpstudy.trainers.data import DeviceBatches, load_data
+from hpstudy.trainers.data_spec import DataSpec
 from hpstudy.trainers.loop import configure_device, fit
 from hpstudy.trainers.memory import activation_bytes_per_image, peak_memory_gb
 from hpstudy.trainers.trial import DIVERGENCE_CHECK_EVERY, Trainer

@@ -9,7 +9,8 @@ from PIL import Image
 
 from hpstudy.trainers.augment import GEOMETRIC_OPS, DeviceAutoAugment, crop_resize_flip, rrc_boxes
 from hpstudy.trainers.config import TrialConfig
-from hpstudy.trainers.data import DataSpec, DeviceBatches, LoaderData, load_data
+from hpstudy.trainers.data import DeviceBatches, LoaderData, load_data
+from hpstudy.trainers.data_spec import DataSpec
 from hpstudy.trainers.device_decode import DeviceDecodeData
 from hpstudy.trainers.errors import ConfigError, DataError
 from hpstudy.trainers.loop import data_for

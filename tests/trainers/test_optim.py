@@ -3,8 +3,9 @@ import math
 import pytest
 import torch
 
+from hpstudy.trainers.config import scaled_lr
 from hpstudy.trainers.models import build_model
-from hpstudy.trainers.optim import build_optimizer, build_schedule, param_groups, scaled_lr
+from hpstudy.trainers.optim import build_optimizer, build_schedule, param_groups
 
 
 def test_no_weight_decay_on_norm_gains_and_biases():

@@ -173,7 +173,7 @@ def test_cli_flags_are_the_config_fields_with_their_defaults():
     import dataclasses
 
     from hpstudy.trainers.config import TrialConfig
-    from hpstudy.trainers.data import DataSpec
+    from hpstudy.trainers.data_spec import DataSpec
     from hpstudy.trainers.train import build_parser, config_from_args
 
     parser = build_parser()
