@@ -39,6 +39,7 @@ import pandas as pd
 from hpstudy.analysis.inference import (
     ALPHA,
     CALIBRATION_STUDIES,
+    N_PERM,
     POWER,
     RULES,
     Test,
@@ -224,9 +225,10 @@ def fmt_p(p: float) -> str:
 
 
 def _p(test: Test) -> str:
-    """The test's p; the calibrated bootstrap's p is a share of CALIBRATION_STUDIES null studies."""
-    if test.rule == "best" and test.p is not None and test.p <= 1.5 / (CALIBRATION_STUDIES + 1):
-        return f"p ≤ {1 / (CALIBRATION_STUDIES + 1):.0e}".replace("e-0", "e-")  # the resolution of the calibration
+    """The test's p; at the resolution of a Monte-Carlo p (calibration studies, permutations): p ≤ it."""
+    resolution = {"best": 1 / (CALIBRATION_STUDIES + 1), "ks": 2 / (N_PERM + 1)}.get(test.rule)
+    if resolution and test.p is not None and test.p <= 1.5 * resolution:  # the smallest Monte-Carlo p
+        return f"p ≤ {resolution:.0e}".replace("e-0", "e-")
     return fmt_p(test.p) if test.p is not None else "no p"
 
 
@@ -273,7 +275,8 @@ def _test_words(test: Test) -> str:
     if test.rule == "welch":
         return f"Welch t, 95% CI, {_p(test)}, df {test.df:.1f}"
     if test.rule == "best":
-        return f"exact bootstrap of the best, calibrated {test.level:.1%} CI, {_p(test)}"
+        level = f" {test.level:.1%} CI," if test.level is not None else ""
+        return f"exact bootstrap of the best, calibrated{level} {_p(test)}"
     return RULES[test.rule]
 
 

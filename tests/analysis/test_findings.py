@@ -121,7 +121,8 @@ def test_a_known_ordering_gives_the_dominance_sentence_with_its_numbers():
     assert "diverged vit_p_tiny 0/8, vit_c_tiny 0/8" in pair.sentence  # stated even when none diverged
     scope = found[0]
     assert scope.kind == "scope" and scope.sentence.startswith(
-        "1 test at α = 0.05 each (Δ-EDF permutation KS test, α/2 per direction (1)): 1 decided, 1 still decided after Holm"
+        "1 test at α = 0.05 each (Δ-EDF permutation KS test, α/2 per direction (1)): "
+        "1 decided, 1 still decided after Holm"
     )
     assert fmt_p(8.2e-5) == "p = 8e-5" and fmt_p(0.0123) == "p = 0.012" and fmt_p(0.43) == "p = 0.43"
 

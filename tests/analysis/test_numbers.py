@@ -9,7 +9,6 @@ import warnings
 import numpy as np
 import pandas as pd
 import pytest
-from scipy import stats
 
 from hpstudy.analysis.edf import (
     bootstrap_band,
@@ -22,30 +21,18 @@ from hpstudy.analysis.edf import (
     weighted_edf_at,
 )
 from hpstudy.analysis.figures import error_vs_epochs_table, expected_best_table, generalization_table, hp_scatter_table
-from hpstudy.analysis.findings import findings
-from hpstudy.analysis.gaps import bootstrap_min, ema_gain, length_gap, optimizer_gap, peak_table
+from hpstudy.analysis.findings import findings, findings_table
+from hpstudy.analysis.gaps import ema_gain, length_gap, optimizer_gap, peak_table
+from hpstudy.analysis.inference import TAIL, best_contrast, ks_power, min_law, trials_for_ks
 from hpstudy.analysis.metric import ERR, LeftOutWarning, MetricError, usable
-from hpstudy.analysis.report import (
-    comparison_table,
-    equalize_counts,
-    left_out_table,
-    ranges_and_importance,
-    summary_table,
-)
+from hpstudy.analysis.report import equalize_counts, left_out_table, ranges_and_importance, summary_table
 from hpstudy.analysis.stats import (
     StatsError,
-    ad_compare,
-    area_between,
-    effect_sizes,
     expected_best,
     expected_best_band,
     good_ranges,
     hp_importance,
-    ks_compare,
-    min_detectable_d,
-    share_within,
     trials_for_dkw,
-    trials_for_ks,
 )
 from hpstudy.trainers.errors import HpstudyError
 from hpstudy.trainers.zoo import get_spec
@@ -285,7 +272,7 @@ TABLE_CALLS = {
     "normalized_weights": lambda t: normalized_weights(t, bins=3),
     "good_ranges": lambda t: good_ranges(t[t["model"] == "vit_p_tiny"], n_boot=200),
     "hp_importance": lambda t: hp_importance(t[(t["model"] == "cnn_tiny") & (t["optimizer"] == "adamw")]),
-    "optimizer_gap": lambda t: optimizer_gap(t, n_boot=200),
+    "optimizer_gap": lambda t: optimizer_gap(t),
     "length_gap": lambda t: length_gap(t),
     "peak_table": lambda t: peak_table(t),
     "ema_gain": lambda t: ema_gain(t),
@@ -293,7 +280,7 @@ TABLE_CALLS = {
     "hp_scatter_table": hp_scatter_table,
     "error_vs_epochs_table": error_vs_epochs_table,
     "generalization_table": lambda t: generalization_table(_trained(t)),
-    "findings": lambda t: findings(t, n_boot=50),
+    "findings": lambda t: findings(t),
     "equalize_counts+edf_table": lambda t: edf_table(equalize_counts(t, ["model"])),
 }
 ARRAY_CALLS = {
@@ -301,14 +288,8 @@ ARRAY_CALLS = {
     "step_points": lambda a, b: step_points(a),
     "bootstrap_band": lambda a, b: bootstrap_band(a, n_boot=100),
     "weighted_edf_at": lambda a, b: weighted_edf_at(a, np.ones_like(a), [20.0, 40.0]),
-    "ks_compare": lambda a, b: ks_compare(a, b),
-    "ad_compare": lambda a, b: ad_compare([a, b], n_resamples=99),
-    "effect_sizes": lambda a, b: effect_sizes(a, b, n_boot=50),
-    "area_between": lambda a, b: area_between(a, b),
-    "share_within": lambda a, b: share_within(a, 15.0, 2.0),
     "expected_best": lambda a, b: expected_best(a, [1, 2, 5], "plugin"),
     "expected_best_band": lambda a, b: expected_best_band(a, [1, 3], n_boot=50),
-    "bootstrap_min": lambda a, b: bootstrap_min(a, np.random.default_rng(0), 100),
 }
 
 
@@ -360,14 +341,19 @@ def test_array_functions_leave_out_non_finite_errors_themselves(name, dirty_and_
 def test_report_tables_leave_out_failed_rows_themselves(dirty_and_clean):
     dirty, clean = dirty_and_clean
     stored_counts = ["ok", "diverged", "failed"]  # the summary counts what is stored, by status
-    for table in (
-        lambda t: summary_table(t).drop(columns=stored_counts),
-        comparison_table,
-        lambda t: ranges_and_importance(t)[0],
+    for table, warns in (
+        (lambda t: summary_table(t).drop(columns=stored_counts), True),
+        (lambda t: ranges_and_importance(t)[0], True),
     ):
-        with pytest.warns(LeftOutWarning):
+        with pytest.warns(LeftOutWarning) if warns else contextlib.nullcontext():
             result = table(dirty)
         _assert_same(_without_counts(result), _without_counts(table(clean)))
+    # the report's tables of tests: findings count what they left out in their rows instead of warning
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", LeftOutWarning)
+        pairs, clean_pairs = (findings_table(findings(t), "edf_pair") for t in (dirty, clean))
+    assert len(pairs) > 0 and pairs["n_left_out"].sum() > 0 and (clean_pairs["n_left_out"] == 0).all()
+    _assert_same(_without_counts(pairs), _without_counts(clean_pairs))
 
 
 def test_dkw_epsilon_and_planner():
@@ -381,41 +367,19 @@ def test_dkw_epsilon_and_planner():
     assert cover >= 0.95
 
 
-def test_ks_and_ad_p_values_are_the_exact_permutation_counts():
-    """Fully separated samples: of the C(8, 4) = 70 ways to split 8 errors 4 + 4, one puts all of a
-    below b (and one above): exact p = 2/70 two-sided, 1/70 one-sided; AD with 5 + 5: 2/252."""
-    low, high = np.array([1.0, 2.0, 3.0, 4.0]), np.array([5.0, 6.0, 7.0, 8.0])
-    res = ks_compare(low, high)
-    assert (res["ks_d"], res["ks_d_a_better"]) == (1.0, 1.0)
-    assert res["ks_p"] == pytest.approx(2 / 70) and res["ks_p_a_better"] == pytest.approx(1 / 70)
-    reverse = ks_compare(high, low)
-    assert (reverse["ks_d"], reverse["ks_d_a_better"], reverse["ks_p_a_better"]) == (1.0, 0.0, 1.0)
-    # interleaved: the EDFs are never more than one step (1/4) apart, a's always ahead
-    mixed = ks_compare(np.array([1.0, 3.0, 5.0, 7.0]), np.array([2.0, 4.0, 6.0, 8.0]))
-    assert (mixed["ks_d"], mixed["ks_d_a_better"], mixed["ks_p"]) == (0.25, 0.25, 1.0)
-    a, b = np.arange(5.0), np.arange(5.0) + 10
-    ad = ad_compare([a, b], n_resamples=999)
-    assert ad["ad_p"] == pytest.approx(2 / 252) and ad_compare([b, a], n_resamples=999)["ad_stat"] == ad["ad_stat"]
-    rng = np.random.default_rng(3)
-    assert ad_compare([rng.normal(0, 1, 40), rng.normal(0, 1, 40)], n_resamples=499)["ad_p"] > 0.05
-    assert ad_compare([rng.normal(0, 1, 40), rng.normal(1, 1, 40)], n_resamples=499)["ad_p"] < 0.05
-
-
-def test_min_detectable_d_is_the_ks_critical_value():
-    for n, m in ((30, 30), (64, 100)):
-        d = min_detectable_d(n, m, 0.05)
-        # the asymptotic Kolmogorov distribution puts 5% above c(alpha)
-        assert stats.kstwobign.sf(d * np.sqrt(n * m / (n + m))) == pytest.approx(0.05, rel=1e-4)
-    n = trials_for_ks(0.3, 0.05)
-    assert min_detectable_d(n, n) <= 0.3 < min_detectable_d(n - 1, n - 1)
-
-
-def test_effect_sizes():
-    a, b = np.array([1.0, 2.0, 3.0]), np.array([2.0, 3.0, 4.0])
-    assert area_between(a, b) == pytest.approx(1.0)  # shifted by one point everywhere
-    eff = effect_sizes(a, b, n_boot=200)
-    assert eff["within1_a"] == pytest.approx(2 / 3) and eff["within1_b"] == pytest.approx(1 / 3)
-    assert eff["within4_b"] == 1.0 and eff["area_lo"] <= 1.0 <= eff["area_hi"]
+def test_trials_for_ks_plans_for_80_percent_power():
+    n = trials_for_ks(0.5)
+    assert ks_power(0.5, (n, n)) >= 0.8 > ks_power(0.5, (n - 1, n - 1))
+    # at half power the plan lands near the n where d is the KS critical value: 2 (c / d)^2
+    c = np.sqrt(-np.log(0.05 / 2) / 2)
+    for d in (0.4, 0.5):
+        assert trials_for_ks(d, power=0.5) == pytest.approx(np.ceil(2 * (c / d) ** 2), rel=0.25)
+    assert trials_for_ks(0.5, power=0.5) < n < trials_for_ks(0.4)
+    assert ks_power(0.0, (20, 20)) <= 0.05 / 2 + 0.02  # no effect: one direction decides at about alpha / 2
+    assert ks_power(0.99, (20, 20)) == 1.0 and ks_power(1.0, (20, 20)) == 1.0
+    for bad in (0.0, 1.0, 1.5):
+        with pytest.raises(StatsError, match=rf"^trials_for_ks: d: bad value {bad}; allowed: 0 < d < 1"):
+            trials_for_ks(bad)
 
 
 def _brute_force(v, k, replace):
@@ -497,8 +461,11 @@ def test_optimizer_and_length_gaps_on_a_hand_made_table():
             "seed": 0,
         }
     )
-    gap = optimizer_gap(frame, metric="final", n_boot=200)
+    gap = optimizer_gap(frame, metric="final")
     assert len(gap) == 1 and gap.loc[0, "gap"] == pytest.approx(1.5)
+    test = best_contrast([np.array([25.0, 21.5]), np.array([20.0, 22.0])], (1.0, -1.0))
+    assert gap.loc[0, "gap_p"] == test.p and test.floor > 0.05  # 2 vs 2: no p below alpha, so no interval
+    assert test.ci is None and gap.loc[0, ["gap_lo", "gap_hi", "gap_level"]].isna().all()
     assert gap.loc[0, "best_sgd"] == 21.5 and gap.loc[0, "best_adamw"] == 20.0
     assert gap.loc[0, "gap_at_k"] == pytest.approx(min(25, 21.5) - min(20, 22))  # k = 2: all trials
     lengths = length_gap(frame[frame["optimizer"] == "adamw"], metric="final").set_index("epochs")
@@ -526,6 +493,30 @@ def test_peak_table_reports_noise_floor_from_seeds():
     assert peak["noise_floor"] == pytest.approx(np.std([10.0, 12.0], ddof=1))
 
 
+def test_summary_table_states_the_design_and_gives_no_edf_band_for_seeds():
+    """One lr/wd over seeds is not an lr/wd EDF: its DKW and bootstrap half-widths are left empty."""
+    frame = pd.DataFrame(
+        {
+            "model": "m",
+            "optimizer": ["adamw"] * 3 + ["sgd"] * 3,
+            "epochs": 10,
+            "lr": [1e-3] * 3 + [1e-3, 2e-3, 3e-3],
+            "wd": 0.1,
+            "seed": [0, 1, 2, 0, 0, 0],
+            "status": "ok",
+            "top1_err": [10.0, 12.0, 14.0, 20.0, 21.0, 26.0],
+        }
+    )
+    table = summary_table(frame, metric="final").set_index("optimizer")
+    assert table["design"].to_dict() == {"adamw": "seeds", "sgd": "samples"}
+    assert table.loc["adamw", ["n", "best", "median", "mean", "sd"]].tolist() == [3, 10.0, 12.0, 12.0, 2.0]
+    assert table.loc["sgd", "mean"] == pytest.approx(67 / 3) and table.loc["sgd", "sd"] == pytest.approx(
+        np.sqrt(31 / 3)
+    )
+    assert table.loc["adamw", ["dkw_eps_95", "bootstrap_eps_95"]].isna().all()
+    assert table.loc["sgd", "dkw_eps_95"] == pytest.approx(dkw_epsilon(3)) and table.loc["sgd", "bootstrap_eps_95"] > 0
+
+
 def test_good_ranges_find_the_bowl_and_importance_finds_lr():
     trials = make_trials(models=("vit_p_tiny",), optimizers=("adamw",), n=300, diverge_share=0, seed=5)
     ranges = good_ranges(trials)
@@ -536,15 +527,37 @@ def test_good_ranges_find_the_bowl_and_importance_finds_lr():
     assert importance["lr"] > importance["wd"]  # the bowl is 4x steeper in lr
 
 
-def test_bootstrap_min_matches_resampling():
-    from hpstudy.analysis.gaps import bootstrap_min
+def _law_by_value(values, probs):
+    """{value: probability} with tied values merged."""
+    out = {}
+    for v, p in zip(values.tolist(), probs.tolist()):
+        out[v] = out.get(v, 0.0) + p
+    return out
 
-    v = np.array([5.0, 1.0, 3.0, 2.0, 8.0])
-    rng = np.random.default_rng(0)
-    exact = bootstrap_min(v, rng, 200_000)
-    resampled = v[rng.integers(0, 5, size=(200_000, 5))].min(axis=1)
-    for value in v:
-        assert np.mean(exact == value) == pytest.approx(np.mean(resampled == value), abs=0.005)
+
+@pytest.mark.parametrize("sample", [[5.0, 1.0, 3.0, 2.0, 8.0], [3.0, 1.0, 3.0, 1.0, 2.0], [4.0, 4.0, 4.0], [7.0]])
+def test_min_law_matches_enumerating_every_resample(sample):
+    """The minimum of each of the n^n equally likely resamples, counted (ties merged by value)."""
+    values, probs = min_law(np.array(sample))
+    assert values.tolist() == sorted(sample) and probs.sum() == pytest.approx(1.0, abs=1e-15)
+    minima = [min(draw) for draw in itertools.product(sample, repeat=len(sample))]
+    expected = {v: minima.count(v) / len(minima) for v in set(minima)}
+    law = _law_by_value(values, probs)
+    assert law.keys() == expected.keys() | set(sample)
+    for v, p in law.items():
+        assert p == pytest.approx(expected.get(v, 0.0), abs=1e-15)
+
+
+def test_min_law_keeps_the_tail_atoms_that_carry_mass():
+    """n = 200: P(min* >= v_(i)) = ((201 - i) / 200)^200; only the TAIL + 1 smallest errors are kept,
+    the last carrying what is left (less than e^-TAIL)."""
+    errors = np.random.default_rng(7).normal(20.0, 2.0, 200)
+    values, probs = min_law(errors)
+    assert len(values) == len(probs) == TAIL + 1
+    assert values.tolist() == np.sort(errors)[: TAIL + 1].tolist() and probs.sum() == pytest.approx(1.0, abs=1e-15)
+    i = np.arange(1, TAIL + 1)
+    assert probs[:-1] == pytest.approx(((201 - i) / 200) ** 200 - ((200 - i) / 200) ** 200, rel=1e-9)
+    assert probs[-1] == pytest.approx((160 / 200) ** 200, rel=1e-9) and probs[-1] < np.exp(-TAIL)
 
 
 def test_importance_leaves_optuna_logging_as_it_was():

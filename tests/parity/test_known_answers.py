@@ -10,18 +10,17 @@ import pandas as pd
 import pytest
 
 from hpstudy.analysis.edf import bootstrap_band, edf_table, normalized_weights, weighted_edf_at
-from hpstudy.analysis.gaps import bootstrap_min, ema_gain, length_gap, optimizer_gap, peak_table
-from hpstudy.analysis.metric import usable
-from hpstudy.analysis.stats import (
-    ad_compare,
-    effect_sizes,
-    expected_best_band,
-    good_ranges,
-    hp_importance,
+from hpstudy.analysis.gaps import ema_gain, length_gap, optimizer_gap, peak_table
+from hpstudy.analysis.inference import (
+    ContrastLaw,
+    best_contrast,
+    bootstrap_mean_difference,
     ks_power,
-    trials_for_dkw,
+    min_law,
     trials_for_ks,
 )
+from hpstudy.analysis.metric import usable
+from hpstudy.analysis.stats import expected_best_band, good_ranges, hp_importance, trials_for_dkw
 from tests.helpers import make_trials
 
 LN_40 = math.log(40.0)  # ln(2 / alpha) at alpha = 0.05
@@ -131,28 +130,40 @@ GAP = _frame(
 
 
 def test_optimizer_gap_is_sgd_minus_adamw_with_its_own_ci():
-    gap = optimizer_gap(GAP, metric="final", n_boot=2000).set_index("model")
+    gap = optimizer_gap(GAP, metric="final").set_index("model")
     assert gap.loc["m", ["best_sgd", "best_adamw", "gap"]].tolist() == [30.0, 20.0, 10.0]
     assert gap.loc["n", ["best_sgd", "best_adamw", "gap"]].tolist() == [40.0, 42.0, -2.0]
     # every bootstrap difference of minima lies in [min sgd - max adamw, max sgd - min adamw]
     assert 30 - 29 <= gap.loc["m", "gap_lo"] <= 10.0 <= gap.loc["m", "gap_hi"] <= 33 - 20
-    assert 40 - 43 <= gap.loc["n", "gap_lo"] <= -2.0 <= gap.loc["n", "gap_hi"] <= 45 - 42
-    assert gap.loc["m", "gap_lo"] > 0  # clear-cut: every resampled SGD best is worse
+    # 3 vs 2 fall fully apart in 2 of 10 orders: no p below 0.2, so no interval that could decide
+    assert gap.loc["n", ["gap_lo", "gap_hi", "gap_level"]].isna().all()
+    # clear-cut: every resampled SGD best is worse; 4 vs 4 fall fully apart in 2 of 70 orders, and
+    # the calibrated p is the share of null studies that did (about 2/70)
+    assert gap.loc["m", "gap_lo"] > 0 and gap.loc["m", "gap_p"] == pytest.approx(2 / 70, abs=0.01)
+    assert gap.loc["n", "gap_p"] > 0.05
+    # the interval and p are best_contrast's, at its calibrated level
+    for model, group in GAP.groupby("model"):
+        sgd, adamw = (group.loc[group["optimizer"] == o, "top1_err"].to_numpy() for o in ("sgd", "adamw"))
+        test = best_contrast([sgd, adamw], (1.0, -1.0))
+        interval = [*test.ci, test.level] if test.ci else [np.nan] * 3
+        assert gap.loc[model, ["gap_lo", "gap_hi", "gap_level", "gap_p"]].tolist() == pytest.approx(
+            [*interval, test.p], nan_ok=True
+        )
     assert gap.loc["m", ["n_sgd", "n_adamw", "budget_k"]].tolist() == [4, 4, 4]
     assert gap.loc["n", ["n_sgd", "n_adamw", "budget_k"]].tolist() == [3, 2, 2]
 
 
 def test_optimizer_gap_at_an_equal_budget_is_the_expected_best_of_k():
-    gap = optimizer_gap(GAP[GAP["model"] == "m"], metric="final", n_boot=10, budget=2).iloc[0]
+    gap = optimizer_gap(GAP[GAP["model"] == "m"], metric="final", budget=2).iloc[0]
     # best of 2 of 4 drawn without replacement: the i-th best wins in (4 - i) of the 6 pairs
     sgd, adamw = (30 * 3 + 31 * 2 + 32) / 6, (20 * 3 + 24 * 2 + 25) / 6
     assert gap["budget_k"] == 2 and gap["gap_at_k"] == pytest.approx(sgd - adamw) == pytest.approx(8.5)
-    one = optimizer_gap(GAP[GAP["model"] == "m"], metric="final", n_boot=10, budget=1).iloc[0]
+    one = optimizer_gap(GAP[GAP["model"] == "m"], metric="final", budget=1).iloc[0]
     assert one["gap_at_k"] == pytest.approx(np.mean([30, 31, 32, 33]) - np.mean([20, 24, 25, 29]))
 
 
 def test_optimizer_gap_skips_a_cell_without_both_optimizers():
-    gap = optimizer_gap(GAP[~((GAP["model"] == "n") & (GAP["optimizer"] == "adamw"))], metric="final", n_boot=10)
+    gap = optimizer_gap(GAP[~((GAP["model"] == "n") & (GAP["optimizer"] == "adamw"))], metric="final")
     assert gap["model"].tolist() == ["m"]
 
 
@@ -285,13 +296,16 @@ def test_a_table_of_failed_trials_only_says_plain_paper():
 
 
 def test_bootstrap_min_of_two_errors_is_the_larger_a_quarter_of_the_time():
-    draws = bootstrap_min(np.array([2.0, 1.0]), np.random.default_rng(0), 20000)
-    assert set(draws) == {1.0, 2.0} and np.mean(draws == 2.0) == pytest.approx(0.25, abs=0.01)
+    """Resampling [2, 1]: (2, 2) is the only one of the four resamples whose best is 2."""
+    values, probs = min_law(np.array([2.0, 1.0]))
+    assert values.tolist() == [1.0, 2.0] and probs.tolist() == [0.75, 0.25]
 
 
 def test_optimizer_gap_ci_resamples_both_optimizers():
-    """One SGD trial and two AdamW trials (or the other way round): the CI's ends are the two
-    possible differences, since the worse AdamW best comes up a quarter of the time."""
+    """One SGD trial and two AdamW trials (or the other way round): the gap resamples to the two
+    possible differences (the worse AdamW best comes up a quarter of the time). 1 vs 2 cannot
+    decide: in 2 of the 3 orders of a null study the raw bootstrap p is 0, so the calibrated p is
+    about 2/3 whatever the errors, and there is no interval (at any level it would decide)."""
     frame = _frame(
         [
             ("p", "sgd", 30.0),
@@ -303,9 +317,12 @@ def test_optimizer_gap_ci_resamples_both_optimizers():
         ],
         ["model", "optimizer", "top1_err"],
     ).assign(status="ok", epochs=10)
-    gap = optimizer_gap(frame, metric="final", n_boot=4000, budget=3).set_index("model")
-    assert gap.loc["p", ["gap", "gap_lo", "gap_hi"]].tolist() == [10.0, 1.0, 10.0]
-    assert gap.loc["q", ["gap", "gap_lo", "gap_hi"]].tolist() == [10.0, 10.0, 19.0]
+    gap = optimizer_gap(frame, metric="final", budget=3).set_index("model")
+    assert gap["gap"].tolist() == [10.0, 10.0] and gap[["gap_lo", "gap_hi", "gap_level"]].isna().all().all()
+    assert gap["gap_p"].tolist() == pytest.approx([2 / 3] * 2, abs=0.03)
+    law = ContrastLaw([min_law(np.array([30.0])), min_law(np.array([20.0, 29.0]))], (1.0, -1.0))
+    assert law.lower(0.2) == 1.0 and law.upper(0.2) == 10.0  # the two differences, 29 a quarter of the time
+    assert law.at_most(1.0) == pytest.approx(0.25)
     assert gap["budget_k"].tolist() == [1, 1]  # the budget is capped by the smaller sample
 
 
@@ -335,7 +352,7 @@ def test_unused_categories_of_the_model_column_change_nothing():
     )
     categorical = frame.assign(model=pd.Categorical(frame["model"], categories=["m", "unused", "n"]))
     for call in (
-        lambda t: optimizer_gap(t, metric="final", n_boot=20),
+        lambda t: optimizer_gap(t, metric="final"),
         lambda t: length_gap(t, metric="final"),
         lambda t: peak_table(t, metric="final"),
         lambda t: ema_gain(t),
@@ -358,24 +375,20 @@ def test_expected_best_band_is_the_pointwise_95_percent_band():
 
 
 def test_effect_size_cis_resample_whole_samples():
-    """Area between [0, 1, 2] and [3, 4, 5] is 3; its resampled values reach 1 or 5 only when all
-    three draws of both samples are extreme (1 in 729), so the 95% CI lies strictly inside."""
-    eff = effect_sizes(np.array([0.0, 1.0, 2.0]), np.array([3.0, 4.0, 5.0]), n_boot=2000)
-    assert eff["area"] == pytest.approx(3.0) and 1.0 < eff["area_lo"] < 3.0 < eff["area_hi"] < 5.0
-    # within k points of the pooled best (0)
-    assert (eff["within1_a"], eff["within2_a"], eff["within2_b"], eff["within4_b"]) == (
-        pytest.approx(2 / 3),
-        1.0,
-        0.0,
-        pytest.approx(2 / 3),
-    )
+    """Mean difference of [0, 1, 2] and [3, 4, 5] is 3 (the area between their EDFs); its resampled
+    values reach 1 or 5 only when all three draws of both samples are extreme (1 in 729), so the
+    95% CI lies strictly inside."""
+    lo, hi = bootstrap_mean_difference(np.array([0.0, 1.0, 2.0]), np.array([3.0, 4.0, 5.0]), n_boot=2000)
+    assert 1.0 < lo < 3.0 < hi < 5.0
 
 
 def test_planners_and_power_at_their_defaults():
     assert trials_for_dkw(0.1) == 185  # ceil(ln(40) / (2 * 0.01)) = ceil(184.4)
-    assert trials_for_ks(0.3) == math.ceil(2 * math.log(40) / 2 / 0.09)
-    assert ks_power(0.0, 20, n_sim=200) <= 0.06  # no shift: rejections at about alpha (KS is conservative)
-    assert ks_power(0.8, 20, n_sim=50) == 1.0 and ks_power(0.3, 20, n_sim=200) == ks_power(0.3, 20, n_sim=200)
+    n = trials_for_ks(0.5)  # 80% power at alpha = 0.05
+    assert ks_power(0.5, (n, n)) >= 0.8 > ks_power(0.5, (n - 1, n - 1))
+    assert trials_for_ks(0.5) == trials_for_ks(0.5, alpha=0.05, power=0.8)
+    assert ks_power(0.0, (20, 20)) <= 0.05 / 2 + 0.02  # no effect: one direction decides at about alpha / 2
+    assert ks_power(0.99, (20, 20), n_sim=50) == 1.0 and ks_power(0.3, (20, 20)) == ks_power(0.3, (20, 20))
 
 
 def _same(a, b) -> bool:
@@ -394,17 +407,14 @@ SAMPLES = (_TRIALS["top1_err"].to_numpy()[:12], _TRIALS["top1_err"].to_numpy()[1
 # resampling estimators: (the call, its documented defaults spelled out); the bootstrap band is left
 # out: its sup distance lives on a 1/n grid, so another seed can give the same band
 SEEDED = {
-    "effect_sizes": (lambda x, y, t, **kw: effect_sizes(x, y, **kw), {"n_boot": 1000, "seed": 0}),
-    "ad_compare": (lambda x, y, t, **kw: ad_compare([x, y], **kw), {"n_resamples": 999, "seed": 0}),
+    "bootstrap_mean_difference": (
+        lambda x, y, t, **kw: bootstrap_mean_difference(x, y, **kw),
+        {"seed": 0, "n_boot": 4000, "level": 0.95},
+    ),
+    "ks_power": (lambda x, y, t, **kw: ks_power(0.3, (len(x), len(y)), **kw), {"alpha": 0.05, "n_sim": 200, "seed": 0}),
     "expected_best_band": (lambda x, y, t, **kw: expected_best_band(x, [1, 3], **kw), {"n_boot": 500, "seed": 0}),
     "good_ranges": (lambda x, y, t, **kw: good_ranges(t, **kw), {"n_boot": 2500, "frac": 0.25, "seed": 0}),
     "hp_importance": (lambda x, y, t, **kw: hp_importance(t[t["optimizer"] == "adamw"], **kw), {"seed": 0}),
-    # three trials per optimizer: the bootstrap minima take few values, and the CI's ends move with
-    # the number of draws (with twelve, 1000 and 1001 draws land on the same quantiles)
-    "optimizer_gap": (
-        lambda x, y, t, **kw: optimizer_gap(t.groupby("optimizer").head(3), metric="final", **kw),
-        {"n_boot": 1000, "seed": 0},
-    ),
 }
 
 
@@ -416,6 +426,17 @@ def test_resampling_estimators_keep_their_defaults_and_use_their_seed(name):
     default = call(*SAMPLES)
     assert _same(default, call(*SAMPLES, **defaults))
     assert not _same(default, call(*SAMPLES, **dict(defaults, seed=1)))
+
+
+def test_optimizer_gap_interval_has_no_seed():
+    """The bootstrap law of the best is computed, not drawn: no seed or number of draws to choose,
+    and the global generator's state reaches nothing."""
+    assert not {"seed", "n_boot"} & set(inspect.signature(optimizer_gap).parameters)
+    np.random.seed(0)
+    first = optimizer_gap(SAMPLES[2], metric="final")
+    np.random.seed(1)
+    pd.testing.assert_frame_equal(first, optimizer_gap(SAMPLES[2], metric="final"))
+    assert first["gap_lo"].notna().all() and (first["gap_lo"] < first["gap_hi"]).all()
 
 
 def test_bootstrap_band_keeps_its_defaults():
@@ -444,7 +465,7 @@ def test_results_do_not_depend_on_the_order_of_the_rows():
     )
     shuffled = frame.sample(frac=1.0, random_state=5)
     for call in (
-        lambda t: optimizer_gap(t, metric="final", n_boot=50),
+        lambda t: optimizer_gap(t, metric="final"),
         lambda t: length_gap(t, metric="final"),
         lambda t: peak_table(t, metric="final"),
         lambda t: ema_gain(t, by=["model", "epochs"]),
