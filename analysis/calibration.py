@@ -21,7 +21,9 @@ PAIR, SINGLE = (1.0, -1.0, -1.0, 1.0), (1.0, -1.0)
 NULLS: Dict[str, Callable[[np.random.Generator, int], np.ndarray]] = {
     "normal": lambda rng, n: rng.standard_normal(n),
     "skewed": lambda rng, n: rng.gamma(2.0, 1.0, n) / np.sqrt(2.0),  # sd 1, a long right tail
+    "shifted": lambda rng, n: rng.standard_normal(n),  # the Δ-EDF null: one shape, group k moved by k x 3 sd
 }
+LOCATION_SHIFT = 3.0
 
 
 def _welch(groups, weights) -> bool:
@@ -74,7 +76,7 @@ def measure(
     rng = np.random.default_rng([seed, n, len(weights), sorted(RULES_MEASURED).index(rule)])
     hits = 0
     for _ in range(studies):
-        groups = [draw(rng, n) for _ in weights]
+        groups = [draw(rng, n) + (LOCATION_SHIFT * k if null == "shifted" else 0.0) for k in range(len(weights))]
         if effect and rule.endswith("ks"):
             groups[0] = groups[0] * effect
         elif effect:

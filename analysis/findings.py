@@ -23,8 +23,8 @@ exact bootstrap of the best (`inference.best_contrast`). Kinds (`models` in cata
 - `length_gap` (Fig 2), per (model, optimizer): error(E_min) - error(E_ref), E_ref the longest
   schedule (or, if all its runs diverged, the paper's fallback: the best shorter one).
 - `length_gap_pair`, per model pair and optimizer (same E_min and E_ref): gap of a - gap of b.
-- `peak` (Fig 7), per model pair: each model's best configuration run over 2 or more seeds (lowest
-  seed mean), compared by Welch t; optimistic, as the configuration is selected on these seeds.
+- `peak` (Fig 7), per optimizer and model pair: the two models at the longest schedule both ran
+  (fixed by the design, not chosen on the errors), compared as the gaps are.
 - `scope`: the family: every finding with a p, Holm-adjusted (`inference.holm`); `verdict_holm`.
 """
 
@@ -39,12 +39,13 @@ import pandas as pd
 from hpstudy.analysis.inference import (
     ALPHA,
     CALIBRATION_STUDIES,
+    MAX_PLANNED,
     N_PERM,
     POWER,
     RULES,
     Test,
+    area_interval,
     best_contrast,
-    bootstrap_mean_difference,
     design_of,
     holm,
     ks_detectable,
@@ -184,7 +185,8 @@ def _verdict(f: Finding, per_test: bool) -> str:
     if not significant:
         return "inconclusive"
     if f.kind == "edf_pair":
-        a, b = (f.detail[k] <= f.test.alpha / 2 for k in ("p_a_better", "p_b_better"))
+        scale = 1.0 if per_test or not f.p else (f.p_holm or 1.0) / f.p  # Holm's step applies to each direction
+        a, b = (f.detail[k] * scale <= f.test.alpha / 2 for k in ("p_a_better", "p_b_better"))
         return "crossing" if a and b else "a_better" if a else "b_better"
     positive = {
         "optimizer_gap": "adamw_better",
@@ -207,7 +209,7 @@ def _statistic_name(f: Finding) -> str:
         "optimizer_gap_pair": f"optimizer gap of a - of b, {of} errors (points)",
         "length_gap": f"{of} error(E_min) - {of} error(E_ref) (points)",
         "length_gap_pair": f"length gap of a - of b, {of} errors (points)",
-        "peak": "seed mean of a's best configuration - of b's (points)",
+        "peak": f"{of} error of a - of b at the longest schedule (points)",
     }[f.kind]
 
 
@@ -228,7 +230,7 @@ def _p(test: Test) -> str:
     """The test's p; at the resolution of a Monte-Carlo p (calibration studies, permutations): p ≤ it."""
     resolution = {"best": 1 / (CALIBRATION_STUDIES + 1), "ks": 2 / (N_PERM + 1)}.get(test.rule)
     if resolution and test.p is not None and test.p <= 1.5 * resolution:  # the smallest Monte-Carlo p
-        return f"p ≤ {resolution:.0e}".replace("e-0", "e-")
+        return f"p ≤ {resolution:.2g}"
     return fmt_p(test.p) if test.p is not None else "no p"
 
 
@@ -236,8 +238,13 @@ def _pts(value: float, signed: bool = False) -> str:
     return f"{value:+.1f}" if signed else f"{value:.1f}"
 
 
+def _bound(value: float) -> str:
+    """One decimal, or two significant digits where one decimal would print a nonzero bound as 0.0."""
+    return f"{value:.2g}" if 0 < abs(value) < 0.05 else f"{value:.1f}"
+
+
 def _ci(ci: Tuple[float, float]) -> str:
-    return f"[{ci[0]:.1f}, {ci[1]:.1f}]"
+    return f"[{_bound(ci[0])}, {_bound(ci[1])}]"
 
 
 def _slash(values: Sequence) -> str:
@@ -275,8 +282,10 @@ def _test_words(test: Test) -> str:
     if test.rule == "welch":
         return f"Welch t, 95% CI, {_p(test)}, df {test.df:.1f}"
     if test.rule == "best":
-        level = f" {test.level:.1%} CI," if test.level is not None else ""
-        return f"exact bootstrap of the best, calibrated{level} {_p(test)}"
+        level = (
+            f", {test.level:.1%} interval (the level at which it matches the test)" if test.level is not None else ""
+        )
+        return f"exact bootstrap of the best, calibrated{level}, {_p(test)}"
     return RULES[test.rule]
 
 
@@ -327,6 +336,13 @@ def _oriented(ci: Tuple[float, float], keep: bool) -> Tuple[float, float]:
     return (ci[0], ci[1]) if keep else (-ci[1], -ci[0])
 
 
+def _against(f: Finding, nearer: str) -> str:
+    """A warning where the mean Δ favours the other model than the decided Δ-EDF test."""
+    if f.better is None or f.better == nearer or f.verdict == "crossing":
+        return ""
+    return f" (the mean goes against the Δ-EDF test: {nearer}'s tail, including diverged trials, is shorter)"
+
+
 def _edf_sentence(f: Finding) -> str:
     a, b = f.models
     where = _cell(f.cell["optimizer"], f.cell["epochs"])
@@ -338,7 +354,8 @@ def _edf_sentence(f: Finding) -> str:
         f"mean Δ {a} {d['mean_delta_a']:.1f}, {b} {d['mean_delta_b']:.1f} points: {nearer}'s trials are nearer "
         f"their best than {farther}'s by {_pts(abs(d['area']))} points on average "
         f"{_ci(_oriented(d['area_ci'], d['area'] >= 0))} (signed area between the Δ-EDFs, "
-        f"bootstrap 95% CI); within {WITHIN} points of own best: {a} {d['within_a']:.0%}, {b} {d['within_b']:.0%}; "
+        f"bootstrap 95% CI, references recomputed){_against(f, nearer)}; within {WITHIN} points of own best: "
+        f"{a} {d['within_a']:.0%}, {b} {d['within_b']:.0%}; "
         f"{_diverged((a, b), d['diverged'], n, always=True)}{_left(f.n_left_out)}"
     )
     verdict = f.verdict
@@ -357,8 +374,10 @@ def _edf_sentence(f: Finding) -> str:
             f"D = {d['ks_d_a_better']:.2f} and {d['ks_d_b_better']:.2f}, {_p(t)}), n = {_slash(n)}{_holm(f)}; {effect}"
         )
     need = ""
-    if f.test and f.test.decidable and 0 < t.estimate < 1:
-        need = f" (about {d['trials_needed']} trials per model would find D = {t.estimate:.2f})"
+    if d.get("trials_needed"):
+        many = d["trials_needed"] > MAX_PLANNED
+        count = f"more than {MAX_PLANNED}" if many else f"about {d['trials_needed']}"
+        need = f" ({count} trials per model would find D = {t.estimate:.2f})"
     return (
         f"{a} vs {b} Δ-EDFs ({where}): {_undecided(f)}: KS D = {t.estimate:.2f}, {_p(t)}, n = {_slash(n)}"
         f"{_power(f)}{need}; {effect}"
@@ -429,20 +448,11 @@ def _length_pair_sentence(f: Finding) -> str:
 
 def _peak_sentence(f: Finding) -> str:
     a, b = f.models
-    d = f.detail
-    if f.test is None or f.test.rule != "welch":
-        return (
-            f"{a} vs {b} peak error: not testable (no configuration of {d['missing']} ran with more than one "
-            f"seed): best {a} {d['best_a']:.2f}%, {b} {d['best_b']:.2f}%; n = {_slash(d['n'])}{_left(f.n_left_out)}"
-        )
-    numbers = (
-        f"best configurations {a} {d['config_a']} and {b} {d['config_b']}: {_gap_numbers(f)}; "
-        f"each configuration is the lowest seed mean of its model, chosen on these seeds (optimistic)"
-    )
+    where = _cell(f.cell["optimizer"], f.cell["epochs"])
     if f.verdict == "inconclusive":
-        return f"{a} vs {b} peak error: {_undecided(f)}: {numbers}{_power(f)}"
+        return f"{a} vs {b} peak error ({where}): {_undecided(f)}: {_gap_numbers(f)}{_power(f)}"
     low, high = (a, b) if f.verdict == "a_better" else (b, a)
-    return f"{low} reaches a lower error than {high} over seeds{_holm(f)}: {numbers}"
+    return f"{low} reaches a lower error than {high} ({where}){_holm(f)}: {_gap_numbers(f)}"
 
 
 def _scope_sentence(f: Finding) -> str:
@@ -507,7 +517,7 @@ def _level(g: Group, rule: str, with_best: bool) -> str:
 def _gap_detail(test: Test, groups: Sequence[Group], what: str, labels: Sequence[str], **extra) -> Dict:
     """The numbers a gap finding quotes beside its test."""
     detectable = None
-    if test.rule == "welch" and test.p is not None and len(groups) == 2:
+    if test.rule == "welch" and test.p is not None:
         detectable = welch_detectable(
             [g.errors.std(ddof=1) for g in groups], [len(g.errors) for g in groups], test.alpha
         )
@@ -530,8 +540,12 @@ def edf_pair_findings(groups: Dict[Tuple, Group], alpha: float = ALPHA, seed: in
         here = {m: g for (m, o, e), g in groups.items() if (o, e) == (opt, epochs) and g.design == "samples"}
         for a, b in itertools.combinations(_order(here), 2):
             ga, gb = here[a], here[b]
-            if min(len(ga.errors), len(gb.errors)) < 2:
-                continue
+            if (
+                min(len(ga.errors), len(gb.errors)) < 2
+                or ga.diverged == len(ga.errors)
+                or gb.diverged == len(gb.errors)
+            ):
+                continue  # every trial diverged: its "best" is chance, and its Δ-EDF a step at 0
             da, db = ga.errors - ga.errors.min(), gb.errors - gb.errors.min()
             result = ks_pair(ga.errors, gb.errors, alpha)
             test = result.test
@@ -544,12 +558,14 @@ def edf_pair_findings(groups: Dict[Tuple, Group], alpha: float = ALPHA, seed: in
                 mean_delta_a=float(da.mean()),
                 mean_delta_b=float(db.mean()),
                 area=float(db.mean() - da.mean()),
-                area_ci=bootstrap_mean_difference(da, db, seed),
+                area_ci=area_interval(ga.errors, gb.errors, seed),
                 within_a=float(np.mean(da <= WITHIN)),
                 within_b=float(np.mean(db <= WITHIN)),
                 diverged=[ga.diverged, gb.diverged],
                 detectable=detectable,
-                trials_needed=trials_for_ks(test.estimate, alpha) if 0 < test.estimate < 1 else None,
+                trials_needed=trials_for_ks(test.estimate, alpha)
+                if 0 < test.estimate < 1 and not test.significant
+                else None,
             )
             out.append(
                 Finding(
@@ -679,64 +695,33 @@ def length_gap_findings(groups: Dict[Tuple, Group], alpha: float = ALPHA) -> Lis
     return out
 
 
-def _best_configuration(kept: pd.DataFrame, model: str):
-    """The (optimizer, epochs, lr, wd) of `model` with the lowest seed mean among those run over 2+
-    seeds, and its errors; None if none was repeated."""
-    config = ["optimizer", "epochs", "lr", "wd"]
-    rows = kept[kept["model"] == model]
-    repeated = rows.groupby(config, observed=True)[ERR].agg(["mean", "size"])
-    repeated = repeated[repeated["size"] > 1]
-    if repeated.empty:
-        return None
-    best = repeated["mean"].idxmin()
-    same = (rows[config] == pd.Series(best, index=config)).all(axis=1)
-    return dict(zip(config, best)), rows.loc[same]
-
-
-def peak_findings(rows, alpha: float = ALPHA) -> List[Finding]:
-    """Per model pair: the seed means of each model's best repeated configuration, by Welch t."""
-    kept = rows.kept
+def peak_findings(groups: Dict[Tuple, Group], alpha: float = ALPHA) -> List[Finding]:
+    """Per optimizer and model pair: the two models at the longest schedule both ran, seed means by
+    Welch t (or bests of samples by the calibrated bootstrap). The cell is fixed by the design, not
+    chosen on the errors: picking each model's lowest mean would test it on the seeds that chose it."""
     out = []
-    models = _order(kept["model"].unique())
-    left = rows.left_out.groupby("model", observed=True).size()
-    best = {m: _best_configuration(kept, m) for m in models}
-    for a, b in itertools.combinations(models, 2):
-        n_left = (int(left.get(a, 0)), int(left.get(b, 0)))
-        if best[a] is None or best[b] is None:
-            missing = " or ".join(m for m in (a, b) if best[m] is None)
-            errs = {m: kept.loc[kept["model"] == m, ERR] for m in (a, b)}
+    for opt in sorted({o for (_, o, _) in groups}):
+        models = _order({m for (m, o, _) in groups if o == opt})
+        for a, b in itertools.combinations(models, 2):
+            common = {e for (m, o, e) in groups if (m, o) == (a, opt)} & {
+                e for (m, o, e) in groups if (m, o) == (b, opt)
+            }
+            if not common:
+                continue
+            epochs = max(common)
+            ga, gb = groups[(a, opt, epochs)], groups[(b, opt, epochs)]
+            test = _contrast([ga, gb], SINGLE, alpha)
+            of = "mean" if test.rule == "welch" else "best"
             out.append(
                 Finding(
                     kind="peak",
                     models=(a, b),
-                    cell={},
-                    test=None,
-                    n_left_out=n_left,
-                    detail=dict(
-                        missing=missing,
-                        best_a=float(errs[a].min()),
-                        best_b=float(errs[b].min()),
-                        n=[len(errs[a]), len(errs[b])],
-                    ),
+                    cell={"optimizer": opt, "epochs": int(epochs)},
+                    test=test,
+                    n_left_out=(ga.left_out, gb.left_out),
+                    detail=_gap_detail(test, [ga, gb], f"{of} {a} − {of} {b}", [a, b]),
                 )
             )
-            continue
-        (ca, ra), (cb, rb) = best[a], best[b]
-        ga, gb = (Group(r[ERR].to_numpy(float), "seeds", int((r["status"] == DIVERGED).sum()), 0) for r in (ra, rb))
-        test = welch([ga.errors, gb.errors], SINGLE, alpha)
-        label = lambda c: f"({_cell(c['optimizer'], c['epochs'])}, lr {c['lr']:.3g}, wd {c['wd']:.3g})"  # noqa: E731
-        out.append(
-            Finding(
-                kind="peak",
-                models=(a, b),
-                cell={},
-                test=test,
-                n_left_out=n_left,
-                detail=_gap_detail(
-                    test, [ga, gb], f"mean {a} − mean {b}", [a, b], config_a=label(ca), config_b=label(cb)
-                ),
-            )
-        )
     return out
 
 
@@ -755,9 +740,10 @@ def findings(
             edf_pair_findings(groups, alpha, seed)
             + optimizer_gap_findings(groups, alpha)
             + length_gap_findings(groups, alpha)
-            + peak_findings(rows, alpha)
+            + peak_findings(groups, alpha)
         )
-    family = [(f, f.test) for f in tested if f.test is not None and f.test.p is not None]
+    # tests whose design cannot reach alpha can never be decided: left out of the family (Tarone 1990)
+    family = [(f, f.test) for f in tested if f.test is not None and f.test.p is not None and f.test.decidable]
     for (f, test), p_holm in zip(family, holm([test.p for _, test in family if test.p is not None])):
         f.p_holm, f.family = float(p_holm), len(family)
     n_failed = int((trials["status"] == FAILED).sum())
@@ -826,5 +812,7 @@ def _effect_columns(f: Finding) -> Dict:
         "area_hi": d["area_ci"][1],
         f"within{WITHIN}_a": d["within_a"],
         f"within{WITHIN}_b": d["within_b"],
+        "d_a_above": d["ks_d_a_better"],
+        "d_b_above": d["ks_d_b_better"],
         "detectable_d": d["detectable"],
     }

@@ -15,8 +15,8 @@ from hpstudy.analysis.inference import (
     ALPHA,
     CALIBRATION_STUDIES,
     ContrastLaw,
+    area_interval,
     best_contrast,
-    bootstrap_mean_difference,
     calibrated_p,
     data_rng,
     design_of,
@@ -207,14 +207,38 @@ def test_calibrated_p_counts_the_null_studies_at_most_as_extreme():
 # ---- ks: the Δ-EDF permutation test ----------------------------------------------------------------
 
 
+def _brute_delta_p(a, b):
+    """The one-sided permutation p of the Δ-EDF test by a plain loop: centre each sample on its median,
+    pool, and over every split compare sup (F_first - F_second) of the re-referenced Δ-EDFs."""
+    pooled = np.concatenate([a - np.median(a), b - np.median(b)])
+
+    def above(x, y):
+        dx, dy = x - x.min(), y - y.min()
+        return max(np.mean(dx <= t) - np.mean(dy <= t) for t in np.concatenate([dx, dy]))
+
+    observed, hits, total = above(a, b), 0, 0
+    for chosen in itertools.combinations(range(len(pooled)), len(a)):
+        mask = np.zeros(len(pooled), bool)
+        mask[list(chosen)] = True
+        hits += above(pooled[mask], pooled[~mask]) >= observed - 1e-12
+        total += 1
+    return hits / total
+
+
 def test_delta_edf_test_counts_permutations_exactly():
-    """Δ-errors [0, 1, 2, 3] vs [0, 4, 8, 12]: a's Δ-EDF is 3/4 above b's at Δ = 3; of the C(8, 4) = 70
-    splits only a taking the four smallest errors (with either 0) gets that far: p = 2/70 one-sided."""
-    result = ks_pair(np.array([0.0, 1.0, 2.0, 3.0]), np.array([0.0, 4.0, 8.0, 12.0]))
+    """4 vs 4 (70 splits, enumerated): each one-sided p is the share of splits at least as extreme,
+    computed here by a plain loop."""
+    a, b = np.array([0.0, 1.0, 2.0, 3.0]), np.array([0.0, 4.0, 8.0, 12.0])
+    result = ks_pair(a, b)
     assert (result.d_a_better, result.d_b_better) == (0.75, 0.0)
-    assert result.p_a_better == pytest.approx(2 / 70) and result.p_b_better == 1.0
-    assert result.test.p == pytest.approx(4 / 70) and result.test.estimate == 0.75
-    assert result.test.floor == pytest.approx(2 / 70) and not result.test.significant
+    assert result.p_a_better == pytest.approx(_brute_delta_p(a, b)) and result.p_b_better == 1.0
+    assert result.test.p == pytest.approx(min(1.0, 2 * result.p_a_better)) and result.test.estimate == 0.75
+    assert result.test.floor == pytest.approx(2 / 70)
+    rng = np.random.default_rng(4)
+    for _ in range(3):
+        x, y = rng.normal(0, 1, 4), rng.normal(3, 2, 5)
+        got = ks_pair(x, y)
+        assert (got.p_a_better, got.p_b_better) == pytest.approx((_brute_delta_p(x, y), _brute_delta_p(y, x)))
     # a shift leaves the Δ-EDFs (errors minus their own best) the same: nothing to find
     shifted = ks_pair(np.array([1.0, 2.0, 3.0, 4.0]), np.array([5.0, 6.0, 7.0, 8.0]))
     assert shifted.test.estimate == 0.0 and shifted.test.p == 1.0
@@ -234,22 +258,20 @@ def test_data_rng_is_seeded_by_the_data():
     assert not np.array_equal(draws, data_rng(0, b, a).random(5))
 
 
-def test_bootstrap_mean_difference_interval():
-    """[0, 1, 2] vs [3, 4, 5]: the difference 3 resamples to 1 or 5 only when all six draws are
-    extreme (1 in 729 each), so the 95% interval lies strictly inside."""
-    a, b = np.array([0.0, 1.0, 2.0]), np.array([3.0, 4.0, 5.0])
-    lo, hi = bootstrap_mean_difference(a, b)
-    assert 1.0 < lo < 3.0 < hi < 5.0 and (lo, hi) == bootstrap_mean_difference(a, b)
-    wide = bootstrap_mean_difference(a, b, level=0.99)
-    assert wide[0] <= lo and hi <= wide[1]
+def test_area_interval_recomputes_the_references():
+    """The signed area is mean Δ of b - mean Δ of a; its interval resamples each sample and takes
+    each resample's own best: two samples of one shape, wherever they sit, give an interval around 0,
+    and a wider b a positive one. Seeded by the data: the same samples, the same interval."""
     rng = np.random.default_rng(6)
-    for _ in range(20):
-        x, y = rng.normal(0, 1, 12), rng.normal(1, 2, 9)
-        lo, hi = bootstrap_mean_difference(x, y)
-        assert lo < y.mean() - x.mean() < hi
-    # large samples: the percentile interval is about the normal one, difference ± 1.96 standard errors
-    x, y = rng.normal(0, 1, 400), rng.normal(1, 2, 300)
-    lo, hi = bootstrap_mean_difference(x, y)
-    se = np.sqrt(x.var() / len(x) + y.var() / len(y))
-    assert (hi - lo) / 2 == pytest.approx(stats.norm.isf(0.025) * se, rel=0.1)
-    assert (lo + hi) / 2 == pytest.approx(y.mean() - x.mean(), abs=0.2 * se)
+    a, b = rng.normal(0, 1, 40), rng.normal(50, 1, 40)
+    lo, hi = area_interval(a, b)
+    assert lo < 0 < hi and (lo, hi) == area_interval(a, b)
+    wide = rng.normal(0, 4, 40)
+    lo, hi = area_interval(a, wide)
+    point = (wide.mean() - wide.min()) - (a.mean() - a.min())
+    assert 0 < lo < point < hi
+    # by hand: 1,000 resamples with the references recomputed, against the function's 4,000
+    ra, rw = (x[rng.integers(0, 40, (1000, 40))] for x in (a, wide))
+    draws = (rw.mean(1) - rw.min(1)) - (ra.mean(1) - ra.min(1))
+    assert np.quantile(draws, 0.025) == pytest.approx(lo, abs=0.6)
+    assert np.quantile(draws, 0.975) == pytest.approx(hi, abs=0.6)

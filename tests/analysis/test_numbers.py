@@ -370,10 +370,7 @@ def test_dkw_epsilon_and_planner():
 def test_trials_for_ks_plans_for_80_percent_power():
     n = trials_for_ks(0.5)
     assert ks_power(0.5, (n, n)) >= 0.8 > ks_power(0.5, (n - 1, n - 1))
-    # at half power the plan lands near the n where d is the KS critical value: 2 (c / d)^2
-    c = np.sqrt(-np.log(0.05 / 2) / 2)
-    for d in (0.4, 0.5):
-        assert trials_for_ks(d, power=0.5) == pytest.approx(np.ceil(2 * (c / d) ** 2), rel=0.25)
+    # half the power needs fewer trials; a larger distance fewer still
     assert trials_for_ks(0.5, power=0.5) < n < trials_for_ks(0.4)
     assert ks_power(0.0, (20, 20)) <= 0.05 / 2 + 0.02  # no effect: one direction decides at about alpha / 2
     assert ks_power(0.99, (20, 20)) == 1.0 and ks_power(1.0, (20, 20)) == 1.0

@@ -13,8 +13,8 @@ from hpstudy.analysis.edf import bootstrap_band, edf_table, normalized_weights, 
 from hpstudy.analysis.gaps import ema_gain, length_gap, optimizer_gap, peak_table
 from hpstudy.analysis.inference import (
     ContrastLaw,
+    area_interval,
     best_contrast,
-    bootstrap_mean_difference,
     ks_power,
     min_law,
     trials_for_ks,
@@ -374,14 +374,6 @@ def test_expected_best_band_is_the_pointwise_95_percent_band():
     assert (low[0], high[0]) == (pytest.approx(0.5), pytest.approx(2.5))
 
 
-def test_effect_size_cis_resample_whole_samples():
-    """Mean difference of [0, 1, 2] and [3, 4, 5] is 3 (the area between their EDFs); its resampled
-    values reach 1 or 5 only when all three draws of both samples are extreme (1 in 729), so the
-    95% CI lies strictly inside."""
-    lo, hi = bootstrap_mean_difference(np.array([0.0, 1.0, 2.0]), np.array([3.0, 4.0, 5.0]), n_boot=2000)
-    assert 1.0 < lo < 3.0 < hi < 5.0
-
-
 def test_planners_and_power_at_their_defaults():
     assert trials_for_dkw(0.1) == 185  # ceil(ln(40) / (2 * 0.01)) = ceil(184.4)
     n = trials_for_ks(0.5)  # 80% power at alpha = 0.05
@@ -407,9 +399,9 @@ SAMPLES = (_TRIALS["top1_err"].to_numpy()[:12], _TRIALS["top1_err"].to_numpy()[1
 # resampling estimators: (the call, its documented defaults spelled out); the bootstrap band is left
 # out: its sup distance lives on a 1/n grid, so another seed can give the same band
 SEEDED = {
-    "bootstrap_mean_difference": (
-        lambda x, y, t, **kw: bootstrap_mean_difference(x, y, **kw),
-        {"seed": 0, "n_boot": 4000, "level": 0.95},
+    "area_interval": (
+        lambda x, y, t, **kw: area_interval(x, y, **kw),
+        {"seed": 0, "n_boot": 4000},
     ),
     "ks_power": (lambda x, y, t, **kw: ks_power(0.3, (len(x), len(y)), **kw), {"alpha": 0.05, "n_sim": 200, "seed": 0}),
     "expected_best_band": (lambda x, y, t, **kw: expected_best_band(x, [1, 3], **kw), {"n_boot": 500, "seed": 0}),
