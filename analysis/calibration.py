@@ -22,8 +22,15 @@ NULLS: Dict[str, Callable[[np.random.Generator, int], np.ndarray]] = {
     "normal": lambda rng, n: rng.standard_normal(n),
     "skewed": lambda rng, n: rng.gamma(2.0, 1.0, n) / np.sqrt(2.0),  # sd 1, a long right tail
     "shifted": lambda rng, n: rng.standard_normal(n),  # the Δ-EDF null: one shape, group k moved by k x 3 sd
+    "unequal": lambda rng, n: rng.standard_normal(n),  # equal means, sd 3 for groups 0 and 2, 1 for 1 and 3
 }
 LOCATION_SHIFT = 3.0
+
+
+def _spread(null: str, k: int) -> float:
+    """Group k's sd under the `unequal` null (a Welch null, and for four groups of bests the symmetric
+    null: both models have the same SGD and the same AdamW law); 1 otherwise."""
+    return 3.0 if null == "unequal" and k % 2 == 0 else 1.0
 
 
 def _welch(groups, weights) -> bool:
@@ -76,7 +83,10 @@ def measure(
     rng = np.random.default_rng([seed, n, len(weights), sorted(RULES_MEASURED).index(rule)])
     hits = 0
     for _ in range(studies):
-        groups = [draw(rng, n) + (LOCATION_SHIFT * k if null == "shifted" else 0.0) for k in range(len(weights))]
+        groups = [
+            _spread(null, k) * draw(rng, n) + (LOCATION_SHIFT * k if null == "shifted" else 0.0)
+            for k in range(len(weights))
+        ]
         if effect and rule.endswith("ks"):
             groups[0] = groups[0] * effect
         elif effect:

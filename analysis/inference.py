@@ -48,7 +48,7 @@ CALIBRATION_SEED = 20211  # fixed: the calibration is a constant of (n, ...), no
 MAX_PLANNED = 512  # trials_for_ks searches up to this many trials per model
 N_PERM = 9999  # permutations of the Δ-EDF test (exact enumeration below this many splits)
 PERMUTATION_SEED = 1979  # mixed with the data: one pair of samples has one p in every report
-DIGITS = 9  # decimals kept in the atoms of a contrast of bests (errors are given to a few decimals)
+DIGITS = 4  # decimals kept in the atoms of a contrast of bests: errors are percentages stored as float32
 TAIL = 40  # atoms of a minimum's bootstrap law kept: the rest carry less than e^-40 of its mass
 RULES = {
     "welch": "Welch t on seed means",
@@ -160,7 +160,7 @@ def _sum_law(laws, weights) -> Tuple[np.ndarray, np.ndarray]:
     for (v, p), w in zip(laws, weights):
         values = np.add.outer(values, w * v).ravel()
         probs = np.multiply.outer(probs, p).ravel()
-    values = np.round(values, DIGITS)  # so that a contrast equal to 0 in decimals is 0, not 1e-17
+    values = np.round(values, DIGITS)  # a contrast equal to 0 in decimals is 0, not float32 noise of 1e-6
     order = np.argsort(values, kind="stable")
     return values[order], probs[order]
 
@@ -244,7 +244,7 @@ def best_contrast(groups: Sequence[np.ndarray], weights: Sequence[float], alpha:
         return Test(
             rule="best", estimate=float("nan"), ci=None, level=None, p=None, n=n, alpha=alpha, why_untestable="no trial"
         )
-    estimate = round(float(sum(w * g.min() for w, g in zip(weights, groups))), DIGITS)
+    estimate = float(sum(w * g.min() for w, g in zip(weights, groups)))
     null = null_raw_ps(n, tuple(weights))
     law = ContrastLaw([min_law(g) for g in groups], weights)
     p = calibrated_p(law.raw_p(), null)

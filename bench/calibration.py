@@ -21,6 +21,8 @@ NS = (3, 8, 24, 64)
 EFFECT = {"welch": 2.0, "welch_pair": 2.0, "best": 1.0, "best_pair": 1.0, "ks": 2.0, "plain_ks": 2.0}
 EFFECT.update(naive_best=1.0, naive_best_pair=1.0)
 SKEWED = ("welch", "welch_pair", "best", "best_pair", "ks")
+SHIFTED = ("ks", "plain_ks")  # the Δ-EDF null: one shape, the models at different locations
+UNEQUAL = ("welch", "welch_pair", "best_pair", "naive_best_pair")  # nulls with unequal spreads
 
 
 def rows(studies: int):
@@ -28,8 +30,9 @@ def rows(studies: int):
     for rule in RULES_MEASURED:
         for n in NS:
             yield measure(rule, n, studies)
-            if rule in SKEWED:
-                yield measure(rule, n, studies, null="skewed")
+            for null, rules in (("skewed", SKEWED), ("shifted", SHIFTED), ("unequal", UNEQUAL)):
+                if rule in rules:
+                    yield measure(rule, n, studies, null=null)
             yield measure(rule, n, studies, effect=EFFECT[rule])
 
 
@@ -40,13 +43,12 @@ def markdown(results) -> str:
         kind = "power" if r["effect"] else r["null"]
         cells.setdefault((r["rule"], r["n"]), {})[kind] = f"{r['rate']:.3f} ± {r['mc_se']:.3f}"
     lines = [
-        "| rule | n per group | false decisions, normal null | false decisions, skewed null | power |",
-        "|---|---|---|---|---|",
+        "| rule | n per group | false decisions: normal | skewed | shifted | unequal sd | power |",
+        "|---|---|---|---|---|---|---|",
     ]
     for (rule, n), got in cells.items():
-        lines.append(
-            f"| {rule} | {n} | {got.get('normal', '–')} | {got.get('skewed', '–')} | {got.get('power', '–')} |"
-        )
+        nulls = " | ".join(got.get(k, "–") for k in ("normal", "skewed", "shifted", "unequal"))
+        lines.append(f"| {rule} | {n} | {nulls} | {got.get('power', '–')} |")
     return "\n".join(lines)
 
 
