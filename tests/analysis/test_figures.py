@@ -126,7 +126,7 @@ def test_report_is_complete_reproducible_and_says_how_complete(tmp_path, monkeyp
         "Optimizer gap",
         "Training-length gap",
         "Good lr/wd ranges",
-        "Model comparisons",
+        "Δ-EDFs, pairs of models",
         "Trials left out",
         "EMA gain",
         "Spec",

@@ -108,6 +108,7 @@ def test_a_known_ordering_gives_the_dominance_sentence_with_its_numbers():
     assert fmt_p(8.2e-5) == "p = 8e-5" and fmt_p(0.0123) == "p = 0.012" and fmt_p(0.43) == "p = 0.43"
 
 
+@pytest.mark.slow  # power simulations at growing n
 def test_a_small_sample_is_inconclusive_and_says_what_power_would_need():
     found = findings(
         _rows({("vit_p_tiny", "sgd", 4): [10, 11, 12.5, 14], ("vit_c_tiny", "sgd", 4): [20, 21.2, 22, 24]})

@@ -307,7 +307,12 @@ def dirty_and_clean():
 SILENT = {"findings"}  # counts what it left out in its sentences instead of warning
 
 
-@pytest.mark.parametrize("name", sorted(TABLE_CALLS))
+@pytest.mark.parametrize(
+    "name",
+    # findings runs permutation tests and power simulations (about 30 s): slow tier; the fast tier
+    # pins its left-out counts in tests/analysis/test_findings.py
+    [pytest.param(n, marks=pytest.mark.slow) if n in SILENT else n for n in sorted(TABLE_CALLS)],
+)
 def test_table_functions_leave_out_failed_rows_themselves(name, dirty_and_clean):
     dirty, clean = dirty_and_clean
     caller = {"edf_table_matched": "edf_table", "equalize_counts+edf_table": "edf_table"}.get(name, name)
@@ -367,6 +372,7 @@ def test_dkw_epsilon_and_planner():
     assert cover >= 0.95
 
 
+@pytest.mark.slow  # power simulations at growing n
 def test_trials_for_ks_plans_for_80_percent_power():
     n = trials_for_ks(0.5)
     assert ks_power(0.5, (n, n)) >= 0.8 > ks_power(0.5, (n - 1, n - 1))

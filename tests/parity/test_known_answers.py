@@ -374,6 +374,7 @@ def test_expected_best_band_is_the_pointwise_95_percent_band():
     assert (low[0], high[0]) == (pytest.approx(0.5), pytest.approx(2.5))
 
 
+@pytest.mark.slow  # power simulations at growing n
 def test_planners_and_power_at_their_defaults():
     assert trials_for_dkw(0.1) == 185  # ceil(ln(40) / (2 * 0.01)) = ceil(184.4)
     n = trials_for_ks(0.5)  # 80% power at alpha = 0.05
