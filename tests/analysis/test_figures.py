@@ -154,11 +154,14 @@ def test_report_is_complete_reproducible_and_says_how_complete(tmp_path, monkeyp
     np.testing.assert_allclose(summary["best"].sort_index(), best.sort_index())
     assert (summary["n"] + summary["n_left_out"]).sum() == len(trials)
     assert summary["failed"].sum() == (trials["status"] == "failed").sum()
-    gaps = pd.DataFrame(report["tables"]["optimizer_gap"]).set_index(["model", "epochs"])["gap"]
+    # the findings' tables: random lr/wd cells, so the estimates are differences of bests
+    gaps = pd.DataFrame(report["tables"]["optimizer_gap"]).set_index(["model", "epochs"])["estimate"]
     expected_gaps = best.xs("sgd", level="optimizer") - best.xs("adamw", level="optimizer")
     np.testing.assert_allclose(gaps.sort_index(), expected_gaps.sort_index())
-    lengths = pd.DataFrame(report["tables"]["length_gap"]).set_index(["model", "optimizer", "epochs"])["gap"]
-    np.testing.assert_allclose(lengths.sort_index(), (best - best.xs(10, level="epochs")).sort_index())
+    lengths = pd.DataFrame(report["tables"]["length_gap"]).set_index(["model", "optimizer", "epochs"])["estimate"]
+    expected_lengths = (best - best.xs(10, level="epochs")).loc[lengths.index]  # shortest against 10 epochs
+    assert len(lengths) and (lengths.index.get_level_values("epochs") < 10).all()
+    np.testing.assert_allclose(lengths.sort_index(), expected_lengths.sort_index())
     assert f"{best.min():.4g}" in html
     for name in files:  # every figure's numbers state the metric
         meta = json.load(open(tmp_path / "r1" / (name.rsplit(".", 1)[0] + ".json")))
