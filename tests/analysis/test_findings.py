@@ -182,13 +182,16 @@ def _seeds(base, spread):
     return [(base + spread * s, s) for s in range(3)]
 
 
+SEED_CELLS = {  # one lr/wd per cell, three seeds: the length study's design
+    ("vit_p_tiny", "adamw", 2): _seeds(30, 5.0),
+    ("vit_p_tiny", "adamw", 8): _seeds(20, 1.0),
+    ("vit_c_tiny", "adamw", 2): _seeds(11, 0.5),
+    ("vit_c_tiny", "adamw", 8): _seeds(10, 0.5),
+}
+
+
 def test_seed_cells_are_tested_on_their_means_by_welch_t():
-    cells = {
-        ("vit_p_tiny", "adamw", 2): _seeds(30, 5.0),
-        ("vit_p_tiny", "adamw", 8): _seeds(20, 1.0),
-        ("vit_c_tiny", "adamw", 2): _seeds(11, 0.5),
-        ("vit_c_tiny", "adamw", 8): _seeds(10, 0.5),
-    }
+    cells = SEED_CELLS
     found = findings(_rows(cells))
     assert not [f for f in found if f.kind == "edf_pair"]  # one lr/wd per model: seeds only
     p2, p8, c2, c8 = (np.array([e for e, _ in cells[k]]) for k in cells)
@@ -204,19 +207,13 @@ def test_seed_cells_are_tested_on_their_means_by_welch_t():
     assert pair.statistic == pytest.approx(13.0) and pair.test.df == pytest.approx(df)
     assert pair.p == pytest.approx(2 * stats.t.sf(13.0 / se, df))
     (peak,) = _of(found, "peak", "vit_p_tiny", "vit_c_tiny")
-    best = stats.ttest_ind(p8, c8, equal_var=False)  # each model's lowest seed mean: its 8-epoch configuration
+    best = stats.ttest_ind(p8, c8, equal_var=False)  # the two models' cells at the longest schedule, 8 epochs
     assert peak.statistic == pytest.approx(10.5) and peak.p == pytest.approx(best.pvalue)
     assert peak.verdict == "b_better" and peak.sentence.startswith("vit_c_tiny reaches a lower error than vit_p_tiny")
 
 
 def test_holm_adjusts_over_every_finding_with_a_p():
-    cells = {
-        ("vit_p_tiny", "adamw", 2): _seeds(30, 5.0),
-        ("vit_p_tiny", "adamw", 8): _seeds(20, 1.0),
-        ("vit_c_tiny", "adamw", 2): _seeds(11, 0.5),
-        ("vit_c_tiny", "adamw", 8): _seeds(10, 0.5),
-    }
-    found = findings(_rows(cells))
+    found = findings(_rows(SEED_CELLS))
     family = [f for f in found if f.p is not None]
     assert found[0].family == len(family) == 4 and all(f.family == len(family) for f in family)
     ps = np.array([f.p for f in family])
