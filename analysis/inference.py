@@ -99,7 +99,9 @@ def welch(groups: Sequence[np.ndarray], weights: Sequence[float], alpha: float =
     estimate = float(sum(w * g.mean() for w, g in zip(weights, groups))) if min(n) else float("nan")
     base: Dict[str, Any] = dict(rule="welch", estimate=estimate, n=n, alpha=alpha)
     if min(n) < 2:
-        return Test(**base, ci=None, level=None, p=None, why_untestable=f"fewer than 2 seeds (n = {_slash(n)})")
+        return Test(
+            **base, ci=None, level=None, p=None, why_untestable=f"fewer than 2 seeds (n = {'/'.join(map(str, n))})"
+        )
     parts = np.array([w**2 * g.var(ddof=1) / len(g) for w, g in zip(weights, groups)])
     se = float(np.sqrt(parts.sum()))
     if se == 0:
@@ -427,7 +429,3 @@ def area_interval(ea: np.ndarray, eb: np.ndarray, seed: int = 0, n_boot: int = 4
     draws = (rb.mean(1) - rb.min(1)) - (ra.mean(1) - ra.min(1))
     lo, hi = np.quantile(draws, [ALPHA / 2, 1 - ALPHA / 2])
     return float(lo), float(hi)
-
-
-def _slash(n: Sequence[int]) -> str:
-    return "/".join(str(k) for k in n)

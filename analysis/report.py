@@ -149,8 +149,8 @@ def _sampled(frame: pd.DataFrame) -> pd.DataFrame:
     """The rows of the (model, optimizer, epochs) cells that sampled lr/wd (not one lr/wd over seeds)."""
     if frame.empty:
         return frame
-    configs = frame.groupby(CELL, observed=True)[["lr", "wd"]].transform("nunique").max(axis=1)
-    return frame[configs > 1]
+    designs = {key: design_of(cell["lr"], cell["wd"]) for key, cell in frame.groupby(CELL, observed=True)}
+    return frame[[designs[key] == "samples" for key in frame[CELL].itertuples(index=False, name=None)]]
 
 
 def _figures(trials: pd.DataFrame, rows: Rows, ranges: Dict, out: str, metric: str) -> List[Tuple[str, str, Dict]]:
