@@ -384,6 +384,7 @@ def test_a_failed_trials_row_is_a_complete_schema_row_from_its_planned_trial(tmp
     assert list(zip(stored["trial_key"], stored["status"], stored["error"])) == [(trial.key, FAILED, error[-4000:])]
 
 
+@pytest.mark.slow  # two subprocesses that import torch and Ray (about 11 s): keeps the fast tier under 90 s
 @pytest.mark.parametrize("entry", ["module", "script"])
 def test_a_users_own_study_and_analysis_modules_do_not_shadow_hpstudys(tmp_path, entry):
     """Every import goes through the hpstudy root: a notebook folder with its own study.py, analysis.py and
