@@ -1,115 +1,73 @@
-"""Mutation testing of the analysis library and of the training/study core with mutmut: one run
-per module, in a scratch copy of the tree, against that module's fast tests (`-m "not slow"`);
-prints one JSON object (score per module and per area, and every surviving mutant with its diff).
+"""Mutation testing of every module of hpstudy with mutmut: a seeded sample of mutants per package,
+run in one scratch copy of the tree against the fast tier (`-m "not slow"`; mutmut runs, per mutant,
+the tests that call the mutated function); prints one JSON object (score per package and module,
+every surviving mutant with its diff) and exits 1 when a package misses its target.
 
-    bash bench/mutation.sh [--area analysis|core] [--modules analysis/edf.py ...] [--max-children 2]
-                           [--sample N] [--keep --survivors-only | --survivors-of EARLIER.json]
+    bash bench/mutation.sh [--package analysis|presentation|trainers|study|cli ...] [--seed 0]
+                           [--per-package N] [--max-children 2] [--survivors-of EARLIER.json]
 
-After adding tests, `--keep --survivors-only` (same --sample) reruns, in the last run's scratch copies,
-its undetected mutants and those that are new or changed (a module edited since: its sample shifts);
-`--survivors-of EARLIER.json` does the same from an earlier run's printed JSON when
-the copies are gone (the mutants it counted as detected stay detected; a survivor whose diff no longer
-matches, because its module changed, stops the run).
+Packages: analysis (the numbers and the Findings' decisions), presentation (the report's and the
+figures' numbers and labels; drawing code is left out, see LAYOUT), trainers, study and cli (the
+command-line glue, sampled lighter). Every module of a package is in its pool: a new module joins
+without an edit here. `--survivors-of EARLIER.json` reruns, with the same seed and sample sizes, only
+the mutants that run left undetected and those whose diff changed since (a module edited since); the
+rest keep their result.
 
 A survivor listed in EQUIVALENT (matched on its function and its mutated lines, so a renumbering
 does not unlist it) is an equivalent mutant: it changes no behaviour the code promises, and the
-reason is stated there. The score counts killed and timed-out mutants among the others.
+reason is stated there. The score counts killed and timed-out mutants among the others; a mutant
+no fast test reaches ("no tests") counts as a survivor.
 
-Run time on a shared 2-core machine (mutmut 3.8.1, two mutants at a time, about 7-14 s a mutant and
-1-2 min per module to map tests to functions): `--area core --sample 16` (113 mutants) 17 min,
-`--area analysis --sample 4` (396 mutants) 31 min, measured before inference.py joined the area and
-stats.py lost its KS/AD functions (issue #25); a survivors-only rerun a few minutes per module.
+Run time on a 2-core machine (mutmut 3.8.1, two mutants at a time): about 5 minutes to generate the
+mutants and map tests to functions, then 5-15 s a mutant; the default sample (PER_PACKAGE) fits in
+an hour. docs/development.md has the measured runs.
 """
 
 import argparse
+import hashlib
 import json
 import os
+import random
 import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Dict, List, Optional
 
 REPO = Path(__file__).resolve().parent.parent
-FAST = ["-m", "not slow"]
-ANALYSIS_TESTS = [
-    "tests/analysis/test_numbers.py",
-    "tests/analysis/test_inference.py",
-    "tests/parity/test_pycls.py",
-    "tests/parity/test_known_answers.py",
-]
-TRAINER_TESTS = [
-    "tests/contracts/test_trainer.py",
-    "tests/trainers/test_trial.py",
-    "tests/trainers/test_optim.py",
-    "tests/trainers/test_gpu_paths.py",
-    "tests/trainers/test_fused.py",
-    "tests/trainers/test_checkpoint.py",
-    "tests/parity/test_pycls.py",
-    "tests/contracts/test_core.py",
-]
-STORE_TESTS = [
-    "tests/study/test_store_atomicity.py",
-    "tests/study/test_store.py",
-    "tests/hostile/test_store.py",
-    "tests/study/test_store_compaction.py",
-    "tests/contracts/test_core.py",
-    # the fast tests of report folders (the rest of the CLI tests only pass through the store)
-    "tests/cli/test_commands.py::test_a_report_goes_into_the_store_and_replaces_the_earlier_one",
-    "tests/analysis/test_report_folder.py",
-]
-# test_spec's bundled-config test expands the paper specs (12 s a run): it checks the YAML files, not sampling
-SAMPLING_TESTS = [
-    "tests/study/test_sampling.py",
-    "tests/study/test_spec.py",
-    "--deselect",
-    "tests/study/test_spec.py::test_bundled_configs_are_valid",
-]
-PRESENTATION_TESTS = ["tests/analysis/test_figures.py", "tests/analysis/test_numbers.py"]
-# module -> the fast test files run against its mutants (mutmut runs, per mutant, the ones that call it)
-MODULES = {
-    "analysis/metric.py": ANALYSIS_TESTS,
-    "analysis/edf.py": ANALYSIS_TESTS,
-    "analysis/stats.py": ANALYSIS_TESTS,
-    "analysis/gaps.py": ANALYSIS_TESTS,
-    "analysis/inference.py": ANALYSIS_TESTS,
-    "trainers/loop.py": TRAINER_TESTS,
-    "trainers/trial.py": TRAINER_TESTS,
-    "trainers/optim.py": TRAINER_TESTS,
-    "study/sampling.py": SAMPLING_TESTS,
-    "study/store.py": STORE_TESTS,
-    "study/store_read.py": STORE_TESTS,
-    "study/store_compaction.py": STORE_TESTS,
-    "study/store_spec_record.py": STORE_TESTS,
-    "analysis/report.py": PRESENTATION_TESTS,
-    "analysis/figures.py": PRESENTATION_TESTS,
+# the fast tier; test_spec's bundled-config test expands the paper specs (12 s a run): it checks the
+# YAML files, not code a mutant can change
+TESTS = ["tests", "-m", "not slow", "--deselect", "tests/study/test_spec.py::test_bundled_configs_are_valid"]
+FOLDERS = {
+    "analysis": "analysis",
+    "presentation": "analysis",
+    "trainers": "trainers",
+    "study": "study",
+    "cli": "hpstudy",
 }
-# analysis = the numbers library; presentation (HTML report, figures: 1,865 mutants, mostly layout and
-# wording) runs only when asked for (--area presentation) and has no target
-AREAS = {
-    "analysis": [
-        "analysis/metric.py",
-        "analysis/edf.py",
-        "analysis/stats.py",
-        "analysis/gaps.py",
-        "analysis/inference.py",
-    ],
-    "core": [
-        "trainers/loop.py",
-        "trainers/trial.py",
-        "trainers/optim.py",
-        "study/sampling.py",
-        "study/store.py",
-        "study/store_read.py",
-        "study/store_compaction.py",
-        "study/store_spec_record.py",
-    ],
-    "presentation": ["analysis/report.py", "analysis/figures.py"],
+PRESENTATION = ("analysis/report.py", "analysis/figures.py")
+TARGETS = {"analysis": 0.90, "presentation": 0.85, "trainers": 0.85, "study": 0.85, "cli": 0.80}
+# mutants drawn per package by default: about 350 in all, an hour on 2 cores
+PER_PACKAGE = {"analysis": 90, "presentation": 50, "trainers": 90, "study": 80, "cli": 40}
+# functions whose mutants only move pixels or page layout (matplotlib drawing, CSS, the page's
+# skeleton): the figure contract tests check their output's structure, not values a mutant changes
+LAYOUT = {
+    "analysis/figures.py": ("style", "_grid", "_sizes", "integer_ticks", "*_figure"),
+    "analysis/report.py": ("_inline_svg",),
 }
-DEFAULT_AREAS = ("analysis", "core")
-TARGETS = {"analysis": 0.90, "core": 0.80, "presentation": None}
-COPIED = ["analysis", "trainers", "study", "tests", "bench", "docs", "pyproject.toml", "README.md"]
+COPIED = [
+    "analysis",
+    "trainers",
+    "study",
+    "hpstudy",
+    "tests",
+    "bench",
+    "docs",
+    "examples",
+    "pyproject.toml",
+    "README.md",
+]
 STATUS = {
     1: "killed",
     3: "killed",
@@ -243,14 +201,14 @@ EQUIVALENT = {
 
 
 def _function(name: str) -> str:
-    """`hpstudy.analysis.edf.x_dkw_epsilon__mutmut_3` -> `dkw_epsilon`; methods as `Class.method`."""
+    """`analysis.edf.x_dkw_epsilon__mutmut_3` -> `dkw_epsilon`; methods as `Class.method`."""
     base = name.rsplit(".", 1)[1].rsplit("__mutmut_", 1)[0]
     return base[2:] if base.startswith("x_") else base.lstrip("xǁ").replace("ǁ", ".")
 
 
-def _order(item):
-    """Mutants by function, then by number."""
-    base, _, number = item[0].rpartition("__mutmut_")
+def _order(name: str):
+    """Mutants by module and function, then by number."""
+    base, _, number = name.rpartition("__mutmut_")
     return base, int(number)
 
 
@@ -259,29 +217,48 @@ def _changed_lines(diff: str) -> tuple:
     return tuple(line[1:].strip() for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++"))
 
 
-def _scratch(work: Path, module: str, keep: bool) -> Path:
-    """A copy of the tree for one module's mutants (mutmut writes mutants/ there, never here)."""
-    path = work / module.replace("/", "_").removesuffix(".py")
-    if path.exists() and not keep:
+def _digest(diff: str) -> str:
+    return hashlib.sha1(diff.encode()).hexdigest()[:12]
+
+
+def _is_layout(module: str, name: str) -> bool:
+    function = _function(name)
+    return any(
+        function == pattern or (pattern.startswith("*") and function.endswith(pattern[1:]))
+        for pattern in LAYOUT.get(module, ())
+    )
+
+
+def modules_of(package: str) -> List[str]:
+    """Every module of a package that mutmut can mutate, as a path from the repository root."""
+    folder = REPO / FOLDERS[package]
+    paths = sorted(str(p.relative_to(REPO)) for p in folder.glob("*.py") if p.name != "__init__.py")
+    if package == "presentation":
+        return [p for p in paths if p in PRESENTATION]
+    return [p for p in paths if p not in PRESENTATION] if package == "analysis" else paths
+
+
+def _scratch(work: Path, modules: List[str]) -> Path:
+    """A fresh copy of the tree for the mutants (mutmut writes mutants/ there, never here)."""
+    path = work / "tree"
+    if path.exists():
         shutil.rmtree(path)
-    path.mkdir(parents=True, exist_ok=True)
+    path.mkdir(parents=True)
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache")
     for name in COPIED:
         source = REPO / name
         if source.is_dir():
-            shutil.copytree(source, path / name, ignore=ignore, dirs_exist_ok=True)
+            shutil.copytree(source, path / name, ignore=ignore)
         elif source.exists():
             shutil.copy2(source, path / name)
-    tests = [t for t in MODULES[module] if not t.endswith(".py") or (REPO / t).exists()]
     lines = [
         "[mutmut]",
         "source_paths =",
-        "    analysis",
-        "    trainers",
-        "    study",
-        f"only_mutate = {module}",
+        *(f"    {folder}" for folder in sorted(set(FOLDERS.values()))),
+        "only_mutate =",
+        *(f"    {module}" for module in modules),
         "pytest_add_cli_args_test_selection =",
-        *(f"    {arg}" for arg in tests + FAST),
+        *(f"    {arg}" for arg in TESTS),
         "pytest_add_cli_args =",
         "    -p",
         "    no:cacheprovider",
@@ -293,24 +270,22 @@ def _scratch(work: Path, module: str, keep: bool) -> Path:
     return path
 
 
-def _all_mutants(path: Path, module: str) -> list:
-    """Every mutant mutmut makes of the module, by name, in order (generated here, nothing run)."""
+def _mutants(path: Path, modules: List[str]) -> Dict[str, List[str]]:
+    """module -> every mutant mutmut makes of it, by name (generated here, nothing run)."""
     code = (
-        "import json, sys; from pathlib import Path; "
-        "from mutmut.mutation.file_mutation import mutate_file_contents; "
-        "from mutmut.utils.format_utils import get_mutant_name; "
-        "m = mutate_file_contents(sys.argv[1], Path(sys.argv[1]).read_text()); "
-        "print(json.dumps([get_mutant_name(Path(sys.argv[1]), n) for n in m.mutant_names]))"
+        "import json, sys; from pathlib import Path; from mutmut.mutation.file_mutation import mutate_file_contents\n"
+        "from mutmut.utils.format_utils import get_mutant_name\n"
+        "print(json.dumps({m: [get_mutant_name(Path(m), n) for n in mutate_file_contents(m, Path(m).read_text())"
+        ".mutant_names] for m in sys.argv[1:]}))"
     )
     out = subprocess.run(
-        [sys.executable, "-W", "ignore", "-c", code, module], cwd=path, capture_output=True, text=True, check=True
+        [sys.executable, "-W", "ignore", "-c", code, *modules], cwd=path, capture_output=True, text=True, check=True
     ).stdout
-    return sorted(json.loads(out.strip().splitlines()[-1]), key=lambda name: _order((name, None)))
+    return json.loads(out.strip().splitlines()[-1])
 
 
-def _diffs(path: Path, module: str, names: list) -> dict:
+def _diffs(path: Path, module: str, names: List[str]) -> Dict[str, str]:
     """Each named mutant's diff against the original function (headers left out)."""
-    # from the module as it is now (mutated here, not read from mutants/: there may be none yet)
     code = (
         "import json, sys; from pathlib import Path; from mutmut.mutation.diff_apply import get_diff_for_mutant; "
         "from mutmut.mutation.file_mutation import mutate_file_contents; "
@@ -332,39 +307,17 @@ def _diffs(path: Path, module: str, names: list) -> dict:
     }
 
 
-def _last_diffs(path: Path, module: str, names: list) -> dict:
-    """Each named mutant's diff as the last run made it (from its mutants/ copy), None where it made
-    none: a mutant whose diff is the same now is the same mutant, and its result stands."""
-    code = (
-        "import json, sys; from mutmut.mutation.diff_apply import get_diff_for_mutant\n"
-        "def diff(n):\n"
-        "    try:\n        return get_diff_for_mutant(n, path=sys.argv[1])\n"
-        "    except Exception:\n        return None\n"
-        "print(json.dumps({n: diff(n) for n in json.loads(sys.stdin.read())}))"
-    )
-    if not (path / "mutants" / module).exists():
-        return dict.fromkeys(names)
-    out = subprocess.run(
-        [sys.executable, "-W", "ignore", "-c", code, module],
-        cwd=path,
-        input=json.dumps(names),
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    return {
-        name: None
-        if diff is None
-        else "\n".join(line for line in diff.splitlines() if not line.startswith(("---", "+++")))
-        for name, diff in json.loads(out.strip().splitlines()[-1]).items()
-    }
+def sample(package: str, names: List[str], size: int, seed: int) -> List[str]:
+    """`size` mutants of a package drawn without replacement; the same seed and pool draw the same ones."""
+    pool = sorted(names, key=_order)
+    return sorted(random.Random(f"{seed}:{package}").sample(pool, min(size, len(pool))), key=_order)
 
 
-def _mutmut(path: Path, args, log, timeout=None) -> int:
+def _mutmut(path: Path, names: List[str], max_children: int, timeout: Optional[float]) -> int:
     exe = shutil.which("mutmut", path=os.path.dirname(sys.executable)) or "mutmut"
-    with open(log, "a") as out:
+    with open(path / "mutmut.log", "a") as out:
         return subprocess.run(
-            [exe, *args],
+            [exe, "run", "--max-children", str(max_children), *names],
             cwd=path,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -373,188 +326,130 @@ def _mutmut(path: Path, args, log, timeout=None) -> int:
         ).returncode
 
 
-def _results(path: Path, module: str):
+def _results(path: Path, module: str) -> dict:
     meta = path / "mutants" / f"{module}.meta"
     return json.loads(meta.read_text())["exit_code_by_key"] if meta.exists() else {}
 
 
-def run_module(
-    module: str,
-    work: Path,
-    max_children: int,
-    keep: bool,
-    survivors_only: bool,
-    sample: int,
-    timeout: float,
-    earlier: Optional[dict] = None,
-) -> dict:
-    """Run mutmut over one module (every `sample`-th mutant); returns its counts and survivors.
+def _score(entries: List[dict]) -> dict:
+    """Counts and score over modules' results: detected / (all - equivalent - skipped)."""
+    count = lambda status: sum(e["counts"].get(status, 0) for e in entries)
+    total = sum(e["mutants"] for e in entries)
+    scored = total - count("equivalent") - count("skipped")
+    detected = sum(count(s) for s in DETECTED)
+    return {
+        "mutants": total,
+        "detected": detected,
+        "equivalent": count("equivalent"),
+        "survived": scored - detected,
+        "score": round(detected / scored, 4) if scored else None,
+    }
 
-    `earlier`: this module's entry of an earlier run's JSON; only its undetected mutants run again."""
-    start = time.time()
-    path = _scratch(work, module, keep)
-    log = path / "mutmut.log"
-    print(f"mutation: {module} (log: {log})", file=sys.stderr, flush=True)
-    chosen = _all_mutants(path, module)[::sample]
-    previous = _results(path, module) if keep else {}
-    before = {}
-    if earlier is not None:  # an earlier run's survivors and equivalents run again, the rest stays detected
-        if earlier["sample"] != sample or earlier["mutants"] != len(chosen):
-            raise SystemExit(
-                f"{module}: the earlier run had {earlier['mutants']} mutants at --sample "
-                f"{earlier['sample']}, this one {len(chosen)} at --sample {sample}"
-            )
-        undetected = {s["mutant"]: s["diff"] for s in earlier["survivors"]}
-        undetected.update({e["mutant"]: None for e in earlier["equivalent"]})
-        again = [k for k in chosen if k in undetected]
-        now = _diffs(path, module, again)
-        moved = [k for k in again if undetected[k] is not None and now[k] != undetected[k]]
-        if moved:
-            raise SystemExit(f"{module} changed since the earlier run: {', '.join(moved)} are other mutations now")
-        before = {k: "earlier" for k in chosen if k not in undetected}
-        # an allow-listed equivalent survives again by definition: not run, listed below as equivalent
-        before.update({k: 0 for k in again if (module, _function(k), _changed_lines(now[k])) in EQUIVALENT})
-        names = [k for k in again if k not in before]
-    elif survivors_only:  # the chosen mutants not detected last time, or new, or changed, but allow-listed ones
-        now = _diffs(path, module, chosen)
-        last = _last_diffs(path, module, [k for k in chosen if STATUS.get(previous.get(k)) in DETECTED])
-        # mutmut forgets the results of a module that changed: a detected mutant whose diff is the
-        # same as last time keeps its result; a new or changed one runs
-        before = {k: previous[k] for k, diff in last.items() if diff is not None and diff == now[k]}
-        names = [
-            k
-            for k in chosen
-            if k not in before
-            and (previous.get(k) is None or (module, _function(k), _changed_lines(now[k])) not in EQUIVALENT)
-        ]
-    else:
-        names = chosen if sample > 1 else []  # none named: mutmut runs them all
-    code = (
-        _mutmut(path, ["run", "--max-children", str(max_children), *names], log, timeout)
-        if names or not (survivors_only or earlier is not None)
-        else 0
-    )
-    results = _results(path, module)
-    exit_codes = {k: before.get(k, results.get(k)) for k in chosen}
+
+def _module_result(module: str, chosen: List[str], codes: dict, diffs: Dict[str, str]) -> dict:
     counts, survivors, equivalent = {}, [], []
-    diffs = _diffs(path, module, [k for k, v in exit_codes.items() if STATUS.get(v, "suspicious") not in DETECTED])
-    for name, exit_code in sorted(exit_codes.items(), key=_order):
-        status = STATUS.get(exit_code, "suspicious")
+    for name in chosen:
+        status = STATUS.get(codes.get(name), "suspicious")
         if status not in DETECTED:
-            diff = diffs[name]
-            why = EQUIVALENT.get((module, _function(name), _changed_lines(diff)))
+            why = EQUIVALENT.get((module, _function(name), _changed_lines(diffs[name])))
             if why:
                 status = "equivalent"
                 equivalent.append({"mutant": name, "why": why})
             else:
-                survivors.append({"mutant": name, "status": status, "diff": diff})
+                survivors.append({"mutant": name, "status": status, "diff": diffs[name]})
         counts[status] = counts.get(status, 0) + 1
-    detected = sum(counts.get(s, 0) for s in DETECTED)
-    scored = len(exit_codes) - counts.get("equivalent", 0) - counts.get("skipped", 0)
-    return {
-        "module": module,
-        "tests": MODULES[module],
-        "mutants": len(exit_codes),
-        "sample": sample,
-        "counts": counts,
-        "score": round(detected / scored, 4) if scored else None,
-        "mutmut_exit": code,
-        "seconds": round(time.time() - start, 1),
-        "survivors": survivors,
-        "equivalent": equivalent,
-    }
+    entry = {"module": module, "counts": counts, "survivors": survivors, "equivalent": equivalent}
+    entry.update(_score([{"mutants": len(chosen), "counts": counts}]))
+    entry["digests"] = {name: _digest(diffs[name]) for name in chosen}
+    return entry
+
+
+def run(
+    packages: List[str],
+    work: Path,
+    seed: int,
+    sizes: Dict[str, int],
+    max_children: int,
+    timeout: Optional[float],
+    earlier: Optional[dict] = None,
+) -> dict:
+    """Draw each package's sample, run mutmut once over all of it, score it per module and package."""
+    start = time.time()
+    modules = {package: modules_of(package) for package in packages}
+    every = [m for package in packages for m in modules[package]]
+    path = _scratch(work, every)
+    print(f"mutation: {len(every)} modules (log: {path / 'mutmut.log'})", file=sys.stderr, flush=True)
+    names_of = _mutants(path, every)
+    chosen, pools = {}, {}
+    for package in packages:
+        pool = [n for m in modules[package] for n in names_of[m] if not _is_layout(m, n)]
+        pools[package] = len(pool)
+        chosen[package] = sample(package, pool, sizes[package], seed)
+    module_of = {name: m for m in every for name in names_of[m]}
+    drawn = [n for package in packages for n in chosen[package]]
+    diffs = {m: _diffs(path, m, [n for n in drawn if module_of[n] == m]) for m in every}
+    before = {}
+    if earlier is not None:  # what the earlier run detected, with the same diff, stays detected
+        for entry in earlier["modules"]:
+            undetected = {s["mutant"] for s in entry["survivors"]} | {e["mutant"] for e in entry["equivalent"]}
+            for name, digest in entry["digests"].items():
+                m = module_of.get(name)
+                if name in diffs.get(m, {}) and name not in undetected and _digest(diffs[m][name]) == digest:
+                    before[name] = "earlier"
+    names = [n for n in drawn if n not in before]
+    code = _mutmut(path, names, max_children, timeout) if names else 0
+    results = {m: _results(path, m) for m in every}
+    report = {"bench": "mutation", "tool": "mutmut", "seed": seed, "mutmut_exit": code, "packages": {}, "modules": []}
+    for package in packages:
+        entries = []
+        for m in modules[package]:
+            mine = [n for n in chosen[package] if module_of[n] == m]
+            if mine:
+                codes = {n: before.get(n, results[m].get(n)) for n in mine}
+                entries.append(_module_result(m, mine, codes, diffs[m]))
+        summary = _score(entries)
+        target = TARGETS[package]
+        summary.update(
+            pool=pools[package], target=target, met=summary["score"] is not None and summary["score"] >= target
+        )
+        report["packages"][package] = summary
+        report["modules"] += entries
+    report["seconds"] = round(time.time() - start, 1)
+    return report
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--package", choices=sorted(FOLDERS), action="append", help="default: every package")
+    parser.add_argument("--seed", type=int, default=0, help="draws the sample (default 0)")
     parser.add_argument(
-        "--area",
-        choices=sorted(AREAS),
-        action="append",
-        help="analysis, core or presentation (default: analysis and core)",
+        "--per-package", type=int, metavar="N", help=f"mutants drawn per package (default {PER_PACKAGE})"
     )
-    parser.add_argument("--modules", nargs="+", choices=sorted(MODULES), help="these modules only")
     parser.add_argument("--max-children", type=int, default=2, help="mutants run in parallel (default 2)")
     parser.add_argument(
         "--work",
         default=os.environ.get("MUTATION_WORK", "/tmp/hpstudy-mutation"),
-        help="scratch folder for the copies of the tree (default /tmp/hpstudy-mutation)",
-    )
-    parser.add_argument(
-        "--keep", action="store_true", help="reuse the last run's copies: only mutants of changed functions run again"
-    )
-    parser.add_argument(
-        "--survivors-only",
-        action="store_true",
-        help="with --keep: rerun the last run's survivors (e.g. after adding tests)",
+        help="scratch folder for the copy of the tree (default /tmp/hpstudy-mutation)",
     )
     parser.add_argument(
         "--survivors-of",
         metavar="EARLIER.json",
-        help="rerun only the mutants an earlier run (its printed JSON) left undetected",
+        help="rerun only the mutants an earlier run (its printed JSON, same seed) left undetected or that changed",
     )
-    parser.add_argument(
-        "--sample",
-        type=int,
-        default=1,
-        help="run every N-th mutant of each module only (default 1: all); the same N picks the same mutants",
-    )
-    parser.add_argument("--timeout", type=float, default=None, help="seconds per module (default: none)")
+    parser.add_argument("--timeout", type=float, default=None, help="seconds in all (default: none)")
     args = parser.parse_args(argv)
-    modules = args.modules or [m for area in (args.area or DEFAULT_AREAS) for m in AREAS[area]]
+    if args.per_package is not None and args.per_package < 1:
+        parser.error(f"--per-package: {args.per_package} is not a positive count")
+    packages = args.package or list(FOLDERS)
+    sizes = {p: args.per_package or PER_PACKAGE[p] for p in packages}
     earlier = None
     if args.survivors_of:
-        earlier = {m["module"]: m for m in json.loads(Path(args.survivors_of).read_text())["modules"]}
-        missing = [m for m in modules if m not in earlier]
-        if missing:
-            parser.error(f"--survivors-of: {args.survivors_of} has no run of {', '.join(missing)}")
-    start = time.time()
-    results = [
-        run_module(
-            m,
-            Path(args.work),
-            args.max_children,
-            args.keep,
-            args.survivors_only,
-            args.sample,
-            args.timeout,
-            None if earlier is None else earlier[m],
-        )
-        for m in modules
-    ]
-    areas = {}
-    for area, members in AREAS.items():
-        mine = [r for r in results if r["module"] in members]
-        if not mine:
-            continue
-        total = sum(r["mutants"] for r in mine)
-        count = lambda status: sum(r["counts"].get(status, 0) for r in mine)
-        scored = total - count("equivalent") - count("skipped")
-        detected = sum(count(s) for s in DETECTED)
-        score = detected / scored if scored else None
-        areas[area] = {
-            "modules": [r["module"] for r in mine],
-            "mutants": total,
-            "detected": detected,
-            "equivalent": count("equivalent"),
-            "survived": scored - detected,
-            "score": None if score is None else round(score, 4),
-            "target": TARGETS[area],
-            "met": None if TARGETS[area] is None else score is not None and score >= TARGETS[area],
-        }
-    print(
-        json.dumps(
-            {
-                "bench": "mutation",
-                "tool": "mutmut",
-                "seconds": round(time.time() - start, 1),
-                "areas": areas,
-                "modules": results,
-            },
-            indent=1,
-        )
-    )
-    return 0 if all(a["met"] is not False for a in areas.values()) else 1
+        earlier = json.loads(Path(args.survivors_of).read_text())
+        if earlier.get("seed") != args.seed:
+            parser.error(f"--survivors-of: {args.survivors_of} drew with seed {earlier.get('seed')}, not {args.seed}")
+    report = run(packages, Path(args.work), args.seed, sizes, args.max_children, args.timeout, earlier)
+    print(json.dumps(report, indent=1))
+    return 0 if all(p["met"] for p in report["packages"].values()) else 1
 
 
 if __name__ == "__main__":

@@ -240,6 +240,12 @@ class TrialConfig:
                     "auto, cpu, cuda or cuda:N",
                 ),
                 ("dtype", self.dtype, self.dtype in ("float32", "float64"), "float32 or float64"),
+                (
+                    "grad_checkpointing",
+                    self.grad_checkpointing,
+                    isinstance(self.grad_checkpointing, bool),
+                    "true or false",
+                ),
                 ("num_workers", self.num_workers, whole_in(self.num_workers, 0, 1024), "an integer in [0, 1024]"),
             ],
             ConfigError,
@@ -253,11 +259,7 @@ class TrialConfig:
             raise ConfigError(f"batch_size: {self.batch_size} is odd; mixup/CutMix need an even batch")
         if self.decode not in DECODE_MODES:
             raise ConfigError(f"decode: bad value {shown(self.decode)}; allowed: {', '.join(DECODE_MODES)}")
-        if not (
-            isinstance(self.accum_steps, int)
-            and 1 <= self.accum_steps <= self.batch_size
-            and self.batch_size % self.accum_steps == 0
-        ):
+        if not (whole_in(self.accum_steps, 1, self.batch_size) and self.batch_size % self.accum_steps == 0):
             raise ConfigError(
                 f"accum_steps: bad value {shown(self.accum_steps)}; allowed: an integer >= 1 that "
                 f"divides batch_size ({self.batch_size})"

@@ -198,18 +198,41 @@ def test_seed_cells_are_tested_on_their_means_by_welch_t():
     (p_len,) = _of(found, "length_gap", "vit_p_tiny")
     welch = stats.ttest_ind(p2, p8, equal_var=False)
     assert p_len.test.rule == "welch" and p_len.statistic == pytest.approx(14.0)  # mean 35 - mean 21
-    assert p_len.p == pytest.approx(welch.pvalue) and p_len.ci == pytest.approx(tuple(welch.confidence_interval()))
+    assert 0.025 < p_len.p < 0.05  # decided two-sided at alpha, not at alpha / 2
+    assert p_len.p == pytest.approx(welch.pvalue, rel=1e-10)
+    assert p_len.ci == pytest.approx(tuple(welch.confidence_interval()), rel=1e-10)
     assert p_len.verdict == "shorter_worse" and p_len.sentence.startswith("vit_p_tiny at 2 epochs is 14.0 points above")
     assert "2 ep 35.00 ± 5.00% (best 30.00%)" in p_len.sentence  # mean ± sd, best of seeds beside it
     (pair,) = _of(found, "length_gap_pair", "vit_p_tiny", "vit_c_tiny")
     parts = [g.var(ddof=1) / 3 for g in (p2, p8, c2, c8)]
     se, df = np.sqrt(sum(parts)), sum(parts) ** 2 / sum(q**2 / 2 for q in parts)
     assert pair.statistic == pytest.approx(13.0) and pair.test.df == pytest.approx(df)
-    assert pair.p == pytest.approx(2 * stats.t.sf(13.0 / se, df))
+    assert pair.p == pytest.approx(2 * stats.t.sf(13.0 / se, df), rel=1e-10) and 0.025 < pair.p < 0.05
+    assert pair.verdict == "b_better" and pair.verdict_holm == "inconclusive"  # Holm: 0.11
     (peak,) = _of(found, "peak", "vit_p_tiny", "vit_c_tiny")
     best = stats.ttest_ind(p8, c8, equal_var=False)  # the two models' cells at the longest schedule, 8 epochs
-    assert peak.statistic == pytest.approx(10.5) and peak.p == pytest.approx(best.pvalue)
+    assert peak.statistic == pytest.approx(10.5) and peak.p == pytest.approx(best.pvalue, rel=1e-10)
     assert peak.verdict == "b_better" and peak.sentence.startswith("vit_c_tiny reaches a lower error than vit_p_tiny")
+
+
+@pytest.mark.parametrize("shift, verdict", [(2.5, "adamw_better"), (2.0, "inconclusive")])
+def test_welch_decides_two_sided_at_alpha(shift, verdict):
+    """Seeds 10, 11, 12 (AdamW) against the same shifted by 2.5 or 2 (SGD): sd 1 each, df 4, two-sided
+    p 0.038 (in (alpha/2, alpha]: decided) and 0.071 (in (alpha, 2 alpha]: a one-sided p would decide)."""
+    adamw, sgd = np.array([10.0, 11.0, 12.0]), np.array([10.0, 11.0, 12.0]) + shift
+    cells = {("vit_p_tiny", "adamw", 2): [(e, s) for s, e in enumerate(adamw)]}
+    cells[("vit_p_tiny", "sgd", 2)] = [(e, s) for s, e in enumerate(sgd)]
+    scope, gap = findings(_rows(cells))
+    expected = stats.ttest_ind(sgd, adamw, equal_var=False)
+    assert 0.025 < expected.pvalue < 0.1 and (expected.pvalue <= 0.05) == (verdict != "inconclusive")
+    assert gap.p == pytest.approx(expected.pvalue, rel=1e-10) and gap.test.df == pytest.approx(4.0, rel=1e-12)
+    assert gap.ci == pytest.approx(tuple(expected.confidence_interval(0.95)), rel=1e-10)
+    assert gap.verdict == gap.verdict_holm == verdict and gap.p_holm == gap.p and gap.family == 1
+    assert scope.detail["decided"] == scope.detail["decided_holm"] == (verdict != "inconclusive")
+    low, high = expected.confidence_interval(0.95)
+    assert f"= +{shift:.1f} points [{low:.1f}, {high:.1f}] (Welch t, 95% CI, p = {expected.pvalue:.2g}, df 4.0)" in (
+        gap.sentence
+    )
 
 
 def test_holm_adjusts_over_every_finding_with_a_p():
@@ -219,7 +242,7 @@ def test_holm_adjusts_over_every_finding_with_a_p():
     ps = np.array([f.p for f in family])
     order = np.argsort(ps)
     expected = np.maximum.accumulate((len(ps) - np.arange(len(ps))) * ps[order]).clip(max=1)
-    assert [family[i].p_holm for i in order] == pytest.approx(expected)
+    assert [family[i].p_holm for i in order] == pytest.approx(expected, rel=1e-12)
     for f in family:
         assert f.verdict_holm == (f.verdict if f.p_holm <= 0.05 else "inconclusive")
     assert found[0].detail["decided_holm"] == sum(f.verdict_holm != "inconclusive" for f in family)

@@ -105,8 +105,11 @@ def test_hpstudy_status_and_compact(tmp_path, capsys):
         )
     write_spec_record(store, "s", {"name": "s"}, 4)
     assert hpstudy_main(["status", "--store", store, "--study", "s"]) == 0
-    out = capsys.readouterr().out
-    assert "cnn_tiny" in out and "10.00" in out and "11.00" in out  # best and median
+    # 4 rows, 2 ok, 1 diverged, 1 failed; best 10, median of 10, 11, 12 (the failed row has no error)
+    assert capsys.readouterr().out.splitlines() == [
+        SUMMARY_HEADER,
+        "cnn_tiny           4     2     1     1    10.00    11.00",
+    ]
     assert hpstudy_main(["compact", "--store", store, "--study", "s"]) == 0
     out = capsys.readouterr().out
     assert (
@@ -115,6 +118,34 @@ def test_hpstudy_status_and_compact(tmp_path, capsys):
     ) in out
     assert "epochs: 0 files read (0 merged" in out
     assert len(load_trials(store, "s")) == 4
+
+
+SUMMARY_HEADER = "model              n    ok   div  fail     best   median"
+
+
+def test_status_counts_the_specs_rows_stored_ok_or_diverged_and_the_earlier_specs_apart(tmp_path, capsys):
+    """The record names k0..k4: k0..k3 stored (ok, diverged, failed, ok), k4 not; k9 from an earlier spec."""
+    store = str(tmp_path)
+    for key, status, err in [
+        ("k0", "ok", 10.0),
+        ("k1", "diverged", 12.0),
+        ("k2", "failed", None),
+        ("k3", "ok", 11.0),
+        ("k9", "ok", 30.0),
+    ]:
+        write_trial(
+            store, "s", stored_row(trial_key=key, model="cnn_tiny", optimizer="sgd", status=status, top1_err=err)
+        )
+    write_spec_record(store, "s", {"name": "s"}, 5, [f"k{i}" for i in range(5)])
+    assert hpstudy_main(["status", "--store", store, "--study", "s"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "3/5 trials of the spec stored as ok/diverged",
+        SUMMARY_HEADER,
+        "cnn_tiny           4     2     1     1    10.00    11.00",
+        "1 rows from an earlier spec of study 's' (not counted above, not in the report):",
+        SUMMARY_HEADER,
+        "cnn_tiny           1     1     0     0    30.00    30.00",
+    ]
 
 
 @pytest.mark.parametrize(

@@ -77,3 +77,24 @@ def test_the_paper_spec_fits_an_a100_with_its_accum_steps_and_an_h200_with_two()
     assert set(_verdicts(spec, 40).values()) == {"fits"}  # as bundled, on a 40 GB A100
     assert _verdicts(spec, None) == _verdicts(spec, 40)  # 40 GB is the default
     assert set(_verdicts(spec, 20).values()) != {"fits"}  # and the plan can say no
+
+
+@pytest.mark.parametrize(
+    "gpu_share,gpu_memory_gb,header",
+    [
+        (0.25, 10.0, "memory per trial (estimate; budget 2.5 GB = 10 GB GPU x 0.25 share):"),
+        (1, 10.0, "memory per trial (estimate; budget 10.0 GB = 10 GB GPU x 1 share):"),
+        (2, 10.0, "memory per trial (estimate; budget 10.0 GB = 10 GB GPU x 1 share):"),  # per GPU, not x 2
+        (4, None, "memory per trial (estimate; budget 40.0 GB = 40 GB GPU x 1 share):"),  # an A100 by default
+    ],
+)
+def test_the_budget_is_one_gpus_memory_times_the_share_capped_at_one_gpu(gpu_share, gpu_memory_gb, header):
+    assert memory_plan(_small(gpu_share), first_trials(_small(gpu_share)), gpu_memory_gb)[0] == header
+
+
+def test_a_trial_on_two_gpus_fits_only_what_one_gpu_holds():
+    """Every trial needs more than the 2 GB of CUDA overhead alone: 1.5 GB GPUs hold none of them,
+    whether a trial has half of one or two of them; 1000 GB ones hold both tiny models."""
+    for share in (0.5, 2):
+        assert not any(v == "fits" for v in _verdicts(_small(share), 1.5).values())
+        assert set(_verdicts(_small(share), 1000).values()) == {"fits"}

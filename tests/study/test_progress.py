@@ -1,8 +1,12 @@
-"""Tune pickles hpstudy's stopper and callbacks at every experiment-state save: they must not carry the study."""
+"""Tune pickles hpstudy's stopper and callbacks at every experiment-state save: they must not carry the
+study; and the status line they print: done, running, pending, ETA."""
+
+import time
+from types import SimpleNamespace
 
 from ray import cloudpickle
 
-from hpstudy.study.progress import ProgressPrinter
+from hpstudy.study.progress import ProgressPrinter, Tally
 from hpstudy.study.sampling import expand
 from hpstudy.study.spec import parse_spec
 from hpstudy.study.tune_stopper import RunStopper
@@ -17,3 +21,46 @@ def test_tune_hooks_pickle_without_the_studys_plan(tmp_path):
     assert len(cloudpickle.dumps(writer.__dict__)) > 10_000  # the plan it holds is large
     for hook in (writer, RunStopper(writer), ProgressPrinter(writer, len(trials))):
         assert len(cloudpickle.dumps(hook)) < 200
+
+
+def _printer(statuses, total, running=0, minutes_ago=10.0):
+    """A ProgressPrinter over a tally of `statuses` (cnn_tiny rows, error 20 + i), started `minutes_ago`."""
+    tally = Tally()
+    for i, status in enumerate(statuses):
+        tally.add({"trial_key": f"k{i}", "model": "cnn_tiny", "status": status, "top1_err": 20.0 + i, "device": None})
+    printer = ProgressPrinter(SimpleNamespace(tally=tally), total=total, interval=3600)
+    printer.started, printer.running = time.time() - 60 * minutes_ago, running
+    return printer
+
+
+def test_the_status_line_counts_running_and_pending_and_projects_the_eta():
+    """2 of 10 done in 10 min, 3 running: 5 pending, ETA 10 min / 2 x 8 = 40 min."""
+    assert _printer(["ok", "failed"], 10, running=3).line() == (
+        "[10.0 min] 2/10 done (ok 1, diverged 0, failed 1), 3 running, 5 pending | ETA 40.0 min | "
+        "best top-1: cnn_tiny 20.00%"
+    )
+    # 3 of 4 done, 2 running (a retry): pending never goes below 0; ETA 0.5 min / 3 x 1 = 10 s
+    assert (
+        _printer(["ok", "diverged", "ok"], 4, running=2, minutes_ago=0.5)
+        .line()
+        .startswith("[30 s] 3/4 done (ok 2, diverged 1, failed 0), 2 running, 0 pending | ETA 10 s |")
+    )
+    assert (
+        _printer([], 4, running=4).line()
+        == "[10.0 min] 0/4 done (ok 0, diverged 0, failed 0), 4 running, 0 pending | ETA -"
+    )
+
+
+def test_running_is_counted_from_tunes_trials_at_each_step_and_is_0_in_the_last_line(capsys):
+    printer = _printer(["ok"], 6)
+    trials = [SimpleNamespace(status=s) for s in ("RUNNING", "PENDING", "RUNNING", "TERMINATED")]
+    printer.on_step_begin(0, trials)  # first call: the interval since the last print (never) has passed
+    printer.on_step_begin(1, trials[:1])  # within the interval: no line
+    printer.on_trial_error(2, trials[:1], trials[0])  # an error prints at once
+    printer.final()
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(", ", 2)[2].split(" |")[0] for line in lines] == [
+        "failed 0), 2 running, 3 pending",
+        "failed 0), 1 running, 4 pending",
+        "failed 0), 0 running, 5 pending",
+    ]

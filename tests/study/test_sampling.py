@@ -2,14 +2,18 @@
 paired models (and schedules) get the same (lr, wd) points."""
 
 import dataclasses
+import json
 
 import numpy as np
 import pytest
 
-from hpstudy.study.sampling import cells, expand, first_trials, sample_box, scale_to_box, unit_points
+from hpstudy.study.sampling import cells, expand, expand_for_store, first_trials, sample_box, scale_to_box, unit_points
 from hpstudy.study.spec import Box, SpecError, parse_spec
+from hpstudy.study.store import write_trial
+from hpstudy.study.store_read import load_trials, stored_keys
 from hpstudy.trainers.config import TrialConfig
 from hpstudy.trainers.data_spec import DataSpec
+from tests.helpers import small_spec, stored_row
 
 BASE = {
     "model": "cnn_tiny",
@@ -219,3 +223,42 @@ def test_scale_to_box_is_log_uniform_onto_the_closed_box():
     assert low == pytest.approx((1e-4, 1e-3)) and high == pytest.approx((1e-2, 1e-1))
     assert mid == pytest.approx((1e-3, 10**-2.5))
     assert all(isinstance(v, float) for v in mid)
+
+
+BIG_SEEDS = [2**31, 2**32, 2**63 - 1, 2**63 - 1 - 2**32]  # equal modulo 2**32 in pairs: (2**32, 0) too
+
+
+def test_seeds_up_to_2_63_keep_their_value_and_key_through_the_plan_and_the_store(tmp_path):
+    spec = parse_spec(small_spec(name="big", models=["cnn_tiny"], optimizers=["sgd"], samples=1, seeds=[0, *BIG_SEEDS]))
+    trials = expand(spec)
+    assert [t.seed for t in trials] == [t.config["seed"] for t in trials] == [0, *BIG_SEEDS]
+    assert len({t.key for t in trials}) == 5  # no two seeds share a key (none truncated to 32 bits)
+    for t in trials[1:]:
+        write_trial(
+            str(tmp_path),
+            "big",
+            stored_row(
+                trial_key=t.key,
+                model="cnn_tiny",
+                optimizer="sgd",
+                epochs=1,
+                lr=t.config["lr"],
+                wd=t.config["wd"],
+                seed=t.seed,
+                status="ok",
+                config_json=json.dumps(t.config),
+            ),
+        )
+    stored = load_trials(str(tmp_path), "big").set_index("trial_key")
+    assert [int(stored.loc[t.key, "seed"]) for t in trials[1:]] == BIG_SEEDS
+    assert expand_for_store(spec, str(tmp_path)) == trials  # resume finds each under its own key
+    assert stored_keys(str(tmp_path), "big") == {t.key for t in trials[1:]}
+
+
+def test_a_sampler_seed_above_2_32_draws_its_own_points():
+    """Two sampler seeds 2**32 apart (the larger 2**63 - 1) give different (lr, wd) points."""
+    points = [
+        sample_box(parse_spec(small_spec(sampler="random", sampler_seed=s)), "cnn_tiny", "sgd", 1)
+        for s in (2**63 - 1, 2**63 - 1 - 2**32)
+    ]
+    assert points[0] != points[1] and len(points[0]) == 3

@@ -5,7 +5,7 @@ import pytest
 import yaml
 
 from hpstudy.study.sampling import expand, sample_box
-from hpstudy.study.spec import Box, SpecError, bundled_configs, load_spec, parse_spec, resolve_config
+from hpstudy.study.spec import Box, Resources, SpecError, bundled_configs, load_spec, parse_spec, resolve_config
 from hpstudy.trainers.config import TrialConfig
 
 BASE = {
@@ -229,3 +229,60 @@ def test_missing_config_file_and_bad_yaml(tmp_path):
     ok = tmp_path / "ok.yaml"
     ok.write_text(yaml.safe_dump(BASE))
     assert load_spec(str(ok)).name == "t"
+
+
+@pytest.mark.parametrize(
+    "changes,field,value",
+    [
+        (dict(epochs=[1, 100_000]), "epochs", (1, 100_000)),
+        (dict(seeds=[0, 2**31, 2**63 - 1]), "seeds", (0, 2**31, 2**63 - 1)),
+        (dict(sampler_seed=2**63 - 1), "sampler_seed", 2**63 - 1),
+        (dict(max_retries=0), "max_retries", 0),
+        (dict(max_retries=100), "max_retries", 100),
+        (dict(fuse=1), "fuse", 1),
+        (dict(resources={"cpu": 0, "gpu": 0.25}), "resources", Resources(cpu=0, gpu=0.25)),
+        (dict(resources={"cpu": 0.5, "gpu": 2}), "resources", Resources(cpu=0.5, gpu=2)),
+    ],
+)
+def test_every_field_takes_the_ends_of_its_range(changes, field, value):
+    assert getattr(parse_spec(with_(**changes)), field) == value
+
+
+@pytest.mark.parametrize(
+    "changes,message",
+    [
+        (dict(epochs=[0]), "epochs: bad value 0; allowed: integers in [1, 100000]"),
+        (dict(epochs=[100_001]), "epochs: bad value 100001; allowed: integers in [1, 100000]"),
+        (dict(seeds=[2**63]), f"seeds: bad value {2**63}; allowed: integers in [0, 2**63)"),
+        (dict(sampler_seed=2**63), f"sampler_seed: bad value {2**63}; allowed: an integer in [0, 2**63)"),
+        (dict(sampler_seed=-1), "sampler_seed: bad value -1; allowed: an integer in [0, 2**63)"),
+        (dict(max_retries=101), "max_retries: bad value 101; allowed: an integer in [0, 100]"),
+        (dict(max_retries=-1), "max_retries: bad value -1; allowed: an integer in [0, 100]"),
+        (dict(fuse=0), "fuse: bad value 0; allowed: off, auto or an integer K >= 1"),
+        (dict(paired="yes"), "paired: bad value 'yes'; allowed: true or false"),
+        (dict(resources={"cpu": 0, "gpu": 0}), "resources: bad value {'cpu': 0, 'gpu': 0}; allowed: at least some"),
+        (dict(resources={"cpu": 1, "gpu": float("inf")}), "resources.gpu: bad value inf; allowed: a finite number"),
+        (dict(samples=100_001), "samples: bad value 100001; allowed: an integer in [1, 100000]"),
+    ],
+)
+def test_every_field_refuses_just_past_the_ends_of_its_range(changes, message):
+    with pytest.raises(SpecError) as info:
+        parse_spec(with_(**changes))
+    assert str(info.value).startswith(message)
+
+
+def test_the_study_size_cap_counts_every_factor_and_allows_exactly_the_cap():
+    """3 models x 2 optimizers x 2 epochs x 5 seeds = 60 trials per sample: 1666 samples are 99,960
+    trials, 1667 are 100,020 (one factor left out of the count would let 1667 through)."""
+    factors = dict(epochs=[1, 2], seeds=[0, 1, 2, 3, 4])
+    assert parse_spec(with_(samples=1666, **factors)).samples == 1666
+    with pytest.raises(SpecError) as info:
+        parse_spec(with_(samples=1667, **factors))
+    assert str(info.value) == (
+        "samples: bad value 1667; allowed: at most 100000 trials per study; this spec has 3 models x 2 "
+        "optimizers x 2 epochs x 1667 samples x 5 seeds = 100020 (split it into studies)"
+    )
+    exact = with_(models=["cnn_tiny"], optimizers=["sgd"], space={"sgd": BASE["space"]["sgd"]}, epochs=[1, 2])
+    assert parse_spec(dict(exact, samples=50_000)).samples == 50_000  # 100,000 trials: at the cap
+    with pytest.raises(SpecError, match="= 100002 "):
+        parse_spec(dict(exact, samples=50_001))

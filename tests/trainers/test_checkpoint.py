@@ -9,6 +9,7 @@ from hpstudy.study.runner import run_study
 from hpstudy.study.sampling import expand
 from hpstudy.study.spec import SpecError, parse_spec
 from hpstudy.study.store_read import load_trials
+from hpstudy.trainers.checkpoint import load_checkpoint
 from hpstudy.trainers.config import TrialConfig
 from hpstudy.trainers.errors import ConfigError
 from hpstudy.trainers.fused import check_fusable
@@ -177,3 +178,19 @@ def test_a_fine_tuning_study_runs_from_a_checkpoint_trained_here(tmp_path, capsy
     assert set(rows["trial_key"]) == {t.key for t in expand(spec)} and len(rows) == 2
     assert (rows["status"] == "ok").all() and rows["head_reinit"].tolist() == [True, True]  # digits: 10 classes
     assert set(rows["init_sha256"]) == {file_sha256(path)}
+
+
+def test_a_training_checkpoint_loads_its_ema_weights(tmp_path):
+    """timm's train.py saves the raw weights under `state_dict` and their EMA beside them: fine-tuning
+    starts from the EMA (and a DDP `module.` prefix is stripped)."""
+    torch.manual_seed(1)
+    raw = build_model("cnn_tiny", 4, 16).state_dict()
+    torch.manual_seed(2)
+    ema = build_model("cnn_tiny", 4, 16).state_dict()
+    path = tmp_path / "train.pth"
+    torch.save({"state_dict": raw, "state_dict_ema": {f"module.{k}": v for k, v in ema.items()}}, path)
+    model = build_model("cnn_tiny", 4, 16)
+    assert load_checkpoint(model, str(path), "cnn_tiny") is False
+    assert _equal(model.state_dict(), ema, ema)
+    torch.save({"state_dict": raw}, path)  # no EMA saved: the raw weights
+    assert load_checkpoint(model, str(path), "cnn_tiny") is False and _equal(model.state_dict(), raw, raw)

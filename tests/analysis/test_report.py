@@ -1,0 +1,172 @@
+"""The report's numbers (analysis/report.py) on a hand-made study, built in-process (no figure: one
+family, one lr/wd per cell, one length): the completeness line, the counts and the diverged share with
+failed and diverged rows, the left-out table, and the findings' tables and sentences, against counts
+by hand and Welch t from scipy.stats."""
+
+import html
+import json
+import math
+import re
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from hpstudy.analysis.report import build_report
+
+NAN, INF = float("nan"), float("inf")
+ERRORS = {  # (model, optimizer): (error, status) per seed, one lr/wd, 2 epochs
+    ("vit_p_tiny", "adamw"): [(10.0, "ok"), (11.0, "ok"), (12.0, "ok"), (NAN, "failed")],
+    ("vit_p_tiny", "sgd"): [(12.5, "ok"), (13.5, "ok"), (14.5, "ok")],
+    ("vit_c_tiny", "adamw"): [(20.0, "ok"), (22.0, "ok"), (90.0, "diverged"), (NAN, "failed")],
+    ("vit_c_tiny", "sgd"): [(21.0, "ok"), (23.0, "ok"), (25.0, "ok"), (INF, "ok")],  # ok, no finite error
+}
+RECORD = {"n_trials": 16, "spec": {"name": "r"}, "earlier_spec_rows": 3}
+# 15 rows stored: 13 ok or diverged (finished), 2 failed; 12 counted (the inf row left out too)
+COMPLETENESS = (
+    "13 of 16 trials stored as ok/diverged (81%); 3 rows from an earlier spec of this study are not in these figures"
+)
+
+
+def _trials() -> pd.DataFrame:
+    rows = [
+        {
+            "study": "r",
+            "trial_key": f"{model}-{opt}-{seed}",
+            "model": model,
+            "family": "vit",
+            "optimizer": opt,
+            "epochs": 2,
+            "lr": 1e-3,
+            "wd": 0.1,
+            "seed": seed,
+            "status": status,
+            "top1_err": err,
+            "wall_s": 1.0,
+        }
+        for (model, opt), errors in ERRORS.items()
+        for seed, (err, status) in enumerate(errors)
+    ]
+    return pd.DataFrame(rows)
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    """(index.html, report.json) of the hand-made study on the `final` error."""
+    out = tmp_path_factory.mktemp("report")
+    trials = _trials()
+    page = open(build_report(trials, trials.iloc[:0], RECORD, str(out), metric="final")).read()
+    return page, json.load(open(out / "report.json"))
+
+
+def _cells(page: str, section: str):
+    """The body rows of the table in one section of the page, as the strings it shows."""
+    body = page.split(f'<section id="{section}">', 1)[1].split("</section>", 1)[0]
+    return [re.findall(r"<td>(.*?)</td>", row) for row in re.findall(r"<tr>(.*?)</tr>", body, re.S)]
+
+
+def _counted(model, opt):
+    return np.array([e for e, s in ERRORS[(model, opt)] if s != "failed" and np.isfinite(e)])
+
+
+def test_the_completeness_line_counts_stored_ok_and_diverged_trials_of_those_expected(report):
+    page, data = report
+    assert data["completeness"] == COMPLETENESS and f"<p>{COMPLETENESS}. Metric: <b>final</b>" in page
+    assert (data["n_finished"], data["n_expected"], data["earlier_spec_rows"]) == (13, 16, 3)
+    assert (data["n_failed"], data["n_left_out"]) == (2, 3)
+
+
+def test_the_summary_counts_by_status_and_the_diverged_share_is_of_the_counted_trials(report):
+    """vit_c_tiny AdamW: 2 ok, 1 diverged, 1 failed: 3 counted, 1 of them diverged (33.33%, not 1 of 4);
+    errors 20, 22, 90: median 22, mean 44, sd sqrt(((-24)^2 + (-22)^2 + 46^2) / 2) = sqrt(1588)."""
+    page, data = report
+    sd = f"{math.sqrt(1588):.4g}"
+    assert _cells(page, "summary") == [
+        ["vit_c_tiny", "adamw", "2", "seeds", "3", "1", "2", "1", "1", "33.33", "20", "22", "44", sd, "–", "–"],
+        ["vit_c_tiny", "sgd", "2", "seeds", "3", "1", "4", "0", "0", "0", "21", "23", "23", "2", "–", "–"],
+        ["vit_p_tiny", "adamw", "2", "seeds", "3", "1", "3", "0", "1", "0", "10", "11", "11", "1", "–", "–"],
+        ["vit_p_tiny", "sgd", "2", "seeds", "3", "0", "3", "0", "0", "0", "12.5", "13.5", "13.5", "1", "–", "–"],
+    ]
+    summary = data["tables"]["summary"]  # report.json keeps 10 significant digits
+    assert [row["diverged_share"] for row in summary] == pytest.approx([1 / 3, 0, 0, 0], rel=1e-9, abs=0)
+    assert [row["sd"] for row in summary] == pytest.approx([math.sqrt(1588), 2, 1, 1], rel=1e-9)
+    assert _cells(page, "left_out") == [
+        ["vit_c_tiny", "adamw", "2", "1", "0"],
+        ["vit_c_tiny", "sgd", "2", "0", "1"],
+        ["vit_p_tiny", "adamw", "2", "1", "0"],
+    ]
+
+
+def _welch_pair():
+    """The gap of gaps (vit_p SGD - AdamW) - (vit_c SGD - AdamW) by Welch-Satterthwaite, by hand."""
+    groups = [_counted(m, o) for m in ("vit_p_tiny", "vit_c_tiny") for o in ("sgd", "adamw")]
+    parts = np.array([g.var(ddof=1) / len(g) for g in groups])
+    estimate = groups[0].mean() - groups[1].mean() - groups[2].mean() + groups[3].mean()
+    df = parts.sum() ** 2 / np.sum(parts**2 / 2)
+    return 2 * stats.t.sf(abs(estimate) / math.sqrt(parts.sum()), df)
+
+
+def _holm(ps):
+    """Holm's adjusted p-values: the i-th smallest times (m - i + 1), kept monotone, at most 1."""
+    order = np.argsort(ps)
+    out, running = np.empty(len(ps)), 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (len(ps) - rank) * ps[i]))
+        out[i] = running
+    return out
+
+
+def test_the_findings_tables_show_welch_t_from_scipy_and_holm_over_the_five_tests(report):
+    """vit_p_tiny's optimizer gap has p between alpha/2 and alpha (two-sided 0.038): decided at 5%,
+    not after Holm (x 4); the peak at SGD (p 0.0055) holds after Holm (x 5)."""
+    page, data = report
+    c = {key: _counted(*key) for key in ERRORS}
+    tests = {
+        "gap p": stats.ttest_ind(c[("vit_p_tiny", "sgd")], c[("vit_p_tiny", "adamw")], equal_var=False),
+        "gap c": stats.ttest_ind(c[("vit_c_tiny", "sgd")], c[("vit_c_tiny", "adamw")], equal_var=False),
+        "peak adamw": stats.ttest_ind(c[("vit_p_tiny", "adamw")], c[("vit_c_tiny", "adamw")], equal_var=False),
+        "peak sgd": stats.ttest_ind(c[("vit_p_tiny", "sgd")], c[("vit_c_tiny", "sgd")], equal_var=False),
+    }
+    p = {name: t.pvalue for name, t in tests.items()}
+    p["pair"] = _welch_pair()
+    holm = dict(zip(p, _holm(np.array(list(p.values())))))
+    assert 0.025 < p["gap p"] < 0.05 < holm["gap p"] and holm["peak sgd"] < 0.05 < holm["gap c"]
+
+    def row(name, estimate, verdict, verdict_holm, diverged, left_out):
+        ci = tests[name].confidence_interval(0.95)
+        numbers = [f"{estimate:.4g} [{ci.low:.4g}, {ci.high:.4g}]", "95", f"{p[name]:.4g}", f"{holm[name]:.4g}"]
+        return [*numbers, verdict, verdict_holm, "3/3", diverged, left_out]
+
+    assert _cells(page, "optimizer_gap") == [
+        ["vit_c_tiny", "2", "Welch t on seed means", *row("gap c", -21, "inconclusive", "inconclusive", "0/1", "2")],
+        ["vit_p_tiny", "2", "Welch t on seed means", *row("gap p", 2.5, "adamw_better", "inconclusive", "0/0", "1")],
+    ]
+    assert _cells(page, "peak") == [
+        ["vit_p_tiny", "vit_c_tiny", "adamw", "2", "Welch t on seed means"]
+        + row("peak adamw", -33, "inconclusive", "inconclusive", "0/1", "2"),
+        ["vit_p_tiny", "vit_c_tiny", "sgd", "2", "Welch t on seed means"]
+        + row("peak sgd", -9.5, "a_better", "a_better", "0/0", "1"),
+    ]
+    (pair,) = data["tables"]["optimizer_gap_pair"]
+    assert pair["estimate"] == 23.5 and pair["p"] == pytest.approx(p["pair"], rel=1e-9)
+    assert pair["p_holm"] == pytest.approx(holm["pair"], rel=1e-9) and pair["n_left_out"] == 3
+    scope, *found = data["findings"]
+    assert scope["sentence"].startswith(
+        "5 tests at α = 0.05 each (Welch t on seed means (5)): 2 decided, 1 still decided after Holm's"
+    )
+    assert scope["sentence"].endswith(
+        "12 trials counted on the final error, 1 of them diverged (counted at chance error); 2 failed and 1 "
+        "without a finite error left out."
+    )
+    (gap,) = [f for f in found if f["kind"] == "optimizer_gap" and f["models"] == ["vit_p_tiny"]]
+    ci = tests["gap p"].confidence_interval(0.95)
+    assert gap["sentence"].startswith(
+        f"vit_p_tiny loses 2.5 points when SGD replaces AdamW (2 ep) [does not hold after Holm's adjustment over "
+        f"the report's 5 tests: p = {holm['gap p']:.2f}]: mean SGD − mean AdamW = +2.5 points "
+        f"[{ci.low:.1f}, {ci.high:.1f}] (Welch t, 95% CI, p = {p['gap p']:.2g}, df {tests['gap p'].df:.1f}); "
+        "SGD 13.50 ± 1.00% (best 12.50%), AdamW 11.00 ± 1.00% (best 10.00%); n = 3 per group; none diverged; "
+        "1 left out (failed / no finite error)"
+    )
+    for f in [scope, *found]:
+        assert html.escape(f["sentence"]) in page

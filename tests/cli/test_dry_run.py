@@ -1,0 +1,61 @@
+"""The dry run's plan (hpstudy.commands.print_plan): trials to run per cell after a partial run, and
+their trial-hours by hand: to run x 3 x 2 x FLOPs x images x epochs / FLOP/s / 3600."""
+
+import pytest
+
+from hpstudy.cli import run_edf_main
+from hpstudy.study.sampling import expand
+from hpstudy.study.spec import parse_spec
+from hpstudy.study.store import write_trial
+from hpstudy.trainers.flops import model_profile
+from tests.helpers import small_spec, stored_row, write_spec
+
+RAW = small_spec(name="hours", models=["cnn_tiny"], optimizers=["sgd"], epochs=[1, 3], samples=2, seeds=[0, 1])
+DIGITS_TRAIN = 1437  # sklearn's digits: 1797 images, 360 held out
+
+
+def _plan(tmp_path, capsys, *flags):
+    """The dry run's output lines for RAW on a store where one 3-epoch trial is ok and another failed."""
+    store = str(tmp_path / "store")
+    long = [t for t in expand(parse_spec(RAW)) if t.epochs == 3]
+    for trial, status in zip(long, ("ok", "failed")):
+        write_trial(
+            store,
+            "hours",
+            stored_row(
+                trial_key=trial.key,
+                model="cnn_tiny",
+                optimizer="sgd",
+                epochs=3,
+                lr=trial.config["lr"],
+                wd=trial.config["wd"],
+                status=status,
+            ),
+        )
+    assert run_edf_main(["--config", write_spec(tmp_path, RAW), "--store", store, "--dry-run", *flags]) == 0
+    return capsys.readouterr().out.splitlines()
+
+
+def test_the_plan_counts_a_failed_row_as_still_to_run_and_prices_each_schedule(tmp_path, capsys):
+    out = _plan(tmp_path, capsys, "--assume-tflops", "1e-6")
+    assert out[0].startswith("study hours: 8 trials, 7 to run (1 already stored); sampler sobol")
+    rows = {int(line.split()[2]): line.split() for line in out[2:4]}
+    flops = model_profile("cnn_tiny", 10, 16)[0]
+    hours = {e: todo * 6 * flops * DIGITS_TRAIN * e / 1e6 / 3600 for e, todo in ((1, 4), (3, 3))}
+    for epochs, todo in ((1, 4), (3, 3)):
+        assert rows[epochs][3:5] == ["4", str(todo)]  # trials of the cell, to run
+        assert float(rows[epochs][-1]) == pytest.approx(hours[epochs], abs=0.006)
+    assert min(hours.values()) > 1  # large enough for 2 decimals to tell a missing factor
+    total = float(out[4].split()[4])
+    assert out[4] == (
+        f"estimated compute to run: {total:.2f} trial-hours (3 x forward FLOPs x {DIGITS_TRAIN} images x "
+        f"epochs at 1e-06 effective TFLOP/s per trial)"
+    )
+    assert total == pytest.approx(hours[1] + hours[3], abs=0.006)
+
+
+def test_a_cpu_trial_is_priced_at_0_02_tflops_by_default(tmp_path, capsys):
+    out = _plan(tmp_path, capsys)
+    assert out[4].endswith(
+        f" trial-hours (3 x forward FLOPs x {DIGITS_TRAIN} images x epochs at 0.02 effective TFLOP/s per trial)"
+    )
