@@ -36,9 +36,18 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 REPO = Path(__file__).resolve().parent.parent
-# the fast tier; test_spec's bundled-config test expands the paper specs (12 s a run): it checks the
-# YAML files, not code a mutant can change
-TESTS = ["tests", "-m", "not slow", "--deselect", "tests/study/test_spec.py::test_bundled_configs_are_valid"]
+# the fast tier, less two tests: test_spec's bundled-config test expands the paper specs (12 s a run)
+# and checks the YAML files, not code a mutant can change; the provenance test reads the checkout's
+# git history, which the scratch copy has not
+TESTS = [
+    "tests",
+    "-m",
+    "not slow",
+    "--deselect",
+    "tests/study/test_spec.py::test_bundled_configs_are_valid",
+    "--deselect",
+    "tests/contracts/test_install.py::test_a_copy_without_git_carries_the_recorded_code_version",
+]
 FOLDERS = {
     "analysis": "analysis",
     "presentation": "analysis",
@@ -201,7 +210,7 @@ EQUIVALENT = {
 
 
 def _function(name: str) -> str:
-    """`analysis.edf.x_dkw_epsilon__mutmut_3` -> `dkw_epsilon`; methods as `Class.method`."""
+    """`hpstudy.analysis.edf.x_dkw_epsilon__mutmut_3` -> `dkw_epsilon`; methods as `Class.method`."""
     base = name.rsplit(".", 1)[1].rsplit("__mutmut_", 1)[0]
     return base[2:] if base.startswith("x_") else base.lstrip("xǁ").replace("ǁ", ".")
 
@@ -238,25 +247,38 @@ def modules_of(package: str) -> List[str]:
     return [p for p in paths if p not in PRESENTATION] if package == "analysis" else paths
 
 
+def _installed(module: str) -> str:
+    """`analysis/edf.py` -> `hpstudy/analysis/edf.py`: where the module sits in the installed package."""
+    return module if module.startswith("hpstudy/") else f"hpstudy/{module}"
+
+
 def _scratch(work: Path, modules: List[str]) -> Path:
-    """A fresh copy of the tree for the mutants (mutmut writes mutants/ there, never here)."""
+    """A fresh copy of the tree for the mutants (mutmut writes mutants/ there, never here), with the
+    packages laid out as installed (hpstudy/analysis, ...): the tests import hpstudy.analysis, and
+    mutmut's mutants/ must come before the editable install on the import path under that name."""
     path = work / "tree"
     if path.exists():
         shutil.rmtree(path)
     path.mkdir(parents=True)
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache")
-    for name in COPIED:
+    tracked = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    copied = sorted({line.split("/", 1)[0] for line in tracked.splitlines()})  # the tests read docs and configs too
+    for name in copied:
         source = REPO / name
         if source.is_dir():
             shutil.copytree(source, path / name, ignore=ignore)
         elif source.exists():
             shutil.copy2(source, path / name)
+    for folder in ("analysis", "trainers", "study"):
+        shutil.copytree(REPO / folder, path / "hpstudy" / folder, ignore=ignore)
     lines = [
         "[mutmut]",
         "source_paths =",
-        *(f"    {folder}" for folder in sorted(set(FOLDERS.values()))),
+        "    hpstudy",
         "only_mutate =",
-        *(f"    {module}" for module in modules),
+        *(f"    {_installed(module)}" for module in modules),
+        "also_copy =",
+        *(f"    {name}" for name in copied if name not in {"hpstudy", "tests"}),
         "pytest_add_cli_args_test_selection =",
         *(f"    {arg}" for arg in TESTS),
         "pytest_add_cli_args =",
@@ -279,9 +301,14 @@ def _mutants(path: Path, modules: List[str]) -> Dict[str, List[str]]:
         ".mutant_names] for m in sys.argv[1:]}))"
     )
     out = subprocess.run(
-        [sys.executable, "-W", "ignore", "-c", code, *modules], cwd=path, capture_output=True, text=True, check=True
+        [sys.executable, "-W", "ignore", "-c", code, *map(_installed, modules)],
+        cwd=path,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
-    return json.loads(out.strip().splitlines()[-1])
+    names = json.loads(out.strip().splitlines()[-1])
+    return {module: names[_installed(module)] for module in modules}
 
 
 def _diffs(path: Path, module: str, names: List[str]) -> Dict[str, str]:
@@ -294,7 +321,7 @@ def _diffs(path: Path, module: str, names: List[str]) -> Dict[str, str]:
         "for n in json.loads(sys.stdin.read())}))"
     )
     out = subprocess.run(
-        [sys.executable, "-W", "ignore", "-c", code, module],
+        [sys.executable, "-W", "ignore", "-c", code, _installed(module)],
         cwd=path,
         input=json.dumps(names),
         capture_output=True,
@@ -327,7 +354,7 @@ def _mutmut(path: Path, names: List[str], max_children: int, timeout: Optional[f
 
 
 def _results(path: Path, module: str) -> dict:
-    meta = path / "mutants" / f"{module}.meta"
+    meta = path / "mutants" / f"{_installed(module)}.meta"
     return json.loads(meta.read_text())["exit_code_by_key"] if meta.exists() else {}
 
 
