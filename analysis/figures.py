@@ -1,35 +1,47 @@
 """Paper figures (Xiao et al. 2021 layouts), saved as PDF/SVG/PNG with their numbers as CSV/JSON.
 
 Every figure is a pair: `<name>_table(trials, ..., metric)` computes the numbers it plots (one
-definition; the table saved beside it), and `<name>_figure(table, ...)` draws from that table only.
-Every figure is drawn on the error of a stated metric (`hpstudy.analysis.metric`; failed rows and
-non-finite errors left out) and says which in its title, its CSV (a `metric` column) and its JSON.
+definition; the table saved beside it), and `<name>_figure(table, ...)` draws from that table only,
+on a new figure of a preset width (`size`: SIZES; by default column for one panel, text for more)
+or into the caller's `fig` (`ax` for a one-panel figure), and returns a `Plot`: the figure and the
+rows it drew. Every figure is drawn on the error of
+a stated metric (`hpstudy.analysis.metric`; failed rows and non-finite errors left out) and says which
+in its title, its CSV (a `metric` column) and its JSON; models are shown by their catalogue names
+(`zoo.display_name`), the CSV/JSON keep the identifiers.
 
-Figures are built on `matplotlib.figure.Figure` (no pyplot, no global backend or rcParams change);
-style settings apply inside `rc_context` only. Output is byte-for-byte reproducible: PDF/SVG dates
-are omitted unless SOURCE_DATE_EPOCH is set (then matplotlib uses it), and SVG ids are salted.
+Figures are built on `matplotlib.figure.Figure` (no pyplot, no global backend or rcParams change)
+and drawn with the caller's rcParams; the house style is the style file STYLE, which the report
+applies (`matplotlib.style.context(STYLE)`) and a user can (`plt.style.use(STYLE)`). Every series of
+an axes differs in line style or marker (fill: the optimizer), so a figure reads in grayscale. Output
+is byte-for-byte reproducible: PDF/SVG dates are omitted unless SOURCE_DATE_EPOCH is set (then
+matplotlib uses it), and SVG ids are salted.
 """
 
 import json
 import os
 import textwrap
-from contextlib import contextmanager
-from typing import Dict, List, Sequence, Tuple, TypedDict, Union
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence, Tuple, TypedDict, Union
 
 import matplotlib
 import numpy as np
 import pandas as pd
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
-from matplotlib.ticker import FixedLocator, NullFormatter, NullLocator, StrMethodFormatter
+from matplotlib.ticker import FixedLocator, LogFormatter, NullFormatter, NullLocator, StrMethodFormatter
 
 from hpstudy.analysis.edf import edf_table
 from hpstudy.analysis.gaps import length_gap
 from hpstudy.analysis.metric import DEFAULT_METRIC, ERR, usable, warn_left_out
 from hpstudy.analysis.stats import expected_best, expected_best_band
 from hpstudy.trainers.schema import DIVERGED, OK
-from hpstudy.trainers.zoo import SIZE_ORDER, get_spec, list_models
+from hpstudy.trainers.zoo import SIZE_ORDER, display_name, get_spec, list_models
 
-PANEL = (3.0, 2.0)  # inches per panel
+STYLE = os.path.join(os.path.dirname(__file__), "hpstudy.mplstyle")
+SIZES = {"column": 3.4, "text": 7.0}  # preset widths in inches: a journal's column and text width
+PNG_DPI = 300
+# what the saved files need whatever the style: Type-42 fonts (no Type 3), salted SVG ids
+SAVE_RC = {"pdf.fonttype": 42, "ps.fonttype": 42, "svg.hashsalt": "hpstudy"}
 OKABE_ITO = {
     "blue": "#0072B2",
     "sky": "#56B4E9",
@@ -70,23 +82,8 @@ FAMILY_LINES: Dict[str, LineStyle] = {
     "coatnet": "-.",
     "vit_rel": (0, (5, 1, 1, 1, 1, 1)),
 }
-STYLE = {
-    "pdf.fonttype": 42,
-    "ps.fonttype": 42,
-    "svg.hashsalt": "hpstudy",
-    "svg.fonttype": "path",
-    "font.size": 7,
-    "axes.titlesize": 7,
-    "axes.labelsize": 7,
-    "legend.fontsize": 6,
-    "xtick.labelsize": 6,
-    "ytick.labelsize": 6,
-    "lines.linewidth": 1.2,
-    "axes.linewidth": 0.6,
-    "figure.dpi": 100,
-    "savefig.dpi": 200,
-    "path.simplify": False,
-}
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "p", "h", "*")  # by a model's place in its size class
+OPTIMIZERS = {"adamw": "AdamW", "sgd": "SGD"}
 
 
 class ModelStyle(TypedDict):
@@ -94,27 +91,58 @@ class ModelStyle(TypedDict):
 
     color: str
     linestyle: LineStyle
+    marker: str
+
+
+@dataclass(frozen=True)
+class Plot:
+    """A drawn figure and the rows it drew; reads as its figure (`plot.savefig`, `plot.get_suptitle`)."""
+
+    fig: Figure
+    data: pd.DataFrame
+
+    def __getattr__(self, name: str):
+        return getattr(self.fig, name)
 
 
 def model_style(model: str) -> ModelStyle:
-    """The fixed colour (Okabe-Ito, colour-blind safe) and line style of a model in every figure."""
+    """The fixed colour (Okabe-Ito, colour-blind safe), line style (its family's) and marker (unique
+    within its size class) of a model in every figure."""
     spec = get_spec(model)
     rank = list_models(spec.family).index(model)
     colours = FAMILY_COLOURS[spec.family]
-    return {"color": PALETTE[colours[rank % len(colours)]], "linestyle": FAMILY_LINES[spec.family]}
+    place = [m for m in list_models() if get_spec(m).size == spec.size].index(model)
+    return {
+        "color": PALETTE[colours[rank % len(colours)]],
+        "linestyle": FAMILY_LINES[spec.family],
+        "marker": MARKERS[place % len(MARKERS)],
+    }
 
 
-@contextmanager
-def style():
-    """The paper style, for building and saving one figure."""
-    with matplotlib.rc_context(STYLE):
-        yield
+def series_style(model: str, optimizer: str) -> Dict:
+    """A (model, optimizer) series: the model's style, markers filled for AdamW and open for SGD."""
+    st = model_style(model)
+    return dict(st, markerfacecolor=st["color"] if optimizer == "adamw" else "white")
 
 
-def _grid(n_panels: int, columns: int = 3):
-    cols = min(columns, max(1, n_panels))
+def _opt(optimizer: str) -> str:
+    return OPTIMIZERS.get(optimizer, optimizer)
+
+
+def _grid(
+    n_panels: int, size: Optional[str], fig: Optional[Figure], columns: Optional[int] = None
+) -> Tuple[Figure, np.ndarray]:
+    """n_panels axes on `fig`, or on a new figure of the preset width `size` (None: column for one
+    panel, else text), in `columns` columns (by default up to 3 at text width, at column width 1 for
+    up to two panels, else 2), hidden where unused."""
+    size = size or ("column" if n_panels == 1 else "text")
+    if size not in SIZES:
+        raise ValueError(f"figure size {size!r}: allowed: {', '.join(SIZES)}")
+    cols = columns or (min(3, n_panels) if size == "text" or fig is not None else 1 if n_panels <= 2 else 2)
     rows = int(np.ceil(n_panels / cols))
-    fig = Figure(figsize=(PANEL[0] * cols, PANEL[1] * rows), layout="constrained")
+    if fig is None:
+        width = SIZES[size]
+        fig = Figure(figsize=(width, rows * min(width / cols * 0.75, 2.6) + 1.0), layout="constrained")
     axes = fig.subplots(rows, cols, squeeze=False).ravel()
     for ax in axes[n_panels:]:
         ax.set_visible(False)
@@ -126,16 +154,42 @@ def _sizes(models: Sequence[str]) -> List[str]:
     return [s for s in SIZE_ORDER if s in present]
 
 
+def _cell(table: pd.DataFrame) -> str:
+    """The optimizers and epochs a table holds, as a title says them: `AdamW, SGD, 6, 16 epochs, `."""
+    parts = [", ".join(_opt(o) for o in sorted(table["optimizer"].unique()))] if "optimizer" in table else []
+    if "epochs" in table:
+        parts.append(", ".join(f"{e:g}" for e in sorted(table["epochs"].unique())) + " epochs")
+    return "".join(f"{part}, " for part in parts)
+
+
+def _n_range(counts: Sequence[int]) -> str:
+    low, high = int(min(counts)), int(max(counts))
+    return f"{low}" if low == high else f"{low}-{high}"
+
+
 def _title(fig: Figure, table: pd.DataFrame, *lines: str) -> None:
-    """The figure's title: `lines` (what it shows), then the metric of its `table`, wrapped to the
-    figure's width."""
-    width = int(fig.get_figwidth() * 14)  # characters of the title font per inch, about
+    """The figure's title: `lines` (what it shows, for which optimizer, epochs and n), then the metric of
+    its `table`, wrapped to the figure's width."""
+    width = int(fig.get_figwidth() * 15)  # characters of the title font per inch, about
     lines += (f"metric: {table['metric'].iloc[0]}",)
     fig.suptitle("\n".join(textwrap.fill(line, width) for line in lines))
 
 
-def save_figure(fig: Figure, out_dir: str, name: str, data: pd.DataFrame, meta: Dict) -> Dict[str, str]:
-    """Write name.{pdf,svg,png} and the plotted numbers as name.csv plus name.json (with meta).
+def _legend(fig: Figure, axes: Sequence[Axes]) -> None:
+    """One legend for the figure, outside every axes (below them), each label once."""
+    handles: Dict[str, object] = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(label, handle)
+    if handles:
+        longest = max(len(label) for label in handles) + 5  # characters, with the line sample
+        cols = max(1, min(len(handles), int(fig.get_figwidth() * 14 // longest)))  # 7 pt: ~14 per inch
+        fig.legend(handles.values(), handles.keys(), loc="outside lower center", ncols=cols)
+
+
+def save_figure(fig: Union[Figure, Plot], out_dir: str, name: str, data: pd.DataFrame, meta: Dict) -> Dict[str, str]:
+    """Write name.{pdf,svg,png} (PNG at PNG_DPI) and the plotted numbers as name.csv plus name.json
+    (with meta).
 
     meta must state the metric (`meta["metric"]`); the CSV gets it as a `metric` column if the data
     has none.
@@ -148,14 +202,14 @@ def save_figure(fig: Figure, out_dir: str, name: str, data: pd.DataFrame, meta: 
     stem = os.path.join(out_dir, name)
     dated = "SOURCE_DATE_EPOCH" in os.environ
     paths = {}
-    with style():
+    with matplotlib.rc_context(SAVE_RC):
         for ext, metadata in (
             ("pdf", {} if dated else {"CreationDate": None}),
             ("svg", {} if dated else {"Date": None}),
             ("png", {}),
         ):
             paths[ext] = f"{stem}.{ext}"
-            fig.savefig(paths[ext], metadata=metadata)
+            fig.savefig(paths[ext], metadata=metadata, dpi=PNG_DPI)
     data.to_csv(f"{stem}.csv", index=False, float_format="%.6g")
     paths["csv"] = f"{stem}.csv"
     with open(f"{stem}.json", "w") as f:
@@ -182,6 +236,12 @@ def integer_ticks(ax, values: Sequence[int]) -> None:
     ax.xaxis.set_minor_formatter(NullFormatter())
 
 
+def plain_log(axis) -> None:
+    """Label a log-scaled axis in plain numbers (0.5, 2, 10), no 10^k: its exponents print below 7 pt."""
+    axis.set_major_formatter(LogFormatter())
+    axis.set_minor_formatter(LogFormatter(labelOnlyBase=False))
+
+
 def trial_count_ticks(n: int) -> List[int]:
     """1, 2, 4, 8, ... up to n, and n itself (a power of two too close to n left out): ticks for a
     number-of-trials axis."""
@@ -199,35 +259,57 @@ def _edf_steps(delta: np.ndarray, f: np.ndarray):
 
 
 def delta_edf_table(trials: pd.DataFrame, metric: str = DEFAULT_METRIC) -> pd.DataFrame:
-    """Every model's Δ-EDF step points, Δ to the model's best trial, with DKW half-widths (edf_table)."""
-    return edf_table(trials, by=["model"], metric=metric, reference="min")
+    """Every model's Δ-EDF step points per (optimizer, epochs), Δ to the model's best trial, with DKW
+    half-widths and diverged shares (edf_table)."""
+    return edf_table(trials, by=["optimizer", "epochs", "model"], metric=metric, reference="min")
 
 
-def delta_edf_figure(table: pd.DataFrame, band: bool = True) -> Figure:
-    """Δ-EDF panels, one per model size, one line per model (Figs 5-6), DKW bands as light fills."""
-    with style():
-        sizes = _sizes(table["model"].unique())
-        fig, axes = _grid(len(sizes))
-        for ax, size in zip(axes, sizes):
-            for model, group in table[table["model"].map(lambda m: get_spec(m).size) == size].groupby("model"):
-                x, f = _edf_steps(group["delta"].to_numpy(), group["F"].to_numpy())
-                st = model_style(model)
-                ax.step(x, f, where="post", label=f"{model} (n={group['n'].iloc[0]})", **st)
-                if band:
-                    eps = group["dkw_eps"].iloc[0]
-                    ax.fill_between(
-                        x,
-                        np.clip(f - eps, 0, 1),
-                        np.clip(f + eps, 0, 1),
-                        step="post",
-                        color=st["color"],
-                        alpha=0.15,
-                        linewidth=0,
-                    )
-            ax.set(title=size, xlabel="Δ top-1 error (points)", ylabel="cumulative prob.", ylim=(0, 1))
-            ax.legend(loc="lower right", frameon=False)
-        _title(fig, table, f"Δ-EDF, reference: {table['reference_kind'].iloc[0]}")
-    return fig
+def _band(ax: Axes, x, lo, hi, style: Dict, step: bool) -> None:
+    """A band as its two outlines, thin, in the series' colour and line style (grayscale-safe)."""
+    for edge in (lo, hi):
+        ax.plot(
+            x,
+            edge,
+            drawstyle="steps-post" if step else "default",
+            color=style["color"],
+            linestyle=style["linestyle"],
+            linewidth=0.5,
+            alpha=0.6,
+            label="_band",
+        )
+
+
+def delta_edf_figure(
+    table: pd.DataFrame, band: bool = True, size: Optional[str] = None, fig: Optional[Figure] = None
+) -> Plot:
+    """Δ-EDF panels, one per model size, one line per model (Figs 5-6), DKW bands as outlines; the x
+    axis ends at the last trial that did not diverge, the diverged (at chance) counted in the legend."""
+    sizes = _sizes(table["model"].unique())
+    fig, axes = _grid(len(sizes), size, fig)
+    for ax, model_size in zip(axes, sizes):
+        here = table[table["model"].map(lambda m: get_spec(m).size) == model_size]
+        right = 0.0
+        for model, group in here.groupby("model", sort=False):
+            x, f = _edf_steps(group["delta"].to_numpy(), group["F"].to_numpy())
+            n = int(group["n"].iloc[0])
+            diverged = int(round(group["diverged_share"].iloc[0] * n))
+            right = max(right, float(group["delta"].iloc[n - diverged - 1]) if diverged < n else 0.0)
+            label = f"{display_name(model)} (n = {n}" + (f"; diverged: {diverged}/{n} at chance)" if diverged else ")")
+            st = model_style(model)
+            ax.step(x, f, where="post", label=label, markevery=0.1, **st)
+            if band:
+                eps = group["dkw_eps"].iloc[0]
+                _band(ax, x, np.clip(f - eps, 0, 1), np.clip(f + eps, 0, 1), st, step=True)
+        ax.set(title=model_size, xlabel="Δ top-1 error to own best (points)", ylabel="share of trials", ylim=(0, 1))
+        ax.set_xlim(left=0, right=max(1.05 * right, 1.0))
+    n = table.groupby("model")["n"].first()
+    _title(
+        fig,
+        table,
+        f"Δ-EDF of lr/wd trials, {_cell(table)}n = {_n_range(n)} per model" + (", DKW 95% bands" if band else ""),
+    )
+    _legend(fig, axes)
+    return Plot(fig, table)
 
 
 def hp_scatter_table(trials: pd.DataFrame, metric: str = DEFAULT_METRIC) -> pd.DataFrame:
@@ -240,75 +322,95 @@ def hp_scatter_table(trials: pd.DataFrame, metric: str = DEFAULT_METRIC) -> pd.D
     )
 
 
-def hp_scatter_figure(table: pd.DataFrame, ranges: Dict[str, pd.DataFrame]) -> Figure:
+def hp_scatter_figure(
+    table: pd.DataFrame, ranges: Dict[str, pd.DataFrame], size: Optional[str] = None, fig: Optional[Figure] = None
+) -> Plot:
     """Error against log10 lr, log10 wd and log10 lr·wd per model (Fig 4), each model's good ranges
     (`ranges`: good_ranges per model) shaded."""
     models = sorted(table["model"].unique(), key=list_models().index)
     columns = [("log10_lr", "log10 lr"), ("log10_wd", "log10 wd"), ("log10_lr_wd", "log10 lr·wd")]
-    with style():
-        fig = Figure(figsize=(PANEL[0] * 3, PANEL[1] * len(models)), layout="constrained")
-        axes = fig.subplots(len(models), 3, squeeze=False)
-        for row, model in zip(axes, models):
-            group = table[table["model"] == model]
-            logs = {"log10_lr": np.log10(group["lr"]), "log10_wd": np.log10(group["wd"])}
-            logs["log10_lr_wd"] = logs["log10_lr"] + logs["log10_wd"]
-            st = model_style(model)
-            for ax, (key, label) in zip(row, columns):
-                for opt, marker in (("adamw", "o"), ("sgd", "s")):
-                    sel = (group["optimizer"] == opt).to_numpy()
-                    if sel.any():
-                        ax.scatter(
-                            logs[key][sel],
-                            group["error"][sel],
-                            s=6,
-                            marker=marker,
-                            color=st["color"],
-                            label=opt,
-                            linewidths=0,
-                        )
-                if model in ranges:
-                    lo, hi = ranges[model].loc["p2.5", key], ranges[model].loc["p97.5", key]
-                    ax.axvspan(lo, hi, color=st["color"], alpha=0.12, linewidth=0)
-                ax.set(xlabel=label, ylabel=f"{model} top-1 err (%)")
-            row[0].legend(frameon=False)
-        _title(fig, table)
-    return fig
+    fig, axes = _grid(3 * len(models), size, fig, columns=3)
+    for row, model in zip(axes.reshape(len(models), 3), models):
+        group = table[table["model"] == model]
+        logs = {"log10_lr": np.log10(group["lr"]), "log10_wd": np.log10(group["wd"])}
+        logs["log10_lr_wd"] = logs["log10_lr"] + logs["log10_wd"]
+        st = model_style(model)
+        for ax, (key, label) in zip(row, columns):
+            for opt, cell in group.groupby("optimizer"):
+                ax.plot(
+                    logs[key][cell.index],
+                    cell["error"],
+                    linestyle="none",
+                    markersize=2.5,
+                    label=f"{_opt(opt)}",
+                    **{k: v for k, v in series_style(model, opt).items() if k != "linestyle"},
+                )
+            if model in ranges:
+                lo, hi = ranges[model].loc["p2.5", key], ranges[model].loc["p97.5", key]
+                ax.axvspan(lo, hi, color=st["color"], alpha=0.12, linewidth=0)
+            ax.set(xlabel=label, ylabel=f"{display_name(model)}\ntop-1 error (%)" if key == "log10_lr" else "")
+    n = table.groupby("model").size()
+    _title(
+        fig,
+        table,
+        f"Top-1 error against lr, wd and lr·wd, {_cell(table)}n = {_n_range(n)} trials per model; shaded: good ranges",
+    )
+    _legend(fig, axes)
+    return Plot(fig, table)
 
 
 def error_vs_epochs_table(trials: pd.DataFrame, metric: str = DEFAULT_METRIC) -> pd.DataFrame:
-    """The best error per (model, optimizer, epochs) and whether all its runs diverged (Fig 3's points)."""
+    """The best error per (model, optimizer, epochs), the worst of its trials that did not diverge, its
+    trial count and whether all its runs diverged (Fig 3's points)."""
     rows = usable(trials, metric, "error_vs_epochs_table")
+    trained = rows.kept[ERR].where(rows.kept["status"] != DIVERGED)
     return (
-        rows.kept.groupby(["model", "optimizer", "epochs"])
-        .agg(error=(ERR, "min"), diverged=("status", lambda s: (s == DIVERGED).all()))
+        rows.kept.assign(trained=trained)
+        .groupby(["model", "optimizer", "epochs"])
+        .agg(
+            error=(ERR, "min"),
+            worst=("trained", "max"),
+            n=(ERR, "size"),
+            diverged=("status", lambda s: (s == DIVERGED).all()),
+        )
         .reset_index()
         .assign(metric=rows.metric)
     )
 
 
-def error_vs_epochs_figure(table: pd.DataFrame) -> Figure:
-    """Best error against training epochs per model, AdamW and SGD, diverged runs dashed (Fig 3)."""
-    with style():
-        sizes = _sizes(table["model"].unique())
-        fig, axes = _grid(len(sizes))
-        for ax, size in zip(axes, sizes):
-            for (model, opt), group in table[table["model"].map(lambda m: get_spec(m).size) == size].groupby(
-                ["model", "optimizer"]
-            ):
-                st = dict(model_style(model), marker="o" if opt == "adamw" else "s", markersize=3)
-                ok = group[~group["diverged"]]
-                ax.plot(ok["epochs"], ok["error"], label=f"{model} {opt}", **st)
-                if group["diverged"].any():
-                    ax.plot(
-                        group["epochs"],
-                        group["error"],
-                        **dict(st, linestyle=(0, (2, 2)), markerfacecolor="none", label=None),
-                    )
-            ax.set(title=size, xscale="log", xlabel="epochs", ylabel="top-1 error (%)")
-            integer_ticks(ax, table["epochs"].unique())
-            ax.legend(frameon=False)
-        _title(fig, table)
-    return fig
+def error_vs_epochs_figure(table: pd.DataFrame, size: Optional[str] = None, fig: Optional[Figure] = None) -> Plot:
+    """Best error against training epochs per model, AdamW filled and SGD open, each point's range up to
+    its worst trial that did not diverge, cells where all diverged as crosses, both axes log (Fig 3)."""
+    sizes = _sizes(table["model"].unique())
+    fig, axes = _grid(len(sizes), size, fig)
+    for ax, model_size in zip(axes, sizes):
+        here = table[table["model"].map(lambda m: get_spec(m).size) == model_size]
+        for (model, opt), group in here.groupby(["model", "optimizer"]):
+            st = series_style(model, opt)
+            ok = group[~group["diverged"]]
+            ax.plot(ok["epochs"], ok["error"], label=f"{display_name(model)} ({_opt(opt)})", **st)
+            ax.vlines(ok["epochs"], ok["error"], ok["worst"], color=st["color"], linewidth=0.5, alpha=0.6)
+            gone = group[group["diverged"]]
+            if len(gone):
+                ax.plot(
+                    gone["epochs"],
+                    gone["error"],
+                    linestyle="none",
+                    marker="x",
+                    color=st["color"],
+                    label="all runs diverged",
+                )
+        ax.set(title=model_size, xscale="log", yscale="log", xlabel="epochs", ylabel="top-1 error (%)")
+        integer_ticks(ax, table["epochs"].unique())
+        plain_log(ax.yaxis)
+    _title(
+        fig,
+        table,
+        f"Best top-1 error against training length, {_cell(table.drop(columns='epochs'))}each point the best of "
+        f"n = {_n_range(table['n'])} trials, its bar up to the worst that did not diverge",
+    )
+    _legend(fig, axes)
+    return Plot(fig, table)
 
 
 def delta_error_vs_epochs_table(trials: pd.DataFrame, metric: str = DEFAULT_METRIC) -> pd.DataFrame:
@@ -316,21 +418,24 @@ def delta_error_vs_epochs_table(trials: pd.DataFrame, metric: str = DEFAULT_METR
     return length_gap(trials, metric=metric)
 
 
-def delta_error_vs_epochs_figure(table: pd.DataFrame) -> Figure:
-    """Training-length gap error(E) - error(E_max) against epochs per model (Fig 2)."""
-    with style():
-        fig, axes = _grid(1)
+def delta_error_vs_epochs_figure(table: pd.DataFrame, size: Optional[str] = None, ax: Optional[Axes] = None) -> Plot:
+    """Training-length gap error(E) - error(E_max) against epochs per model and optimizer (Fig 2)."""
+    if ax is None:
+        fig, axes = _grid(1, size, None)
         ax = axes[0]
-        for (model, opt), group in table.groupby(["model", "optimizer"]):
-            ax.plot(
-                group["epochs"], group["gap"], marker="o", markersize=3, label=f"{model} {opt}", **model_style(model)
-            )
-        ax.axhline(0, color="0.6", linewidth=0.5)
-        ax.set(xscale="log", xlabel="epochs", ylabel="Δ top-1 error vs longest (points)")
-        integer_ticks(ax, table["epochs"].unique())
-        ax.legend(frameon=False)
-        _title(fig, table)
-    return fig
+    fig = ax.get_figure()
+    for (model, opt), group in table.groupby(["model", "optimizer"]):
+        ax.plot(group["epochs"], group["gap"], label=f"{display_name(model)} ({_opt(opt)})", **series_style(model, opt))
+    ax.axhline(0, color="0.6", linewidth=0.5)
+    ax.set(xscale="log", xlabel="epochs", ylabel="Δ top-1 error to longest (points)")
+    integer_ticks(ax, table["epochs"].unique())
+    _title(
+        fig,
+        table,
+        f"Training-length gap: best error(E) - best error(longest), {_cell(table)}".rstrip(", "),
+    )
+    _legend(fig, [ax])
+    return Plot(fig, table)
 
 
 def expected_best_table(
@@ -352,23 +457,28 @@ def expected_best_table(
     return pd.DataFrame(rows).assign(metric=used.metric)
 
 
-def expected_best_figure(table: pd.DataFrame) -> Figure:
+def expected_best_figure(table: pd.DataFrame, size: Optional[str] = None, fig: Optional[Figure] = None) -> Plot:
     """Expected best error against the number of random trials k, a panel per optimizer, a line and its
-    bootstrap band per model."""
-    with style():
-        optimizers = sorted(table["optimizer"].unique())
-        fig, axes = _grid(len(optimizers))
-        for ax, opt in zip(axes, optimizers):
-            panel = table[table["optimizer"] == opt]
-            for model, curve in panel.groupby("model"):
-                st = model_style(model)
-                ax.plot(curve["k"], curve["expected_best"], label=model, **st)
-                ax.fill_between(curve["k"], curve["lo"], curve["hi"], color=st["color"], alpha=0.15, linewidth=0)
-            ax.set(title=opt, xscale="log", xlabel="trials k", ylabel="expected best top-1 err (%)")
-            integer_ticks(ax, trial_count_ticks(int(panel["k"].max())))
-            ax.legend(frameon=False)
-        _title(fig, table)
-    return fig
+    bootstrap band (outlines) per model."""
+    optimizers = sorted(table["optimizer"].unique())
+    fig, axes = _grid(len(optimizers), size, fig)
+    for ax, opt in zip(axes, optimizers):
+        panel = table[table["optimizer"] == opt]
+        for model, curve in panel.groupby("model"):
+            st = model_style(model)
+            ax.plot(curve["k"], curve["expected_best"], label=display_name(model), markevery=0.15, **st)
+            _band(ax, curve["k"], curve["lo"], curve["hi"], st, step=False)
+        ax.set(title=_opt(opt), xscale="log", xlabel="trials k", ylabel="expected best top-1 error (%)")
+        integer_ticks(ax, trial_count_ticks(int(panel["k"].max())))
+    n = table.groupby(["model", "optimizer"])["k"].max()
+    _title(
+        fig,
+        table,
+        f"Expected best top-1 error after k random lr/wd trials, {_cell(table)}n = {_n_range(n)} trials per "
+        "model; bootstrap 95% bands",
+    )
+    _legend(fig, axes)
+    return Plot(fig, table)
 
 
 def generalization_table(trials: pd.DataFrame, metric: str = DEFAULT_METRIC) -> pd.DataFrame:
@@ -396,34 +506,41 @@ def generalization_table(trials: pd.DataFrame, metric: str = DEFAULT_METRIC) -> 
     )
 
 
-def generalization_figure(table: pd.DataFrame) -> Figure:
+def generalization_figure(table: pd.DataFrame, size: Optional[str] = None, fig: Optional[Figure] = None) -> Plot:
     """Validation error against final train loss, a point per trial and each model's median marked, one
     panel per (optimizer, epochs): CoAtNet's split of generalization (lower error at the same train loss)
     from capacity (lower train loss)."""
-    with style():
-        cells = sorted(table.groupby(["optimizer", "epochs"]).groups)
-        fig, axes = _grid(len(cells))
-        for ax, (opt, epochs) in zip(axes, cells):
-            cell = table[(table["optimizer"] == opt) & (table["epochs"] == epochs)]
-            for model in sorted(cell["model"].unique(), key=list_models().index):
-                group = cell[cell["model"] == model]
-                colour = model_style(model)["color"]
-                ax.scatter(group["train_loss"], group["error"], s=6, color=colour, alpha=0.5, linewidths=0)
-                ax.scatter(
-                    group["median_train_loss"].iloc[0],
-                    group["median_error"].iloc[0],
-                    s=40,
-                    color=colour,
-                    edgecolors="black",
-                    linewidths=0.6,
-                    label=f"{model} (n={len(group)})",
-                )
-            ax.set(
-                title=f"{opt}, {epochs} epochs",
-                xscale="log",
-                xlabel="final train loss",
-                ylabel="validation top-1 error (%)",
+    cells = sorted(table.groupby(["optimizer", "epochs"]).groups)
+    fig, axes = _grid(len(cells), size, fig)
+    for ax, (opt, epochs) in zip(axes, cells):
+        cell = table[(table["optimizer"] == opt) & (table["epochs"] == epochs)]
+        for model in sorted(cell["model"].unique(), key=list_models().index):
+            group = cell[cell["model"] == model]
+            st = {k: v for k, v in model_style(model).items() if k != "linestyle"}
+            ax.plot(
+                group["train_loss"], group["error"], linestyle="none", markersize=2, alpha=0.5, label="_trials", **st
             )
-            ax.legend(frameon=False)
-        _title(fig, table, "generalization vs capacity: points = trials, large = median per model")
-    return fig
+            ax.plot(
+                group["median_train_loss"].iloc[:1],
+                group["median_error"].iloc[:1],
+                linestyle="none",
+                markersize=6,
+                markeredgecolor="black",
+                markeredgewidth=0.6,
+                label=f"{display_name(model)} (n = {len(group)})",
+                **st,
+            )
+        ax.set(
+            title=f"{_opt(opt)}, {epochs} epochs",
+            xscale="log",
+            xlabel="final train loss",
+            ylabel="validation top-1 error (%)",
+        )
+        plain_log(ax.xaxis)
+    _title(
+        fig,
+        table,
+        "Generalization vs capacity: small markers trials, large the median per model; diverged trials left out",
+    )
+    _legend(fig, axes)
+    return Plot(fig, table)

@@ -56,7 +56,7 @@ from hpstudy.analysis.inference import (
 )
 from hpstudy.analysis.metric import DEFAULT_METRIC, ERR, LeftOutWarning, usable
 from hpstudy.trainers.schema import DIVERGED, FAILED
-from hpstudy.trainers.zoo import list_models
+from hpstudy.trainers.zoo import display_name, get_spec, list_models
 
 SEED = 0  # mixed with the data into the effect sizes' bootstrap (inference.data_rng)
 WITHIN = 2  # points: "share of trials within 2 points of the model's own best"
@@ -217,13 +217,17 @@ def _statistic_name(f: Finding) -> str:
 
 
 def fmt_p(p: float) -> str:
-    """p = 0.012, p = 8e-5, p < 1e-16."""
-    if p < 1e-16:
-        return "p < 1e-16"
+    """p = 0.012, p = 0.43, p < 0.001."""
     if p < 1e-3:
-        mantissa, exponent = f"{p:.0e}".split("e")
-        return f"p = {mantissa}e{int(exponent)}"
+        return "p < 0.001"
     return f"p = {p:.2g}" if p < 0.1 else f"p = {p:.2f}"
+
+
+def sig3(value: float) -> str:
+    """A number to 3 significant figures, never in e-notation: 57.2, 0.0123, 1230; – if not finite."""
+    if not np.isfinite(value):
+        return "–"
+    return np.format_float_positional(value, precision=3, unique=False, fractional=False, trim="-")
 
 
 def _p(test: Test) -> str:
@@ -770,6 +774,70 @@ def findings(
         ),
     )
     return [scope] + tested
+
+
+# The paper's claims (Xiao et al. 2021) each pair kind tests, for a ViT-P / ViT-C pair: (claim, statement).
+CLAIMS = {
+    "edf_pair": (
+        "1. lr/wd stability (Figs 5-6)",
+        "ViT-C's Δ-EDF lies above ViT-P's: more of its random lr/wd trials are near its own best",
+    ),
+    "optimizer_gap_pair": (
+        "2. optimizer stability (Fig 3)",
+        "ViT-P loses much more than ViT-C when SGD replaces AdamW",
+    ),
+    "length_gap_pair": (
+        "3. convergence (Fig 2)",
+        "at a short schedule ViT-C is closer to its long-schedule error than ViT-P",
+    ),
+    "peak": ("4. peak performance (Fig 7)", "at matched FLOPs ViT-C reaches a lower error than ViT-P"),
+}
+
+
+def _claim_number(f: Finding) -> str:
+    """The finding's number with its interval, as the claim table states it."""
+    if f.kind == "edf_pair":
+        d = f.detail
+        return (
+            f"KS D = {sig3(f.statistic)}; mean Δ {display_name(f.models[1])} − {display_name(f.models[0])} = "
+            f"{sig3(-d['area'])} pts [{sig3(-d['area_ci'][1])}, {sig3(-d['area_ci'][0])}]"
+        )
+    ci = f" [{sig3(f.ci[0])}, {sig3(f.ci[1])}]" if f.ci else ""
+    return f"{sig3(f.statistic)} pts{ci}"
+
+
+def claims_table(found: Sequence[Finding]) -> pd.DataFrame:
+    """The paper's claims against this study: per ViT-P / ViT-C pair finding of a claim's kind, the
+    claim, the paper's statement, the cell, this study's number with its interval, p after Holm and
+    the verdict after Holm (reproduced: ViT-C better; contradicted: ViT-P better; else not decided)."""
+    rows = []
+    for f in found:
+        if f.kind not in CLAIMS or {get_spec(m).family for m in f.models} != {"vit_p", "vit_c"}:
+            continue
+        better = {"a_better": f.models[0], "b_better": f.models[1]}.get(f.verdict_holm)
+        verdict = (
+            "mixed (the Δ-EDFs cross)"
+            if f.verdict_holm == "crossing"
+            else "not decided"
+            if better is None
+            else "reproduced"
+            if get_spec(better).family == "vit_c"
+            else "contradicted"
+        )
+        claim, statement = CLAIMS[f.kind]
+        rows.append(
+            {
+                "claim": claim,
+                "paper": statement,
+                "models": " vs ".join(display_name(m) for m in f.models),
+                "cell": _cell(f.cell.get("optimizer"), f.cell.get("epochs")),
+                "this study": _claim_number(f),
+                "p, Holm": fmt_p(f.p_holm) if f.p_holm is not None else "–",
+                "n": _slash(f.n),
+                "verdict": verdict,
+            }
+        )
+    return pd.DataFrame(rows)
 
 
 def findings_table(found: Sequence[Finding], kind: str) -> pd.DataFrame:

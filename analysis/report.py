@@ -9,6 +9,7 @@ import uuid
 import warnings
 from typing import Dict, List, Optional, Tuple
 
+import matplotlib.style
 import numpy as np
 import pandas as pd
 import pyarrow.fs as pafs
@@ -16,6 +17,7 @@ import yaml
 
 from hpstudy.analysis.edf import EDF_CONVENTION, bootstrap_band, dkw_epsilon
 from hpstudy.analysis.figures import (
+    STYLE,
     delta_edf_figure,
     delta_edf_table,
     delta_error_vs_epochs_figure,
@@ -30,7 +32,7 @@ from hpstudy.analysis.figures import (
     hp_scatter_table,
     save_figure,
 )
-from hpstudy.analysis.findings import CALIBRATION_DOC, KINDS, Finding, findings_table
+from hpstudy.analysis.findings import CALIBRATION_DOC, KINDS, Finding, claims_table, findings_table, fmt_p, sig3
 from hpstudy.analysis.findings import findings as make_findings
 from hpstudy.analysis.gaps import ema_gain
 from hpstudy.analysis.inference import ALPHA, design_of
@@ -154,13 +156,15 @@ def _sampled(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def _figures(trials: pd.DataFrame, rows: Rows, ranges: Dict, out: str, metric: str) -> List[Tuple[str, str, Dict]]:
-    """Render every figure the data supports, each from its table, saved beside it; returns (name,
-    caption, paths)."""
+    """Render every figure the data supports in the house style, each from its table, saved beside it;
+    returns (name, caption, paths)."""
     made = []
     stated = {"metric": rows.metric, "metric_definition": METRIC_DOCS[metric]}
 
     def draw(name: str, caption: str, table: pd.DataFrame, figure, **meta) -> None:
-        made.append((name, caption, save_figure(figure(table), out, name, table, {**stated, **meta})))
+        with matplotlib.style.context(STYLE):
+            paths = save_figure(figure(table), out, name, table, {**stated, **meta})
+        made.append((name, caption, paths))
 
     usable_rows = rows.kept
     sampled, sampled_rows = (
@@ -278,27 +282,33 @@ TABLE_LABELS = {
     "length_gap_pair": {"epochs": "shortest (epochs)"},
 }
 SHARES = ("diverged_share", "within2_a", "within2_b", "ci_level")  # fractions shown in percent
+P_VALUES = ("p", "p_holm")
 
 
-def _num(value) -> str:
-    return f"{value:.4g}" if np.isfinite(value) else "–"
+def _with_ci(value: float, lo: float, hi: float) -> str:
+    return sig3(value) + (f" [{sig3(lo)}, {sig3(hi)}]" if np.isfinite(lo) and np.isfinite(hi) else "")
 
 
 def readable(frame: pd.DataFrame, key: str = "") -> pd.DataFrame:
-    """A table for reading: estimates with their 95% CI in one column, shares in percent, readable
-    column names with units, without the `metric` column (the page states the metric once)."""
+    """A table for reading: estimates with their CI in one column, p as `< 0.001`, shares in percent,
+    readable column names with units, without the `metric` column (the page states the metric once)."""
     frame = frame.drop(columns=[c for c in ("metric",) if c in frame])
     for stat in ("area", "estimate"):
         if {stat, f"{stat}_lo", f"{stat}_hi"} <= set(frame):
             frame = frame.assign(
-                **{
-                    stat: [
-                        f"{_num(v)} [{_num(lo)}, {_num(hi)}]"
-                        for v, lo, hi in zip(frame[stat], frame[f"{stat}_lo"], frame[f"{stat}_hi"])
-                    ]
-                }
+                **{stat: [_with_ci(*v) for v in zip(frame[stat], frame[f"{stat}_lo"], frame[f"{stat}_hi"])]}
             )
             frame = frame.drop(columns=[f"{stat}_lo", f"{stat}_hi"])
+    frame = frame.assign(
+        **{
+            c: [
+                fmt_p(p).removeprefix("p = ").removeprefix("p ") if np.isfinite(p) else "–"
+                for p in frame[c].astype(float)
+            ]
+            for c in P_VALUES
+            if c in frame
+        }
+    )
     frame = frame.assign(**{c: 100 * frame[c].astype(float) for c in SHARES if c in frame})
     return frame.rename(columns={**COLUMN_LABELS, **TABLE_LABELS.get(key, {})})
 
@@ -306,9 +316,7 @@ def readable(frame: pd.DataFrame, key: str = "") -> pd.DataFrame:
 def _table_html(frame: pd.DataFrame, empty: str, key: str = "") -> str:
     if frame is None or frame.empty:
         return f"<p><em>{html.escape(empty)}</em></p>"
-    return readable(frame, key).to_html(
-        index=False, float_format=lambda v: f"{v:.4g}", border=0, classes="t", na_rep="–"
-    )
+    return readable(frame, key).to_html(index=False, float_format=sig3, border=0, classes="t", na_rep="–")
 
 
 class _SpecDumper(yaml.SafeDumper):
@@ -329,7 +337,7 @@ def spec_yaml(spec: Dict) -> str:
 
 
 FINDING_TITLES = {
-    "scope": "How to read these",
+    "scope": "Scope: the tests and the trials",
     "edf_pair": "Δ-EDFs, pairs of models (lr/wd stability; Figs 5-6)",
     "optimizer_gap": "Optimizer gap per model (Fig 3)",
     "optimizer_gap_pair": "Optimizer gap, pairs of models",
@@ -339,10 +347,21 @@ FINDING_TITLES = {
 }
 
 
+def _claims_html(found: List[Finding]) -> str:
+    """The paper's claims against this study (findings.claims_table), or why there are none."""
+    claims = claims_table(found)
+    if claims.empty:
+        return "<p><em>no ViT-P / ViT-C pair was compared: the paper's claims are not tested here</em></p>"
+    return (
+        "<p>Each row is a finding below on a ViT-P / ViT-C pair: its number with its interval, and its verdict "
+        "after Holm's adjustment over the report's tests.</p>" + claims.to_html(index=False, border=0, classes="t")
+    )
+
+
 def _findings_html(found: List[Finding]) -> str:
     parts = [
         f"<p>Each sentence is one test on the trials below, at α = {ALPHA:g}, and names its test and interval; "
-        f"the tables below each kind's sentences are the same findings. A finding the data cannot decide says "
+        f"the tables below are the same findings. A finding the data cannot decide says "
         f"<em>inconclusive</em> (or that the design cannot reach α) and what 80% power would need. Each "
         f"rule's measured error rate and power: <code>{CALIBRATION_DOC}</code>; tests: "
         f"<code>analysis/inference.py</code>.</p>"
@@ -351,11 +370,10 @@ def _findings_html(found: List[Finding]) -> str:
         items = [f for f in found if f.kind == kind]
         if not items:
             continue
-        lis = "".join(
-            f'<li class="{"open" if f.verdict == "inconclusive" else "decided"}">{html.escape(f.sentence)}</li>'
-            for f in items
+        lis = "".join(f"<li>{html.escape(f.sentence)}</li>" for f in items)
+        parts.append(
+            f"<details><summary>{html.escape(title)} ({len(items)})</summary><ul class='findings'>{lis}</ul></details>"
         )
-        parts.append(f"<h3>{html.escape(title)}</h3><ul class='findings'>{lis}</ul>")
     return "".join(parts)
 
 
@@ -471,14 +489,18 @@ def _html(
             "<p>Every cell ran one lr/wd over seeds: these are seed statistics (mean ± sd, Welch t), so "
             "no Δ-EDF, good range or expected-best output is shown (they describe lr/wd robustness).</p>"
         )
-    sections = [("findings", "Findings", _findings_html(found)), ("status", "Status", status)]
+    sections = [
+        ("claims", "The paper's claims", _claims_html(found)),
+        ("status", "Status", status),
+        ("findings", "Findings", _findings_html(found)),
+    ]
+    drawn = []
     for name, caption, paths in figures:
         with open(paths["svg"]) as f:
             svg = _inline_svg(f.read())
         links = " ".join(f'<a href="{os.path.basename(p)}">{ext}</a>' for ext, p in paths.items())
-        sections.append(
-            (name, caption, f"<figure>{svg}<figcaption>{html.escape(caption)} ({links})</figcaption></figure>")
-        )
+        drawn.append(f'<figure id="{name}">{svg}<figcaption>{html.escape(caption)} ({links})</figcaption></figure>')
+    sections.append(("figures", "Figures", "".join(drawn)))
     titles = {
         "summary": "Summary per cell",
         **{kind: title for kind, title in FINDING_TITLES.items() if kind != "scope"},
@@ -505,7 +527,7 @@ def _html(
         "border-bottom:1px solid #ddd;white-space:nowrap}"
         "table.t th{text-align:left;vertical-align:bottom;max-width:9em;white-space:normal}"
         "figure{margin:1em 0}figure svg{max-width:100%;height:auto;display:block}"
-        "ul.findings li{margin:0.35em 0;line-height:1.35}li.decided{font-weight:600}li.open{color:#555}"
+        "ul.findings li{margin:0.35em 0;line-height:1.35}summary{cursor:pointer;margin:0.4em 0}"
         "pre{background:#f6f6f6;padding:0.6em}</style></head><body>"
         f"<h1>hpstudy report: {html.escape(study)}</h1><nav><ol>{toc}</ol></nav>{body}</body></html>"
     )

@@ -292,13 +292,26 @@ def _scratch(work: Path, modules: List[str]) -> Path:
     return path
 
 
-def _mutants(path: Path, modules: List[str]) -> Dict[str, List[str]]:
-    """module -> every mutant mutmut makes of it, by name (generated here, nothing run)."""
+def _mutants(path: Path, modules: List[str]) -> Dict[str, Dict[str, str]]:
+    """module -> {each mutant mutmut makes of it: its diff against the original function}, generated
+    here, nothing run; the functions are cut from the mutated text by the line spans mutmut records
+    (mutmut's get_diff_for_mutant parses the whole mutated module again for each mutant)."""
     code = (
-        "import json, sys; from pathlib import Path; from mutmut.mutation.file_mutation import mutate_file_contents\n"
+        "import json, sys; from difflib import unified_diff; from pathlib import Path\n"
+        "from mutmut.mutation.file_mutation import mutate_file_contents\n"
         "from mutmut.utils.format_utils import get_mutant_name\n"
-        "print(json.dumps({m: [get_mutant_name(Path(m), n) for n in mutate_file_contents(m, Path(m).read_text())"
-        ".mutant_names] for m in sys.argv[1:]}))"
+        "def diffs(module):\n"
+        "    m = mutate_file_contents(module, Path(module).read_text()); lines = m.code.split('\\n')\n"
+        "    def text(key, name):\n"
+        "        span = m.line_span_by_function_name[key]\n"
+        "        return '\\n'.join(lines[span.start - 1 : span.end]).strip().replace(key, name).split('\\n')\n"
+        "    def diff(key):\n"
+        "        base = key.rsplit('__mutmut_', 1)[0]\n"
+        "        name = base.rsplit('\u01c1', 1)[1] if '\u01c1' in base else base[2:]\n"
+        "        lines = unified_diff(text(base + '__mutmut_orig', name), text(key, name), lineterm='', n=2)\n"
+        "        return '\\n'.join(list(lines)[2:])\n"
+        "    return {get_mutant_name(Path(module), key): diff(key) for key in m.mutant_names}\n"
+        "print(json.dumps({module: diffs(module) for module in sys.argv[1:]}))"
     )
     out = subprocess.run(
         [sys.executable, "-W", "ignore", "-c", code, *map(_installed, modules)],
@@ -307,31 +320,8 @@ def _mutants(path: Path, modules: List[str]) -> Dict[str, List[str]]:
         text=True,
         check=True,
     ).stdout
-    names = json.loads(out.strip().splitlines()[-1])
-    return {module: names[_installed(module)] for module in modules}
-
-
-def _diffs(path: Path, module: str, names: List[str]) -> Dict[str, str]:
-    """Each named mutant's diff against the original function (headers left out)."""
-    code = (
-        "import json, sys; from pathlib import Path; from mutmut.mutation.diff_apply import get_diff_for_mutant; "
-        "from mutmut.mutation.file_mutation import mutate_file_contents; "
-        "m = mutate_file_contents(sys.argv[1], Path(sys.argv[1]).read_text()).code; "
-        "print(json.dumps({n: get_diff_for_mutant(n, source=m, path=sys.argv[1]) "
-        "for n in json.loads(sys.stdin.read())}))"
-    )
-    out = subprocess.run(
-        [sys.executable, "-W", "ignore", "-c", code, _installed(module)],
-        cwd=path,
-        input=json.dumps(names),
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    return {
-        name: "\n".join(line for line in diff.splitlines() if not line.startswith(("---", "+++")))
-        for name, diff in json.loads(out.strip().splitlines()[-1]).items()
-    }
+    found = json.loads(out.strip().splitlines()[-1])
+    return {module: found[_installed(module)] for module in modules}
 
 
 def sample(package: str, names: List[str], size: int, seed: int) -> List[str]:
@@ -406,22 +396,21 @@ def run(
     every = [m for package in packages for m in modules[package]]
     path = _scratch(work, every)
     print(f"mutation: {len(every)} modules (log: {path / 'mutmut.log'})", file=sys.stderr, flush=True)
-    names_of = _mutants(path, every)
+    diffs = _mutants(path, every)
     chosen, pools = {}, {}
     for package in packages:
-        pool = [n for m in modules[package] for n in names_of[m] if not _is_layout(m, n)]
+        pool = [n for m in modules[package] for n in diffs[m] if not _is_layout(m, n)]
         pools[package] = len(pool)
         chosen[package] = sample(package, pool, sizes[package], seed)
-    module_of = {name: m for m in every for name in names_of[m]}
+    module_of = {name: m for m in every for name in diffs[m]}
     drawn = [n for package in packages for n in chosen[package]]
-    diffs = {m: _diffs(path, m, [n for n in drawn if module_of[n] == m]) for m in every}
     before = {}
     if earlier is not None:  # what the earlier run detected, with the same diff, stays detected
         for entry in earlier["modules"]:
             undetected = {s["mutant"] for s in entry["survivors"]} | {e["mutant"] for e in entry["equivalent"]}
             for name, digest in entry["digests"].items():
                 m = module_of.get(name)
-                if name in diffs.get(m, {}) and name not in undetected and _digest(diffs[m][name]) == digest:
+                if m is not None and name not in undetected and _digest(diffs[m][name]) == digest:
                     before[name] = "earlier"
     names = [n for n in drawn if n not in before]
     code = _mutmut(path, names, max_children, timeout) if names else 0

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Mutation testing of analysis/ and of the core of trainers/ and study/ with mutmut, one module at
-# a time against its fast tests, at low priority (the machine is shared); prints one JSON object
-# (bench/mutation.py: score per area, surviving mutants with their diffs). A bench, not CI.
+# Mutation testing of every module of hpstudy with mutmut: a seeded sample of mutants per package
+# against the fast tier, at low priority (the machine is shared); prints one JSON object
+# (bench/mutation.py: score per package and module, surviving mutants with their diffs) and exits 1
+# when a package misses its target. A bench, not CI.
 # Needs the optional extra: pip install -e ".[test,mutation]".
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -24,6 +24,7 @@ class ModelSpec:
     size: str = ""  # compute class for side-by-side panels: one of SIZE_ORDER
     description: str = ""
     kwargs: Dict = field(default_factory=dict)
+    label: str = ""  # the name a figure or a table shows (ViT-C 4GF); the name stays in the data
 
 
 _REGISTRY: Dict[str, ModelSpec] = {}
@@ -46,6 +47,11 @@ def list_models(family: Optional[str] = None) -> List[str]:
     return [name for name, spec in _REGISTRY.items() if family is None or spec.family == family]
 
 
+def display_name(name: str) -> str:
+    """The model's human name (ViT-P 1GF, RegNetY-4GF, CoAtNet-0), its identifier if it has none."""
+    return get_spec(name).label or name
+
+
 def get_spec(name: str) -> ModelSpec:
     """The spec of a registered model; ConfigError naming the registered ones otherwise."""
     if name not in _REGISTRY:
@@ -66,6 +72,7 @@ def _register_vit_twins(
 ) -> None:
     """Register ViT-P and its ViT-C twin (conv stem, one block fewer)."""
     common = dict(dim=dim, heads=heads, mlp=mlp, patch=patch)
+    shown = size if size == "tiny" else size.upper()
     register(
         ModelSpec(
             f"vit_p_{size}",
@@ -75,6 +82,7 @@ def _register_vit_twins(
             size,
             f"ViT-P {size}: patchify stem, {depth} blocks",
             dict(common, depth=depth),
+            label=f"ViT-P {shown}",
         )
     )
     register(
@@ -86,6 +94,7 @@ def _register_vit_twins(
             size,
             f"ViT-C {size}: conv stem {list(stem_channels)}, {depth - 1} blocks",
             dict(common, depth=depth - 1, stem=(tuple(stem_strides), tuple(stem_channels))),
+            label=f"ViT-C {shown}",
         )
     )
 
@@ -108,8 +117,19 @@ for _gf, _size, _timm_name in (
     ("16gf", "18gf", "regnety_160"),
     ("32gf", "36gf", "regnety_320"),
 ):
-    register(ModelSpec(f"regnety_{_gf}", "cnn", "timm", 224, _size, f"timm {_timm_name}", dict(timm_name=_timm_name)))
-register(ModelSpec("resnet50", "cnn", "timm", 224, "4gf", "timm resnet50", dict(timm_name="resnet50")))
+    register(
+        ModelSpec(
+            f"regnety_{_gf}",
+            "cnn",
+            "timm",
+            224,
+            _size,
+            f"timm {_timm_name}",
+            dict(timm_name=_timm_name),
+            label=f"RegNetY-{_gf.upper()}",
+        )
+    )
+register(ModelSpec("resnet50", "cnn", "timm", 224, "4gf", "timm resnet50", dict(timm_name="resnet50"), "ResNet-50"))
 register(
     ModelSpec(
         "cnn_tiny",
@@ -119,12 +139,16 @@ register(
         "tiny",
         "RegNetY-style CNN for small images (4 stages, SE)",
         dict(depth=6, w0=24, wa=24.0, wm=2.0, group_size=8, se_ratio=0.25, stem_width=24),
+        label="CNN tiny",
     )
 )
 
 
-def _register_layouts(prefix: str, image_size: int, size: str, depths: Dict[str, Sequence[int]], **common) -> None:
-    """Register the conv/attention layouts of one CoAtNet (e.g. `cccc` -> block_type C, C, C, C)."""
+def _register_layouts(
+    prefix: str, shown: str, image_size: int, size: str, depths: Dict[str, Sequence[int]], **common
+) -> None:
+    """Register the conv/attention layouts of one CoAtNet (e.g. `cccc` -> block_type C, C, C, C), shown
+    as `shown` and the layout (CoAtNet-0 C-C-C-C)."""
     for layout, stage_depths in depths.items():
         register(
             ModelSpec(
@@ -135,6 +159,7 @@ def _register_layouts(prefix: str, image_size: int, size: str, depths: Dict[str,
                 size,
                 f"CoAtNet layout {'-'.join(layout.upper())}, stage depths {list(stage_depths)}",
                 dict(common, block_type=tuple(layout.upper()), depths=tuple(stage_depths)),
+                label=f"{shown} {'-'.join(layout.upper())}",
             )
         )
 
@@ -145,6 +170,7 @@ def _register_layouts(prefix: str, image_size: int, size: str, depths: Dict[str,
 # `cctt` is CoAtNet-0 itself. Counted FLOPs are within 3% of CoAtNet-0 (tests/trainers/test_coatnet.py).
 _register_layouts(
     "coatnet_0",
+    "CoAtNet-0",
     224,
     "4gf",
     {"cccc": (2, 3, 9, 2), "ccct": (2, 3, 8, 2), "cctt": (2, 3, 5, 2), "cttt": (2, 1, 5, 2)},
@@ -155,13 +181,21 @@ _register_layouts(
 for _n, _size in ((0, "4gf"), (1, "8gf"), (2, "18gf"), (3, "36gf")):
     register(
         ModelSpec(
-            f"coatnet_{_n}", "coatnet", "coatnet", 224, _size, f"CoAtNet-{_n} (C-C-T-T)", dict(timm_cfg=f"coatnet_{_n}")
+            f"coatnet_{_n}",
+            "coatnet",
+            "coatnet",
+            224,
+            _size,
+            f"CoAtNet-{_n} (C-C-T-T)",
+            dict(timm_cfg=f"coatnet_{_n}"),
+            label=f"CoAtNet-{_n}",
         )
     )
 # Tiny twins for 32 px images, by the same rules: CoAtNet-0's widths / 3 (heads stay 32 wide), about half its
 # blocks, and a stride-1 stem so S1..S4 see 16, 8, 4 and 2 px (224 px: 56..7); FLOPs within 5% of each other.
 _register_layouts(
     "coatnet_tiny",
+    "CoAtNet tiny",
     32,
     "tiny",
     {"cccc": (1, 2, 5, 1), "ccct": (1, 2, 4, 1), "cctt": (1, 2, 3, 1), "cttt": (1, 1, 3, 1)},
@@ -182,6 +216,7 @@ register(
         "4gf",
         "ViT_REL: patch 16, 384 wide, 11 blocks",
         dict(dim=384, depth=11, patch=16),
+        label="ViT-REL",
     )
 )
 register(
@@ -193,5 +228,6 @@ register(
         "tiny",
         "ViT_REL tiny twin: patch 8, 128 wide, 9 blocks",
         dict(dim=128, depth=9, patch=8),
+        label="ViT-REL tiny",
     )
 )

@@ -68,7 +68,11 @@ ADAMW_10 = STUDY[(STUDY["optimizer"] == "adamw") & (STUDY["epochs"] == 10)]
 # figure name: (its table of the study, its renderer with the options the report gives, a column it draws)
 FIGURES = {
     "delta_edf": (lambda: delta_edf_table(ADAMW_10, "final"), delta_edf_figure, "delta"),
-    "hp_scatter": (lambda: hp_scatter_table(STUDY, "final"), lambda table: hp_scatter_figure(table, {}), "error"),
+    "hp_scatter": (
+        lambda: hp_scatter_table(STUDY, "final"),
+        lambda table, **kw: hp_scatter_figure(table, {}, **kw),
+        "error",
+    ),
     "error_vs_epochs": (lambda: error_vs_epochs_table(STUDY, "final"), error_vs_epochs_figure, "error"),
     "delta_error_vs_epochs": (lambda: delta_error_vs_epochs_table(STUDY, "final"), delta_error_vs_epochs_figure, "gap"),
     "expected_best": (lambda: expected_best_table(STUDY, "final", n_boot=20), expected_best_figure, "expected_best"),
@@ -115,7 +119,7 @@ def test_a_renderer_draws_the_numbers_and_the_metric_of_its_table(name):
     new = edited[column].iloc[0]
     assert not np.isclose(_drawn(figure(table)), new).any()
     assert np.isclose(_drawn(figure(edited)), new).any()
-    assert figure(table.assign(metric="as the table says")).get_suptitle().endswith("metric: as the table says")
+    assert figure(table.assign(metric="as the table says")).fig.get_suptitle().endswith("metric: as the table says")
 
 
 def _sorted(frame: pd.DataFrame, by) -> pd.DataFrame:

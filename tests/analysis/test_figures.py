@@ -44,11 +44,12 @@ def test_importing_and_plotting_leave_global_rcparams_alone(tmp_path):
 
 
 def _line_styles(fig):
-    """(colour, line style) of each model's line in a figure, by the model named in its label."""
+    """(colour, line style, marker) of each model's line in a figure, by the model named in its label."""
     return {
-        line.get_label().split(" ")[0]: (to_hex(line.get_color()), line.get_linestyle())
+        line.get_label().split(" (")[0]: (to_hex(line.get_color()), line.get_linestyle(), line.get_marker())
         for ax in fig.axes
         for line in ax.get_lines()
+        if not line.get_label().startswith("_")
     }
 
 
@@ -56,10 +57,10 @@ def test_model_styles_are_fixed_distinct_and_grayscale_safe():
     trials = make_trials(n=6)
     together = _line_styles(delta_edf_figure(edf_table(trials)))
     alone = _line_styles(delta_edf_figure(edf_table(trials[trials["model"] == "vit_c_tiny"])))
-    assert alone["vit_c_tiny"] == together["vit_c_tiny"]  # a model's style does not depend on the others
-    assert set(together) == {"vit_p_tiny", "vit_c_tiny", "cnn_tiny"}
-    assert len({colour for colour, _ in together.values()}) == 3
-    assert len({line for _, line in together.values()}) == 3  # one line style per family: no colour needed
+    assert alone["ViT-C tiny"] == together["ViT-C tiny"]  # a model's style does not depend on the others
+    assert set(together) == {"ViT-P tiny", "ViT-C tiny", "CNN tiny"}  # catalogue names, not identifiers
+    assert len({colour for colour, _, _ in together.values()}) == 3
+    assert len({line for _, line, _ in together.values()}) == 3  # one line style per family: no colour needed
     styles = {m: model_style(m) for m in ("vit_p_tiny", "vit_c_tiny", "cnn_tiny", "vit_p_1gf", "regnety_1gf")}
     assert {s["color"] for s in styles.values()} <= set(PALETTE.values())
     assert styles["vit_p_1gf"]["linestyle"] == styles["vit_p_tiny"]["linestyle"] != styles["cnn_tiny"]["linestyle"]

@@ -10,7 +10,7 @@ import pytest
 import yaml
 from scipy import stats
 
-from hpstudy.analysis.findings import findings, findings_table, fmt_p
+from hpstudy.analysis.findings import claims_table, findings, findings_table, fmt_p, sig3
 from hpstudy.analysis.gaps import optimizer_gap
 from hpstudy.analysis.inference import ks_detectable, trials_for_ks
 from hpstudy.analysis.stats import good_ranges
@@ -105,7 +105,7 @@ def test_a_known_ordering_gives_the_dominance_sentence_with_its_numbers():
         "2 tests at α = 0.05 each (Δ-EDF permutation KS test, α/2 per direction (1), exact bootstrap of the "
         "best, calibrated (1)): 1 decided, 1 still decided after Holm"
     )
-    assert fmt_p(8.2e-5) == "p = 8e-5" and fmt_p(0.0123) == "p = 0.012" and fmt_p(0.43) == "p = 0.43"
+    assert fmt_p(8.2e-5) == "p < 0.001" and fmt_p(0.0123) == "p = 0.012" and fmt_p(0.43) == "p = 0.43"
 
 
 @pytest.mark.slow  # power simulations at growing n
@@ -397,3 +397,33 @@ def test_a_seed_only_report_shows_seed_statistics_not_lr_wd_outputs(tmp_path):
             finding["p_holm"]
         )
         assert row["verdict_holm"] == finding["verdict_holm"]
+
+
+def test_the_claims_table_states_each_pair_finding_of_vit_p_and_vit_c_with_its_interval_and_verdict():
+    cells = {
+        ("vit_p_tiny", "adamw", 6): P_ERR,
+        ("vit_p_tiny", "sgd", 6): [e + 30 for e in P_ERR],
+        ("vit_c_tiny", "adamw", 6): C_ERR,
+        ("vit_c_tiny", "sgd", 6): [e + 0.1 * (i % 2) for i, e in enumerate(C_ERR)],
+    }
+    found = findings(_rows(cells))
+    claims = claims_table(found).set_index("claim")
+    (gap,) = _of(found, "optimizer_gap_pair", "vit_p_tiny", "vit_c_tiny")
+    row = claims.loc["2. optimizer stability (Fig 3)"]
+    assert row["models"] == "ViT-P tiny vs ViT-C tiny" and row["cell"] == "6 ep"
+    assert row["this study"] == f"{sig3(gap.statistic)} pts [{sig3(gap.ci[0])}, {sig3(gap.ci[1])}]"
+    assert row["verdict"] == ("reproduced" if gap.verdict_holm == "b_better" else "not decided")
+    assert row["p, Holm"] == fmt_p(gap.p_holm)
+    assert set(claims.index) >= {"1. lr/wd stability (Figs 5-6)", "2. optimizer stability (Fig 3)"}
+    assert claims_table(findings(_rows({k: v for k, v in cells.items() if k[0] == "vit_c_tiny"}))).empty
+
+
+def test_numbers_are_shown_to_three_significant_figures_without_e_notation():
+    assert [sig3(v) for v in (57.22, 0.012345, 1234.5, -0.8333, 2.977e-5)] == [
+        "57.2",
+        "0.0123",
+        "1230",
+        "-0.833",
+        "0.0000298",
+    ]
+    assert sig3(float("nan")) == "–" and fmt_p(2.977e-12) == "p < 0.001"

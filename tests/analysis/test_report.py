@@ -60,6 +60,11 @@ def report(tmp_path_factory):
     return page, json.load(open(out / "report.json"))
 
 
+def _shown_p(p: float) -> str:
+    """A p as a table shows it: < 0.001, else two significant figures (two decimals from 0.1)."""
+    return "< 0.001" if p < 0.001 else f"{p:.2g}" if p < 0.1 else f"{p:.2f}"
+
+
 def _cells(page: str, section: str):
     """The body rows of the table in one section of the page, as the strings it shows."""
     body = page.split(f'<section id="{section}">', 1)[1].split("</section>", 1)[0]
@@ -81,9 +86,9 @@ def test_the_summary_counts_by_status_and_the_diverged_share_is_of_the_counted_t
     """vit_c_tiny AdamW: 2 ok, 1 diverged, 1 failed: 3 counted, 1 of them diverged (33.33%, not 1 of 4);
     errors 20, 22, 90: median 22, mean 44, sd sqrt(((-24)^2 + (-22)^2 + 46^2) / 2) = sqrt(1588)."""
     page, data = report
-    sd = f"{math.sqrt(1588):.4g}"
+    sd = f"{math.sqrt(1588):.3g}"  # 3 significant figures
     assert _cells(page, "summary") == [
-        ["vit_c_tiny", "adamw", "2", "seeds", "3", "1", "2", "1", "1", "33.33", "20", "22", "44", sd, "–", "–"],
+        ["vit_c_tiny", "adamw", "2", "seeds", "3", "1", "2", "1", "1", "33.3", "20", "22", "44", sd, "–", "–"],
         ["vit_c_tiny", "sgd", "2", "seeds", "3", "1", "4", "0", "0", "0", "21", "23", "23", "2", "–", "–"],
         ["vit_p_tiny", "adamw", "2", "seeds", "3", "1", "3", "0", "1", "0", "10", "11", "11", "1", "–", "–"],
         ["vit_p_tiny", "sgd", "2", "seeds", "3", "0", "3", "0", "0", "0", "12.5", "13.5", "13.5", "1", "–", "–"],
@@ -135,7 +140,7 @@ def test_the_findings_tables_show_welch_t_from_scipy_and_holm_over_the_five_test
 
     def row(name, estimate, verdict, verdict_holm, diverged, left_out):
         ci = tests[name].confidence_interval(0.95)
-        numbers = [f"{estimate:.4g} [{ci.low:.4g}, {ci.high:.4g}]", "95", f"{p[name]:.4g}", f"{holm[name]:.4g}"]
+        numbers = [f"{estimate:.3g} [{ci.low:.3g}, {ci.high:.3g}]", "95", _shown_p(p[name]), _shown_p(holm[name])]
         return [*numbers, verdict, verdict_holm, "3/3", diverged, left_out]
 
     assert _cells(page, "optimizer_gap") == [
@@ -170,3 +175,13 @@ def test_the_findings_tables_show_welch_t_from_scipy_and_holm_over_the_five_test
     )
     for f in [scope, *found]:
         assert html.escape(f["sentence"]) in page
+
+
+def test_the_page_opens_with_the_claims_and_folds_the_findings_unbolded(report):
+    page, _ = report
+    assert page.index('id="claims"') < page.index('id="findings"') < page.index('id="figures"')
+    claims = _cells(page, "claims")
+    assert claims and all(row[0].startswith(("1.", "2.", "3.", "4.")) for row in claims)
+    assert {row[-1] for row in claims} <= {"reproduced", "contradicted", "not decided", "mixed (the Δ-EDFs cross)"}
+    findings = page.split('<section id="findings">', 1)[1].split("</section>", 1)[0]
+    assert findings.count("<details>") >= 2 and "font-weight" not in page and "<b>" not in findings
