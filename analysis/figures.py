@@ -21,7 +21,7 @@ import json
 import os
 import textwrap
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple, TypedDict, Union
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, TypedDict, Union, cast
 
 import matplotlib
 import numpy as np
@@ -40,8 +40,6 @@ from hpstudy.trainers.zoo import SIZE_ORDER, display_name, get_spec, list_models
 STYLE = os.path.join(os.path.dirname(__file__), "hpstudy.mplstyle")
 SIZES = {"column": 3.4, "text": 7.0}  # preset widths in inches: a journal's column and text width
 PNG_DPI = 300
-# what the saved files need whatever the style: Type-42 fonts (no Type 3), salted SVG ids
-SAVE_RC = {"pdf.fonttype": 42, "ps.fonttype": 42, "svg.hashsalt": "hpstudy"}
 OKABE_ITO = {
     "blue": "#0072B2",
     "sky": "#56B4E9",
@@ -96,13 +94,10 @@ class ModelStyle(TypedDict):
 
 @dataclass(frozen=True)
 class Plot:
-    """A drawn figure and the rows it drew; reads as its figure (`plot.savefig`, `plot.get_suptitle`)."""
+    """A drawn figure and the rows it drew."""
 
     fig: Figure
     data: pd.DataFrame
-
-    def __getattr__(self, name: str):
-        return getattr(self.fig, name)
 
 
 def model_style(model: str) -> ModelStyle:
@@ -175,16 +170,16 @@ def _title(fig: Figure, table: pd.DataFrame, *lines: str) -> None:
     fig.suptitle("\n".join(textwrap.fill(line, width) for line in lines))
 
 
-def _legend(fig: Figure, axes: Sequence[Axes]) -> None:
+def _legend(fig: Figure, axes: Iterable[Axes]) -> None:
     """One legend for the figure, outside every axes (below them), each label once."""
-    handles: Dict[str, object] = {}
+    handles: Dict[str, Any] = {}
     for ax in axes:
         for handle, label in zip(*ax.get_legend_handles_labels()):
             handles.setdefault(label, handle)
     if handles:
         longest = max(len(label) for label in handles) + 5  # characters, with the line sample
         cols = max(1, min(len(handles), int(fig.get_figwidth() * 14 // longest)))  # 7 pt: ~14 per inch
-        fig.legend(handles.values(), handles.keys(), loc="outside lower center", ncols=cols)
+        fig.legend(list(handles.values()), list(handles), loc="outside lower center", ncols=cols)
 
 
 def save_figure(fig: Union[Figure, Plot], out_dir: str, name: str, data: pd.DataFrame, meta: Dict) -> Dict[str, str]:
@@ -201,15 +196,17 @@ def save_figure(fig: Union[Figure, Plot], out_dir: str, name: str, data: pd.Data
     os.makedirs(out_dir, exist_ok=True)
     stem = os.path.join(out_dir, name)
     dated = "SOURCE_DATE_EPOCH" in os.environ
-    paths = {}
-    with matplotlib.rc_context(SAVE_RC):
+    paths, figure = {}, fig.fig if isinstance(fig, Plot) else fig
+    with matplotlib.rc_context(
+        {"pdf.fonttype": 42, "ps.fonttype": 42, "svg.hashsalt": "hpstudy"}
+    ):  # whatever the style
         for ext, metadata in (
             ("pdf", {} if dated else {"CreationDate": None}),
             ("svg", {} if dated else {"Date": None}),
             ("png", {}),
         ):
             paths[ext] = f"{stem}.{ext}"
-            fig.savefig(paths[ext], metadata=metadata, dpi=PNG_DPI)
+            figure.savefig(paths[ext], metadata=metadata, dpi=PNG_DPI)
     data.to_csv(f"{stem}.csv", index=False, float_format="%.6g")
     paths["csv"] = f"{stem}.csv"
     with open(f"{stem}.json", "w") as f:
@@ -264,7 +261,7 @@ def delta_edf_table(trials: pd.DataFrame, metric: str = DEFAULT_METRIC) -> pd.Da
     return edf_table(trials, by=["optimizer", "epochs", "model"], metric=metric, reference="min")
 
 
-def _band(ax: Axes, x, lo, hi, style: Dict, step: bool) -> None:
+def _band(ax: Axes, x, lo, hi, style: Mapping[str, Any], step: bool) -> None:
     """A band as its two outlines, thin, in the series' colour and line style (grayscale-safe)."""
     for edge in (lo, hi):
         ax.plot(
@@ -423,7 +420,7 @@ def delta_error_vs_epochs_figure(table: pd.DataFrame, size: Optional[str] = None
     if ax is None:
         fig, axes = _grid(1, size, None)
         ax = axes[0]
-    fig = ax.get_figure()
+    fig = cast(Figure, ax.get_figure())
     for (model, opt), group in table.groupby(["model", "optimizer"]):
         ax.plot(group["epochs"], group["gap"], label=f"{display_name(model)} ({_opt(opt)})", **series_style(model, opt))
     ax.axhline(0, color="0.6", linewidth=0.5)

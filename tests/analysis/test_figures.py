@@ -55,8 +55,8 @@ def _line_styles(fig):
 
 def test_model_styles_are_fixed_distinct_and_grayscale_safe():
     trials = make_trials(n=6)
-    together = _line_styles(delta_edf_figure(edf_table(trials)))
-    alone = _line_styles(delta_edf_figure(edf_table(trials[trials["model"] == "vit_c_tiny"])))
+    together = _line_styles(delta_edf_figure(edf_table(trials)).fig)
+    alone = _line_styles(delta_edf_figure(edf_table(trials[trials["model"] == "vit_c_tiny"])).fig)
     assert alone["ViT-C tiny"] == together["ViT-C tiny"]  # a model's style does not depend on the others
     assert set(together) == {"ViT-P tiny", "ViT-C tiny", "CNN tiny"}  # catalogue names, not identifiers
     assert len({colour for colour, _, _ in together.values()}) == 3
@@ -86,7 +86,7 @@ def test_every_figure_renders_with_its_numbers_and_states_the_metric(tmp_path):
         "best": (curves_fig, curves),
     }
     for name, (fig, data) in figures.items():
-        assert "metric: paper = ema_best" in fig.get_suptitle(), name
+        assert "metric: paper = ema_best" in fig.fig.get_suptitle(), name
         paths = save_figure(fig, str(tmp_path), name, data, {"n": len(data), "reference": "min", "metric": "paper"})
         for ext in ("pdf", "svg", "png", "csv", "json"):
             assert os.path.getsize(paths[ext]) > 200, (name, ext)

@@ -290,7 +290,7 @@ def _store(root, trials):
 
 
 @pytest.mark.slow
-def test_report_opens_with_findings_and_report_json_carries_them(tmp_path):
+def test_report_opens_with_the_claims_then_findings_and_report_json_carries_them(tmp_path):
     from hpstudy.analysis.report import build_report
 
     store = str(tmp_path / "store")
@@ -300,7 +300,8 @@ def test_report_opens_with_findings_and_report_json_carries_them(tmp_path):
         warnings.simplefilter("ignore")
         page = build_report(*load_study(store, "gen"), str(tmp_path / "rep"))
     html = open(page).read()
-    assert html.index("<h2>Findings</h2>") < html.index("<h2>Status</h2>") < html.index("<h2>Summary per cell")
+    order = ["<h2>The paper&#x27;s claims</h2>", "<h2>Status</h2>", "<h2>Findings</h2>", "<h2>Summary per cell"]
+    assert [html.index(heading) for heading in order] == sorted(html.index(heading) for heading in order)
     report = json.load(open(tmp_path / "rep" / "report.json"))
     kinds = [f["kind"] for f in report["findings"]]
     assert kinds[0] == "scope" and "edf_pair" in kinds and "peak" in kinds
