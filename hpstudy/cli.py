@@ -48,7 +48,7 @@ def add_run_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument(
         "--config", default=DEFAULT_CONFIG, help="study spec: a YAML path or a bundled name (default: demo_digits)"
     )
-    p.add_argument("--store", default="./results", help="store root: a path or s3://, gs:// URI")
+    p.add_argument("--store", default="./results", help="store root: a path or s3://, gs:// URI (default: ./results)")
     p.add_argument(
         "--address", default=None, help="Ray address ('auto' inside a cluster); default: start a local Ray on loopback"
     )
@@ -81,13 +81,13 @@ def add_run_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         help="effective TFLOP/s per trial for the dry-run time estimate "
         "(default: 100 with a GPU per trial, 0.02 on CPU)",
     )
-    p.add_argument("--progress-interval", type=float, default=10.0, help="seconds between status lines")
+    p.add_argument("--progress-interval", type=float, default=10.0, help="seconds between status lines (default: 10)")
     p.add_argument(
         "--compact-every",
         type=int,
         default=1000,
         help="merge the study's per-trial files into one every N stored trials during the run "
-        "(it is also done before and after the run); 0: only before and after (default 1000)",
+        "(it is also done before and after the run); 0: only before and after (default: 1000)",
     )
     p.add_argument(
         "--gpu-memory-gb",
@@ -100,7 +100,7 @@ def add_run_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 def add_store_args(p: argparse.ArgumentParser, study_required: bool = False) -> argparse.ArgumentParser:
     """--store and --study of the commands that read a store (and --debug)."""
-    p.add_argument("--store", default="./results", help="store root: a path or a URI")
+    p.add_argument("--store", default="./results", help="store root: a path or a URI (default: ./results)")
     p.add_argument("--study", required=study_required, default=None, help="the study (its name in the spec)")
     return add_debug_arg(p)
 
@@ -170,11 +170,8 @@ def parser() -> argparse.ArgumentParser:
         )
     )
     query.add_argument("expr", help=f"a filter over the trials' columns: {QUERY_LANGUAGE}")
-    query.add_argument(
-        "--columns",
-        default="study,model,optimizer,epochs,lr,wd,status,top1_err",
-        help="the columns to print, comma-separated",
-    )
+    columns = "study,model,optimizer,epochs,lr,wd,status,top1_err"
+    query.add_argument("--columns", default=columns, help=f"the columns to print, comma-separated (default: {columns})")
     add_store_args(
         command(
             "compact",
@@ -196,11 +193,21 @@ def parser() -> argparse.ArgumentParser:
         required=True,
         help="output folder (local disk of the node): missing, empty or an earlier preparation (replaced)",
     )
-    prepare.add_argument("--train-size", type=int, default=256, help="side of the stored training squares")
     prepare.add_argument(
-        "--image-size", type=int, default=224, help="the trials' image size (validation images are stored at it)"
+        "--train-size", type=int, default=256, help="side of the stored training squares (default: 256)"
     )
-    prepare.add_argument("--workers", type=int, default=os.cpu_count(), help="decoding processes")
+    prepare.add_argument(
+        "--image-size",
+        type=int,
+        default=224,
+        help="the trials' image size (validation images are stored at it; default: 224)",
+    )
+    prepare.add_argument(
+        "--workers",
+        type=int,
+        default=os.cpu_count(),
+        help=f"decoding processes (default: {os.cpu_count()}, this machine's CPUs)",
+    )
     prepare.add_argument(
         "--verify-content",
         action="store_true",

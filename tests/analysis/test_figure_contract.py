@@ -220,7 +220,8 @@ def _draw(name: str, size: str) -> Figure:
     return FIGURES[name][1](TABLES[name], size=size).fig
 
 
-@pytest.mark.parametrize("size", sorted(SIZES))
+# the column preset (2 s) in the slow tier: the text preset checks the same code in the fast tier
+@pytest.mark.parametrize("size", [pytest.param("column", marks=pytest.mark.slow), "text"])
 def test_every_figure_is_its_preset_width_with_no_text_below_7_pt(size):
     with matplotlib.style.context(STYLE):
         for name in FIGURES:
@@ -273,3 +274,44 @@ def test_a_delta_edf_ends_its_x_axis_before_the_diverged_and_counts_them():
     assert kept["delta"].max() <= ax.get_xlim()[1] < table["delta"].max()
     labels = [t.get_text() for t in plot.fig.legends[0].get_texts()]
     assert all("diverged: 1/4 at chance" in label for label in labels) and "ViT-C tiny" in labels[0] + labels[1]
+
+
+def _words(text: str) -> str:
+    """A title without its whitespace: the words as written, wherever the figure's width wrapped them."""
+    return "".join(text.split())
+
+
+@pytest.mark.parametrize(
+    "name, says",
+    [
+        ("delta_edf", "Δ-EDF of lr/wd trials, AdamW, 10 epochs, n = 4 per model, DKW 95% bands"),
+        (  # vit_c_tiny lost its failed trial: 15 counted, cnn_tiny 16
+            "hp_scatter",
+            "Top-1 error against lr, wd and lr·wd, AdamW, SGD, 5, 10 epochs, n = 15-16 trials per model; "
+            "shaded: good ranges",
+        ),
+    ],
+    ids=["equal_n", "n_range"],
+)
+def test_a_title_names_the_optimizers_epochs_and_the_range_of_trials_per_model(name, says):
+    assert _words(_draw(name, "text").get_suptitle()) == _words(f"{says} metric: final")
+
+
+def test_a_band_is_drawn_over_the_same_x_as_its_line():
+    """Each band outline (label `_band`) follows the line drawn before it: the Δs of a Δ-EDF, the k of an
+    expected best (1..n, twice per model: its two outlines)."""
+    drawn = {name: _draw(name, "text") for name in ("delta_edf", "expected_best")}
+    for name, fig in drawn.items():
+        for ax in fig.axes:
+            line = None
+            for artist in ax.get_lines():
+                if artist.get_label() != "_band":
+                    line = artist
+                    continue
+                np.testing.assert_array_equal(artist.get_xdata(), line.get_xdata(), err_msg=name)
+    curves = TABLES["expected_best"]
+    for ax in drawn["expected_best"].axes:
+        bands = [line.get_xdata() for line in ax.get_lines() if line.get_label() == "_band"]
+        counts = curves[curves["optimizer"] == ax.get_title().lower()].groupby("model")["k"].max()
+        assert sorted(len(x) for x in bands) == sorted(2 * list(counts))
+        assert all(list(x) == list(range(1, len(x) + 1)) for x in bands)

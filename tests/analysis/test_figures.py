@@ -1,5 +1,6 @@
 import json
 import os
+import re
 from datetime import datetime
 
 import matplotlib
@@ -9,7 +10,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from matplotlib.colors import to_hex
+from matplotlib.figure import Figure
 
+import hpstudy.analysis.report as report_module
 from hpstudy.analysis.edf import edf_table
 from hpstudy.analysis.figures import (
     PALETTE,
@@ -196,10 +199,65 @@ def _one_trial_each(models):
 
 @pytest.mark.parametrize("models, drawn", [(("vit_c_tiny", "vit_c_1gf"), False), (("vit_c_tiny", "cnn_tiny"), True)])
 def test_the_generalization_figure_is_drawn_only_across_families(tmp_path, models, drawn):
-    """CoAtNet's generalization-vs-capacity split compares families: one family alone has nothing to split."""
-    build_report(_one_trial_each(models), pd.DataFrame(), None, str(tmp_path))
+    """CoAtNet's generalization-vs-capacity split compares families: one family alone has nothing to split.
+    Drawn, it is on the requested metric (`final`: top1_err 20, 21; the default would be best_top1_err)."""
+    build_report(_one_trial_each(models), pd.DataFrame(), None, str(tmp_path), metric="final")
     assert os.path.exists(tmp_path / "generalization.svg") == drawn
     assert ("Generalization vs capacity" in open(tmp_path / "index.html").read()) == drawn
+    if drawn:
+        trained = pd.read_csv(tmp_path / "generalization.csv")
+        assert trained["error"].tolist() == [20.0, 21.0] and set(trained["metric"]) == {"final"}
+
+
+# errors of two vit_p_tiny AdamW trials at 1 epoch (two lr/wd samples) and at 2 epochs (one lr/wd, two seeds)
+TWO_LENGTHS = {1: [30.0, 34.0], 2: [25.0, 27.0]}
+
+
+def _two_lengths() -> pd.DataFrame:
+    """TWO_LENGTHS as trials: `final` (top1_err) as given, `paper` (best_top1_err) a point below it."""
+    return pd.DataFrame(
+        [
+            {
+                "study": "gen",
+                "trial_key": f"{epochs}-{i}",
+                "model": "vit_p_tiny",
+                "family": "vit_p",
+                "optimizer": "adamw",
+                "epochs": epochs,
+                "lr": 1e-3 * 10 ** (i if epochs == 1 else 0),
+                "wd": 0.05,
+                "seed": i,
+                "status": "ok",
+                "top1_err": err,
+                "best_top1_err": err - 1,
+                "wall_s": 1.0,
+            }
+            for epochs, errors in TWO_LENGTHS.items()
+            for i, err in enumerate(errors)
+        ]
+    )
+
+
+def test_a_report_draws_lr_wd_figures_of_sampled_cells_only_each_stating_its_cell_and_the_metric(tmp_path, monkeypatch):
+    """Which figures a report makes and what each one's JSON says, on the requested metric (`final`, not
+    the default); each figure is saved as a blank page here (how they look: test_figure_contract)."""
+    monkeypatch.setattr(report_module, "save_figure", lambda fig, *args: save_figure(Figure(figsize=(1, 1)), *args))
+    page = open(build_report(_two_lengths(), pd.DataFrame(), None, str(tmp_path), metric="final")).read()
+    assert re.findall(r'<figure id="([^"]+)">', page) == [
+        "delta_edf_adamw_1ep",  # the sampled cell only: 2 epochs ran one lr/wd
+        "hp_scatter_adamw",
+        "error_vs_epochs",
+        "delta_error_vs_epochs",
+        "expected_best",
+    ]
+    assert "Every cell ran one lr/wd over seeds" not in page  # one of the two sampled lr/wd
+    meta = {name: json.load(open(tmp_path / f"{name}.json")) for name in ("delta_edf_adamw_1ep", "hp_scatter_adamw")}
+    edf = meta["delta_edf_adamw_1ep"]
+    assert (edf["optimizer"], edf["epochs"], edf["n_per_model"]) == ("adamw", 1, 2)
+    assert edf["band"] == "DKW 95% simultaneous" and edf["metric"] == "final"
+    assert [row["error"] for row in meta["hp_scatter_adamw"]["data"]] == TWO_LENGTHS[1]
+    best = pd.read_csv(tmp_path / "error_vs_epochs.csv")  # the best of each cell's two errors
+    assert best[["epochs", "error"]].values.tolist() == [[1, 30], [2, 25]] and set(best["metric"]) == {"final"}
 
 
 def test_source_date_epoch_is_honoured(tmp_path, monkeypatch):

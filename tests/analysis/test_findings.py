@@ -215,6 +215,28 @@ def test_seed_cells_are_tested_on_their_means_by_welch_t():
     assert peak.verdict == "b_better" and peak.sentence.startswith("vit_c_tiny reaches a lower error than vit_p_tiny")
 
 
+def test_an_undecided_peak_says_so_and_what_difference_80_percent_power_needs():
+    """Seeds 10, 11, 12 against 10.5, 11.5, 12.5 (sd 1, n 3): Welch p 0.57, undecided; the difference
+    found 80% of the time at this spread is 3.07 points (Student's t, df 4: test_inference)."""
+    cells = {("vit_p_tiny", "adamw", 8): _seeds(10, 1.0), ("vit_c_tiny", "adamw", 8): _seeds(10.5, 1.0)}
+    (peak,) = _of(findings(_rows(cells)), "peak", "vit_p_tiny", "vit_c_tiny")
+    assert peak.verdict == "inconclusive" and peak.p == pytest.approx(0.57, abs=0.005)
+    assert peak.sentence.startswith("vit_p_tiny vs vit_c_tiny peak error (AdamW, 8 ep): inconclusive at this n: ")
+    assert peak.sentence.endswith("; detectable at 80% power: |difference| ≥ 3.07 points at these seeds' spread")
+
+
+def test_a_length_gap_is_found_after_a_model_optimizer_with_a_single_length():
+    """vit_c_tiny has one AdamW length (no length gap there) and two SGD lengths: the SGD gap is still
+    found, mean 21 at 2 epochs - mean 11 at 8."""
+    cells = {
+        ("vit_c_tiny", "adamw", 8): _seeds(10, 1.0),
+        ("vit_c_tiny", "sgd", 2): _seeds(20, 1.0),
+        ("vit_c_tiny", "sgd", 8): _seeds(10, 1.0),
+    }
+    (gap,) = _of(findings(_rows(cells)), "length_gap", "vit_c_tiny")
+    assert gap.cell == {"optimizer": "sgd", "epochs": 2} and gap.statistic == pytest.approx(10.0)
+
+
 @pytest.mark.parametrize("shift, verdict", [(2.5, "adamw_better"), (2.0, "inconclusive")])
 def test_welch_decides_two_sided_at_alpha(shift, verdict):
     """Seeds 10, 11, 12 (AdamW) against the same shifted by 2.5 or 2 (SGD): sd 1 each, df 4, two-sided

@@ -8,7 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hpstudy.analysis.gaps import ema_gain, peak_table
+from hpstudy.analysis.gaps import ema_gain, optimizer_gap, peak_table
+from hpstudy.analysis.metric import LeftOutWarning
 
 pytestmark = pytest.mark.filterwarnings("ignore::hpstudy.analysis.metric.LeftOutWarning")
 
@@ -91,3 +92,24 @@ def test_the_noise_floor_pools_the_seed_variances_of_every_repeated_configuratio
         1,
     ]
     assert np.isnan(q["noise_floor"]) and [q["best_err"], q["lr"], q["n"], q["seeds"]] == [30.0, 3e-2, 2, 1]
+
+
+def test_optimizer_gap_names_a_model_whose_trials_were_all_left_out():
+    """Model b's one SGD trial failed and its AdamW one has no finite error: b has no gap, and the
+    warning says why (model a: 12 - 10 = 2 points)."""
+    frame = pd.DataFrame(
+        {
+            "model": ["a"] * 4 + ["b"] * 2,
+            "optimizer": ["sgd", "sgd", "adamw", "adamw", "sgd", "adamw"],
+            "epochs": 10,
+            "status": ["ok"] * 4 + ["failed", "ok"],
+            "top1_err": [12.0, 13.0, 10.0, 11.0, NAN, math.inf],
+        }
+    )
+    with pytest.warns(
+        LeftOutWarning,
+        match=r"^optimizer_gap: left out 2 of 6 rows: 1 failed, 1 without a finite final error; "
+        r"model b, epochs 10: all 2 trials left out$",
+    ):
+        gap = optimizer_gap(frame, metric="final")
+    assert gap["model"].tolist() == ["a"] and gap.loc[0, "gap"] == 2.0

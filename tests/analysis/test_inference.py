@@ -22,6 +22,7 @@ from hpstudy.analysis.inference import (
     design_of,
     holm,
     ks_pair,
+    ks_power,
     min_law,
     null_raw_ps,
     welch,
@@ -81,6 +82,16 @@ def test_welch_detectable_difference_is_found_80_percent_of_the_time():
     assert power == pytest.approx(0.8, abs=0.025)
     assert welch_detectable([1.0, 1.0], [10, 1]) == float("inf")
     assert welch_detectable([0.0, 0.0], [10, 10]) == float("inf")
+
+
+def test_welch_detectable_at_equal_n_and_sd_is_students_t_at_80_percent_power():
+    """Equal n = 3 and sd 1: Welch-Satterthwaite's df is Student's n_a + n_b - 2 = 4, so Student's
+    pooled t (whose power is exact here) finds the detectable difference 80% of the time."""
+    delta = welch_detectable([1.0, 1.0], [3, 3])
+    rng = np.random.default_rng(7)
+    a, b = rng.standard_normal((4000, 3)), rng.standard_normal((4000, 3)) + delta
+    power = np.mean(stats.ttest_ind(a, b, axis=1).pvalue <= ALPHA)
+    assert power == pytest.approx(0.8, abs=0.02)
 
 
 # ---- holm, design, Test ---------------------------------------------------------------------------
@@ -173,6 +184,20 @@ def test_best_contrast_of_24_vs_24_apart_is_significant():
     assert flipped.ci == pytest.approx((-test.ci[1], -test.ci[0])) and flipped.p == test.p
 
 
+def test_best_interval_at_an_alpha_the_calibration_hits_exactly():
+    """At alpha = 200/4001, p = (1 + null raw ps at most raw) / 4001 is at most alpha exactly when at
+    most 199 of the 4,000 null raw ps are at most the raw p, i.e. the raw p is below the 200th
+    smallest, null[199]: the interval is at level 1 - null[199] (24 vs 24: null[198] < null[199])."""
+    rng = np.random.default_rng(8)
+    groups = [rng.standard_normal(24) + 1.0, rng.standard_normal(24)]
+    null = null_raw_ps((24, 24), SINGLE)
+    alpha = 200 / (CALIBRATION_STUDIES + 1)
+    assert null[198] < null[199]
+    test = best_contrast(groups, SINGLE, alpha=alpha)
+    assert test.level == pytest.approx(1 - null[199], abs=1e-15)
+    assert best_contrast(groups, SINGLE).level == test.level  # alpha = 0.05 falls between 200/4001 and 201/4001
+
+
 @pytest.mark.parametrize("rule", [best_contrast, welch], ids=["best", "welch"])
 @pytest.mark.parametrize("weights", [SINGLE, PAIR], ids=["two groups", "four groups"])
 @pytest.mark.parametrize("n", [5, 8, 24])
@@ -244,6 +269,13 @@ def test_delta_edf_test_counts_permutations_exactly():
     assert shifted.test.estimate == 0.0 and shifted.test.p == 1.0
     # 3 vs 3: 2 of C(6, 3) = 20 splits at best, both directions: the design cannot reach 5%
     assert ks_pair(np.arange(3.0), np.arange(3.0) * 5).test.floor == pytest.approx(0.1)
+
+
+def test_ks_power_is_the_share_of_simulated_studies_decided():
+    """A power is a probability: b's errors 20 times as spread as a's (D = 0.95) at 10 vs 10 are
+    decided in most of 100 studies, and in no more than all of them."""
+    power = ks_power(0.95, (10, 10), n_sim=100)
+    assert 0.5 < power <= 1.0 and power * 100 == round(power * 100)
 
 
 # ---- the seeded helpers ----------------------------------------------------------------------------

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from hpstudy.analysis.report import build_report
+from hpstudy.analysis.report import build_report, ranges_and_importance
 
 NAN, INF = float("nan"), float("inf")
 ERRORS = {  # (model, optimizer): (error, status) per seed, one lr/wd, 2 epochs
@@ -185,3 +185,84 @@ def test_the_page_opens_with_the_claims_and_folds_the_findings_unbolded(report):
     assert {row[-1] for row in claims} <= {"reproduced", "contradicted", "not decided", "mixed (the Δ-EDFs cross)"}
     findings = page.split('<section id="findings">', 1)[1].split("</section>", 1)[0]
     assert findings.count("<details>") >= 2 and "font-weight" not in page and "<b>" not in findings
+
+
+SECTIONS = [  # (id, title) of every section of a report page, in order
+    ("claims", "The paper's claims"),
+    ("status", "Status"),
+    ("findings", "Findings"),
+    ("figures", "Figures"),
+    ("summary", "Summary per cell"),
+    ("edf_pair", "Δ-EDFs, pairs of models (lr/wd stability; Figs 5-6)"),
+    ("optimizer_gap", "Optimizer gap per model (Fig 3)"),
+    ("optimizer_gap_pair", "Optimizer gap, pairs of models"),
+    ("length_gap", "Training-length gap per model (Fig 2)"),
+    ("length_gap_pair", "Training-length gap, pairs of models"),
+    ("peak", "Peak error over seeds, best configurations (Fig 7)"),
+    ("good_ranges", "Good lr/wd ranges and fANOVA importance"),
+    ("ema_gain", "EMA gain (best - EMA best, per trial as pycls, and of the bests)"),
+    ("left_out", "Trials left out (failed, or no finite error under the metric)"),
+    ("spec", "Spec"),
+]
+
+
+def _section(page: str, section: str) -> str:
+    """What one section of the page holds below its heading."""
+    return page.split(f'<section id="{section}">', 1)[1].split("</section>", 1)[0].split("</h2>", 1)[1]
+
+
+def test_the_contents_list_links_every_section_in_page_order(report):
+    page, _ = report
+    headings = re.findall(r'<section id="([^"]+)"><h2>(.*?)</h2>', page)
+    assert headings == [(key, html.escape(title)) for key, title in SECTIONS]
+    links = "".join(f'<li><a href="#{key}">{html.escape(title)}</a></li>' for key, title in SECTIONS)
+    assert f"<nav><ol>{links}</ol></nav>" in page
+
+
+def test_a_table_without_rows_says_why_and_seed_only_cells_draw_no_figure(report):
+    """One lr/wd per cell, one length, no EMA: no Δ-EDF pair, length gap, good range or EMA table, and
+    no figure; the status says these are seed statistics."""
+    page, _ = report
+    for key in ("edf_pair", "length_gap", "length_gap_pair", "good_ranges"):
+        assert _section(page, key) == "<p><em>not enough trials for this table yet</em></p>", key
+    assert _section(page, "ema_gain") == (
+        "<p><em>no trial has an EMA error: EMA was off (or the store predates best_ema_top1_err)</em></p>"
+    )
+    assert _section(page, "figures") == ""
+    assert (
+        "<p>Every cell ran one lr/wd over seeds: these are seed statistics (mean ± sd, Welch t), so no Δ-EDF, "
+        "good range or expected-best output is shown (they describe lr/wd robustness).</p>"
+    ) in _section(page, "status")
+
+
+def test_the_claims_say_their_verdicts_are_after_holm(report):
+    page, _ = report
+    assert _section(page, "claims").startswith(
+        "<p>Each row is a finding below on a ViT-P / ViT-C pair: its number with its interval, and its verdict "
+        "after Holm's adjustment over the report's tests.</p>"
+    )
+
+
+def test_fanova_importance_of_the_good_ranges_goes_to_the_hyperparameter_the_error_depends_on():
+    """Eight lr/wd samples whose error depends on wd only (lr crossed with it): wd carries most of the
+    normalized importances (they sum to 1), the same on every percentile row."""
+    log_wd = np.linspace(-3, -1, 8)
+    log_lr = np.array([-4, -2, -3.5, -2.5, -3, -2.25, -3.75, -2.75])  # no trend along wd
+    trials = pd.DataFrame(
+        {
+            "model": "vit_p_tiny",
+            "optimizer": "adamw",
+            "epochs": 2,
+            "lr": 10**log_lr,
+            "wd": 10**log_wd,
+            "seed": 0,
+            "status": "ok",
+            "top1_err": 10 + 4 * (log_wd + 2) ** 2,
+        }
+    )
+    table, ranges = ranges_and_importance(trials, "final")
+    assert list(ranges) == [("vit_p_tiny", "adamw")] and len(table) == len(ranges[("vit_p_tiny", "adamw")])
+    importance = table[["importance_lr", "importance_wd"]].drop_duplicates()
+    assert len(importance) == 1
+    lr, wd = importance.iloc[0]
+    assert lr + wd == pytest.approx(1) and wd > 2 * lr

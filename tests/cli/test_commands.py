@@ -10,9 +10,9 @@ import pyarrow.fs as pafs
 import pytest
 import yaml
 
-from hpstudy.analysis.report_folder import publish
+from hpstudy.analysis.report_folder import ReportError, publish
 from hpstudy.cli import hpstudy_main, run_edf_main
-from hpstudy.commands import fetch_hint, run_exit_code
+from hpstudy.commands import check_store_report_dir, fetch_hint, print_summary, run_exit_code
 from hpstudy.study.progress import ProgressPrinter, Tally
 from hpstudy.study.store import open_root, write_trial
 from hpstudy.study.store_read import load_trials
@@ -146,6 +146,45 @@ def test_status_counts_the_specs_rows_stored_ok_or_diverged_and_the_earlier_spec
         SUMMARY_HEADER,
         "cnn_tiny           1     1     0     0    30.00    30.00",
     ]
+
+
+def test_the_summary_lists_models_in_alphabetical_order(capsys):
+    trials = pd.DataFrame(
+        {
+            "model": ["vit_c_tiny", "cnn_tiny", "vit_c_tiny"],
+            "status": ["ok", "ok", "failed"],
+            "top1_err": [20.0, 5.0, None],
+        }
+    )
+    print_summary(trials)
+    assert capsys.readouterr().out.splitlines() == [
+        SUMMARY_HEADER,
+        "cnn_tiny           1     1     0     0     5.00     5.00",
+        "vit_c_tiny         2     1     0     1    20.00    20.00",
+    ]
+
+
+def test_status_of_a_study_counts_only_that_studys_rows(tmp_path, capsys):
+    store = str(tmp_path)
+    for study, key, err in [("s", "k0", 10.0), ("t", "k1", 30.0), ("t", "k2", 40.0)]:
+        write_trial(
+            store, study, stored_row(trial_key=key, model="cnn_tiny", optimizer="sgd", status="ok", top1_err=err)
+        )
+    assert hpstudy_main(["status", "--store", store, "--study", "s"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        SUMMARY_HEADER,
+        "cnn_tiny           1     1     0     0    10.00    10.00",
+    ]
+
+
+def test_a_report_folder_in_the_store_that_links_out_of_it_is_refused_before_a_run(tmp_path):
+    """<store>/reports a symbolic link to an empty folder elsewhere: a run would write through it."""
+    store, elsewhere = tmp_path / "store", tmp_path / "elsewhere"
+    store.mkdir()
+    elsewhere.mkdir()
+    (store / "reports").symlink_to(elsewhere)
+    with pytest.raises(ReportError, match=f"report folder in the store: '{store}/reports' is a symbolic link"):
+        check_store_report_dir(str(store), "s")
 
 
 @pytest.mark.parametrize(

@@ -39,6 +39,9 @@ def _plan(tmp_path, capsys, *flags):
 def test_the_plan_counts_a_failed_row_as_still_to_run_and_prices_each_schedule(tmp_path, capsys):
     out = _plan(tmp_path, capsys, "--assume-tflops", "1e-6")
     assert out[0].startswith("study hours: 8 trials, 7 to run (1 already stored); sampler sobol")
+    assert out[1] == (
+        "model          optimizer epochs trials to run  lr box                 wd box                  GFLOPs  trial-h"
+    )
     rows = {int(line.split()[2]): line.split() for line in out[2:4]}
     flops = model_profile("cnn_tiny", 10, 16)[0]
     hours = {e: todo * 6 * flops * DIGITS_TRAIN * e / 1e6 / 3600 for e, todo in ((1, 4), (3, 3))}
@@ -59,3 +62,11 @@ def test_a_cpu_trial_is_priced_at_0_02_tflops_by_default(tmp_path, capsys):
     assert out[4].endswith(
         f" trial-hours (3 x forward FLOPs x {DIGITS_TRAIN} images x epochs at 0.02 effective TFLOP/s per trial)"
     )
+
+
+def test_the_memory_plan_budgets_the_given_gpu_memory_times_the_trials_share(tmp_path, capsys):
+    raw = small_spec(name="half", models=["cnn_tiny"], resources={"cpu": 1, "gpu": 0.5})
+    raw["recipe"] = {k: v for k, v in raw["recipe"].items() if k != "device"}
+    argv = ["--config", write_spec(tmp_path, raw), "--store", str(tmp_path / "s"), "--dry-run", "--gpu-memory-gb", "80"]
+    assert run_edf_main(argv) == 0
+    assert "memory per trial (estimate; budget 40.0 GB = 80 GB GPU x 0.5 share):" in capsys.readouterr().out

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 import yaml
 
 from tests.helpers import REPO
@@ -82,6 +83,7 @@ def test_reading_a_prepared_spec_pins_its_digest_and_loads_nothing_heavy(tmp_pat
     assert result["heavy"] == []
 
 
+@pytest.mark.slow  # a subprocess that imports torch (4 s); the check itself runs in the fast tier
 def test_the_check_sees_torch_when_it_is_loaded():
     """The check can fail: torch loaded before the spec is read is reported."""
     result = heavy_after_loading(os.path.join(BUNDLED, "demo_digits.yaml"), before="import hpstudy.trainers.data")

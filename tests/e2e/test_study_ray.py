@@ -158,6 +158,8 @@ def test_fused_groups_store_k_rows_and_resume_per_member(local_ray, tmp_path, ca
     assert len(rows) == 4 and rows.loc[trials[0].key, "top1_err"] == 1.0  # not trained again
     trained = rows.drop(trials[0].key)
     assert set(trained["status"]) == {"ok"} and (trained["epochs_done"] == 1).all()
+    epochs = load_epochs(store, "fused")  # a fused member's epoch has no training error
+    assert epochs.loc[epochs["train_top1_err"].isna(), "trial_key"].nunique() >= 2  # a fused pair ran
     assert "3 to run" in capsys.readouterr().out
     # fuse: auto measures on a worker and reports what it decided
     auto = parse_spec(small_spec(name="auto", models=["cnn_tiny"], samples=2, fuse="auto"))

@@ -270,3 +270,28 @@ def test_a_stored_row_with_a_hostile_config_is_left_under_its_own_key(tmp_path, 
     assert [t.key for t in expand_for_store(spec, root)] == [t.key for t in expand(spec)]
     assert hpstudy_main(["status", "--store", root, "--config", config]) == 0
     assert "0/4 trials of the spec stored as ok/diverged" in capsys.readouterr().out
+
+
+def test_a_row_of_the_same_trial_in_another_study_is_not_adopted(tmp_path):
+    """Keys are adopted from the study's own rows only, never from another study's row of the same trial."""
+    spec = load_spec(write_spec(tmp_path, small_spec(name="mine", samples=2)))
+    root = str(tmp_path / "store")
+    trial = expand(spec)[0]
+    lr, wd, key = old_sampler_key(spec, trial)
+    write_trial(
+        root,
+        "theirs",
+        stored_row(
+            trial_key=key,
+            model=trial.model,
+            optimizer=trial.optimizer,
+            epochs=trial.epochs,
+            lr=lr,
+            wd=wd,
+            seed=trial.seed,
+            status="ok",
+            top1_err=10.0,
+            config_json=TrialConfig.from_dict(dict(trial.config, lr=lr, wd=wd)).to_json(),
+        ),
+    )
+    assert [t.key for t in expand_for_store(spec, root)] == [t.key for t in expand(spec)]

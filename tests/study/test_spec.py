@@ -1,4 +1,5 @@
 import copy
+import os
 
 import numpy as np
 import pytest
@@ -54,6 +55,10 @@ def with_(**changes):
         (
             with_(space={"adamw": BASE["space"]["adamw"]}),
             "space: bad value ['adamw']; allowed: a box for every listed optimizer; missing 'sgd'",
+        ),
+        (
+            with_(space="adamw"),
+            "space: bad value 'adamw'; allowed: a mapping of optimizer -> {lr, wd} (and family or model",
         ),
         (with_(sampels=4), "spec: bad value 'sampels'"),
         (with_(recipe={"batch_sise": 64}), "recipe: bad value 'batch_sise'; allowed: batch_size"),
@@ -202,6 +207,14 @@ def test_trial_key_is_a_hash_of_the_canonical_config():
     reordered = dict(reversed(list(t.config.items())))
     assert trial_key(reordered) == t.key
     assert trial_key(dict(t.config, lr=t.config["lr"] * 1.0001)) != t.key
+
+
+def test_bundled_configs_are_the_yaml_files_of_the_package_named_without_their_suffix():
+    import hpstudy.study
+
+    folder = os.path.join(os.path.dirname(hpstudy.study.__file__), "configs")
+    names = sorted(os.path.splitext(f)[0] for f in os.listdir(folder) if f.endswith(".yaml"))
+    assert bundled_configs() == names and {"demo_digits", "paper_lr_wd"} <= set(names)
 
 
 @pytest.mark.parametrize("name", bundled_configs())

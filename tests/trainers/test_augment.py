@@ -7,7 +7,7 @@ import torch
 from scipy import stats
 from torchvision.transforms.v2 import AutoAugment, AutoAugmentPolicy
 
-from hpstudy.trainers.augment import DeviceAutoAugment
+from hpstudy.trainers.augment import DeviceAutoAugment, center_crop_box
 
 
 def _policy_distribution():
@@ -34,3 +34,9 @@ def test_each_image_draws_a_sub_policy_its_operations_and_their_signs_with_the_t
     observed, expected = zip(*((drawn[ops], p * n) for ops, p in probs.items()))
     assert stats.chisquare(observed, expected).pvalue > 1e-3
     assert drawn[()] / n == pytest.approx(probs[()], abs=0.01)  # images left as they are
+
+
+@pytest.mark.parametrize("height,width,box", [(256, 320, (16, 48, 224)), (320, 256, (48, 16, 224)), (8, 8, (0, 0, 7))])
+def test_the_centre_crop_box_keeps_seven_eighths_of_the_short_side_in_the_middle(height, width, box):
+    """By hand: 256 * 0.875 = 224, centred (320 - 224) / 2 = 48; 8 * 0.875 = 7, the odd pixel left over at the end."""
+    assert center_crop_box(height, width) == box

@@ -60,3 +60,39 @@ def test_mixup_and_cutmix_need_an_even_batch():
         with pytest.raises(ConfigError, match="^batch_size: 7 is odd"):
             TrialConfig.from_dict(dict(BASE, batch_size=7, **{option: 0.2}), check_model=False)
     assert TrialConfig.from_dict(dict(BASE, batch_size=7), check_model=False).batch_size == 7
+
+
+# the recipe defaults docs/training-and-data.md names
+DOCUMENTED_DEFAULTS = dict(
+    batch_size=128,
+    reference_batch_size=None,
+    warmup_epochs=0,
+    min_lr_ratio=0,
+    label_smoothing=0,
+    mixup=0,
+    cutmix=0,
+    ema_decay=None,
+    grad_clip=None,
+    amp=None,
+    channels_last=None,
+    device="auto",
+    dtype="float32",
+    accum_steps=1,
+    grad_checkpointing=False,
+    decode="auto",
+    divergence_loss=100,
+)
+
+
+def test_a_config_of_only_the_required_fields_takes_the_documented_defaults():
+    required = {k: BASE[k] for k in ("model", "optimizer", "epochs", "lr", "wd")}
+    config = TrialConfig.from_dict(required, check_model=False)
+    assert {k: getattr(config, k) for k in DOCUMENTED_DEFAULTS} == DOCUMENTED_DEFAULTS
+    with pytest.raises(ConfigError, match=r"^trial config: missing required field\(s\) \['lr'\]$"):
+        TrialConfig.from_dict({k: v for k, v in required.items() if k != "lr"}, check_model=False)
+
+
+def test_a_dataset_that_is_not_a_data_spec_is_refused_by_name():
+    """A TrialConfig built directly (not through from_dict) with a dataset name instead of a DataSpec."""
+    with pytest.raises(ConfigError, match=r"^dataset: bad value 'digits'; allowed: a DataSpec$"):
+        TrialConfig(**BASE, dataset="digits").validate(check_model=False)

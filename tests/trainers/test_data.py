@@ -155,3 +155,45 @@ def test_moving_cached_data_to_a_device_leaves_the_cached_load_alone():
     assert (moved.mean, moved.std, moved.num_classes) == (data.mean, data.std, data.num_classes)
     assert load_data(spec) is data and data.train_x.device.type == "cpu" and torch.equal(data.train_x, pixels)
     assert data.to("cpu") is data  # already there: nothing to copy
+
+
+class _Hostile:
+    """What a crafted pickle does to run code: a global (builtins.eval) called as it loads."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return eval, (f"open({str(self.marker)!r}, 'w')",)
+
+
+def test_a_cifar_batch_naming_a_global_it_does_not_need_is_refused_by_name_before_it_runs(tmp_path):
+    _write_fake_cifar10(tmp_path / "cifar-10-batches-py")
+    marker = tmp_path / "ran"
+    (tmp_path / "cifar-10-batches-py" / "data_batch_2").write_bytes(pickle.dumps({b"data": _Hostile(marker)}))
+    with pytest.raises(DataError, match=r"data_batch_2: .*\(refused global 'builtins\.eval': a CIFAR batch holds only"):
+        load_data.__wrapped__(DataSpec("cifar10", path=str(tmp_path)))
+    assert not marker.exists()
+
+
+def test_random_crop_stays_on_the_batchs_device():
+    """The meta device stands in for a GPU: every index is made where the images are."""
+    x = torch.zeros(2, 3, 4, 4, device="meta")
+    offsets = torch.tensor([0, 2], device="meta")
+    assert random_crop(x, 1, offsets, offsets).device.type == "meta"
+
+
+class _DeliveredOnTheDevice(TensorData):
+    """Tensor data whose loaders record the device they are asked to deliver on, as the datasets that
+    augment or decode on the device (prepared, device-decoded) deliver their batches there."""
+
+    def train_loader(self, batch_size, generator, pin_memory=False, device=None):
+        self.asked = device
+        return super().train_loader(batch_size, generator, pin_memory, device)
+
+
+def test_device_batches_ask_the_dataset_for_training_batches_on_the_training_device():
+    x = torch.zeros(8, 3, 4, 4, dtype=torch.uint8)
+    data = _DeliveredOnTheDevice(x, torch.arange(8), x, torch.arange(8), 8, (0.5,) * 3, (0.5,) * 3)
+    xb, _ = next(DeviceBatches(data, torch.device("meta"), torch.float32).train(4, torch.Generator().manual_seed(0)))
+    assert data.asked == torch.device("meta") and xb.device.type == "meta"

@@ -16,6 +16,7 @@ from hpstudy.trainers.schema import (
     TRAINER_FIELDS,
     TRIAL_FIELDS,
     TRIAL_SCHEMA,
+    check_keys,
     epoch_record,
     trainer_row,
 )
@@ -79,3 +80,8 @@ def test_an_epoch_record_holds_exactly_the_epoch_columns():
     assert list(record) == fields
     with pytest.raises(SchemaError, match="^epoch record: missing key 'seconds'$"):
         epoch_record(**dict.fromkeys(fields[:-1], 1))
+
+
+def test_an_unknown_key_is_refused_with_the_allowed_keys_listed_comma_separated():
+    with pytest.raises(SchemaError, match=r"^row: unknown key 'c'; allowed: a, b$"):
+        check_keys({"a": 1, "c": 2}, ("a", "b"), "row")
