@@ -427,7 +427,7 @@ def _module_result(module: str, chosen: List[str], codes: dict, diffs: Dict[str,
             else:
                 survivors.append({"mutant": name, "status": status, "diff": diffs[name]})
         counts[status] = counts.get(status, 0) + 1
-    entry = {"module": module, "counts": counts, "survivors": survivors, "equivalent": equivalent}
+    entry = {"module": module, "counts": counts, "survivors": survivors, "equivalents": equivalent}
     entry.update(_score([{"mutants": len(chosen), "counts": counts}]))
     entry["digests"] = {name: _digest(diffs[name]) for name in chosen}
     return entry
@@ -459,7 +459,7 @@ def run(
     before = {}
     if earlier is not None:  # what the earlier run detected, with the same diff, stays detected
         for entry in earlier["modules"]:
-            undetected = {s["mutant"] for s in entry["survivors"]} | {e["mutant"] for e in entry["equivalent"]}
+            undetected = {s["mutant"] for s in entry["survivors"]} | {e["mutant"] for e in entry["equivalents"]}
             for name, digest in entry["digests"].items():
                 m = module_of.get(name)
                 if m is not None and name not in undetected and _digest(diffs[m][name]) == digest:
