@@ -32,6 +32,7 @@ import shutil
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Dict, List, Optional
 
@@ -48,6 +49,15 @@ TESTS = [
     "--deselect",
     "tests/contracts/test_install.py::test_a_copy_without_git_carries_the_recorded_code_version",
 ]
+# each package's own tests: a mutant that survives the tests mutmut maps to its function runs again
+# against these (the map misses a test that reaches the function through a shared fixture or cache)
+PACKAGE_TESTS = {
+    "analysis": ["tests/analysis", "tests/parity"],
+    "presentation": ["tests/analysis"],
+    "trainers": ["tests/trainers", "tests/contracts/test_trainer.py", "tests/contracts/test_core.py"],
+    "study": ["tests/study", "tests/contracts/test_core.py"],
+    "cli": ["tests/cli"],
+}
 FOLDERS = {
     "analysis": "analysis",
     "presentation": "analysis",
@@ -98,9 +108,10 @@ STATUS = {
     -11: "segfault",
     -9: "segfault",
     None: "not checked",
+    "package": "killed by its package's tests",
     "earlier": "detected earlier",
 }
-DETECTED = {"killed", "timeout", "segfault", "detected earlier"}
+DETECTED = {"killed", "timeout", "segfault", "detected earlier", "killed by its package's tests"}
 
 # (module, function, the mutated lines as they read after the mutation) -> why the mutant is equivalent:
 # it changes nothing the code promises, for any input it can be given
@@ -395,6 +406,22 @@ def _mutmut(path: Path, names: List[str], max_children: int, timeout: Optional[f
         ).returncode
 
 
+def _package_kills(path: Path, package: str, name: str, timeout: float = 600) -> bool:
+    """Whether the mutant fails its package's fast tests, run whole with the mutant switched on."""
+    tests = [t for t in PACKAGE_TESTS[package] if (path / "mutants" / t).exists()]
+    try:
+        run = subprocess.run(
+            [sys.executable, "-m", "pytest", *tests, *TESTS[1:], "-x", "-q", "-p", "no:cacheprovider"],
+            cwd=path / "mutants",
+            capture_output=True,
+            timeout=timeout,
+            env=dict(os.environ, MUTANT_UNDER_TEST=name, PYTHONDONTWRITEBYTECODE="1"),
+        )
+    except subprocess.TimeoutExpired:
+        return True  # as mutmut counts a mutant that hangs its tests
+    return run.returncode == 1  # 1: a test failed; 5 (none collected) or an error is no kill
+
+
 def _results(path: Path, module: str) -> dict:
     meta = path / "mutants" / f"{_installed(module)}.meta"
     return json.loads(meta.read_text())["exit_code_by_key"] if meta.exists() else {}
@@ -467,6 +494,12 @@ def run(
     names = [n for n in drawn if n not in before]
     code = _mutmut(path, names, max_children, timeout) if names else 0
     results = {m: _results(path, m) for m in every}
+    package_of = {n: package for package in packages for n in chosen[package]}
+    again = [n for n in names if STATUS.get(results[module_of[n]].get(n)) in {"survived", "no tests"}]
+    with ThreadPoolExecutor(max_children) as pool:
+        for name, killed in zip(again, pool.map(lambda n: _package_kills(path, package_of[n], n), again)):
+            if killed:
+                results[module_of[name]][name] = "package"
     report = {"bench": "mutation", "tool": "mutmut", "seed": seed, "mutmut_exit": code, "packages": {}, "modules": []}
     for package in packages:
         entries = []
