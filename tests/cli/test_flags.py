@@ -53,12 +53,20 @@ def test_every_flag_with_a_default_names_it_in_its_help(name):
             "--out",
             "output folder (local disk of the node): missing, empty or an earlier preparation (replaced)",
         ),
+        ("prepare", "--image-size", "the trials' image size (validation images are stored at it; default: 224)"),
         ("suggest", "--model", "only this model (repeatable)"),
         ("suggest", "--optimizer", "only this optimizer (repeatable)"),
     ],
 )
 def test_the_help_of_a_flag_reads(name, flag, text):
     assert _help(name, flag) == text
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_the_commands_that_act_on_one_study_require_it(name):
+    """report, compact and suggest act on one study: without --study they stop at parsing (exit 2)."""
+    study = next((a for a in _flags(name) if "--study" in a.option_strings), None)
+    assert (study is not None and study.required) == (name in {"report", "compact", "suggest"})
 
 
 @pytest.mark.parametrize(
