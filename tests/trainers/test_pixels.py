@@ -106,7 +106,8 @@ def test_device_decoded_crops_are_torchvisions_resized_crops_flipped_along_the_w
         assert torch.equal(crop, expected.flip(-1) if flip else expected)
         cols = crop[1, 8].double()  # one row of the column ramp: falls along the width when mirrored
         assert (cols.diff() <= 0).all() if flip else (cols.diff() >= 0).all()
-        assert (crop[0].double().diff(dim=1) == 0).all()  # the row ramp is never mirrored
+        # the row ramp runs down, never across (±1: the oldest torchvision rounds its uint8 resize so)
+        assert (crop[0].double().diff(dim=1).abs() <= 1).all()
 
 
 @pytest.mark.parametrize("height,width,top,left", [(22, 30, 1, 5), (30, 22, 5, 1), (22, 22, 1, 1)])
