@@ -37,6 +37,12 @@ def stored_row(**values) -> dict:
     return {**dict.fromkeys(TRIAL_FIELDS), "finished_at": FINISHED_AT, **values}
 
 
+def planned_row(trial, **values) -> dict:
+    """stored_row of a planned trial (its key, design and sampled lr, wd) with `values`."""
+    design = dict(model=trial.model, optimizer=trial.optimizer, epochs=trial.epochs, seed=trial.seed)
+    return stored_row(trial_key=trial.key, lr=trial.config["lr"], wd=trial.config["wd"], **design, **values)
+
+
 def row(key, status="ok", err=10.0, model="vit_p_tiny", when=FINISHED_AT) -> dict:
     """A stored adamw trial row keyed `key`; a failed one has no FLOPs and the error 'boom'."""
     return stored_row(

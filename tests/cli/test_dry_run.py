@@ -8,7 +8,7 @@ from hpstudy.study.sampling import expand
 from hpstudy.study.spec import parse_spec
 from hpstudy.study.store import write_trial
 from hpstudy.trainers.flops import model_profile
-from tests.helpers import small_spec, stored_row, write_spec
+from tests.helpers import planned_row, small_spec, write_spec
 
 RAW = small_spec(name="hours", models=["cnn_tiny"], optimizers=["sgd"], epochs=[1, 3], samples=2, seeds=[0, 1])
 DIGITS_TRAIN = 1437  # sklearn's digits: 1797 images, 360 held out
@@ -19,19 +19,7 @@ def _plan(tmp_path, capsys, *flags):
     store = str(tmp_path / "store")
     long = [t for t in expand(parse_spec(RAW)) if t.epochs == 3]
     for trial, status in zip(long, ("ok", "failed")):
-        write_trial(
-            store,
-            "hours",
-            stored_row(
-                trial_key=trial.key,
-                model="cnn_tiny",
-                optimizer="sgd",
-                epochs=3,
-                lr=trial.config["lr"],
-                wd=trial.config["wd"],
-                status=status,
-            ),
-        )
+        write_trial(store, "hours", planned_row(trial, status=status))
     assert run_edf_main(["--config", write_spec(tmp_path, RAW), "--store", store, "--dry-run", *flags]) == 0
     return capsys.readouterr().out.splitlines()
 

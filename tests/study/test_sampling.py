@@ -13,7 +13,7 @@ from hpstudy.study.store import write_trial
 from hpstudy.study.store_read import load_trials, stored_keys
 from hpstudy.trainers.config import TrialConfig
 from hpstudy.trainers.data_spec import DataSpec
-from tests.helpers import small_spec, stored_row
+from tests.helpers import planned_row, small_spec
 
 BASE = {
     "model": "cnn_tiny",
@@ -234,21 +234,7 @@ def test_seeds_up_to_2_63_keep_their_value_and_key_through_the_plan_and_the_stor
     assert [t.seed for t in trials] == [t.config["seed"] for t in trials] == [0, *BIG_SEEDS]
     assert len({t.key for t in trials}) == 5  # no two seeds share a key (none truncated to 32 bits)
     for t in trials[1:]:
-        write_trial(
-            str(tmp_path),
-            "big",
-            stored_row(
-                trial_key=t.key,
-                model="cnn_tiny",
-                optimizer="sgd",
-                epochs=1,
-                lr=t.config["lr"],
-                wd=t.config["wd"],
-                seed=t.seed,
-                status="ok",
-                config_json=json.dumps(t.config),
-            ),
-        )
+        write_trial(str(tmp_path), "big", planned_row(t, status="ok", config_json=json.dumps(t.config)))
     stored = load_trials(str(tmp_path), "big").set_index("trial_key")
     assert [int(stored.loc[t.key, "seed"]) for t in trials[1:]] == BIG_SEEDS
     assert expand_for_store(spec, str(tmp_path)) == trials  # resume finds each under its own key

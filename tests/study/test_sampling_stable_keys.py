@@ -98,6 +98,29 @@ def old_sampler_key(spec, trial) -> tuple:
     return lr, wd, TrialConfig.from_dict(dict(trial.config, lr=lr, wd=wd)).key
 
 
+def store_as_old_sampler(root: str, study: str, spec, trial) -> str:
+    """Store `trial` as an ok row of `study` under the (lr, wd) and key hpstudy 0.1's sampler gave it;
+    returns that key."""
+    lr, wd, key = old_sampler_key(spec, trial)
+    write_trial(
+        root,
+        study,
+        stored_row(
+            trial_key=key,
+            model=trial.model,
+            optimizer=trial.optimizer,
+            epochs=trial.epochs,
+            lr=lr,
+            wd=wd,
+            seed=trial.seed,
+            status="ok",
+            top1_err=10.0,
+            config_json=TrialConfig.from_dict(dict(trial.config, lr=lr, wd=wd)).to_json(),
+        ),
+    )
+    return key
+
+
 def test_a_store_of_the_unrounded_sampler_resumes_to_nothing(tmp_path, capsys):
     raw = small_spec(
         name="old", samples=4, optimizers=["adamw"], space={"adamw": {"lr": [1e-4, 1e-2], "wd": [1e-3, 0.5]}}
@@ -108,26 +131,9 @@ def test_a_store_of_the_unrounded_sampler_resumes_to_nothing(tmp_path, capsys):
     planned = expand(spec)
     old = {}
     for trial in planned:
-        lr, wd, key = old_sampler_key(spec, trial)
+        lr, _, key = old_sampler_key(spec, trial)
         assert key != trial.key and abs(lr / trial.config["lr"] - 1) < 5e-6
-        old[trial.key] = key
-        config_json = TrialConfig.from_dict(dict(trial.config, lr=lr, wd=wd)).to_json()
-        write_trial(
-            root,
-            "old",
-            stored_row(
-                trial_key=key,
-                model=trial.model,
-                optimizer=trial.optimizer,
-                epochs=trial.epochs,
-                lr=lr,
-                wd=wd,
-                seed=trial.seed,
-                status="ok",
-                top1_err=10.0,
-                config_json=config_json,
-            ),
-        )
+        old[trial.key] = store_as_old_sampler(root, "old", spec, trial)
     write_spec_record(root, "old", raw, len(planned), trial_keys=list(old.values()))
     assert [t.key for t in expand_for_store(spec, root)] == [old[t.key] for t in planned]
     assert run_edf_main(["--config", config, "--store", root, "--dry-run"]) == 0
@@ -276,22 +282,5 @@ def test_a_row_of_the_same_trial_in_another_study_is_not_adopted(tmp_path):
     """Keys are adopted from the study's own rows only, never from another study's row of the same trial."""
     spec = load_spec(write_spec(tmp_path, small_spec(name="mine", samples=2)))
     root = str(tmp_path / "store")
-    trial = expand(spec)[0]
-    lr, wd, key = old_sampler_key(spec, trial)
-    write_trial(
-        root,
-        "theirs",
-        stored_row(
-            trial_key=key,
-            model=trial.model,
-            optimizer=trial.optimizer,
-            epochs=trial.epochs,
-            lr=lr,
-            wd=wd,
-            seed=trial.seed,
-            status="ok",
-            top1_err=10.0,
-            config_json=TrialConfig.from_dict(dict(trial.config, lr=lr, wd=wd)).to_json(),
-        ),
-    )
+    store_as_old_sampler(root, "theirs", spec, expand(spec)[0])
     assert [t.key for t in expand_for_store(spec, root)] == [t.key for t in expand(spec)]

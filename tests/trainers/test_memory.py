@@ -8,18 +8,11 @@ import pytest
 from hpstudy.trainers.config import TrialConfig
 from hpstudy.trainers.memory import OVERHEAD_GB, activation_bytes_per_image, peak_memory_gb
 from hpstudy.trainers.models import build_model
+from tests.helpers import TINY_TRIAL
 
 CLASSES = 10
 BASE = TrialConfig.from_dict(
-    dict(
-        model="cnn_tiny",
-        optimizer="sgd",
-        epochs=1,
-        lr=0.1,
-        wd=0.0,
-        batch_size=64,
-        dataset={"name": "synthetic", "image_size": 16, "num_classes": CLASSES},
-    ),
+    dict(TINY_TRIAL, lr=0.1, batch_size=64, dataset={"name": "synthetic", "image_size": 16, "num_classes": CLASSES}),
     check_model=False,
 )
 
