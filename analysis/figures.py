@@ -7,7 +7,8 @@ or into the caller's `fig` (`ax` for a one-panel figure), and returns a `Plot`: 
 rows it drew. Every figure is drawn on the error of
 a stated metric (`hpstudy.analysis.metric`; failed rows and non-finite errors left out) and says which
 in its title, its CSV (a `metric` column) and its JSON; models are shown by their catalogue names
-(`zoo.display_name`), the CSV/JSON keep the identifiers.
+(`catalogue.model_label`; a model the catalogue does not know by its own name), the CSV/JSON keep
+the identifiers.
 
 Figures are built on `matplotlib.figure.Figure` (no pyplot, no global backend or rcParams change)
 and drawn with the caller's rcParams; the house style is the style file STYLE, which the report
@@ -30,12 +31,13 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, LogFormatter, NullFormatter, NullLocator, StrMethodFormatter
 
+from hpstudy.analysis.catalogue import catalogue_order, known, model_label, model_size
 from hpstudy.analysis.edf import edf_table
 from hpstudy.analysis.gaps import length_gap
 from hpstudy.analysis.metric import DEFAULT_METRIC, ERR, usable, warn_left_out
 from hpstudy.analysis.stats import expected_best, expected_best_band
 from hpstudy.trainers.schema import DIVERGED, OK
-from hpstudy.trainers.zoo import SIZE_ORDER, display_name, get_spec, list_models
+from hpstudy.trainers.zoo import SIZE_ORDER, get_spec, list_models
 
 STYLE = os.path.join(os.path.dirname(__file__), "hpstudy.mplstyle")
 SIZES = {"column": 3.4, "text": 7.0}  # preset widths in inches: a journal's column and text width
@@ -80,6 +82,10 @@ FAMILY_LINES: Dict[str, LineStyle] = {
     "coatnet": "-.",
     "vit_rel": (0, (5, 1, 1, 1, 1, 1)),
 }
+# Models the catalogue does not know: Okabe-Ito colours (yellow left out: too light on white) and dash
+# patterns no family uses.
+OTHER_COLOURS = tuple(PALETTE[c] for c in ("blue", "vermillion", "green", "orange", "sky", "purple", "black"))
+OTHER_LINES: Tuple[LineStyle, ...] = ((0, (1, 1)), (0, (6, 2)), (0, (3, 1, 1, 1)), (0, (8, 2, 2, 2)), (0, (2, 3)))
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "p", "h", "*")  # by a model's place in its size class
 OPTIMIZERS = {"adamw": "AdamW", "sgd": "SGD"}
 
@@ -100,9 +106,17 @@ class Plot:
     data: pd.DataFrame
 
 
-def model_style(model: str) -> ModelStyle:
+def model_style(model: str, drawn: Sequence[str] = ()) -> ModelStyle:
     """The fixed colour (Okabe-Ito, colour-blind safe), line style (its family's) and marker (unique
-    within its size class) of a model in every figure."""
+    within its size class) of a catalogue model in every figure; a model the catalogue does not know
+    gets a grey shade, dash pattern and marker by its place among the unknown models `drawn` beside it."""
+    if not known(model):
+        rank = sorted({m for m in drawn if not known(m)} | {model}).index(model)
+        return {
+            "color": OTHER_COLOURS[rank % len(OTHER_COLOURS)],
+            "linestyle": OTHER_LINES[rank % len(OTHER_LINES)],
+            "marker": MARKERS[rank % len(MARKERS)],
+        }
     spec = get_spec(model)
     rank = list_models(spec.family).index(model)
     colours = FAMILY_COLOURS[spec.family]
@@ -114,9 +128,9 @@ def model_style(model: str) -> ModelStyle:
     }
 
 
-def series_style(model: str, optimizer: str) -> Dict:
+def series_style(model: str, optimizer: str, drawn: Sequence[str] = ()) -> Dict:
     """A (model, optimizer) series: the model's style, markers filled for AdamW and open for SGD."""
-    st = model_style(model)
+    st = model_style(model, drawn)
     return dict(st, markerfacecolor=st["color"] if optimizer == "adamw" else "white")
 
 
@@ -145,8 +159,21 @@ def _grid(
 
 
 def _sizes(models: Sequence[str]) -> List[str]:
-    present = {get_spec(m).size for m in models}
-    return [s for s in SIZE_ORDER if s in present]
+    """The size classes of `models`, one panel each, in order; "" (last) holds models without one."""
+    present = {model_size(m) for m in models}
+    return [s for s in (*SIZE_ORDER, "") if s in present]
+
+
+def _size_title(size: str, sizes: Sequence[str]) -> str:
+    return size or ("other models" if len(sizes) > 1 else "")
+
+
+def _by_model(table: pd.DataFrame, by: Sequence[str] = ("model",)) -> Iterable[Tuple[Any, pd.DataFrame]]:
+    """`table`'s groups by `by` (model first), models in catalogue order (legend order), then the rest."""
+    order = {m: i for i, m in enumerate(catalogue_order(table["model"]))}
+    keys = sorted(table.groupby(list(by)).groups, key=lambda k: (order[k[0]], k[1:]) if len(by) > 1 else order[k])
+    groups = table.groupby(list(by))
+    return ((k, groups.get_group(k if len(by) > 1 else (k,))) for k in keys)
 
 
 def _cell(table: pd.DataFrame) -> str:
@@ -283,21 +310,26 @@ def delta_edf_figure(
     axis ends at the last trial that did not diverge, the diverged (at chance) counted in the legend."""
     sizes = _sizes(table["model"].unique())
     fig, axes = _grid(len(sizes), size, fig)
-    for ax, model_size in zip(axes, sizes):
-        here = table[table["model"].map(lambda m: get_spec(m).size) == model_size]
+    for ax, size_class in zip(axes, sizes):
+        here = table[table["model"].map(model_size) == size_class]
         right = 0.0
-        for model, group in here.groupby("model", sort=False):
+        for model, group in _by_model(here):
             x, f = _edf_steps(group["delta"].to_numpy(), group["F"].to_numpy())
             n = int(group["n"].iloc[0])
             diverged = int(round(group["diverged_share"].iloc[0] * n))
             right = max(right, float(group["delta"].iloc[n - diverged - 1]) if diverged < n else 0.0)
-            label = f"{display_name(model)} (n = {n}" + (f"; diverged: {diverged}/{n} at chance)" if diverged else ")")
-            st = model_style(model)
+            label = f"{model_label(model)} (n = {n}" + (f"; diverged: {diverged}/{n} at chance)" if diverged else ")")
+            st = model_style(model, table["model"].unique())
             ax.step(x, f, where="post", label=label, markevery=0.1, **st)
             if band:
                 eps = group["dkw_eps"].iloc[0]
                 _band(ax, x, np.clip(f - eps, 0, 1), np.clip(f + eps, 0, 1), st, step=True)
-        ax.set(title=model_size, xlabel="Δ top-1 error to own best (points)", ylabel="share of trials", ylim=(0, 1))
+        ax.set(
+            title=_size_title(size_class, sizes),
+            xlabel="Δ top-1 error to own best (points)",
+            ylabel="share of trials",
+            ylim=(0, 1),
+        )
         ax.set_xlim(left=0, right=max(1.05 * right, 1.0))
     n = table.groupby("model")["n"].first()
     _title(
@@ -324,14 +356,14 @@ def hp_scatter_figure(
 ) -> Plot:
     """Error against log10 lr, log10 wd and log10 lr·wd per model (Fig 4), each model's good ranges
     (`ranges`: good_ranges per model) shaded."""
-    models = sorted(table["model"].unique(), key=list_models().index)
+    models = catalogue_order(table["model"])
     columns = [("log10_lr", "log10 lr"), ("log10_wd", "log10 wd"), ("log10_lr_wd", "log10 lr·wd")]
     fig, axes = _grid(3 * len(models), size, fig, columns=3)
     for row, model in zip(axes.reshape(len(models), 3), models):
         group = table[table["model"] == model]
         logs = {"log10_lr": np.log10(group["lr"]), "log10_wd": np.log10(group["wd"])}
         logs["log10_lr_wd"] = logs["log10_lr"] + logs["log10_wd"]
-        st = model_style(model)
+        st = model_style(model, models)
         for ax, (key, label) in zip(row, columns):
             for opt, cell in group.groupby("optimizer"):
                 ax.plot(
@@ -340,12 +372,12 @@ def hp_scatter_figure(
                     linestyle="none",
                     markersize=2.5,
                     label=f"{_opt(opt)}",
-                    **{k: v for k, v in series_style(model, opt).items() if k != "linestyle"},
+                    **{k: v for k, v in series_style(model, opt, models).items() if k != "linestyle"},
                 )
             if model in ranges:
                 lo, hi = ranges[model].loc["p2.5", key], ranges[model].loc["p97.5", key]
                 ax.axvspan(lo, hi, color=st["color"], alpha=0.12, linewidth=0)
-            ax.set(xlabel=label, ylabel=f"{display_name(model)}\ntop-1 error (%)" if key == "log10_lr" else "")
+            ax.set(xlabel=label, ylabel=f"{model_label(model)}\ntop-1 error (%)" if key == "log10_lr" else "")
     n = table.groupby("model").size()
     _title(
         fig,
@@ -380,12 +412,12 @@ def error_vs_epochs_figure(table: pd.DataFrame, size: Optional[str] = None, fig:
     its worst trial that did not diverge, cells where all diverged as crosses, both axes log (Fig 3)."""
     sizes = _sizes(table["model"].unique())
     fig, axes = _grid(len(sizes), size, fig)
-    for ax, model_size in zip(axes, sizes):
-        here = table[table["model"].map(lambda m: get_spec(m).size) == model_size]
-        for (model, opt), group in here.groupby(["model", "optimizer"]):
-            st = series_style(model, opt)
+    for ax, size_class in zip(axes, sizes):
+        here = table[table["model"].map(model_size) == size_class]
+        for (model, opt), group in _by_model(here, ("model", "optimizer")):
+            st = series_style(model, opt, table["model"].unique())
             ok = group[~group["diverged"]]
-            ax.plot(ok["epochs"], ok["error"], label=f"{display_name(model)} ({_opt(opt)})", **st)
+            ax.plot(ok["epochs"], ok["error"], label=f"{model_label(model)} ({_opt(opt)})", **st)
             ax.vlines(ok["epochs"], ok["error"], ok["worst"], color=st["color"], linewidth=0.5, alpha=0.6)
             gone = group[group["diverged"]]
             if len(gone):
@@ -397,7 +429,9 @@ def error_vs_epochs_figure(table: pd.DataFrame, size: Optional[str] = None, fig:
                     color=st["color"],
                     label="all runs diverged",
                 )
-        ax.set(title=model_size, xscale="log", yscale="log", xlabel="epochs", ylabel="top-1 error (%)")
+        ax.set(
+            title=_size_title(size_class, sizes), xscale="log", yscale="log", xlabel="epochs", ylabel="top-1 error (%)"
+        )
         integer_ticks(ax, table["epochs"].unique())
         plain_log(ax.yaxis)
     _title(
@@ -421,8 +455,14 @@ def delta_error_vs_epochs_figure(table: pd.DataFrame, size: Optional[str] = None
         fig, axes = _grid(1, size, None)
         ax = axes[0]
     fig = cast(Figure, ax.get_figure())
-    for (model, opt), group in table.groupby(["model", "optimizer"]):
-        ax.plot(group["epochs"], group["gap"], label=f"{display_name(model)} ({_opt(opt)})", **series_style(model, opt))
+    drawn = table["model"].unique()
+    for (model, opt), group in _by_model(table, ("model", "optimizer")):
+        ax.plot(
+            group["epochs"],
+            group["gap"],
+            label=f"{model_label(model)} ({_opt(opt)})",
+            **series_style(model, opt, drawn),
+        )
     ax.axhline(0, color="0.6", linewidth=0.5)
     ax.set(xscale="log", xlabel="epochs", ylabel="Δ top-1 error to longest (points)")
     integer_ticks(ax, table["epochs"].unique())
@@ -461,9 +501,9 @@ def expected_best_figure(table: pd.DataFrame, size: Optional[str] = None, fig: O
     fig, axes = _grid(len(optimizers), size, fig)
     for ax, opt in zip(axes, optimizers):
         panel = table[table["optimizer"] == opt]
-        for model, curve in panel.groupby("model"):
-            st = model_style(model)
-            ax.plot(curve["k"], curve["expected_best"], label=display_name(model), markevery=0.15, **st)
+        for model, curve in _by_model(panel):
+            st = model_style(model, table["model"].unique())
+            ax.plot(curve["k"], curve["expected_best"], label=model_label(model), markevery=0.15, **st)
             _band(ax, curve["k"], curve["lo"], curve["hi"], st, step=False)
         ax.set(title=_opt(opt), xscale="log", xlabel="trials k", ylabel="expected best top-1 error (%)")
         integer_ticks(ax, trial_count_ticks(int(panel["k"].max())))
@@ -511,9 +551,8 @@ def generalization_figure(table: pd.DataFrame, size: Optional[str] = None, fig: 
     fig, axes = _grid(len(cells), size, fig)
     for ax, (opt, epochs) in zip(axes, cells):
         cell = table[(table["optimizer"] == opt) & (table["epochs"] == epochs)]
-        for model in sorted(cell["model"].unique(), key=list_models().index):
-            group = cell[cell["model"] == model]
-            st = {k: v for k, v in model_style(model).items() if k != "linestyle"}
+        for model, group in _by_model(cell):
+            st = {k: v for k, v in model_style(model, table["model"].unique()).items() if k != "linestyle"}
             ax.plot(
                 group["train_loss"], group["error"], linestyle="none", markersize=2, alpha=0.5, label="_trials", **st
             )
@@ -524,7 +563,7 @@ def generalization_figure(table: pd.DataFrame, size: Optional[str] = None, fig: 
                 markersize=6,
                 markeredgecolor="black",
                 markeredgewidth=0.6,
-                label=f"{display_name(model)} (n = {len(group)})",
+                label=f"{model_label(model)} (n = {len(group)})",
                 **st,
             )
         ax.set(

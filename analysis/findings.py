@@ -36,6 +36,7 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 import numpy as np
 import pandas as pd
 
+from hpstudy.analysis.catalogue import catalogue_order, model_family, model_label
 from hpstudy.analysis.inference import (
     ALPHA,
     CALIBRATION_STUDIES,
@@ -56,7 +57,6 @@ from hpstudy.analysis.inference import (
 )
 from hpstudy.analysis.metric import DEFAULT_METRIC, ERR, LeftOutWarning, usable
 from hpstudy.trainers.schema import DIVERGED, FAILED
-from hpstudy.trainers.zoo import display_name, get_spec, list_models
 
 SEED = 0  # mixed with the data into the effect sizes' bootstrap (inference.data_rng)
 WITHIN = 2  # points: "share of trials within 2 points of the model's own best"
@@ -328,8 +328,7 @@ def _power(f: Finding) -> str:
 
 
 def _order(models) -> List[str]:
-    catalogue = list_models()
-    return sorted(models, key=lambda m: (catalogue.index(m) if m in catalogue else len(catalogue), m))
+    return catalogue_order(models)
 
 
 # ---- sentences ------------------------------------------------------------------------------------
@@ -342,13 +341,13 @@ def _oriented(ci: Tuple[float, float], keep: bool) -> Tuple[float, float]:
 
 def _against(f: Finding, nearer: str) -> str:
     """A warning where the mean Δ favours the other model than the decided Δ-EDF test."""
-    if f.better is None or f.better == nearer or f.verdict == "crossing":
+    if f.better is None or model_label(f.better) == nearer or f.verdict == "crossing":
         return ""
     return f" (the mean goes against the Δ-EDF test: {nearer}'s tail, including diverged trials, is shorter)"
 
 
 def _edf_sentence(f: Finding) -> str:
-    a, b = f.models
+    a, b = map(model_label, f.models)
     where = _cell(f.cell["optimizer"], f.cell["epochs"])
     t, d = f.test, f.detail
     assert t is not None
@@ -401,7 +400,7 @@ def _gap_numbers(f: Finding) -> str:
 
 
 def _optimizer_gap_sentence(f: Finding) -> str:
-    model, where = f.models[0], _cell(epochs=f.cell["epochs"])
+    model, where = model_label(f.models[0]), _cell(epochs=f.cell["epochs"])
     if f.verdict == "inconclusive":
         return f"{model}'s optimizer gap ({where}): {_undecided(f)}: {_gap_numbers(f)}{_power(f)}"
     verb = "loses" if f.verdict == "adamw_better" else "gains"
@@ -410,7 +409,7 @@ def _optimizer_gap_sentence(f: Finding) -> str:
 
 
 def _optimizer_pair_sentence(f: Finding) -> str:
-    a, b = f.models
+    a, b = map(model_label, f.models)
     where = _cell(epochs=f.cell["epochs"])
     if f.verdict == "inconclusive":
         return f"{a} vs {b}, loss from SGD instead of AdamW ({where}): {_undecided(f)}: {_gap_numbers(f)}{_power(f)}"
@@ -422,7 +421,7 @@ def _optimizer_pair_sentence(f: Finding) -> str:
 
 
 def _length_gap_sentence(f: Finding) -> str:
-    model, opt = f.models[0], _opt(f.cell["optimizer"])
+    model, opt = model_label(f.models[0]), _opt(f.cell["optimizer"])
     e_min, e_ref = f.cell["epochs"], f.detail["reference_epochs"]
     fallback = " (the longest schedule diverged: the reference is the best shorter one)" if f.detail["fallback"] else ""
     tail = f"{fallback}; per length: {f.detail['per_length']}"
@@ -436,7 +435,7 @@ def _length_gap_sentence(f: Finding) -> str:
 
 
 def _length_pair_sentence(f: Finding) -> str:
-    a, b = f.models
+    a, b = map(model_label, f.models)
     opt, e_min = _opt(f.cell["optimizer"]), f.cell["epochs"]
     if f.verdict == "inconclusive":
         return (
@@ -451,7 +450,7 @@ def _length_pair_sentence(f: Finding) -> str:
 
 
 def _peak_sentence(f: Finding) -> str:
-    a, b = f.models
+    a, b = map(model_label, f.models)
     where = _cell(f.cell["optimizer"], f.cell["epochs"])
     if f.verdict == "inconclusive":
         return f"{a} vs {b} peak error ({where}): {_undecided(f)}: {_gap_numbers(f)}{_power(f)}"
@@ -610,7 +609,7 @@ def optimizer_gap_findings(groups: Dict[Tuple, Group], alpha: float = ALPHA) -> 
             four = [*have[(a, epochs)], *have[(b, epochs)]]
             test = _contrast(four, PAIR, alpha)
             of = "means" if test.rule == "welch" else "bests"
-            labels = [f"{m} {o}" for m in (a, b) for o in ("SGD", "AdamW")]
+            labels = [f"{model_label(m)} {o}" for m in (a, b) for o in ("SGD", "AdamW")]
             out.append(
                 Finding(
                     kind="optimizer_gap_pair",
@@ -618,7 +617,7 @@ def optimizer_gap_findings(groups: Dict[Tuple, Group], alpha: float = ALPHA) -> 
                     cell={"epochs": int(epochs)},
                     test=test,
                     n_left_out=tuple(sum(g.left_out for g in have[(m, epochs)]) for m in (a, b)),
-                    detail=_gap_detail(test, four, f"gap {a} − gap {b} (of {of})", labels),
+                    detail=_gap_detail(test, four, f"gap {model_label(a)} − gap {model_label(b)} (of {of})", labels),
                 )
             )
     return out
@@ -685,7 +684,7 @@ def length_gap_findings(groups: Dict[Tuple, Group], alpha: float = ALPHA) -> Lis
             four = [*ga, *gb]
             test = _contrast(four, PAIR, alpha)
             of = "means" if test.rule == "welch" else "bests"
-            labels = [f"{m} {e} ep" for m in (a, b) for e in ref_a[:2]]
+            labels = [f"{model_label(m)} {e} ep" for m in (a, b) for e in ref_a[:2]]
             out.append(
                 Finding(
                     kind="length_gap_pair",
@@ -693,7 +692,7 @@ def length_gap_findings(groups: Dict[Tuple, Group], alpha: float = ALPHA) -> Lis
                     cell={"optimizer": opt, "epochs": int(ref_a[0])},
                     test=test,
                     n_left_out=(sum(g.left_out for g in ga), sum(g.left_out for g in gb)),
-                    detail=_gap_detail(test, four, f"gap {a} − gap {b} (of {of})", labels),
+                    detail=_gap_detail(test, four, f"gap {model_label(a)} − gap {model_label(b)} (of {of})", labels),
                 )
             )
     return out
@@ -723,7 +722,12 @@ def peak_findings(groups: Dict[Tuple, Group], alpha: float = ALPHA) -> List[Find
                     cell={"optimizer": opt, "epochs": int(epochs)},
                     test=test,
                     n_left_out=(ga.left_out, gb.left_out),
-                    detail=_gap_detail(test, [ga, gb], f"{of} {a} − {of} {b}", [a, b]),
+                    detail=_gap_detail(
+                        test,
+                        [ga, gb],
+                        f"{of} {model_label(a)} − {of} {model_label(b)}",
+                        [model_label(m) for m in (a, b)],
+                    ),
                 )
             )
     return out
@@ -799,7 +803,7 @@ def _claim_number(f: Finding) -> str:
     if f.kind == "edf_pair":
         d = f.detail
         return (
-            f"KS D = {sig3(f.statistic)}; mean Δ {display_name(f.models[1])} − {display_name(f.models[0])} = "
+            f"KS D = {sig3(f.statistic)}; mean Δ {model_label(f.models[1])} − {model_label(f.models[0])} = "
             f"{sig3(-d['area'])} pts [{sig3(-d['area_ci'][1])}, {sig3(-d['area_ci'][0])}]"
         )
     ci = f" [{sig3(f.ci[0])}, {sig3(f.ci[1])}]" if f.ci else ""
@@ -812,7 +816,7 @@ def claims_table(found: Sequence[Finding]) -> pd.DataFrame:
     the verdict after Holm (reproduced: ViT-C better; contradicted: ViT-P better; else not decided)."""
     rows = []
     for f in found:
-        if f.kind not in CLAIMS or {get_spec(m).family for m in f.models} != {"vit_p", "vit_c"}:
+        if f.kind not in CLAIMS or {model_family(m) for m in f.models} != {"vit_p", "vit_c"}:
             continue
         better = {"a_better": f.models[0], "b_better": f.models[1]}.get(f.verdict_holm)
         verdict = (
@@ -821,7 +825,7 @@ def claims_table(found: Sequence[Finding]) -> pd.DataFrame:
             else "not decided"
             if better is None
             else "reproduced"
-            if get_spec(better).family == "vit_c"
+            if model_family(better) == "vit_c"
             else "contradicted"
         )
         claim, statement = CLAIMS[f.kind]
@@ -829,7 +833,7 @@ def claims_table(found: Sequence[Finding]) -> pd.DataFrame:
             {
                 "claim": claim,
                 "paper": statement,
-                "models": " vs ".join(display_name(m) for m in f.models),
+                "models": " vs ".join(model_label(m) for m in f.models),
                 "cell": _cell(f.cell.get("optimizer"), f.cell.get("epochs")),
                 "this study": _claim_number(f),
                 "p, Holm": fmt_p(f.p_holm) if f.p_holm is not None else "–",

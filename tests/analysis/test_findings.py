@@ -89,17 +89,17 @@ def test_a_known_ordering_gives_the_dominance_sentence_with_its_numbers():
     assert pair.detail["within_b"] == 1.0 and pair.detail["within_a"] == 1 / 32
     assert pair.n == (32, 32) and pair.cell == {"optimizer": "adamw", "epochs": 6}
     assert pair.sentence.startswith(
-        "vit_c_tiny's Δ-EDF dominates vit_p_tiny's (AdamW, 6 ep): one-sided KS D = 0.97, p "
+        "ViT-C tiny's Δ-EDF dominates ViT-P tiny's (AdamW, 6 ep): one-sided KS D = 0.97, p "
     )
     assert "(two one-sided tests at α/2), n = 32/32 [holds after Holm's adjustment over the report's 2 tests" in (
         pair.sentence
     )
     gap = dp.mean() - dc.mean()
     assert (
-        f"vit_c_tiny's trials are nearer their best than vit_p_tiny's by {gap:.1f} points on average" in pair.sentence
+        f"ViT-C tiny's trials are nearer their best than ViT-P tiny's by {gap:.1f} points on average" in pair.sentence
     )
-    assert "within 2 points of own best: vit_p_tiny 3%, vit_c_tiny 100%" in pair.sentence
-    assert "diverged vit_p_tiny 0/32, vit_c_tiny 0/32" in pair.sentence  # stated even when none diverged
+    assert "within 2 points of own best: ViT-P tiny 3%, ViT-C tiny 100%" in pair.sentence
+    assert "diverged ViT-P tiny 0/32, ViT-C tiny 0/32" in pair.sentence  # stated even when none diverged
     scope = found[0]
     assert scope.kind == "scope" and scope.sentence.startswith(
         "2 tests at α = 0.05 each (Δ-EDF permutation KS test, α/2 per direction (1), exact bootstrap of the "
@@ -147,7 +147,7 @@ def test_failed_trials_are_left_out_and_counted_diverged_count_at_chance():
     assert pair.statistic == pytest.approx(32 / 33 - 1 / 32) == pytest.approx(expected.statistic)
     assert pair.detail["ks_d_a_better"] == pytest.approx(1 / 33)  # the diverged vit_c trial: vit_p is above there
     assert pair.verdict == "b_better" and "lies above" in pair.sentence and "1 left out (failed" in pair.sentence
-    assert "diverged vit_p_tiny 0/32, vit_c_tiny 1/33" in pair.sentence
+    assert "diverged ViT-P tiny 0/32, ViT-C tiny 1/33" in pair.sentence
     scope = found[0]
     assert scope.detail["n_failed"] == 1 and scope.detail["n_diverged"] == 1 and scope.detail["n"] == [65]
     assert "1 of them diverged (counted at chance error); 1 failed left out" in scope.sentence
@@ -168,13 +168,13 @@ def test_optimizer_gap_findings_match_the_gap_table():
     assert p_gap.statistic == pytest.approx(30.0) == pytest.approx(table.loc["vit_p_tiny", "gap"])
     assert p_gap.ci == (table.loc["vit_p_tiny", "gap_lo"], table.loc["vit_p_tiny", "gap_hi"])
     assert p_gap.p == table.loc["vit_p_tiny", "gap_p"] and p_gap.ci[0] > 0
-    assert p_gap.verdict == "adamw_better" and p_gap.sentence.startswith("vit_p_tiny loses 30.0 points when SGD")
+    assert p_gap.verdict == "adamw_better" and p_gap.sentence.startswith("ViT-P tiny loses 30.0 points when SGD")
     (c_gap,) = _of(found, "optimizer_gap", "vit_c_tiny")
     assert c_gap.statistic == pytest.approx(0.0) and c_gap.ci[0] < 0 < c_gap.ci[1]
     assert c_gap.verdict == "inconclusive" and "inconclusive at this n" in c_gap.sentence
     (pair,) = _of(found, "optimizer_gap_pair", "vit_p_tiny", "vit_c_tiny")
     assert pair.statistic == pytest.approx(30.0) and pair.verdict == "b_better" and pair.ci[0] > 0
-    assert pair.sentence.startswith("vit_p_tiny loses 30.0 points more than vit_c_tiny when SGD replaces AdamW")
+    assert pair.sentence.startswith("ViT-P tiny loses 30.0 points more than ViT-C tiny when SGD replaces AdamW")
 
 
 def _seeds(base, spread):
@@ -201,7 +201,7 @@ def test_seed_cells_are_tested_on_their_means_by_welch_t():
     assert 0.025 < p_len.p < 0.05  # decided two-sided at alpha, not at alpha / 2
     assert p_len.p == pytest.approx(welch.pvalue, rel=1e-10)
     assert p_len.ci == pytest.approx(tuple(welch.confidence_interval()), rel=1e-10)
-    assert p_len.verdict == "shorter_worse" and p_len.sentence.startswith("vit_p_tiny at 2 epochs is 14.0 points above")
+    assert p_len.verdict == "shorter_worse" and p_len.sentence.startswith("ViT-P tiny at 2 epochs is 14.0 points above")
     assert "2 ep 35.00 ± 5.00% (best 30.00%)" in p_len.sentence  # mean ± sd, best of seeds beside it
     (pair,) = _of(found, "length_gap_pair", "vit_p_tiny", "vit_c_tiny")
     parts = [g.var(ddof=1) / 3 for g in (p2, p8, c2, c8)]
@@ -212,7 +212,7 @@ def test_seed_cells_are_tested_on_their_means_by_welch_t():
     (peak,) = _of(found, "peak", "vit_p_tiny", "vit_c_tiny")
     best = stats.ttest_ind(p8, c8, equal_var=False)  # the two models' cells at the longest schedule, 8 epochs
     assert peak.statistic == pytest.approx(10.5) and peak.p == pytest.approx(best.pvalue, rel=1e-10)
-    assert peak.verdict == "b_better" and peak.sentence.startswith("vit_c_tiny reaches a lower error than vit_p_tiny")
+    assert peak.verdict == "b_better" and peak.sentence.startswith("ViT-C tiny reaches a lower error than ViT-P tiny")
 
 
 def test_an_undecided_peak_says_so_and_what_difference_80_percent_power_needs():
@@ -221,7 +221,7 @@ def test_an_undecided_peak_says_so_and_what_difference_80_percent_power_needs():
     cells = {("vit_p_tiny", "adamw", 8): _seeds(10, 1.0), ("vit_c_tiny", "adamw", 8): _seeds(10.5, 1.0)}
     (peak,) = _of(findings(_rows(cells)), "peak", "vit_p_tiny", "vit_c_tiny")
     assert peak.verdict == "inconclusive" and peak.p == pytest.approx(0.57, abs=0.005)
-    assert peak.sentence.startswith("vit_p_tiny vs vit_c_tiny peak error (AdamW, 8 ep): inconclusive at this n: ")
+    assert peak.sentence.startswith("ViT-P tiny vs ViT-C tiny peak error (AdamW, 8 ep): inconclusive at this n: ")
     assert peak.sentence.endswith("; detectable at 80% power: |difference| ≥ 3.07 points at these seeds' spread")
 
 
@@ -276,7 +276,7 @@ def test_a_table_and_its_sentence_come_from_one_object():
     changed = replace(gap, test=replace(gap.test, estimate=-12.3))
     row = findings_table([changed], "optimizer_gap").iloc[0]
     assert row["estimate"] == -12.3 and row["verdict"] == "sgd_better" == changed.verdict
-    assert changed.sentence.startswith("vit_p_tiny gains 12.3 points when SGD replaces AdamW")
+    assert changed.sentence.startswith("ViT-P tiny gains 12.3 points when SGD replaces AdamW")
     assert "best SGD − best AdamW = -12.3 points" in changed.sentence
 
 

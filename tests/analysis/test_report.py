@@ -167,7 +167,7 @@ def test_the_findings_tables_show_welch_t_from_scipy_and_holm_over_the_five_test
     (gap,) = [f for f in found if f["kind"] == "optimizer_gap" and f["models"] == ["vit_p_tiny"]]
     ci = tests["gap p"].confidence_interval(0.95)
     assert gap["sentence"].startswith(
-        f"vit_p_tiny loses 2.5 points when SGD replaces AdamW (2 ep) [does not hold after Holm's adjustment over "
+        f"ViT-P tiny loses 2.5 points when SGD replaces AdamW (2 ep) [does not hold after Holm's adjustment over "
         f"the report's 5 tests: p = {holm['gap p']:.2f}]: mean SGD − mean AdamW = +2.5 points "
         f"[{ci.low:.1f}, {ci.high:.1f}] (Welch t, 95% CI, p = {p['gap p']:.2g}, df {tests['gap p'].df:.1f}); "
         "SGD 13.50 ± 1.00% (best 12.50%), AdamW 11.00 ± 1.00% (best 10.00%); n = 3 per group; none diverged; "
