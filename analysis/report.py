@@ -28,7 +28,6 @@ from hpstudy.analysis.figures import (
     expected_best_table,
     generalization_figure,
     generalization_table,
-    hp_names,
     hp_scatter_figure,
     hp_scatter_table,
     save_figure,
@@ -39,11 +38,10 @@ from hpstudy.analysis.gaps import ema_gain
 from hpstudy.analysis.inference import ALPHA, design_of
 from hpstudy.analysis.metric import DEFAULT_METRIC, ERR, METRIC_DOCS, LeftOutWarning, Rows, usable
 from hpstudy.analysis.report_folder import ALLOWED, ReportError, owned, publish
-from hpstudy.analysis.stats import Keys, good_ranges, hp_importance, hp_kinds
+from hpstudy.analysis.stats import good_ranges, hp_importance
 from hpstudy.trainers.schema import DIVERGED, FAILED, FINISHED, OK, STATUSES
 
 CELL = ["model", "optimizer", "epochs"]
-RANGES_BEYOND_LOG = " (linear values of a uniform or int one; per value of a choice, the share of the best trials)"
 FOLDER_RULE = f"a folder that can be written (created if missing): {ALLOWED}"
 
 
@@ -124,29 +122,17 @@ def summary_table(trials: pd.DataFrame, metric: str = DEFAULT_METRIC) -> pd.Data
     return pd.DataFrame(out).assign(metric=rows.metric)
 
 
-def hp_keys(trials: pd.DataFrame, record: Optional[Dict]) -> Dict[str, str]:
-    """The sampled hyperparameters the report analyses: the spec record's `sampled` (field -> distribution;
-    lr and wd without one) that are columns of `trials`."""
-    sampled = hp_kinds((record or {}).get("sampled") or ("lr", "wd"))
-    return {name: kind for name, kind in sampled.items() if name in trials}
-
-
-def ranges_and_importance(
-    trials: pd.DataFrame, metric: str = DEFAULT_METRIC, keys: Keys = ("lr", "wd")
-) -> Tuple[pd.DataFrame, Dict]:
-    """Good ranges and fANOVA importance per (model, optimizer) with >= 8 counted trials, of each sampled
-    hyperparameter (`keys`, see hpstudy.analysis.stats.hp_kinds) that takes two values or more there."""
+def ranges_and_importance(trials: pd.DataFrame, metric: str = DEFAULT_METRIC) -> Tuple[pd.DataFrame, Dict]:
+    """Good lr/wd ranges and fANOVA importance per (model, optimizer) with >= 8 counted trials."""
     counted = usable(trials, metric, "ranges_and_importance").kept
-    kinds = hp_kinds(keys)
     out, ranges = [], {}
     for (model, opt), group in counted.groupby(["model", "optimizer"], sort=True, observed=True):
-        varied = {name: kind for name, kind in kinds.items() if group[name].nunique(dropna=False) >= 2}
-        if len(group) < 8 or not varied:
+        if len(group) < 8 or group["lr"].nunique() < 2 or group["wd"].nunique() < 2:
             continue
         cell = trials[(trials["model"] == model) & (trials["optimizer"] == opt)]
-        r = good_ranges(cell, metric, keys=varied)
+        r = good_ranges(cell, metric)
         ranges[(model, opt)] = r
-        importance = hp_importance(cell, metric, keys=varied)
+        importance = hp_importance(cell, metric)
         for q in r.index:
             out.append(
                 {
@@ -154,7 +140,8 @@ def ranges_and_importance(
                     "optimizer": opt,
                     "percentile": q,
                     **r.loc[q].to_dict(),
-                    **{f"importance_{name}": importance.get(name) for name in kinds},
+                    "importance_lr": importance.get("lr"),
+                    "importance_wd": importance.get("wd"),
                 }
             )
     return pd.DataFrame(out), ranges
@@ -168,11 +155,9 @@ def _sampled(frame: pd.DataFrame) -> pd.DataFrame:
     return frame[[designs[key] == "samples" for key in frame[CELL].itertuples(index=False, name=None)]]
 
 
-def _figures(
-    trials: pd.DataFrame, rows: Rows, ranges: Dict, out: str, metric: str, keys: Keys = ("lr", "wd")
-) -> List[Tuple[str, str, Dict]]:
-    """Render every figure the data supports in the house style, each from its table, saved beside it
-    (the scatter against each sampled hyperparameter of `keys`); returns (name, caption, paths)."""
+def _figures(trials: pd.DataFrame, rows: Rows, ranges: Dict, out: str, metric: str) -> List[Tuple[str, str, Dict]]:
+    """Render every figure the data supports in the house style, each from its table, saved beside it;
+    returns (name, caption, paths)."""
     made = []
     stated = {"metric": rows.metric, "metric_definition": METRIC_DOCS[metric]}
 
@@ -208,11 +193,10 @@ def _figures(
         if (sampled_rows["optimizer"] == opt).any():
             draw(
                 f"hp_scatter_{opt}",
-                f"Top-1 error ({rows.metric}) against {hp_names(keys)} ({opt}); shaded: good ranges",
-                hp_scatter_table(sampled[sampled["optimizer"] == opt], metric, keys),
-                lambda table: hp_scatter_figure(table, by_model, keys=keys),
-                good_ranges="bootstrap (2500 x max(1, int(25% n))) of the best trial's log10 values, 2.5-97.5%"
-                + ("" if set(hp_kinds(keys).values()) == {"log_uniform"} else RANGES_BEYOND_LOG),
+                f"Top-1 error ({rows.metric}) against lr, wd and lr·wd ({opt}); shaded: good ranges",
+                hp_scatter_table(sampled[sampled["optimizer"] == opt], metric),
+                lambda table: hp_scatter_figure(table, by_model),
+                good_ranges="bootstrap (2500 x max(1, int(25% n))) of the best trial's log10 values, 2.5-97.5%",
                 ranges={m: r.to_dict() for m, r in by_model.items()},
             )
     if usable_rows["epochs"].nunique() > 1:
@@ -443,8 +427,7 @@ def _write_report(trials: pd.DataFrame, epochs: pd.DataFrame, record: Optional[D
     earlier = (record or {}).get("earlier_spec_rows", 0)
     with warnings.catch_warnings():  # the report counts what it leaves out in its tables instead
         warnings.simplefilter("ignore", LeftOutWarning)
-        keys = hp_keys(trials, record)
-        ranges_table, ranges = ranges_and_importance(trials, metric, keys)
+        ranges_table, ranges = ranges_and_importance(trials, metric)
         found = make_findings(trials, metric)
         tables = {
             "summary": summary_table(trials, metric),
@@ -453,7 +436,7 @@ def _write_report(trials: pd.DataFrame, epochs: pd.DataFrame, record: Optional[D
             "ema_gain": ema_gain(trials),
             "left_out": left_out_table(rows),
         }
-        figures = _figures(trials, rows, ranges, out, metric, keys)
+        figures = _figures(trials, rows, ranges, out, metric)
     completeness = (
         f"{finished} of {expected} trials stored as ok/diverged ({100 * finished / expected:.0f}%)"
         if expected
