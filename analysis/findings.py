@@ -230,12 +230,26 @@ def sig3(value: float) -> str:
     return np.format_float_positional(value, precision=3, unique=False, fractional=False, trim="-")
 
 
-def _p(test: Test) -> str:
-    """The test's p; at the resolution of a Monte-Carlo p (calibration studies, permutations): p ≤ it."""
+def _floor(test: Test) -> Optional[float]:
+    """The resolution of a Monte-Carlo p (calibration studies, permutations) where `test`'s p is at it."""
     resolution = {"best": 1 / (CALIBRATION_STUDIES + 1), "ks": 2 / (N_PERM + 1)}.get(test.rule)
-    if resolution and test.p is not None and test.p <= 1.5 * resolution:  # the smallest Monte-Carlo p
-        return f"p ≤ {resolution:.2g}"
+    at_floor = resolution and test.p is not None and test.p <= 1.5 * resolution  # the smallest Monte-Carlo p
+    return resolution if at_floor else None
+
+
+def _p(test: Test) -> str:
+    """The test's p; at the resolution of a Monte-Carlo p: p ≤ it."""
+    floor = _floor(test)
+    if floor is not None:
+        return f"p ≤ {floor:.2g}"
     return fmt_p(test.p) if test.p is not None else "no p"
+
+
+def _p_holm(f: Finding) -> str:
+    """The finding's Holm-adjusted p; an upper bound (p ≤) where its test's p is a Monte-Carlo floor."""
+    assert f.p_holm is not None and f.test is not None
+    bound = _floor(f.test) is not None and f.p_holm >= 1e-3
+    return f"p ≤ {f.p_holm:.2g}" if bound else fmt_p(f.p_holm)
 
 
 def _pts(value: float, signed: bool = False) -> str:
@@ -298,7 +312,7 @@ def _holm(f: Finding) -> str:
     if f.verdict in ("inconclusive", "info") or f.p_holm is None:
         return ""
     kept = "holds" if f.verdict_holm != "inconclusive" else "does not hold"
-    return f" [{kept} after Holm's adjustment over the report's {f.family} tests: {fmt_p(f.p_holm)}]"
+    return f" [{kept} after Holm's adjustment over the report's {f.family} tests: {_p_holm(f)}]"
 
 
 def _undecided(f: Finding) -> str:
@@ -836,7 +850,7 @@ def claims_table(found: Sequence[Finding]) -> pd.DataFrame:
                 "models": " vs ".join(model_label(m) for m in f.models),
                 "cell": _cell(f.cell.get("optimizer"), f.cell.get("epochs")),
                 "this study": _claim_number(f),
-                "p, Holm": fmt_p(f.p_holm) if f.p_holm is not None else "–",
+                "p, Holm": _p_holm(f) if f.p_holm is not None else "–",
                 "n": _slash(f.n),
                 "verdict": verdict,
             }
