@@ -16,8 +16,8 @@ def _spec(model: str) -> Optional[ModelSpec]:
 
 
 def known(model: str) -> bool:
-    """Whether the catalogue knows `model`."""
-    return _spec(model) is not None
+    """Whether the catalogue lists `model` (a timm: model resolves, but is not listed: it has no style of its own)."""
+    return model in list_models()
 
 
 def model_label(model: str) -> str:

@@ -39,10 +39,11 @@ def bootstrap_band(errors: np.ndarray, alpha: float = 0.05, n_boot: int = 1000, 
     quantile of sup|F* - F|."""
     errors, _ = finite(errors, "bootstrap_band")
     x, f = step_points(errors)
-    rng = np.random.default_rng(seed)
-    draws = rng.choice(errors, size=(n_boot, len(errors)), replace=True)
-    draws.sort(axis=1)
-    f_star = np.stack([np.searchsorted(d, x, side="right") for d in draws]) / len(errors)
+    n, m = len(errors), len(x)
+    draws = np.random.default_rng(seed).integers(0, n, (n_boot, n))  # the indices rng.choice(errors, ...) draws
+    # every resample's F* at the jump points at once: its count of each distinct error, cumulated
+    cells = np.searchsorted(x, errors)[draws] + m * np.arange(n_boot)[:, None]
+    f_star = np.bincount(cells.ravel(), minlength=n_boot * m).reshape(n_boot, m).cumsum(axis=1) / n
     return float(np.quantile(np.abs(f_star - f).max(axis=1), 1 - alpha))
 
 

@@ -35,7 +35,7 @@ from hpstudy.analysis.catalogue import catalogue_order, known, model_label, mode
 from hpstudy.analysis.edf import edf_table
 from hpstudy.analysis.gaps import length_gap
 from hpstudy.analysis.metric import DEFAULT_METRIC, ERR, usable, warn_left_out
-from hpstudy.analysis.stats import expected_best, expected_best_band
+from hpstudy.analysis.stats import Keys, choice_values, expected_best, expected_best_band, hp_kinds, value_label
 from hpstudy.trainers.schema import DIVERGED, OK
 from hpstudy.trainers.zoo import SIZE_ORDER, get_spec, list_models
 
@@ -341,48 +341,86 @@ def delta_edf_figure(
     return Plot(fig, table)
 
 
-def hp_scatter_table(trials: pd.DataFrame, metric: str = DEFAULT_METRIC) -> pd.DataFrame:
-    """Every counted trial's model, optimizer, epochs, lr, wd, error and status (Fig 4's points)."""
+def hp_panels(keys: Keys = ("lr", "wd")) -> List[Tuple[str, str, str]]:
+    """hp_scatter_figure's panels: (x, axis label, distribution) per sampled hyperparameter (`keys`, see
+    hpstudy.analysis.stats.hp_kinds), x named as good_ranges names its column (log10_<name> for a
+    log-uniform one, else <name>), with log10 lr·wd after lr and wd when both are log-uniform."""
+    kinds = hp_kinds(keys)
+    panels = [
+        (f"log10_{k}", f"log10 {k}", kind) if kind == "log_uniform" else (k, k, kind) for k, kind in kinds.items()
+    ]
+    if kinds.get("lr") == kinds.get("wd") == "log_uniform":
+        after = max(list(kinds).index("lr"), list(kinds).index("wd"))
+        panels.insert(after + 1, ("log10_lr_wd", "log10 lr·wd", "log_uniform"))
+    return panels
+
+
+def hp_names(keys: Keys = ("lr", "wd")) -> str:
+    """What hp_scatter_figure plots the error against, as its title says it: `lr, wd and lr·wd`."""
+    names = [label.removeprefix("log10 ") for _, label, _ in hp_panels(keys)]
+    return " and ".join(filter(None, [", ".join(names[:-1]), names[-1]]))
+
+
+def hp_scatter_table(trials: pd.DataFrame, metric: str = DEFAULT_METRIC, keys: Keys = ("lr", "wd")) -> pd.DataFrame:
+    """Every counted trial's model, optimizer, epochs, sampled hyperparameters (`keys`, see
+    hpstudy.analysis.stats.hp_kinds), error and status (Fig 4's points)."""
     rows = usable(trials, metric, "hp_scatter_table")
     return (
-        rows.kept[["model", "optimizer", "epochs", "lr", "wd", ERR, "status"]]
+        rows.kept[["model", "optimizer", "epochs", *hp_kinds(keys), ERR, "status"]]
         .rename(columns={ERR: "error"})
         .assign(metric=rows.metric)
     )
 
 
 def hp_scatter_figure(
-    table: pd.DataFrame, ranges: Dict[str, pd.DataFrame], size: Optional[str] = None, fig: Optional[Figure] = None
+    table: pd.DataFrame,
+    ranges: Dict[str, pd.DataFrame],
+    size: Optional[str] = None,
+    fig: Optional[Figure] = None,
+    keys: Keys = ("lr", "wd"),
 ) -> Plot:
-    """Error against log10 lr, log10 wd and log10 lr·wd per model (Fig 4), each model's good ranges
-    (`ranges`: good_ranges per model) shaded."""
+    """Error against each sampled hyperparameter per model (Fig 4: log10 lr, log10 wd and log10 lr·wd; see
+    hp_panels), each model's good ranges (`ranges`: good_ranges per model) shaded; a choice's values are
+    evenly spaced categories, unshaded."""
     models = catalogue_order(table["model"])
-    columns = [("log10_lr", "log10 lr"), ("log10_wd", "log10 wd"), ("log10_lr_wd", "log10 lr·wd")]
-    fig, axes = _grid(3 * len(models), size, fig, columns=3)
-    for row, model in zip(axes.reshape(len(models), 3), models):
+    panels = hp_panels(keys)
+    categories = {
+        x: {value_label(v): i for i, v in enumerate(choice_values(table[x]))}
+        for x, _, kind in panels
+        if kind == "choice"
+    }
+    fig, axes = _grid(len(panels) * len(models), size, fig, columns=len(panels))
+    for row, model in zip(axes.reshape(len(models), len(panels)), models):
         group = table[table["model"] == model]
-        logs = {"log10_lr": np.log10(group["lr"]), "log10_wd": np.log10(group["wd"])}
-        logs["log10_lr_wd"] = logs["log10_lr"] + logs["log10_wd"]
         st = model_style(model, models)
-        for ax, (key, label) in zip(row, columns):
+        for i, (ax, (x, label, kind)) in enumerate(zip(row, panels)):
+            if x == "log10_lr_wd":
+                values = np.log10(group["lr"]) + np.log10(group["wd"])
+            elif kind == "log_uniform":
+                values = np.log10(group[x.removeprefix("log10_")].astype(float))
+            elif kind == "choice":
+                values = group[x].map(value_label).map(categories[x])
+                ax.set_xticks(list(categories[x].values()), list(categories[x]))
+            else:
+                values = group[x].astype(float)
             for opt, cell in group.groupby("optimizer"):
                 ax.plot(
-                    logs[key][cell.index],
+                    values[cell.index],
                     cell["error"],
                     linestyle="none",
                     markersize=2.5,
                     label=f"{_opt(opt)}",
                     **{k: v for k, v in series_style(model, opt, models).items() if k != "linestyle"},
                 )
-            if model in ranges:
-                lo, hi = ranges[model].loc["p2.5", key], ranges[model].loc["p97.5", key]
+            if model in ranges and x in ranges[model] and kind != "choice":
+                lo, hi = ranges[model].loc["p2.5", x], ranges[model].loc["p97.5", x]
                 ax.axvspan(lo, hi, color=st["color"], alpha=0.12, linewidth=0)
-            ax.set(xlabel=label, ylabel=f"{model_label(model)}\ntop-1 error (%)" if key == "log10_lr" else "")
+            ax.set(xlabel=label, ylabel=f"{model_label(model)}\ntop-1 error (%)" if i == 0 else "")
     n = table.groupby("model").size()
     _title(
         fig,
         table,
-        f"Top-1 error against lr, wd and lr·wd, {_cell(table)}n = {_n_range(n)} trials per model; shaded: good ranges",
+        f"Top-1 error against {hp_names(keys)}, {_cell(table)}n = {_n_range(n)} trials per model; shaded: good ranges",
     )
     _legend(fig, axes)
     return Plot(fig, table)

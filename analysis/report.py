@@ -28,6 +28,7 @@ from hpstudy.analysis.figures import (
     expected_best_table,
     generalization_figure,
     generalization_table,
+    hp_names,
     hp_scatter_figure,
     hp_scatter_table,
     save_figure,
@@ -38,10 +39,11 @@ from hpstudy.analysis.gaps import ema_gain
 from hpstudy.analysis.inference import ALPHA, design_of
 from hpstudy.analysis.metric import DEFAULT_METRIC, ERR, METRIC_DOCS, LeftOutWarning, Rows, usable
 from hpstudy.analysis.report_folder import ALLOWED, ReportError, owned, publish
-from hpstudy.analysis.stats import good_ranges, hp_importance
+from hpstudy.analysis.stats import Keys, good_ranges, hp_importance, hp_kinds
 from hpstudy.trainers.schema import DIVERGED, FAILED, FINISHED, OK, STATUSES
 
 CELL = ["model", "optimizer", "epochs"]
+RANGES_BEYOND_LOG = " (linear values of a uniform or int one; per value of a choice, the share of the best trials)"
 FOLDER_RULE = f"a folder that can be written (created if missing): {ALLOWED}"
 
 
@@ -122,17 +124,29 @@ def summary_table(trials: pd.DataFrame, metric: str = DEFAULT_METRIC) -> pd.Data
     return pd.DataFrame(out).assign(metric=rows.metric)
 
 
-def ranges_and_importance(trials: pd.DataFrame, metric: str = DEFAULT_METRIC) -> Tuple[pd.DataFrame, Dict]:
-    """Good lr/wd ranges and fANOVA importance per (model, optimizer) with >= 8 counted trials."""
+def hp_keys(trials: pd.DataFrame, record: Optional[Dict]) -> Dict[str, str]:
+    """The sampled hyperparameters the report analyses: the spec record's `sampled` (field -> distribution;
+    lr and wd without one) that are columns of `trials`."""
+    sampled = hp_kinds((record or {}).get("sampled") or ("lr", "wd"))
+    return {name: kind for name, kind in sampled.items() if name in trials}
+
+
+def ranges_and_importance(
+    trials: pd.DataFrame, metric: str = DEFAULT_METRIC, keys: Keys = ("lr", "wd")
+) -> Tuple[pd.DataFrame, Dict]:
+    """Good ranges and fANOVA importance per (model, optimizer) with >= 8 counted trials, of each sampled
+    hyperparameter (`keys`, see hpstudy.analysis.stats.hp_kinds) that takes two values or more there."""
     counted = usable(trials, metric, "ranges_and_importance").kept
+    kinds = hp_kinds(keys)
     out, ranges = [], {}
     for (model, opt), group in counted.groupby(["model", "optimizer"], sort=True, observed=True):
-        if len(group) < 8 or group["lr"].nunique() < 2 or group["wd"].nunique() < 2:
+        varied = {name: kind for name, kind in kinds.items() if group[name].nunique(dropna=False) >= 2}
+        if len(group) < 8 or not varied:
             continue
         cell = trials[(trials["model"] == model) & (trials["optimizer"] == opt)]
-        r = good_ranges(cell, metric)
+        r = good_ranges(cell, metric, keys=varied)
         ranges[(model, opt)] = r
-        importance = hp_importance(cell, metric)
+        importance = hp_importance(cell, metric, keys=varied)
         for q in r.index:
             out.append(
                 {
@@ -140,8 +154,7 @@ def ranges_and_importance(trials: pd.DataFrame, metric: str = DEFAULT_METRIC) ->
                     "optimizer": opt,
                     "percentile": q,
                     **r.loc[q].to_dict(),
-                    "importance_lr": importance.get("lr"),
-                    "importance_wd": importance.get("wd"),
+                    **{f"importance_{name}": importance.get(name) for name in kinds},
                 }
             )
     return pd.DataFrame(out), ranges
@@ -155,9 +168,11 @@ def _sampled(frame: pd.DataFrame) -> pd.DataFrame:
     return frame[[designs[key] == "samples" for key in frame[CELL].itertuples(index=False, name=None)]]
 
 
-def _figures(trials: pd.DataFrame, rows: Rows, ranges: Dict, out: str, metric: str) -> List[Tuple[str, str, Dict]]:
-    """Render every figure the data supports in the house style, each from its table, saved beside it;
-    returns (name, caption, paths)."""
+def _figures(
+    trials: pd.DataFrame, rows: Rows, ranges: Dict, out: str, metric: str, keys: Keys = ("lr", "wd")
+) -> List[Tuple[str, str, Dict]]:
+    """Render every figure the data supports in the house style, each from its table, saved beside it
+    (the scatter against each sampled hyperparameter of `keys`); returns (name, caption, paths)."""
     made = []
     stated = {"metric": rows.metric, "metric_definition": METRIC_DOCS[metric]}
 
@@ -193,10 +208,11 @@ def _figures(trials: pd.DataFrame, rows: Rows, ranges: Dict, out: str, metric: s
         if (sampled_rows["optimizer"] == opt).any():
             draw(
                 f"hp_scatter_{opt}",
-                f"Top-1 error ({rows.metric}) against lr, wd and lr·wd ({opt}); shaded: good ranges",
-                hp_scatter_table(sampled[sampled["optimizer"] == opt], metric),
-                lambda table: hp_scatter_figure(table, by_model),
-                good_ranges="bootstrap (2500 x max(1, int(25% n))) of the best trial's log10 values, 2.5-97.5%",
+                f"Top-1 error ({rows.metric}) against {hp_names(keys)} ({opt}); shaded: good ranges",
+                hp_scatter_table(sampled[sampled["optimizer"] == opt], metric, keys),
+                lambda table: hp_scatter_figure(table, by_model, keys=keys),
+                good_ranges="bootstrap (2500 x max(1, int(25% n))) of the best trial's log10 values, 2.5-97.5%"
+                + ("" if set(hp_kinds(keys).values()) == {"log_uniform"} else RANGES_BEYOND_LOG),
                 ranges={m: r.to_dict() for m, r in by_model.items()},
             )
     if usable_rows["epochs"].nunique() > 1:
@@ -214,7 +230,9 @@ def _figures(trials: pd.DataFrame, rows: Rows, ranges: Dict, out: str, metric: s
             delta_error_vs_epochs_figure,
             rule="E_max all diverged -> best shorter schedule, flagged",
         )
-    if usable_rows["family"].nunique() > 1 and (usable_rows["status"] == OK).any():
+    losses = usable_rows.get("train_loss")  # a table without train losses has no such figure
+    trained = losses is not None and ((usable_rows["status"] == OK) & np.isfinite(losses.astype(float))).any()
+    if usable_rows["family"].nunique() > 1 and trained:
         draw(
             "generalization",
             f"Generalization vs capacity (CoAtNet's Fig. 1 from the stored rows): validation "
@@ -427,7 +445,8 @@ def _write_report(trials: pd.DataFrame, epochs: pd.DataFrame, record: Optional[D
     earlier = (record or {}).get("earlier_spec_rows", 0)
     with warnings.catch_warnings():  # the report counts what it leaves out in its tables instead
         warnings.simplefilter("ignore", LeftOutWarning)
-        ranges_table, ranges = ranges_and_importance(trials, metric)
+        keys = hp_keys(trials, record)
+        ranges_table, ranges = ranges_and_importance(trials, metric, keys)
         found = make_findings(trials, metric)
         tables = {
             "summary": summary_table(trials, metric),
@@ -436,7 +455,7 @@ def _write_report(trials: pd.DataFrame, epochs: pd.DataFrame, record: Optional[D
             "ema_gain": ema_gain(trials),
             "left_out": left_out_table(rows),
         }
-        figures = _figures(trials, rows, ranges, out, metric)
+        figures = _figures(trials, rows, ranges, out, metric, keys)
     completeness = (
         f"{finished} of {expected} trials stored as ok/diverged ({100 * finished / expected:.0f}%)"
         if expected

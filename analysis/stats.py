@@ -6,7 +6,7 @@ under the chosen metric (`hpstudy.analysis.metric.usable`). Both report the coun
 """
 
 import math
-from typing import Dict, Iterable
+from typing import Dict, Iterable, Mapping, Sequence, Union
 
 import numpy as np
 import pandas as pd
@@ -16,6 +16,9 @@ from hpstudy.analysis.metric import DEFAULT_METRIC, ERR, finite, usable
 from hpstudy.trainers.errors import HpstudyError
 
 ESTIMATORS = ("plugin", "unbiased")
+# how a study samples a hyperparameter (hpstudy.study.spec.DISTRIBUTIONS; a spec record's `sampled`)
+DISTRIBUTIONS = ("log_uniform", "uniform", "int", "choice")
+Keys = Union[Sequence[str], Mapping[str, str]]  # hyperparameter names (log-uniform), or name -> distribution
 
 
 class StatsError(HpstudyError, ValueError):
@@ -37,14 +40,7 @@ def expected_best(errors: np.ndarray, ks: Iterable[int], estimator: str = "unbia
     n = len(v)
     ks = np.asarray(list(ks), dtype=int)
     _check_budgets(ks, n)
-    i = np.arange(1, n + 1, dtype=float)
-    if estimator == "plugin":
-        weights = (i[None, :] / n) ** ks[:, None] - ((i[None, :] - 1) / n) ** ks[:, None]
-    else:
-        k = ks[:, None].astype(float)
-        log_w = (gammaln(i) - gammaln(k) - gammaln(i - k + 1)) - (gammaln(n + 1) - gammaln(k + 1) - gammaln(n - k + 1))
-        weights = np.where(i[None, :] >= k, np.exp(log_w), 0.0)
-    return weights @ v
+    return _best_weights(n, ks, estimator) @ v
 
 
 def _check_budgets(ks: np.ndarray, n: int) -> None:
@@ -72,20 +68,65 @@ def expected_best_band(
     alpha: float = 0.05,
 ):
     """Pointwise bootstrap (1 - alpha) band of the expected-best curve of the finite errors:
-    (low, high) arrays."""
+    (low, high) arrays. All n_boot resamples at once, the same ones (in the same order) as drawing
+    them one by one from `default_rng(seed)`."""
     errors, _ = finite(errors, "expected_best_band")
-    rng = np.random.default_rng(seed)
-    curves = np.stack([expected_best(rng.choice(errors, len(errors)), ks, estimator) for _ in range(n_boot)])
+    ks = np.asarray(list(ks), dtype=int)
+    expected_best(errors, ks, estimator)  # StatsError for the estimator, the sample or the budgets
+    resamples = np.sort(np.random.default_rng(seed).choice(errors, (n_boot, len(errors))), axis=1)[:, ::-1]
+    curves = resamples @ _best_weights(len(errors), ks, estimator).T
     return np.quantile(curves, alpha / 2, axis=0), np.quantile(curves, 1 - alpha / 2, axis=0)
 
 
+def _best_weights(n: int, ks: np.ndarray, estimator: str) -> np.ndarray:
+    """The weights (len(ks), n) of `expected_best`: its value for each k is this matrix times the
+    errors sorted from worst to best."""
+    i = np.arange(1, n + 1, dtype=float)
+    if estimator == "plugin":
+        return (i[None, :] / n) ** ks[:, None] - ((i[None, :] - 1) / n) ** ks[:, None]
+    k = ks[:, None].astype(float)
+    log_w = (gammaln(i) - gammaln(k) - gammaln(i - k + 1)) - (gammaln(n + 1) - gammaln(k + 1) - gammaln(n - k + 1))
+    return np.where(i[None, :] >= k, np.exp(log_w), 0.0)
+
+
+def hp_kinds(keys: Keys) -> Dict[str, str]:
+    """Sampled hyperparameters as name -> distribution; a name given alone is log-uniform (lr, wd)."""
+    kinds = dict(keys) if isinstance(keys, Mapping) else {name: "log_uniform" for name in keys}
+    for name, kind in kinds.items():
+        if kind not in DISTRIBUTIONS:
+            raise StatsError(f"keys: {name}: bad distribution {kind!r}; allowed: {', '.join(DISTRIBUTIONS)}")
+    return kinds
+
+
+def value_label(value) -> str:
+    """A choice's value as a column name and a tick label say it: null for a missing value."""
+    return "null" if value is None or (isinstance(value, float) and math.isnan(value)) else str(value)
+
+
+def choice_values(column: pd.Series) -> list:
+    """A sampled choice's distinct values in a column, sorted (by label where they do not compare), null as None."""
+    distinct = list(dict.fromkeys(_plain(column, "choice")))
+    try:
+        return sorted(distinct)
+    except TypeError:  # e.g. None among numbers or strings
+        return sorted(distinct, key=value_label)
+
+
 def good_ranges(
-    frame: pd.DataFrame, metric: str = DEFAULT_METRIC, n_boot: int = 2500, frac: float = 0.25, seed: int = 0
+    frame: pd.DataFrame,
+    metric: str = DEFAULT_METRIC,
+    n_boot: int = 2500,
+    frac: float = 0.25,
+    seed: int = 0,
+    keys: Keys = ("lr", "wd"),
 ) -> pd.DataFrame:
     """pycls/RegNet good ranges (`get_filters`): n_boot bootstrap samples of max(1, int(frac * n))
     trials drawn with replacement (`default_rng(seed).integers(0, n, (n_boot, size))`), the best
-    trial of each (first on ties), and the 2.5/50/97.5 percentiles of its log10 lr, log10 wd and
-    log10 lr*wd (rows). n counts the trials left under `metric` (failed rows and non-finite errors
+    trial of each (first on ties), and the 2.5/50/97.5 percentiles (rows) of its value of each sampled
+    hyperparameter (`keys`, see hp_kinds; columns): `log10_<name>` for a log-uniform one, `<name>` for a
+    uniform or int one, and log10 lr*wd (`log10_lr_wd`) when lr and wd are both log-uniform; a choice
+    gets a column `<name>=<value>` per value, the share of the bootstrap's best trials with it (the
+    same in each row). n counts the trials left under `metric` (failed rows and non-finite errors
     left out); the columns `n`, `sample_size`, `n_left_out` and `metric` say so."""
     rows = usable(frame, metric, "good_ranges")
     n = len(rows.kept)
@@ -94,42 +135,69 @@ def good_ranges(
     size = max(1, int(frac * n))
     draws = np.random.default_rng(seed).integers(0, n, size=(n_boot, size))
     best = draws[np.arange(n_boot), np.argmin(rows.kept[ERR].to_numpy()[draws], axis=1)]
-    logs = {
-        "log10_lr": np.log10(rows.kept["lr"].to_numpy(float)),
-        "log10_wd": np.log10(rows.kept["wd"].to_numpy(float)),
-    }
-    logs["log10_lr_wd"] = logs["log10_lr"] + logs["log10_wd"]
+    values: Dict[str, np.ndarray] = {}
+    shares: Dict[str, float] = {}
+    for name, kind in hp_kinds(keys).items():
+        if kind == "choice":
+            labels = np.array([value_label(v) for v in rows.kept[name]])
+            for label in map(value_label, choice_values(rows.kept[name])):
+                shares[f"{name}={label}"] = float(np.mean(labels[best] == label))
+            continue
+        column = rows.kept[name].to_numpy(float)
+        if kind == "log_uniform":
+            values[f"log10_{name}"] = np.log10(column)
+        else:
+            values[name] = column
+        if {"log10_lr", "log10_wd"} <= set(values) and name in ("lr", "wd"):
+            values["log10_lr_wd"] = values["log10_lr"] + values["log10_wd"]
     table = pd.DataFrame(
-        {name: np.percentile(values[best], [2.5, 50, 97.5]) for name, values in logs.items()},
+        {name: np.percentile(column[best], [2.5, 50, 97.5]) for name, column in values.items()},
         index=["p2.5", "p50", "p97.5"],
     )
-    return table.assign(n=n, sample_size=size, n_left_out=len(rows.left_out), metric=rows.metric)
+    return table.assign(**shares, n=n, sample_size=size, n_left_out=len(rows.left_out), metric=rows.metric)
 
 
-def hp_importance(frame: pd.DataFrame, metric: str = DEFAULT_METRIC, seed: int = 0) -> Dict:
-    """fANOVA importance of lr and wd (optuna's evaluator fed with the trials as a finished study),
-    on the `metric` error; failed rows and non-finite errors left out (`n_left_out`)."""
+def hp_importance(frame: pd.DataFrame, metric: str = DEFAULT_METRIC, seed: int = 0, keys: Keys = ("lr", "wd")) -> Dict:
+    """fANOVA importance of each sampled hyperparameter (`keys`, see hp_kinds; optuna's evaluator fed with
+    the trials as a finished study), on the `metric` error; failed rows and non-finite errors left out
+    (`n_left_out`)."""
     import optuna
 
     rows = usable(frame, metric, "hp_importance")
     verbosity = optuna.logging.get_verbosity()
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # one "trial added" line per row otherwise
     try:
-        importance = _fanova(optuna, rows.kept, seed)
+        importance = _fanova(optuna, rows.kept, seed, hp_kinds(keys))
     finally:
         optuna.logging.set_verbosity(verbosity)
     return {**importance, "n_left_out": len(rows.left_out), "metric": rows.metric}
 
 
-def _fanova(optuna, kept: pd.DataFrame, seed: int) -> Dict[str, float]:
-    distributions = {
-        name: optuna.distributions.FloatDistribution(kept[name].min(), kept[name].max(), log=True)
-        for name in ("lr", "wd")
-    }
+def _plain(column: pd.Series, kind: str) -> list:
+    """A column as the plain values optuna takes: floats, ints, or a choice's values (None for a missing one)."""
+    if kind == "choice":
+        return [None if value_label(v) == "null" else v for v in column.astype(object)]
+    return column.astype(int if kind == "int" else float).tolist()
+
+
+def _optuna_distribution(optuna, kind: str, values: list):
+    """The optuna distribution spanning the values a study took of a hyperparameter sampled from `kind`."""
+    if kind == "choice":
+        return optuna.distributions.CategoricalDistribution(list(dict.fromkeys(values)))
+    if kind == "int":
+        return optuna.distributions.IntDistribution(min(values), max(values))
+    return optuna.distributions.FloatDistribution(min(values), max(values), log=kind == "log_uniform")
+
+
+def _fanova(optuna, kept: pd.DataFrame, seed: int, kinds: Dict[str, str]) -> Dict[str, float]:
+    params = {name: _plain(kept[name], kind) for name, kind in kinds.items()}
+    distributions = {name: _optuna_distribution(optuna, kind, params[name]) for name, kind in kinds.items()}
     study = optuna.create_study(direction="minimize")
-    for lr, wd, value in kept[["lr", "wd", ERR]].itertuples(index=False):
+    for i, value in enumerate(kept[ERR].tolist()):
         study.add_trial(
-            optuna.trial.create_trial(params={"lr": lr, "wd": wd}, distributions=distributions, value=value)
+            optuna.trial.create_trial(
+                params={name: params[name][i] for name in kinds}, distributions=distributions, value=value
+            )
         )
     evaluator = optuna.importance.FanovaImportanceEvaluator(seed=seed)
     return dict(optuna.importance.get_param_importances(study, evaluator=evaluator, normalize=True))

@@ -90,6 +90,14 @@ def add_run_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "(it is also done before and after the run); 0: only before and after (default: 1000)",
     )
     p.add_argument(
+        "--track",
+        action="append",
+        default=None,
+        metavar="KIND:DIR",
+        help="also log every trial the run stores to a tracker in folder DIR: mlflow:DIR (a SQLite database, "
+        "no server), tensorboard:DIR (event files) or wandb:DIR (offline runs); repeatable (default: none)",
+    )
+    p.add_argument(
         "--gpu-memory-gb",
         type=float,
         default=None,

@@ -29,6 +29,7 @@ from hpstudy.study.store_compaction import compact
 from hpstudy.study.store_read import load_study, load_trials, split_by_spec, stored_keys
 from hpstudy.study.store_spec_record import load_spec_record, report_location
 from hpstudy.study.suggest import suggest as suggest_lines
+from hpstudy.study.trackers import trackers_of
 from hpstudy.trainers.errors import shown
 from hpstudy.trainers.schema import DIVERGED, FAILED, FINISHED, OK
 
@@ -70,6 +71,20 @@ def check_run_args(args: argparse.Namespace) -> None:
         raise SpecError(f"--store: {args.store!r} is a file; allowed: a folder or a URI")
 
 
+def check_before_trials(
+    spec: StudySpec, store: str, address: Optional[str], num_cpus: Optional[int], report: Optional[str]
+) -> None:
+    """What a run checks once its spec is read and before any trial: this machine's CPUs and GPUs for a
+    local Ray, and that the report can be written (`report`: None in the store, "none" no report, else a
+    folder), so it fails now and not after the study."""
+    if not address:
+        check_local_resources(spec, num_cpus)
+    if report is None:
+        check_store_report_dir(store, spec.name)
+    elif report != "none":
+        check_report_dir(report, "--report")
+
+
 def dry_run_warnings(path: str, spec: StudySpec, args: argparse.Namespace) -> List[str]:
     """What a run would refuse that a dry run does not need: the spec's paths (its dataset, its init
     checkpoint) and, for a local Ray, this machine's CPUs and GPUs. `spec` was read without path
@@ -89,6 +104,7 @@ def dry_run_warnings(path: str, spec: StudySpec, args: argparse.Namespace) -> Li
 def print_plan(spec: StudySpec, store: str, assume_tflops: Optional[float]) -> None:
     """The dry-run plan: trials per cell, boxes, resources and estimated trial-hours. Trials are
     counted, not expanded, unless some of the study is stored (then expanded, to match keys)."""
+    from hpstudy.study.fusion import fusion_notes  # torch, as flops
     from hpstudy.trainers.flops import model_profile
 
     n_train = spec.dataset.n_train if spec.dataset.name == "synthetic" else TRAIN_SIZES[spec.dataset.name]
@@ -123,6 +139,13 @@ def print_plan(spec: StudySpec, store: str, assume_tflops: Optional[float]) -> N
             f"{model:<14} {opt:<9} {epochs:>6} {per_cell:>6} {todo:>6}  {lr_box:<22} {wd_box:<22} "
             f"{flops / 1e9:>7.3f} {hours:>8.2f}"
         )
+    for model, opt in dict.fromkeys((m, o) for (m, o, _), _ in plan):
+        extra = spec.box(model, opt).axes()[2:]  # after lr and wd: the recipe fields this box samples
+        if extra:
+            fields = ", ".join(f"{name} {dist.kind} {list(dist.values)}" for name, dist in extra)
+            print(f"{model:<14} {opt:<9} also samples {fields}")
+    for note in fusion_notes(spec):
+        print(note)
     print(
         f"estimated compute to run: {total_hours:.2f} trial-hours (3 x forward FLOPs x "
         f"{n_train} images x epochs at {tflops:g} effective TFLOP/s per trial)"
@@ -174,6 +197,7 @@ def run(args: argparse.Namespace) -> int:
         # A local Ray binds to loopback only (read when ray is first imported).
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     check_run_args(args)
+    trackers = trackers_of(args.track or (), "--track")
     path = resolve_config(args.config)
     spec = load_spec(path, check_paths=not args.dry_run)
     check_models(spec)
@@ -182,13 +206,7 @@ def run(args: argparse.Namespace) -> int:
         for warning in dry_run_warnings(path, spec, args):
             print(f"warning: {warning} (a run stops here; the dry run's plan does not need it)", flush=True)
     else:
-        if not args.address:
-            check_local_resources(spec, args.num_cpus)
-        # a report that cannot be written fails now, not after the study
-        if args.report is None:
-            check_store_report_dir(args.store, spec.name)
-        elif args.report != "none":
-            check_report_dir(args.report, "--report")
+        check_before_trials(spec, args.store, args.address, args.num_cpus, args.report)
     note = spec_change_note(args.store, spec)
     if note:
         print(note, flush=True)
@@ -210,6 +228,7 @@ def run(args: argparse.Namespace) -> int:
             num_cpus=args.num_cpus,
             progress_interval=args.progress_interval,
             compact_every=args.compact_every,
+            trackers=trackers,
         )
     except RunStopped as stop:
         print(stop, file=sys.stderr, flush=True)

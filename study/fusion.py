@@ -1,31 +1,60 @@
-"""Fusion planning: which models of a study train K trials of a cell as one fused computation."""
+"""Fusion planning: which models of a study train K trials of a cell as one fused computation.
 
+Fused members share everything but PER_MEMBER (lr, wd, seed), so a cell whose box samples a recipe field
+fuses only trials of one sample (its seeds). Ray is imported where it is used: the dry run's plan
+(`fusion_notes`) needs none."""
+
+import json
 from collections import Counter
-from typing import Dict, List
-
-import ray
+from typing import Any, Dict, List
 
 from hpstudy.study.sampling import PlannedTrial
 from hpstudy.study.spec import SpecError, StudySpec
-from hpstudy.study.trainable import use_assigned_cpus, use_assigned_gpus
 from hpstudy.trainers.config import TrialConfig
 from hpstudy.trainers.errors import ConfigError
-from hpstudy.trainers.fused import check_fusable, measure_fusion
+from hpstudy.trainers.fused import PER_MEMBER, UNSUPPORTED, check_fusable, measure_fusion
 
 AUTO_FUSE_K = 8
 AUTO_FUSE_MIN_SPEEDUP = 1.2
 
 
+def _shared(config: Dict[str, Any]) -> str:
+    """What fused members must share: the trial config without its PER_MEMBER fields, as canonical JSON."""
+    return json.dumps({k: v for k, v in config.items() if k not in PER_MEMBER}, sort_keys=True, default=str)
+
+
 def fusion_groups(trials: List[PlannedTrial], sizes: Dict[str, int]) -> List[List[PlannedTrial]]:
-    """Trials of one (model, optimizer, epochs) cell in chunks of the model's fusion size, in order."""
+    """Trials of one (model, optimizer, epochs) cell that differ in PER_MEMBER fields only, in chunks of the
+    model's fusion size, in order."""
     cells: Dict[tuple, List[PlannedTrial]] = {}
     for t in trials:
-        cells.setdefault((t.model, t.optimizer, t.epochs), []).append(t)
+        fused = sizes.get(t.model, 1) > 1
+        cells.setdefault((t.model, t.optimizer, t.epochs, _shared(t.config) if fused else ""), []).append(t)
     groups = []
-    for (model, _, _), members in cells.items():
+    for (model, _, _, _), members in cells.items():
         k = sizes.get(model, 1)
         groups += [members[i : i + k] for i in range(0, len(members), k)]
     return groups
+
+
+def fusion_notes(spec: StudySpec) -> List[str]:
+    """One line per (model, optimizer) whose box samples a field fused members cannot vary (anything but
+    PER_MEMBER): its trials fuse only across the seeds of one sample, or not at all (none with fuse: off)."""
+    if spec.fuse == "off":
+        return []
+    notes = []
+    for model in spec.models:
+        for optimizer in spec.optimizers:
+            shared = [name for name, _ in spec.box(model, optimizer).axes() if name not in PER_MEMBER]
+            if shared:
+                verb, it = ("is", "it") if len(shared) == 1 else ("are", "them")
+                what = f"{', '.join(shared)} {verb} sampled and fused trials share {it}"
+                notes.append(
+                    f"fuse: only the seeds of one sample fuse for cell {model} {optimizer}: {what}"
+                    if len(spec.seeds) > 1
+                    else f"fuse: off for cell {model} {optimizer}: {what}"
+                )
+    return notes
 
 
 def fusion_sizes(spec: StudySpec, pending: List[PlannedTrial], resources: Dict[str, float]) -> Dict[str, int]:
@@ -36,7 +65,9 @@ def fusion_sizes(spec: StudySpec, pending: List[PlannedTrial], resources: Dict[s
     """
     if spec.fuse == "off" or not pending:
         return {}
-    unfusable = _unfusable_reason(pending)
+    for note in fusion_notes(spec):
+        print(note, flush=True)
+    unfusable = _unfusable_reason(spec, pending)
     if spec.fuse != "auto":
         if unfusable:
             raise SpecError(f"fuse: bad value {spec.fuse!r} for this recipe ({unfusable}); allowed: off or auto")
@@ -44,10 +75,12 @@ def fusion_sizes(spec: StudySpec, pending: List[PlannedTrial], resources: Dict[s
     if unfusable:
         print(f"fuse auto: no fusion: {unfusable}", flush=True)
         return {}
+    import ray
+
     measure = ray.remote(num_cpus=resources["cpu"], num_gpus=resources["gpu"])(_measure_fusion)
     sizes = {}
     for model in sorted({t.model for t in pending}):
-        cells = Counter((t.optimizer, t.epochs) for t in pending if t.model == model)
+        cells = Counter((t.optimizer, t.epochs, _shared(t.config)) for t in pending if t.model == model)
         k = min(AUTO_FUSE_K, max(cells.values()))
         if k < 2:
             continue
@@ -68,8 +101,14 @@ def fusion_sizes(spec: StudySpec, pending: List[PlannedTrial], resources: Dict[s
     return sizes
 
 
-def _unfusable_reason(pending: List[PlannedTrial]) -> str:
-    """Why the study's recipe cannot train fused (check_fusable's message), or ''."""
+def _unfusable_reason(spec: StudySpec, pending: List[PlannedTrial]) -> str:
+    """Why the study's recipe cannot train fused (check_fusable's message, or an option fusion does not
+    support that a box samples), or ''."""
+    unsupported = sorted(
+        {name for m in spec.models for o in spec.optimizers for name, _ in spec.box(m, o).axes() if name in UNSUPPORTED}
+    )
+    if unsupported:
+        return f"{unsupported[0]} is sampled and is not supported in fused training; train alone"
     try:
         check_fusable([TrialConfig.from_dict(t.config) for t in pending[:1]])
     except ConfigError as exc:
@@ -84,6 +123,8 @@ def _first_line(exc: Exception) -> str:
 
 def _measure_fusion(*args) -> Dict[str, float]:
     """hpstudy.trainers.fused.measure_fusion on a Ray worker, with as many torch threads as a trial would have."""
+    from hpstudy.study.trainable import use_assigned_cpus, use_assigned_gpus
+
     use_assigned_cpus()
     use_assigned_gpus()
     return measure_fusion(*args)

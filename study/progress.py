@@ -1,16 +1,51 @@
-"""Live progress of a study on the driver: done / running / pending, ETA, best error per model."""
+"""Live progress of a study on the driver: done / running / pending, ETA, best error per model; as a
+line every few seconds (a terminal), a tqdm bar (a notebook) or not at all."""
 
+import contextlib
+import contextvars
+import sys
 import time
 from collections import Counter
-from typing import Dict, Set
+from typing import Dict, Iterator, List, Set, Union
 
 from ray import tune
+from tqdm.auto import tqdm
 
+from hpstudy.study.spec import SpecError
+from hpstudy.trainers.errors import shown
 from hpstudy.trainers.schema import FAILED, STATUSES
+
+# how a run shows its progress: "auto" = a bar in an IPython kernel (Jupyter, VS Code, Colab), else lines
+DISPLAYS = ("auto", "bar", "lines", "off")
+_DISPLAY = contextvars.ContextVar("hpstudy_progress_display", default="auto")
 
 
 def _minutes(seconds: float) -> str:
     return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s"
+
+
+def in_notebook() -> bool:
+    """Whether this process is an IPython kernel (a notebook), not a terminal or a plain interpreter."""
+    ipython = sys.modules.get("IPython")  # only if already imported: a kernel has imported it
+    shell = ipython.get_ipython() if ipython is not None else None
+    return shell is not None and "IPKernelApp" in shell.config
+
+
+@contextlib.contextmanager
+def progress_display(progress: Union[str, bool]) -> Iterator[None]:
+    """Show the progress of the runs started inside the block as `progress`: one of DISPLAYS, True
+    (= "auto") or False (= "off"); SpecError for anything else."""
+    display = ("auto" if progress else "off") if isinstance(progress, bool) else progress
+    if display not in DISPLAYS:
+        raise SpecError(
+            f"progress: bad value {shown(progress)}; allowed: {', '.join(map(repr, DISPLAYS))}, True (= 'auto') "
+            f"or False (= 'off')"
+        )
+    token = _DISPLAY.set(display)
+    try:
+        yield
+    finally:
+        _DISPLAY.reset(token)
 
 
 class Tally:
@@ -46,36 +81,61 @@ class SavedEmpty:
 
 
 class ProgressPrinter(SavedEmpty, tune.Callback):
-    """Prints a one-line status at most every `interval` seconds and when trials end."""
+    """Shows the run's status as `progress_display` set it (by default "auto"): a line at most every
+    `interval` seconds and when trials end, or a tqdm bar (tqdm.auto: a widget in a notebook) whose
+    ETA, like the line's, comes from the average finishing rate so far."""
 
     def __init__(self, writer, total: int, interval: float = 10.0):
         self.writer, self.total, self.interval = writer, total, interval
         self.started = time.time()
         self.last_print = 0.0
         self.running = 0
+        display = _DISPLAY.get()
+        self.display = ("bar" if in_notebook() else "lines") if display == "auto" else display
+        self.drawn = None  # what the bar shows now: (done, postfix)
+        # smoothing=0: the bar's ETA from the average finishing rate since the start, as the line's
+        self.bar = tqdm(total=total, unit="trial", smoothing=0, dynamic_ncols=True) if self.display == "bar" else None
 
-    def line(self) -> str:
-        """The status line: counts, ETA from the finishing rate, the devices finished trials trained on
-        (so a GPU study that trains on CPUs shows it), best top-1 error per model."""
-        tally = self.writer.tally
-        done, statuses, devices, best = len(tally), tally.statuses, tally.devices, tally.best
-        elapsed = time.time() - self.started
-        eta = elapsed / done * (self.total - done) if done else float("nan")
-        pending = self.total - done - self.running
-        counts = ", ".join(f"{s} {statuses[s]}" for s in STATUSES)
-        parts = [
-            f"[{_minutes(elapsed)}] {done}/{self.total} done ({counts}), "
-            f"{self.running} running, {max(0, pending)} pending",
-            f"ETA {_minutes(eta)}" if done else "ETA -",
-        ]
+    def details(self) -> List[str]:
+        """The devices finished trials trained on (so a GPU study that trains on CPUs shows it) and the
+        best top-1 error per model, as far as known."""
+        devices, best = self.writer.tally.devices, self.writer.tally.best
+        parts = []
         if devices:
             parts.append("on " + ", ".join(f"{d} {n}" for d, n in sorted(devices.items())))
         if best:
             parts.append("best top-1: " + ", ".join(f"{m} {e:.2f}%" for m, e in sorted(best.items())))
-        return " | ".join(parts)
+        return parts
+
+    def counts(self) -> str:
+        """Trials stored per status, e.g. `ok 3, diverged 1, failed 0`."""
+        return ", ".join(f"{s} {self.writer.tally.statuses[s]}" for s in STATUSES)
+
+    def line(self) -> str:
+        """The status line: counts, ETA from the finishing rate, devices, best top-1 error per model."""
+        done = len(self.writer.tally)
+        elapsed = time.time() - self.started
+        eta = elapsed / done * (self.total - done) if done else float("nan")
+        pending = self.total - done - self.running
+        parts = [
+            f"[{_minutes(elapsed)}] {done}/{self.total} done ({self.counts()}), "
+            f"{self.running} running, {max(0, pending)} pending",
+            f"ETA {_minutes(eta)}" if done else "ETA -",
+        ]
+        return " | ".join(parts + self.details())
+
+    def _show_bar(self, force: bool) -> None:
+        """Move the bar to what is stored, redrawn when that or the postfix changed (or `force`)."""
+        state = (len(self.writer.tally), " | ".join([f"{self.counts()}, {self.running} running", *self.details()]))
+        if force or state != self.drawn:
+            self.drawn = state
+            self.bar.n = state[0]
+            self.bar.set_postfix_str(state[1])  # redraws
 
     def _maybe_print(self, force: bool = False) -> None:
-        if force or time.time() - self.last_print >= self.interval:
+        if self.bar is not None:
+            self._show_bar(force)
+        elif self.display == "lines" and (force or time.time() - self.last_print >= self.interval):
             self.last_print = time.time()
             print(self.line(), flush=True)
 
@@ -90,6 +150,8 @@ class ProgressPrinter(SavedEmpty, tune.Callback):
         self._maybe_print(force=True)
 
     def final(self) -> None:
-        """The last status line, printed once the run ends (or is interrupted)."""
+        """The last status (a line, or the bar's last state, closed), once the run ends (or is interrupted)."""
         self.running = 0
         self._maybe_print(force=True)
+        if self.bar is not None:
+            self.bar.close()

@@ -10,7 +10,7 @@ import shutil
 import signal
 import tempfile
 import time
-from typing import Dict, Iterator, List, Optional
+from typing import Dict, Iterator, List, Optional, Sequence, Union
 
 import ray
 from ray import tune
@@ -25,6 +25,7 @@ from hpstudy.study.store import StoreFault, delete_study, probe_store
 from hpstudy.study.store_compaction import compact
 from hpstudy.study.store_read import load_trials, stored_keys
 from hpstudy.study.store_spec_record import write_spec_record
+from hpstudy.study.trackers import Tracker, close_all, trackers_of
 from hpstudy.study.trainable import run_tune_trial
 from hpstudy.study.tune_scheduler import IdleActorsToNewTrials
 from hpstudy.study.tune_searcher import GroupQueue
@@ -108,15 +109,16 @@ def run_trials(
     fusion: Optional[Dict[str, int]] = None,
     interruption: Optional[Interruption] = None,
     compact_every: int = 0,
+    trackers: Sequence[Tracker] = (),
 ) -> Tally:
     """Run `trials` on the connected Ray with Tune (K of a cell per Tune trial where `fusion` says
     so) and store each as it ends, compacting the study's files every `compact_every` stored trials
-    (0: never); returns the tally of what was stored. Stops early on a store fault (StoreFault), a
-    node that cannot run trials (RunStopped) or `interruption`'s signal."""
+    (0: never) and handing each stored row to `trackers`; returns the tally of what was stored. Stops
+    early on a store fault (StoreFault), a node that cannot run trials (RunStopped) or `interruption`'s signal."""
     groups = [
         {"keys": [t.key for t in g], "configs": [t.config for t in g]} for g in fusion_groups(trials, fusion or {})
     ]
-    writer = StoreWriter(store, study, trials, groups, interruption, compact_every)
+    writer = StoreWriter(store, study, trials, groups, interruption, compact_every, trackers)
     progress, stopper = ProgressPrinter(writer, len(trials), progress_interval), RunStopper(writer)
     try:
         # Tune keeps every trial of a run (its last result, metric statistics) until the run ends,
@@ -198,9 +200,13 @@ def run_study(
     num_cpus: Optional[int] = None,
     progress_interval: float = 10.0,
     compact_every: int = COMPACT_EVERY,
+    trackers: Sequence[Union[str, Tracker]] = (),
 ):
     """Run every trial of `spec` not yet stored as ok/diverged; return the study's stored trials
     (SUMMARY_COLUMNS, with trial_key and study).
+
+    Each trial this run stores also goes to `trackers` (`KIND:DIR` texts or Tracker objects,
+    hpstudy.study.trackers; checked before anything runs), which are closed when the run ends.
 
     The store is probed (a file written and deleted) before anything runs; a store fault at any
     point raises StoreFault saying what is stored and that rerunning the same command resumes.
@@ -209,74 +215,77 @@ def run_study(
     SIGINT or SIGTERM stops the run (see Interruption) and raises RunStopped with exit code 128 +
     the signal's number; so does a node that cannot run the trials, with exit code 1. On a local
     Ray (no `address`) at most `local_slots` trials run at once (`max_concurrent` may cap lower)."""
-    trials = expand(spec)
-    keys = {t.key for t in trials}
-    try:
-        probe_store(store)
-    except StoreFault as exc:
-        raise StoreFault(
-            f"{exc}; the store {store} must be writable: no trial was run; fix it and rerun the same command"
-        ) from exc
-    done = set()
-    interruption = Interruption()
-    try:
-        with interruption:
-            if fresh:
-                delete_study(store, spec.name)
-            compact(store, spec.name)  # also finishes a compaction a killed driver left half done
-            trials = expand_for_store(spec, store)  # after the compaction: read from fewer files
-            keys = {t.key for t in trials}
-            write_spec_record(store, spec.name, spec.source, len(trials), keys)
-            done = stored_keys(store, spec.name)
-            pending = [t for t in trials if t.key not in done]
-            print(
-                f"study {spec.name}: {len(trials)} trials, {len(trials) - len(pending)} already stored, "
-                f"{len(pending)} to run; store {store}",
-                flush=True,
-            )
-            if pending:
-                resources = {"cpu": spec.resources.cpu, "gpu": spec.resources.gpu}
-                with ray_session(address, num_cpus):
-                    interruption.arm()  # ray.init replaced the SIGTERM handler
-                    if not address:  # a cluster may grow: only a local Ray is capped
-                        max_concurrent = min(filter(None, (max_concurrent, local_slots(resources))), default=None)
-                    fusion = fusion_sizes(spec, pending, resources)
+    trackers = trackers_of(trackers)
+    with close_all(trackers):
+        trials = expand(spec)
+        keys = {t.key for t in trials}
+        try:
+            probe_store(store)
+        except StoreFault as exc:
+            raise StoreFault(
+                f"{exc}; the store {store} must be writable: no trial was run; fix it and rerun the same command"
+            ) from exc
+        done = set()
+        interruption = Interruption()
+        try:
+            with interruption:
+                if fresh:
+                    delete_study(store, spec.name)
+                compact(store, spec.name)  # also finishes a compaction a killed driver left half done
+                trials = expand_for_store(spec, store)  # after the compaction: read from fewer files
+                keys = {t.key for t in trials}
+                write_spec_record(store, spec.name, spec.source, len(trials), keys)
+                done = stored_keys(store, spec.name)
+                pending = [t for t in trials if t.key not in done]
+                print(
+                    f"study {spec.name}: {len(trials)} trials, {len(trials) - len(pending)} already stored, "
+                    f"{len(pending)} to run; store {store}",
+                    flush=True,
+                )
+                if pending:
+                    resources = {"cpu": spec.resources.cpu, "gpu": spec.resources.gpu}
+                    with ray_session(address, num_cpus):
+                        interruption.arm()  # ray.init replaced the SIGTERM handler
+                        if not address:  # a cluster may grow: only a local Ray is capped
+                            max_concurrent = min(filter(None, (max_concurrent, local_slots(resources))), default=None)
+                        fusion = fusion_sizes(spec, pending, resources)
+                        if interruption.signum is None:
+                            run_trials(
+                                spec.name,
+                                pending,
+                                store,
+                                resources,
+                                spec.max_retries,
+                                max_concurrent=max_concurrent,
+                                progress_interval=progress_interval,
+                                fusion=fusion,
+                                interruption=interruption,
+                                compact_every=compact_every,
+                                trackers=trackers,
+                            )
                     if interruption.signum is None:
-                        run_trials(
-                            spec.name,
-                            pending,
-                            store,
-                            resources,
-                            spec.max_retries,
-                            max_concurrent=max_concurrent,
-                            progress_interval=progress_interval,
-                            fusion=fusion,
-                            interruption=interruption,
-                            compact_every=compact_every,
-                        )
-                if interruption.signum is None:
-                    compact(store, spec.name)
-        stored = load_trials(store, spec.name, columns=SUMMARY_COLUMNS)
-    except StoreFault as exc:
-        raise StoreFault(
-            f"{exc}; {len(done & keys)} of the study's {len(trials)} trials were stored before "
-            f"this run; rerun the same command to resume"
-        ) from exc
-    except KeyboardInterrupt:  # a second signal: quit at once
-        interruption.signum = interruption.signum or signal.SIGINT
-    except RunStopped as stop:
-        raise RunStopped(
-            f"error: {stop}; the study stopped: {_count_finished(store, spec.name, keys)}/"
-            f"{len(trials)} stored; fix that and rerun the same command to resume",
-            stop.exit_code,
-        ) from None
-    if interruption.signum is not None:
-        raise RunStopped(
-            f"interrupted: {_count_finished(store, spec.name, keys)}/{len(trials)} stored; rerun "
-            f"the same command to resume",
-            128 + interruption.signum,
-        )
-    return stored[stored["trial_key"].isin(keys)].reset_index(drop=True)
+                        compact(store, spec.name)
+            stored = load_trials(store, spec.name, columns=SUMMARY_COLUMNS)
+        except StoreFault as exc:
+            raise StoreFault(
+                f"{exc}; {len(done & keys)} of the study's {len(trials)} trials were stored before "
+                f"this run; rerun the same command to resume"
+            ) from exc
+        except KeyboardInterrupt:  # a second signal: quit at once
+            interruption.signum = interruption.signum or signal.SIGINT
+        except RunStopped as stop:
+            raise RunStopped(
+                f"error: {stop}; the study stopped: {_count_finished(store, spec.name, keys)}/"
+                f"{len(trials)} stored; fix that and rerun the same command to resume",
+                stop.exit_code,
+            ) from None
+        if interruption.signum is not None:
+            raise RunStopped(
+                f"interrupted: {_count_finished(store, spec.name, keys)}/{len(trials)} stored; rerun "
+                f"the same command to resume",
+                128 + interruption.signum,
+            )
+        return stored[stored["trial_key"].isin(keys)].reset_index(drop=True)
 
 
 def _count_finished(store: str, study: str, keys: set) -> int:

@@ -1,6 +1,7 @@
-"""Deterministic (lr, wd) sampling and expansion of a spec into trial configs with trial keys.
+"""Deterministic sampling of lr, wd and any recipe field a box samples, and expansion of a spec into trial
+configs with trial keys.
 
-Sampled values are rounded to SIGNIFICANT_DIGITS before they are keyed and trained: the last bits of
+Sampled floats are rounded to SIGNIFICANT_DIGITS before they are keyed and trained: the last bits of
 np.exp/np.log differ between numpy 1.x and 2.x (and between platforms), and a key must not.
 """
 
@@ -15,10 +16,11 @@ import numpy as np
 import pandas as pd
 from scipy.stats import qmc
 
-from hpstudy.study.spec import Box, SpecError, StudySpec
+from hpstudy.study.spec import Box, Distribution, SpecError, StudySpec
 from hpstudy.study.store_read import load_trials
 from hpstudy.trainers.config import TrialConfig
 from hpstudy.trainers.schema import FINISHED
+from hpstudy.trainers.zoo import is_timm
 
 
 @dataclass(frozen=True)
@@ -40,23 +42,22 @@ def _stream_seed(*parts: Any) -> int:
     return int.from_bytes(digest[:8], "little")
 
 
-def unit_points(sampler: str, n: int, seed: int) -> np.ndarray:
-    """n points in [0, 1]^2: iid uniform, scrambled Sobol, or a k x k grid spanning the ends."""
+def unit_points(sampler: str, n: int, seed: int, d: int = 2) -> np.ndarray:
+    """n points in [0, 1]^d: iid uniform, scrambled Sobol, or a k^d grid spanning the ends."""
     if sampler == "random":
-        return np.random.default_rng(seed).random((n, 2))
+        return np.random.default_rng(seed).random((n, d))
     if sampler == "sobol":
         # Draw the next power of two (scipy's balance property) and keep the first n points.
         m = max(0, (n - 1).bit_length())
-        return qmc.Sobol(d=2, scramble=True, seed=seed).random_base2(m)[:n]
+        return qmc.Sobol(d=d, scramble=True, seed=seed).random_base2(m)[:n]
     if sampler == "grid":
-        k = round(n**0.5)
+        k = round(n ** (1 / d))
         axis = np.linspace(0.0, 1.0, k) if k > 1 else np.array([0.5])
-        lr, wd = np.meshgrid(axis, axis, indexing="ij")
-        return np.stack([lr.ravel(), wd.ravel()], axis=1)
+        return np.stack([coordinate.ravel() for coordinate in np.meshgrid(*[axis] * d, indexing="ij")], axis=1)
     raise SpecError(f"sampler: bad value {sampler!r}; allowed: random, sobol, grid")
 
 
-SIGNIFICANT_DIGITS = 6  # of a sampled lr or wd: far finer than any box's resolution, far coarser than an ulp
+SIGNIFICANT_DIGITS = 6  # of a sampled float: far finer than any box's resolution, far coarser than an ulp
 
 
 def rounded(value: float) -> float:
@@ -64,40 +65,67 @@ def rounded(value: float) -> float:
     return float(f"{value:.{SIGNIFICANT_DIGITS - 1}e}")
 
 
-def scale_to_box(points: np.ndarray, box: Box) -> List[Tuple[float, float]]:
-    """Map unit points log-uniformly onto the closed box, rounded (see `rounded`) and kept inside it
-    (a box's ends are the spec's own numbers, so a fixed value is exactly the value written)."""
-    return [
-        tuple(
-            min(max(rounded(math.exp(math.log(lo) + float(u) * (math.log(hi) - math.log(lo)))), lo), hi)
-            for u, (lo, hi) in ((u_lr, box.lr), (u_wd, box.wd))
-        )
-        for u_lr, u_wd in points
-    ]
+def scaled(u: float, dist: Distribution) -> Any:
+    """The unit coordinate `u` mapped onto `dist`: log-uniformly or uniformly onto [low, high] (rounded, see
+    `rounded`, and kept inside it, so a fixed value is exactly the value written), onto the integers of
+    [low, high] in equal shares, or onto its choices in equal shares."""
+    u = float(u)
+    low, high = dist.values[0], dist.values[-1]
+    if dist.kind == "log_uniform":
+        return min(max(rounded(math.exp(math.log(low) + u * (math.log(high) - math.log(low)))), low), high)
+    if dist.kind == "uniform":
+        return min(max(rounded(low + u * (high - low)), low), high)
+    if dist.kind == "int":
+        return low + min(int(u * (high - low + 1)), high - low)
+    return dist.values[min(int(u * len(dist.values)), len(dist.values) - 1)]
 
 
-def sample_box(spec: StudySpec, model: str, optimizer: str, epochs: int) -> List[Tuple[float, float]]:
-    """The spec's (lr, wd) samples for one cell.
+def scale_to_box(points: np.ndarray, box: Box) -> List[Tuple]:
+    """Map unit points onto the box's axes (Box.axes: lr, wd, then the recipe fields it varies)."""
+    axes = box.axes()
+    return [tuple(scaled(u, dist) for u, (_, dist) in zip(point, axes)) for point in points]
+
+
+def _stream_identity(box: Box) -> Dict[str, Any]:
+    """What a box's sample stream depends on: lr's and wd's boxes and the distributions of the recipe fields it
+    varies (none for a box of lr and wd alone, so its stream, and its trials' keys, are those it always had)."""
+    varied = [[name, dist.kind, list(dist.values)] for name, dist in box.axes()[2:]]
+    return {"lr": box.lr, "wd": box.wd, **({"recipe": varied} if varied else {})}
+
+
+def sample_box(spec: StudySpec, model: str, optimizer: str, epochs: int) -> List[Tuple]:
+    """The spec's samples for one cell: a tuple per sample, in the order of the box's axes (lr, wd, then the
+    recipe fields it varies).
 
     With `paired`, the stream depends on the optimizer and box only, so models that share a box get
     the same points (paired comparisons); otherwise each model gets its own stream.
     """
     box = spec.box(model, optimizer)
-    stream = (spec.sampler_seed, optimizer, asdict(box)) + (() if spec.paired else (model, epochs))
-    points = scale_to_box(unit_points(spec.sampler, spec.samples, _stream_seed(*stream) % 2**32), box)
+    axes = box.axes()
+    stream = (spec.sampler_seed, optimizer, _stream_identity(box)) + (() if spec.paired else (model, epochs))
+    unit = unit_points(spec.sampler, spec.samples, _stream_seed(*stream) % 2**32, len(axes))
+    points = scale_to_box(unit, box)
     distinct = len(set(points))
     if distinct < len(points):
+        described = f"lr {list(box.lr)}, wd {list(box.wd)}" + "".join(f", {n} {d.raw()}" for n, d in axes[2:])
         raise SpecError(
-            f"samples: bad value {spec.samples} for the box lr {list(box.lr)}, wd {list(box.wd)} of "
-            f"{model} ({optimizer}): it gives {distinct} distinct (lr, wd) points at "
+            f"samples: bad value {spec.samples} for the box {described} of "
+            f"{model} ({optimizer}): it gives {distinct} distinct ({', '.join(name for name, _ in axes)}) points at "
             f"{SIGNIFICANT_DIGITS} significant digits, so trials would repeat under one key; allowed: "
             f"samples <= {distinct}, or a wider box (repeat a fixed value with seeds)"
         )
     return points
 
 
+def sampled_values(spec: StudySpec, model: str, optimizer: str, epochs: int) -> List[Dict[str, Any]]:
+    """The cell's samples as the config fields they set: lr, wd and the recipe fields its box samples or fixes."""
+    box = spec.box(model, optimizer)
+    names = [name for name, _ in box.axes()]
+    return [dict(box.fixed(), **dict(zip(names, point))) for point in sample_box(spec, model, optimizer, epochs)]
+
+
 def check_samples(spec: StudySpec) -> None:
-    """SpecError when a cell's box gives fewer distinct (lr, wd) points than `samples` (see sample_box)."""
+    """SpecError when a cell's box gives fewer distinct points than `samples` (see sample_box)."""
     for cell in cells(spec):
         sample_box(spec, *cell)
 
@@ -108,17 +136,17 @@ def cells(spec: StudySpec) -> List[Tuple[str, str, int]]:
 
 
 def _planned(
-    spec: StudySpec, model: str, optimizer: str, epochs: int, sample: int, lr: float, wd: float, seed: int
+    spec: StudySpec, model: str, optimizer: str, epochs: int, sample: int, values: Dict[str, Any], seed: int
 ) -> PlannedTrial:
-    """One trial of the spec, its config validated and keyed."""
+    """One trial of the spec at the sampled `values` (lr, wd, ...), its config validated and keyed."""
     cfg = TrialConfig.from_dict(
         dict(
             spec.recipe,
+            **values,
             model=model,
+            **({"family": spec.model_specs[model].family} if is_timm(model) else {}),  # as the spec's models: gives it
             optimizer=optimizer,
             epochs=epochs,
-            lr=lr,
-            wd=wd,
             seed=seed,
             dataset=asdict(spec.dataset),
         ),
@@ -130,8 +158,8 @@ def _planned(
 def expand_cell(spec: StudySpec, model: str, optimizer: str, epochs: int) -> List[PlannedTrial]:
     """The trials of one cell, in order: samples x seeds."""
     return [
-        _planned(spec, model, optimizer, epochs, i, lr, wd, seed)
-        for i, (lr, wd) in enumerate(sample_box(spec, model, optimizer, epochs))
+        _planned(spec, model, optimizer, epochs, i, values, seed)
+        for i, values in enumerate(sampled_values(spec, model, optimizer, epochs))
         for seed in spec.seeds
     ]
 
@@ -145,7 +173,7 @@ def first_trials(spec: StudySpec) -> List[PlannedTrial]:
             spec.optimizers[0],
             spec.epochs[0],
             0,
-            *sample_box(spec, m, spec.optimizers[0], spec.epochs[0])[0],
+            sampled_values(spec, m, spec.optimizers[0], spec.epochs[0])[0],
             spec.seeds[0],
         )
         for m in spec.models

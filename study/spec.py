@@ -3,6 +3,7 @@
 import dataclasses
 import os
 import re
+import typing
 from dataclasses import dataclass, field
 from typing import Any, Dict, Hashable, List, Mapping, Optional, Tuple
 
@@ -13,14 +14,15 @@ from hpstudy.trainers.config import MAX_EPOCHS, OPTIMIZERS, TrialConfig
 from hpstudy.trainers.data_spec import MAX_SEED, DataSpec, finite_in, pin_data, whole_in
 from hpstudy.trainers.errors import MAX_SHOWN, ConfigError, DataError, HpstudyError, shown
 from hpstudy.trainers.init_file import pin_init
-from hpstudy.trainers.zoo import FAMILIES, get_spec, list_models
+from hpstudy.trainers.zoo import FAMILIES, TIMM_MODELS, ModelSpec, get_spec, is_timm, list_models
 
 SAMPLERS = ("random", "sobol", "grid")
 MAX_TRIALS = 100_000  # per study: expansion, the plan and the store stay quick below this
 MAX_RETRIES = 100
 FUSE_MODES = ("off", "auto")
 # Recipe keys are the TrialConfig fields that are not set per trial by the study.
-PER_TRIAL_FIELDS = ("model", "optimizer", "epochs", "lr", "wd", "seed", "dataset")
+# family: a timm: model's as the spec's models: gives it; timm_version: the installed timm's (TrialConfig fills it in)
+PER_TRIAL_FIELDS = ("model", "optimizer", "epochs", "lr", "wd", "seed", "dataset", "family", "timm_version")
 RECIPE_FIELDS = tuple(f.name for f in dataclasses.fields(TrialConfig) if f.name not in PER_TRIAL_FIELDS)
 
 
@@ -28,12 +30,64 @@ class SpecError(HpstudyError):
     """A study spec field has a bad value; the message names the field, the value and what is allowed."""
 
 
+DISTRIBUTIONS = ("log_uniform", "uniform", "int", "choice")
+# recipe fields no box samples, and why
+NOT_SAMPLED = {
+    "init": "a checkpoint is pinned by its bytes when the spec is read",
+    "init_sha256": "a checkpoint is pinned by its bytes when the spec is read",
+    "device": "a trial row's device column names where it trained",
+}
+
+
+def _value_type(annotation: Any) -> Any:
+    """A TrialConfig field's type without Optional: int, float, str or bool."""
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    return args[0] if args else annotation
+
+
+# recipe field -> the distributions a box may sample it from: numbers any, integers int or choice, the rest choice
+SAMPLED_KINDS = {
+    f.name: {float: DISTRIBUTIONS, int: ("int", "choice")}.get(_value_type(f.type), ("choice",))
+    for f in dataclasses.fields(TrialConfig)
+    if f.name in RECIPE_FIELDS and f.name not in NOT_SAMPLED
+}
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """How a box samples a recipe field: log_uniform, uniform or int on the closed [low, high] (`values`),
+    or choice among `values` (a single value fixes the field)."""
+
+    kind: str
+    values: Tuple[Any, ...]
+
+    @property
+    def varies(self) -> bool:
+        """Whether the field takes more than one value."""
+        return len(set(map(repr, self.values))) > 1
+
+    def raw(self) -> Dict[str, List[Any]]:
+        """The distribution as a spec writes it: {kind: values}."""
+        return {self.kind: list(self.values)}
+
+
 @dataclass(frozen=True)
 class Box:
-    """A closed log-uniform box for lr and wd."""
+    """A closed log-uniform box for lr and wd, and the recipe fields the box samples (name, Distribution),
+    sorted by name."""
 
     lr: Tuple[float, float]
     wd: Tuple[float, float]
+    recipe: Tuple[Tuple[str, Distribution], ...] = ()
+
+    def axes(self) -> Tuple[Tuple[str, Distribution], ...]:
+        """The coordinates of a sample, in order: lr and wd (even when fixed), then each recipe field that varies."""
+        lr_wd = (("lr", Distribution("log_uniform", self.lr)), ("wd", Distribution("log_uniform", self.wd)))
+        return lr_wd + tuple((name, dist) for name, dist in self.recipe if dist.varies)
+
+    def fixed(self) -> Dict[str, Any]:
+        """The recipe fields the box fixes (a single value), with their values."""
+        return {name: dist.values[0] for name, dist in self.recipe if not dist.varies}
 
 
 @dataclass(frozen=True)
@@ -66,19 +120,23 @@ class StudySpec:
     max_retries: int = 2
     fuse: Any = "auto"
     source: Optional[Dict[str, Any]] = None  # the raw spec, kept for reports
+    model_specs: Mapping[str, ModelSpec] = field(default_factory=dict)  # model -> ModelSpec, the spec's family/size
 
     def box(self, model: str, optimizer: str) -> Box:
-        """The box that applies to a model and optimizer: the model's own, else its family's, else
-        the optimizer's."""
-        family = get_spec(model).family
-        return (
-            self.model_space.get(model, {}).get(optimizer)
-            or self.family_space.get(family, {}).get(optimizer)
-            or self.space[optimizer]
-        )
+        """The box that applies to a model and optimizer: lr and wd of the model's own, else its family's,
+        else the optimizer's; each sampled recipe field likewise from the first of them that names it."""
+        family = (self.model_specs.get(model) or get_spec(model)).family  # a timm: model's as the spec gives it
+        boxes = [
+            self.space.get(optimizer),
+            self.family_space.get(family, {}).get(optimizer),
+            self.model_space.get(model, {}).get(optimizer),
+        ]
+        named = [box for box in boxes if box is not None]
+        recipe = dict(pair for box in named for pair in box.recipe)  # the most specific box's last
+        return dataclasses.replace(named[-1], recipe=tuple(sorted(recipe.items())))
 
 
-_KEYS = {f.name for f in dataclasses.fields(StudySpec)} - {"family_space", "model_space", "source"}
+_KEYS = {f.name for f in dataclasses.fields(StudySpec)} - {"family_space", "model_space", "source", "model_specs"}
 
 
 # How a message names a value's type ("an integer", not "a int").
@@ -119,7 +177,15 @@ def _nonempty_list(raw: Mapping, key: str, allowed_values=None, kind=str) -> Tup
     return tuple(value)
 
 
-def _range(where: str, value: Any) -> Tuple[float, float]:
+RANGE_RULES = {
+    "log_uniform": "[low, high] with 0 < low <= high",
+    "uniform": "[low, high] with low <= high",
+    "int": "[low, high], integers with low <= high",
+}
+
+
+def _range(where: str, value: Any, kind: str = "log_uniform") -> Tuple[Any, Any]:
+    """The closed [low, high] of a log_uniform, uniform or int distribution (a single number fixes it)."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         value = [value, value]
     if (
@@ -127,26 +193,91 @@ def _range(where: str, value: Any) -> Tuple[float, float]:
         or len(value) != 2
         or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
     ):
-        _reject(where, value, "[low, high] with 0 < low <= high (a single number fixes the value)")
+        _reject(where, value, f"{RANGE_RULES[kind]} (a single number fixes the value)")
     if not all(finite_in(v) for v in value):
         _reject(where, value, "finite numbers (no .nan or .inf)")
-    low, high = float(value[0]), float(value[1])
-    if low <= 0:
+    if kind == "int" and not all(isinstance(v, int) for v in value):
+        _reject(where, value, "integers (the distribution is int)")
+    low, high = value if kind == "int" else (float(value[0]), float(value[1]))
+    if kind == "log_uniform" and low <= 0:
         _reject(where, value, "low > 0 (the box is log-uniform)")
     if low > high:
         _reject(where, value, "low <= high")
     return low, high
 
 
+def _log_uniform(where: str, value: Any) -> Tuple[float, float]:
+    """lr's or wd's box: [low, high], {log_uniform: [low, high]} or a single number."""
+    if isinstance(value, dict):
+        if set(value) != {"log_uniform"}:
+            _reject(
+                where, value, "[low, high], {log_uniform: [low, high]} or a single number (lr and wd are log-uniform)"
+            )
+        value = value["log_uniform"]
+    return _range(where, value)
+
+
+DISTRIBUTION_FORMS = {
+    "log_uniform": "{log_uniform: [low, high]}",
+    "uniform": "{uniform: [low, high]}",
+    "int": "{int: [low, high]}",
+    "choice": "{choice: [values]} or a single value (fixes it)",
+}
+
+
+def _distribution(where: str, name: str, value: Any) -> Distribution:
+    """How a box samples the recipe field `name`: {kind: argument}, or a single value that fixes it."""
+    allowed = SAMPLED_KINDS[name]
+    forms = ", ".join(DISTRIBUTION_FORMS[kind] for kind in allowed)
+    if isinstance(value, dict):
+        if len(value) != 1 or next(iter(value)) not in DISTRIBUTIONS:
+            _reject(where, value, forms)
+        ((kind, arg),) = value.items()
+    elif isinstance(value, list):
+        _reject(where, value, f"{forms} (a bare [low, high] is lr's and wd's form)")
+    else:
+        kind, arg = "choice", [value]
+    if kind not in allowed:
+        field_type = _a(_value_type(next(f.type for f in dataclasses.fields(TrialConfig) if f.name == name)))
+        _reject(where, value, f"{forms} (the field takes {field_type})")
+    if kind != "choice":
+        return Distribution(kind, _range(where, arg, kind))
+    if not isinstance(arg, list) or not arg or any(isinstance(v, (list, dict)) for v in arg):
+        _reject(where, value, "{choice: [values]}: a non-empty list of numbers, strings, true/false or null")
+    if len(set(map(repr, arg))) != len(arg):
+        _reject(where, value, "a choice without repeats")
+    return Distribution(kind, tuple(arg))
+
+
 def _box(where: str, value: Any) -> Box:
-    if not isinstance(value, dict) or set(value) != {"lr", "wd"}:
-        _reject(where, value, "a mapping with exactly the keys lr and wd")
-    return Box(lr=_range(f"{where}.lr", value["lr"]), wd=_range(f"{where}.wd", value["wd"]))
+    if not isinstance(value, dict) or not {"lr", "wd"} <= set(value):
+        _reject(where, value, "a mapping with exactly the keys lr and wd, and any recipe fields the box samples")
+    recipe = {}
+    for name in sorted(set(value) - {"lr", "wd"}, key=str):
+        if name not in SAMPLED_KINDS:
+            why = f" ({name} is not sampled: {NOT_SAMPLED[name]})" if name in NOT_SAMPLED else ""
+            _reject(where, name, f"lr, wd and the recipe fields {', '.join(SAMPLED_KINDS)}{why}")
+        recipe[name] = _distribution(f"{where}.{name}", name, value[name])
+    return Box(
+        lr=_log_uniform(f"{where}.lr", value["lr"]),
+        wd=_log_uniform(f"{where}.wd", value["wd"]),
+        recipe=tuple(recipe.items()),
+    )
+
+
+def _named_boxes(space, family_space, model_space) -> List[Tuple[str, str, Optional[str], Box]]:
+    """(where, optimizer, family or model or None, box) of every box of a spec's `space:`."""
+    named = [(f"space.{opt}", opt, None, box) for opt, box in space.items()]
+    for overrides in (family_space, model_space):
+        for key, boxes in overrides.items():
+            named += [(f"space.{key}.{opt}", opt, key, box) for opt, box in boxes.items()]
+    return named
 
 
 def _space(raw: Any, optimizers: Tuple[str, ...]):
     """optimizer -> box, and per-family and per-model overrides (family or model -> optimizer -> box).
-    A name that is both a family and a model (vit_rel) keys the family, as before model keys existed."""
+    A name that is both a family and a model (vit_rel) keys the family, as before model keys existed.
+    A recipe field has one distribution in every box that varies it (the analysis puts it on one axis)."""
     if not isinstance(raw, dict):
         _reject("space", raw, "a mapping of optimizer -> {lr, wd} (and family or model -> optimizer -> box)")
     models = list_models()
@@ -172,7 +303,27 @@ def _space(raw: Any, optimizers: Tuple[str, ...]):
     for opt in optimizers:
         if opt not in space:
             _reject("space", sorted(raw), f"a box for every listed optimizer; missing {opt!r}")
+    kinds: Dict[str, Tuple[str, str]] = {}
+    for where, _, _, box in _named_boxes(space, family_space, model_space):
+        for name, dist in box.recipe:
+            if not dist.varies:
+                continue
+            first_kind, first_where = kinds.setdefault(name, (dist.kind, where))
+            if first_kind != dist.kind:
+                _reject(f"{where}.{name}", dist.raw(), f"a {first_kind} distribution, as in {first_where}.{name}")
     return space, family_space, model_space
+
+
+def sampled_fields(raw_space: Any) -> Dict[str, str]:
+    """The fields a spec's `space:` samples with their distributions: lr and wd (log_uniform), then each
+    recipe field that some box varies, by name."""
+    varied = {
+        name: dist.kind
+        for _, _, _, box in _named_boxes(*_space(raw_space, ()))
+        for name, dist in box.recipe
+        if dist.varies
+    }
+    return {"lr": "log_uniform", "wd": "log_uniform", **dict(sorted(varied.items()))}
 
 
 def _recipe(raw: Any, check_paths: bool) -> Dict[str, Any]:
@@ -205,6 +356,36 @@ def _resources(raw: Any) -> Resources:
     return res
 
 
+def _models(value: Any) -> Dict[str, ModelSpec]:
+    """The spec's `models:` (each a registered name, timm:<name>, or {name, family, size} for a timm: model) as
+    model -> ModelSpec, in order; SpecError naming `models[i]` (whether timm knows a name: check_models)."""
+    catalogue = list_models()
+    allowed = f"{', '.join(catalogue)}, or {TIMM_MODELS}"
+    if not isinstance(value, list) or not value:
+        _reject("models", value, f"a non-empty list of {allowed}")
+    specs: Dict[str, ModelSpec] = {}
+    for index, entry in enumerate(value):
+        where, options = f"models[{index}]", {}
+        if isinstance(entry, dict):
+            if "name" not in entry or not set(entry) <= {"name", "family", "size"}:
+                _reject(where, entry, "a mapping with the key name and optionally family and size")
+            where, options = f"{where}.name", {k: v for k, v in entry.items() if k != "name"}
+            entry = entry["name"]
+        if not isinstance(entry, str):
+            _reject(where, entry, "a string (a model name) or a mapping {name, family, size}")
+        if not is_timm(entry) and entry not in catalogue:
+            _reject("models", entry, allowed)
+        try:
+            spec = get_spec(entry, **options)
+        except ConfigError as exc:
+            about, _, rest = str(exc).partition(": ")
+            raise SpecError(f"models[{index}]{'' if about == 'model' else '.' + about}: {rest}")
+        if entry in specs:
+            _reject("models", value, "a list without repeats")
+        specs[entry] = spec
+    return specs
+
+
 def parse_spec(raw: Any, check_paths: bool = True) -> StudySpec:
     """Validate a raw spec mapping (as loaded from YAML) into a StudySpec."""
     if not isinstance(raw, dict):
@@ -228,7 +409,8 @@ def parse_spec(raw: Any, check_paths: bool = True) -> StudySpec:
         dataset = DataSpec.from_config(raw.get("dataset", "digits"))
     except DataError as exc:
         raise SpecError(str(exc))
-    models = _nonempty_list(raw, "models", list_models())
+    model_specs = _models(raw.get("models"))
+    models = tuple(model_specs)
     optimizers = _nonempty_list(raw, "optimizers", OPTIMIZERS)
     epochs = _nonempty_list(raw, "epochs", kind=int)
     for e in epochs:
@@ -253,8 +435,6 @@ def parse_spec(raw: Any, check_paths: bool = True) -> StudySpec:
     sampler = raw.get("sampler", "random")
     if sampler not in SAMPLERS:
         _reject("sampler", sampler, ", ".join(SAMPLERS))
-    if sampler == "grid" and round(samples**0.5) ** 2 != samples:
-        _reject("samples", samples, "a perfect square with sampler: grid (k x k log grid)")
     paired = raw.get("paired", True)
     if not isinstance(paired, bool):
         _reject("paired", paired, "true or false")
@@ -291,8 +471,10 @@ def parse_spec(raw: Any, check_paths: bool = True) -> StudySpec:
         max_retries=max_retries,
         fuse=fuse,
         source=raw,
+        model_specs=model_specs,
     )
     _check_recipe_values(spec)
+    _check_space_values(spec)
     try:  # the path checked; a prepared folder's digest pinned, so trial keys name its arrays
         return dataclasses.replace(spec, dataset=pin_data(dataset, must_exist=check_paths))
     except DataError as exc:
@@ -323,10 +505,64 @@ def _check_recipe_values(spec: StudySpec, check_model: bool = False) -> None:
             raise SpecError(f"recipe.{exc}" if field_name in spec.recipe else str(exc))
 
 
+def _check_space_values(spec: StudySpec) -> None:
+    """SpecError naming `space.<...>.<field>` for a recipe field a box samples that the recipe fixes too, or
+    a box end or choice that TrialConfig refuses (with the box's other fields at their first values, on the
+    shortest schedule); and, with sampler: grid, unless `samples` is k^d for each cell's d axes."""
+    for where, optimizer, owner, box in _named_boxes(spec.space, spec.family_space, spec.model_space):
+        model = owner if owner in spec.model_space else spec.models[0]  # the checks without check_model need a model
+        base = dict(
+            spec.recipe,
+            **{name: dist.values[0] for name, dist in box.recipe},
+            model=model,
+            optimizer=optimizer,
+            epochs=min(spec.epochs),
+            lr=box.lr[0],
+            wd=box.wd[0],
+            dataset=spec.dataset,
+        )
+        for name, dist in box.recipe:
+            if name in spec.recipe:
+                _reject(
+                    f"{where}.{name}",
+                    dist.raw(),
+                    f"a field fixed in recipe: (recipe.{name} is {shown(spec.recipe[name])}) or sampled in space:, "
+                    f"not both",
+                )
+            for value in dist.values:
+                try:
+                    TrialConfig.from_dict(dict(base, **{name: value}), check_model=False)
+                except ConfigError as exc:
+                    about = str(exc).split(":")[0]  # a field of the box (this one or another at its first value)?
+                    in_box = about in dict(box.recipe)
+                    raise SpecError(f"{where}.{exc}" if in_box else f"{where}.{name}: {shown(value)}: {exc}")
+    if spec.sampler == "grid":
+        for model in spec.models:
+            for optimizer in spec.optimizers:
+                axes = [name for name, _ in spec.box(model, optimizer).axes()]
+                d, n = len(axes), spec.samples
+                if round(n ** (1 / d)) ** d != n:
+                    _reject(
+                        "samples",
+                        n,
+                        "a perfect square with sampler: grid (k x k log grid)"
+                        if d == 2
+                        else f"k^{d} for an integer k with sampler: grid (a grid over {', '.join(axes)} for "
+                        f"{model}, {optimizer})",
+                    )
+
+
 def check_models(spec: StudySpec) -> None:
     """SpecError when a model of the spec cannot train as its recipe and dataset ask (image size, batches of
     one image under BatchNorm, `freeze` beyond its parameter groups): run before any trial, after the
-    spec was read (reading it imports no torch; this does)."""
+    spec was read (reading it imports no torch; this does), or timm does not know a timm: model's name."""
+    from hpstudy.trainers.models import check_timm_name
+
+    for index, model in enumerate(spec.models):
+        try:
+            check_timm_name(model)
+        except ConfigError as exc:
+            raise SpecError(f"models[{index}]{str(exc).removeprefix('model')}")
     _check_recipe_values(spec, check_model=True)
 
 

@@ -2,9 +2,11 @@
 as one dataset and, when a file is corrupt or incomplete, file by file, skipping (and naming) the
 bad ones; and the rows of the spec recorded for a study."""
 
+import dataclasses
+import json
 import os
 import warnings
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import pandas as pd
 import pyarrow as pa
@@ -13,6 +15,7 @@ import pyarrow.fs as pafs
 
 from hpstudy.study.store import REQUIRED, TABLES, StoreError, _first_line, check_study_name, open_root, store_io
 from hpstudy.study.store_spec_record import load_spec_record
+from hpstudy.trainers.config import TrialConfig
 from hpstudy.trainers.schema import FINISHED
 
 
@@ -170,10 +173,37 @@ def split_by_spec(trials: pd.DataFrame, record: Optional[Dict]) -> Tuple[pd.Data
     return trials[current].reset_index(drop=True), trials[~current].reset_index(drop=True)
 
 
+# a trial config's fields with their defaults (its canonical JSON leaves out fields added since 0.1 at theirs)
+CONFIG_DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrialConfig) if f.default is not dataclasses.MISSING}
+
+
+def _config(text: Any) -> Optional[Dict]:
+    """A row's config_json read as a mapping (json.loads, never evaluated), or None."""
+    try:
+        config = json.loads(text)
+    except (TypeError, ValueError, RecursionError):
+        return None
+    return config if isinstance(config, dict) else None
+
+
+def with_sampled_columns(trials: pd.DataFrame, fields: Iterable[str]) -> pd.DataFrame:
+    """`trials` with a column for each of `fields` (trial-config fields a study samples) that is not a stored
+    column, read from each row's config_json (null where a row has none that can be read)."""
+    missing = [name for name in fields if name in CONFIG_DEFAULTS and name not in trials.columns]
+    if not missing:
+        return trials
+    configs = [_config(text) for text in trials["config_json"]]
+    return trials.assign(
+        **{name: [None if c is None else c.get(name, CONFIG_DEFAULTS[name]) for c in configs] for name in missing}
+    )
+
+
 def load_study(root: str, study: str) -> Tuple[pd.DataFrame, pd.DataFrame, Optional[Dict]]:
     """(trials, epochs, spec record) of one study's current spec: rows whose trial_key the recorded
     spec does not produce (an earlier version of the spec) are left out, counted in the record's
-    `earlier_spec_rows` and named in a warning; StoreError if the study has no trials (of that spec)."""
+    `earlier_spec_rows` and named in a warning; StoreError if the study has no trials (of that spec).
+    Each recipe field the record says the spec samples (`sampled`) is a column of `trials`
+    (with_sampled_columns)."""
     trials = load_trials(root, study)
     if trials.empty:
         raise StoreError(f"--study: no trials of study {study!r} in store {root!r}")
@@ -190,6 +220,7 @@ def load_study(root: str, study: str) -> Tuple[pd.DataFrame, pd.DataFrame, Optio
             f"hpstudy store: {len(earlier)} rows from an earlier spec of study {study!r} are "
             f"not in these figures (`hpstudy status --store {root} --study {study}` lists them)"
         )
+    trials = with_sampled_columns(trials, (record or {}).get("sampled", {}))
     epochs = load_epochs(root, study)
     return trials, epochs[epochs["trial_key"].isin(set(trials["trial_key"]))].reset_index(drop=True), record
 

@@ -8,6 +8,7 @@ from typing import Dict, Optional, Sequence, Tuple
 
 import pyarrow.fs as pafs
 
+from hpstudy.study.spec import sampled_fields
 from hpstudy.study.store import StoreFault, _first_line, _write_atomic, check_study_name, open_root, store_io
 
 REPORTS = "reports"  # <root>/reports/<name>/: the study's report, as long-lived as its rows
@@ -17,10 +18,13 @@ MAX_SPEC_RECORD_BYTES = 64 << 20  # a record of 100,000 trial keys is ~3 MB
 def write_spec_record(
     root: str, study: str, spec_source: Dict, n_trials: int, trial_keys: Optional[Sequence[str]] = None
 ) -> None:
-    """Keep the spec that produced a study, its trial count and its trial keys beside the tables:
+    """Keep the spec that produced a study, its trial count, its trial keys and (for a spec with a `space:`) the
+    fields it samples (`sampled`: field -> distribution, hpstudy.study.spec.sampled_fields) beside the tables:
     reports and `hpstudy status` cover the rows of this spec only."""
     fs, base = open_root(root)
     record = {"study": check_study_name(study), "n_trials": n_trials, "spec": spec_source}
+    if "space" in spec_source:
+        record["sampled"] = sampled_fields(spec_source["space"])
     if trial_keys is not None:
         record["trial_keys"] = sorted(trial_keys)
     text = json.dumps(record, sort_keys=True, indent=1).encode()
@@ -53,6 +57,9 @@ def load_spec_record(root: str, study: str) -> Optional[Dict]:
         keys = record.get("trial_keys", [])
         if not (isinstance(keys, list) and all(isinstance(key, str) for key in keys)):
             raise ValueError("its trial_keys are not a list of keys")
+        sampled = record.get("sampled", {})
+        if not (isinstance(sampled, dict) and all(isinstance(kind, str) for kind in sampled.values())):
+            raise ValueError("its sampled fields are not a mapping of field -> distribution")
     except (ValueError, RecursionError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         raise StoreFault(
             f"store: cannot read the spec record {path} ({_first_line(exc)}); "

@@ -18,6 +18,11 @@ lr and wd are taken each at its own median; the comment line says whether their 
 the good range of lr·wd (the product the paper finds matters most). Each (model, optimizer) is read
 at the study's longest schedule (the lr/wd study usually has one).
 
+A recipe field the study sampled (the spec record's `sampled`) that varies in a cell is fixed the same
+way, beside lr and wd in the cell's box (a box fixes a recipe field with a single value): a log-uniform
+one at 10 ** p50 of its log10, a uniform one at p50, an int one at p50 rounded, a choice at the value
+the most bootstrap winners have (its share is in the comment line).
+
 A spec expresses a fixed value as a single number (`lr: 1.2e-3`) and a per-model box under the
 model's name (`space: {<model>: {<optimizer>: {lr, wd}}}`, study/spec.py, which looks up model, then
 family, then the optimizer's box), and needs a top-level box per optimizer. So the lines give every
@@ -28,16 +33,16 @@ model its own fixed point, and the top-level boxes the values of the first model
 command line passes it in (`ranges_fn`).
 """
 
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Mapping, Optional, Sequence
 
 import pandas as pd
 
 from hpstudy.study.store_read import load_study
 from hpstudy.trainers.errors import ConfigError
 from hpstudy.trainers.schema import FAILED
-from hpstudy.trainers.zoo import get_spec, list_models
+from hpstudy.trainers.zoo import list_models
 
-RangesFn = Callable[..., pd.DataFrame]  # hpstudy.analysis.stats.good_ranges(frame, metric) -> table
+RangesFn = Callable[..., pd.DataFrame]  # hpstudy.analysis.stats.good_ranges(frame, metric[, keys=]) -> table
 
 
 def yaml_number(value: float) -> str:
@@ -52,9 +57,11 @@ def fixed_points(
     metric: str,
     models: Optional[Sequence[str]] = None,
     optimizers: Optional[Sequence[str]] = None,
+    sampled: Mapping[str, str] = {},
 ) -> List[Dict]:
     """Per (model, optimizer) of the trials (filtered to `models` / `optimizers`): the suggested
-    fixed lr and wd and what they come from (n, left out, good ranges, the best trial)."""
+    fixed lr and wd, and each recipe field of `sampled` (field -> distribution, columns of `trials`) that
+    varies in the cell, and what they come from (n, left out, good ranges)."""
     for name, wanted, column in (("--model", models, "model"), ("--optimizer", optimizers, "optimizer")):
         missing = sorted(set(wanted or ()) - set(trials[column]))
         if missing:
@@ -63,8 +70,9 @@ def fixed_points(
             )
     catalogue = list_models()
     out = []
-    for (model, opt), cell in sorted(
-        trials.groupby(["model", "optimizer"], observed=True), key=lambda kv: (catalogue.index(kv[0][0]), kv[0][1])
+    for (model, opt), cell in sorted(  # catalogue order, then models it does not list (timm:) by name
+        trials.groupby(["model", "optimizer"], observed=True),
+        key=lambda kv: (catalogue.index(kv[0][0]) if kv[0][0] in catalogue else len(catalogue), kv[0]),
     ):
         if (models and model not in models) or (optimizers and opt not in optimizers):
             continue
@@ -82,13 +90,19 @@ def fixed_points(
                 }
             )
             continue
-        ranges = ranges_fn(cell, metric)
+        recipe = {
+            name: kind
+            for name, kind in sampled.items()
+            if name not in ("lr", "wd") and name in cell and cell[name].nunique(dropna=False) > 1
+        }
+        with_recipe = {"keys": {"lr": "log_uniform", "wd": "log_uniform", **recipe}} if recipe else {}
+        ranges = ranges_fn(cell, metric, **with_recipe)
         log_lr, log_wd = ranges.loc["p50", "log10_lr"], ranges.loc["p50", "log10_wd"]
         lo_prod, hi_prod = ranges.loc["p2.5", "log10_lr_wd"], ranges.loc["p97.5", "log10_lr_wd"]
         out.append(
             {
                 "model": model,
-                "family": get_spec(model).family,
+                "family": cell["family"].iloc[0],  # as stored: a timm: model's as its spec gave it
                 "optimizer": opt,
                 "epochs": epochs,
                 "lr": 10**log_lr,
@@ -99,6 +113,7 @@ def fixed_points(
                 "lr_range": (10 ** ranges.loc["p2.5", "log10_lr"], 10 ** ranges.loc["p97.5", "log10_lr"]),
                 "wd_range": (10 ** ranges.loc["p2.5", "log10_wd"], 10 ** ranges.loc["p97.5", "log10_wd"]),
                 "product_in_range": bool(lo_prod - 1e-9 <= log_lr + log_wd <= hi_prod + 1e-9),
+                "recipe": {name: _fixed_field(ranges, name, kind) for name, kind in recipe.items()},
             }
         )
     if not out:
@@ -106,8 +121,23 @@ def fixed_points(
     return out
 
 
+def _fixed_field(ranges: pd.DataFrame, name: str, kind: str) -> Dict[str, str]:
+    """A sampled recipe field's suggested value (YAML) and where it comes from, from its good ranges."""
+    if kind == "choice":
+        shares = {column.split("=", 1)[1]: ranges[column].iloc[0] for column in ranges if column.startswith(f"{name}=")}
+        best = max(shares, key=shares.__getitem__)  # the first of equal shares
+        return {"value": best, "source": f"{name} {best} in {shares[best]:.0%} of the best"}
+    column = f"log10_{name}" if kind == "log_uniform" else name
+    low, p50, high = (ranges.loc[q, column] for q in ("p2.5", "p50", "p97.5"))
+    if kind == "log_uniform":
+        low, p50, high = 10**low, 10**p50, 10**high
+    value = str(round(p50)) if kind == "int" else yaml_number(p50)
+    return {"value": value, "source": f"good {name} [{yaml_number(low)}, {yaml_number(high)}]"}
+
+
 def _box(point: Dict) -> str:
-    return f"{{lr: {yaml_number(point['lr'])}, wd: {yaml_number(point['wd'])}}}"
+    recipe = "".join(f", {name}: {field['value']}" for name, field in point["recipe"].items())
+    return f"{{lr: {yaml_number(point['lr'])}, wd: {yaml_number(point['wd'])}{recipe}}}"
 
 
 def _source(point: Dict) -> str:
@@ -115,10 +145,11 @@ def _source(point: Dict) -> str:
         return f"# {point['model']}, {point['optimizer']}, {point['epochs']} epochs: no suggestion ({point['why']})"
     lr, wd = point["lr_range"], point["wd_range"]
     note = "" if point["product_in_range"] else "; lr·wd lies OUTSIDE the good lr·wd range: check the scatter figure"
+    recipe = "".join(f", {field['source']}" for field in point["recipe"].values())
     return (
         f"# {point['model']}, {point['optimizer']}, {point['epochs']} epochs: n = {point['n']} counted "
         f"({point['n_left_out']} left out); good lr [{yaml_number(lr[0])}, {yaml_number(lr[1])}], "
-        f"wd [{yaml_number(wd[0])}, {yaml_number(wd[1])}]{note}"
+        f"wd [{yaml_number(wd[0])}, {yaml_number(wd[1])}]{recipe}{note}"
     )
 
 
@@ -159,5 +190,6 @@ def suggest(
     optimizers: Optional[Sequence[str]] = None,
 ) -> str:
     """The spec lines for a stored lr/wd study (see the module docstring)."""
-    trials, _, _ = load_study(store, study)
-    return "\n".join(space_lines(fixed_points(trials, ranges_fn, metric, models, optimizers), study, store))
+    trials, _, record = load_study(store, study)
+    sampled = (record or {}).get("sampled", {})
+    return "\n".join(space_lines(fixed_points(trials, ranges_fn, metric, models, optimizers, sampled), study, store))

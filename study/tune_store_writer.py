@@ -3,7 +3,7 @@
 import json
 import os
 from datetime import datetime, timezone
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 from ray import tune
 
@@ -12,6 +12,7 @@ from hpstudy.study.progress import SavedEmpty, Tally
 from hpstudy.study.sampling import PlannedTrial
 from hpstudy.study.store import StoreFault, write_trial
 from hpstudy.study.store_compaction import compact
+from hpstudy.study.trackers import Tracker, warn
 from hpstudy.trainers import schema
 from hpstudy.trainers.config import TrialConfig
 from hpstudy.trainers.provenance import versions
@@ -34,7 +35,7 @@ class StoreWriter(SavedEmpty, tune.Callback):
     """Writes each finished trial (and its epochs) to the store from the driver, exactly once.
 
     A store fault (full, unwritable, unreachable) is kept in `fault` and stops writing; the
-    `RunStopper` then ends the run."""
+    `RunStopper` then ends the run. Each stored row then goes to every tracker (study/trackers.py)."""
 
     def __init__(
         self,
@@ -44,8 +45,10 @@ class StoreWriter(SavedEmpty, tune.Callback):
         groups: List[Dict],
         interruption: Optional[Interruption] = None,
         compact_every: int = 0,
+        trackers: Sequence[Tracker] = (),
     ):
         self.store, self.study, self.compact_every = store, study, compact_every
+        self.trackers = trackers
         self.by_key = {t.key: t for t in trials}
         self.groups = groups
         self.interruption = interruption or Interruption()
@@ -88,11 +91,22 @@ class StoreWriter(SavedEmpty, tune.Callback):
             self.fault = exc
             return
         self.tally.add(row)
+        self._track(row, epochs)
         if self.compact_every and len(self.tally) % self.compact_every == 0:
             try:
                 compact(self.store, self.study)
             except StoreFault as exc:
                 self.fault = exc
+
+    def _track(self, row: Dict, epochs) -> None:
+        """Hand a stored row (with its study) and its epochs to each tracker: a tracker that fails costs
+        one warning line, never the store's row nor the other trackers'."""
+        stored = {**row, "study": self.study}
+        for tracker in self.trackers:
+            try:
+                tracker.log_trial(stored, epochs)
+            except Exception as exc:
+                warn(tracker, f"did not log trial {row['trial_key']}", exc)
 
 
 def _error_text(trial) -> str:

@@ -15,7 +15,7 @@ from typing import Any, Dict, Optional
 from hpstudy.trainers.data_spec import MAX_SEED, SHA256, DataSpec, finite_in, raise_first_bad, whole_in
 from hpstudy.trainers.errors import ConfigError, shown
 from hpstudy.trainers.init_file import CHECKPOINT_KINDS
-from hpstudy.trainers.zoo import get_spec
+from hpstudy.trainers.zoo import get_spec, installed_timm_version, is_timm
 
 MAX_EPOCHS = 100_000
 MAX_BATCH = 1_048_576
@@ -38,8 +38,8 @@ def scaled_lr(lr: float, batch_size: int, reference_batch_size: int) -> float:
 
 @lru_cache(maxsize=None)
 def model_input_error(model: str, image_size: int, batch: int) -> Optional[str]:
-    """Why a registered model cannot train on a batch of `batch` images of `image_size` px, or None:
-    one training-mode forward pass on the meta device (no memory, a fraction of a second)."""
+    """Why a model cannot train on a batch of `batch` images of `image_size` px, or None: one training-mode
+    forward pass on the meta device (no memory, a fraction of a second). ConfigError for a name timm does not know."""
     import torch
 
     from hpstudy.trainers.models import build_model
@@ -63,6 +63,8 @@ ADDED_SINCE_0_1 = {
     "init": None,
     "init_sha256": None,
     "freeze": 0,
+    "family": None,
+    "timm_version": None,
 }
 DATASET_ADDED_SINCE_0_1 = {"digest": None}  # the same for fields of the nested `dataset`
 
@@ -76,7 +78,7 @@ def _doc(text: str, default: Any = dataclasses.MISSING, **kwargs) -> Any:
 class TrialConfig:
     """Everything that determines one training trial (model, data, optimizer, recipe, seed)."""
 
-    model: str = _doc("registered model name (hpstudy.trainers.zoo)")
+    model: str = _doc("registered model name (hpstudy.trainers.zoo), or timm:<a name in timm.list_models()>")
     optimizer: str = _doc("adamw or sgd")
     epochs: int = _doc("training epochs")
     lr: float = _doc("peak learning rate, given for reference_batch_size")
@@ -137,6 +139,22 @@ class TrialConfig:
         "statistics too; 0 = none)",
         0,
     )
+    family: Optional[str] = _doc(
+        "the family of a timm: model (a row's family column; none: a family of its own, named as the model); a "
+        "registered model's family is the catalogue's",
+        None,
+    )
+    timm_version: Optional[str] = _doc(
+        "the timm version a timm: model is built with: the installed one, filled in when the config is made, so "
+        "the trial key names it (timm can change a model between versions); a trial refuses another. None for a "
+        "registered model",
+        None,
+    )
+
+    def __post_init__(self) -> None:
+        """Name the installed timm's version in a timm: model's config that does not name one."""
+        if is_timm(self.model) and self.timm_version is None:
+            object.__setattr__(self, "timm_version", installed_timm_version())  # frozen: set once, as it is made
 
     @classmethod
     def from_dict(cls, config: Dict[str, Any], check_model: bool = True) -> "TrialConfig":
@@ -164,8 +182,9 @@ class TrialConfig:
         its type, every number is finite and in range, and (`check_model`) the model can train on these
         batches (see `check_model`)."""
         if not isinstance(self.model, str):
-            raise ConfigError(f"model: bad value {shown(self.model)}; allowed: a registered model name")
-        get_spec(self.model)
+            raise ConfigError(f"model: bad value {shown(self.model)}; allowed: a registered model name or timm:<name>")
+        get_spec(self.model, family=self.family)
+        self._check_timm_version()
         if not isinstance(self.dataset, DataSpec):
             raise ConfigError(f"dataset: bad value {shown(self.dataset)}; allowed: a DataSpec")
         self.dataset.validate()
@@ -269,6 +288,20 @@ class TrialConfig:
         if check_model:
             self.check_model()
 
+    def _check_timm_version(self) -> None:
+        """ConfigError naming `timm_version` unless it is the installed timm's (a timm: model) or None."""
+        if is_timm(self.model) and self.timm_version != installed_timm_version():
+            raise ConfigError(
+                f"timm_version: bad value {shown(self.timm_version)} for model {self.model}; allowed: "
+                f"{installed_timm_version()!r}, the installed timm (a timm model can change between versions: install "
+                f"timm=={self.timm_version} to run this trial, or plan the study again: its trials get new keys)"
+            )
+        if not is_timm(self.model) and self.timm_version is not None:
+            raise ConfigError(
+                f"timm_version: bad value {shown(self.timm_version)} for model {self.model}; allowed: null (only "
+                f"a timm: model's key names timm's version)"
+            )
+
     def _check_device_augment(self) -> None:
         """ConfigError naming `auto_augment` when the data are augmented on the device (dataset
         `prepared`, or an image folder with `decode: device`) and that pipeline cannot run the policy."""
@@ -310,10 +343,10 @@ class TrialConfig:
         )
 
     def check_model(self) -> None:
-        """ConfigError if the model cannot train as configured: it cannot take the dataset's image size,
-        cannot train on the smallest micro-batch it will see (BatchNorm needs more than one value per
-        channel), or has fewer parameter groups than `freeze` leaves trainable. Builds the model on the
-        meta device (no memory, a fraction of a second; imports torch)."""
+        """ConfigError if the model cannot train as configured: timm does not know its timm: name, it cannot
+        take the dataset's image size, cannot train on the smallest micro-batch it will see (BatchNorm needs
+        more than one value per channel), or has fewer parameter groups than `freeze` leaves trainable. Builds
+        the model on the meta device (no memory, a fraction of a second; imports torch)."""
         from hpstudy.trainers.checkpoint import count_parameter_groups
 
         if self.freeze:
@@ -352,10 +385,12 @@ class TrialConfig:
         return dataclasses.asdict(self)
 
     def to_json(self) -> str:
-        """Canonical JSON (sorted keys, fields added since 0.1 left out at their default): equal
-        configs give equal strings, and a config of 0.1 keeps its string (and trial key)."""
+        """Canonical JSON (sorted keys, fields added since 0.1 left out at their default, `family` too when it
+        is the model's own): equal configs give equal strings, and a config of 0.1 keeps its string (and trial key)."""
         at_default = lambda added, k, v: k in added and v == added[k]
         values = {k: v for k, v in self.to_dict().items() if not at_default(ADDED_SINCE_0_1, k, v)}
+        if "family" in values and values["family"] == get_spec(self.model).family:
+            del values["family"]  # the model's own family, as if none were given: one key for one trial
         values["dataset"] = {
             k: v for k, v in values["dataset"].items() if not at_default(DATASET_ADDED_SINCE_0_1, k, v)
         }
@@ -370,7 +405,7 @@ class TrialConfig:
         """The trial row's `config` columns (hpstudy.trainers.schema), known before training."""
         return {
             "model": self.model,
-            "family": get_spec(self.model).family,
+            "family": get_spec(self.model, family=self.family).family,
             "optimizer": self.optimizer,
             "epochs": self.epochs,
             "lr": self.lr,

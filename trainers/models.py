@@ -1,11 +1,13 @@
-"""Model builders: ViT-P / ViT-C of Xiao et al. 2021 on timm's VisionTransformer, timm CNNs, and CoAtNet
-(Dai et al. 2021) and its ViT_REL on timm's MaxxVit and VisionTransformerRelPos.
+"""Model builders: ViT-P / ViT-C of Xiao et al. 2021 on timm's VisionTransformer, any model of timm's registry
+(the catalogue's RegNetY and ResNet-50, and `timm:<name>`), and CoAtNet (Dai et al. 2021) and its ViT_REL on
+timm's MaxxVit and VisionTransformerRelPos.
 
 The catalogue of names, families and recipes is `hpstudy.trainers.zoo` (torch-free); this module builds them.
 """
 
-from functools import partial
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from difflib import get_close_matches
+from functools import lru_cache, partial
+from typing import Any, Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 import timm
 from timm.layers import PatchEmbed
@@ -16,7 +18,8 @@ from timm.models.vision_transformer import VisionTransformer
 from timm.models.vision_transformer_relpos import VisionTransformerRelPos
 from torch import nn
 
-from hpstudy.trainers.zoo import get_spec
+from hpstudy.trainers.errors import ConfigError, shown
+from hpstudy.trainers.zoo import TIMM_MODELS, TIMM_PREFIX, get_spec, is_timm
 
 
 class ConvStem(PatchEmbed):
@@ -88,9 +91,31 @@ def _vit(
     )
 
 
-def _timm_cnn(num_classes: int, image_size: int, timm_name: str) -> nn.Module:
-    """A timm CNN built from its config (never pretrained weights: nothing downloads)."""
-    return timm.create_model(timm_name, pretrained=False, num_classes=num_classes)
+def _timm(num_classes: int, image_size: int, timm_name: str) -> nn.Module:
+    """A model of timm's registry built from its config (never pretrained weights: nothing downloads), for 3-channel
+    images (every dataset's) and, where its input size is fixed when built (timm's `fixed_input_size`: ViTs,
+    Swin, MaxViT), for `image_size`; a CNN takes any size as it is."""
+    fixed = timm.get_pretrained_cfg_value(timm_name, "fixed_input_size")
+    size: Dict[str, Any] = dict(img_size=image_size) if fixed else {}
+    return timm.create_model(timm_name, pretrained=False, num_classes=num_classes, in_chans=3, **size)
+
+
+@lru_cache(maxsize=None)
+def _timm_names() -> FrozenSet[str]:
+    return frozenset(timm.list_models())
+
+
+def check_timm_name(model: str) -> None:
+    """ConfigError naming `model` when it is a timm: model whose name timm.list_models() does not hold (the
+    closest names as a hint); nothing for a registered model."""
+    if is_timm(model):
+        timm_name = get_spec(model).kwargs["timm_name"]
+        if timm_name not in _timm_names():
+            close = get_close_matches(timm_name, _timm_names(), n=4)
+            raise ConfigError(
+                f"model: unknown timm model {shown(model)}; allowed: {TIMM_MODELS} (timm {timm.__version__}); "
+                f"close: {', '.join(TIMM_PREFIX + name for name in close) or 'none'}"
+            )
 
 
 def _regnet(num_classes: int, image_size: int, **cfg) -> nn.Module:
@@ -135,7 +160,7 @@ def _vit_rel(num_classes: int, image_size: int, dim: int, depth: int, patch: int
 
 BUILDERS: Dict[str, Callable[..., nn.Module]] = {
     "vit": _vit,
-    "timm": _timm_cnn,
+    "timm": _timm,
     "regnet": _regnet,
     "coatnet": _coatnet,
     "vit_rel": _vit_rel,
@@ -143,7 +168,9 @@ BUILDERS: Dict[str, Callable[..., nn.Module]] = {
 
 
 def build_model(name: str, num_classes: int = 1000, image_size: Optional[int] = None) -> nn.Module:
-    """Build a registered model with fresh (seeded by the caller) weights."""
+    """Build a registered or timm: model with fresh (seeded by the caller) weights; ConfigError naming `model`
+    for a name neither the catalogue nor timm knows."""
+    check_timm_name(name)
     spec = get_spec(name)
     return BUILDERS[spec.builder](num_classes=num_classes, image_size=image_size or spec.image_size, **spec.kwargs)
 

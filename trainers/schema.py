@@ -36,7 +36,12 @@ class Column:
 TRIAL_COLUMNS: Tuple[Column, ...] = (
     Column("trial_key", pa.string(), "study", "hash of the canonical trial config: the idempotency key"),
     Column("model", pa.string(), "config", "registered model name"),
-    Column("family", pa.string(), "config", "model family: vit_p, vit_c or cnn"),
+    Column(
+        "family",
+        pa.string(),
+        "config",
+        "model family: the catalogue's (vit_p, vit_c, cnn, ...); a timm: model's as its spec gives it, else its name",
+    ),
     Column("flops", pa.int64(), "result", "multiply-adds of one forward pass on one image"),
     Column("params", pa.int64(), "result", "parameter count"),
     Column("optimizer", pa.string(), "config", "adamw or sgd"),

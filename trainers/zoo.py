@@ -1,16 +1,26 @@
-"""The model catalogue: every registered model's name, family, size class and build recipe.
+"""The model catalogue: every registered model's name, family, size class and build recipe, and
+`timm:<name>`, any model of timm's own registry, resolved from its name alone.
 
 Importable without torch, so the analysis layer can look up a model's family, size and display
 order; `hpstudy.trainers.models` turns a spec into a module (the recipe's `builder` names a function there).
+Whether timm knows a `timm:` name is checked where timm is imported (`hpstudy.trainers.models.check_timm_name`).
 """
 
+import re
 from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib.metadata import version
 from typing import Dict, List, Optional, Sequence
 
 from hpstudy.trainers.errors import ConfigError, shown
 
 FAMILIES = ("vit_p", "vit_c", "cnn", "coatnet", "vit_rel")
 SIZE_ORDER = ("tiny", "1gf", "4gf", "8gf", "18gf", "36gf")  # compute classes, in panel order
+TIMM_PREFIX = "timm:"
+TIMM_MODELS = "timm:<a name in timm.list_models()>"  # what a message allows for a timm model
+TIMM_NAME = re.compile(r"timm:[A-Za-z0-9_.-]{1,128}")
+TIMM_IMAGE_SIZE = 224  # a timm: model's size when none is given (timm's usual); a trial builds it at its data's
+FAMILY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
 
 
 @dataclass(frozen=True)
@@ -43,7 +53,7 @@ def register(spec: ModelSpec) -> ModelSpec:
 
 
 def list_models(family: Optional[str] = None) -> List[str]:
-    """Names of registered models in display order, optionally of one family."""
+    """Names of registered models in display order, optionally of one family (timm: models are not listed)."""
     return [name for name, spec in _REGISTRY.items() if family is None or spec.family == family]
 
 
@@ -52,11 +62,45 @@ def display_name(name: str) -> str:
     return get_spec(name).label or name
 
 
-def get_spec(name: str) -> ModelSpec:
-    """The spec of a registered model; ConfigError naming the registered ones otherwise."""
-    if name not in _REGISTRY:
-        raise ConfigError(f"model: unknown model {shown(name)}; allowed: {', '.join(_REGISTRY)}")
-    return _REGISTRY[name]
+def is_timm(name: object) -> bool:
+    """Whether `name` names a timm model directly (`timm:<name>`) rather than a registered one."""
+    return isinstance(name, str) and name.startswith(TIMM_PREFIX)
+
+
+@lru_cache(maxsize=None)
+def installed_timm_version() -> str:
+    """The installed timm's version (from its package metadata: timm is not imported)."""
+    return version("timm")
+
+
+def get_spec(name: str, family: Optional[str] = None, size: Optional[str] = None) -> ModelSpec:
+    """The spec of a registered model, or of `timm:<name>`: family `family` (none: a family of its own, named
+    `timm:<name>`), size class `size` (none: unknown, ""), built by timm at the data's size. ConfigError
+    naming the field (model, family, size) otherwise; a registered model's family and size are its own."""
+    if not is_timm(name):
+        if name not in _REGISTRY:
+            raise ConfigError(f"model: unknown model {shown(name)}; allowed: {', '.join(_REGISTRY)}, or {TIMM_MODELS}")
+        spec = _REGISTRY[name]
+        for field_name, given, own in (("family", family, spec.family), ("size", size, spec.size)):
+            if given is not None and given != own:
+                raise ConfigError(
+                    f"{field_name}: bad value {shown(given)} for {name}; allowed: {own!r} or none (a registered "
+                    f"model's {field_name} is its own; {field_name} is for timm: models)"
+                )
+        return spec
+    if not TIMM_NAME.fullmatch(name):
+        raise ConfigError(f"model: bad value {shown(name)}; allowed: {TIMM_MODELS}")
+    if family is not None and not (isinstance(family, str) and FAMILY_NAME.fullmatch(family)):
+        raise ConfigError(
+            f"family: bad value {shown(family)}; allowed: one of {', '.join(FAMILIES)} or a name of its own "
+            f"(letters, digits, _ . : -, first a letter or digit; none: {name})"
+        )
+    if size is not None and size not in SIZE_ORDER:
+        raise ConfigError(f"size: bad value {shown(size)}; allowed: one of {', '.join(SIZE_ORDER)} (none: unknown)")
+    timm_name = name[len(TIMM_PREFIX) :]
+    return ModelSpec(
+        name, family or name, "timm", TIMM_IMAGE_SIZE, size or "", f"timm {timm_name}", dict(timm_name=timm_name)
+    )
 
 
 def _register_vit_twins(

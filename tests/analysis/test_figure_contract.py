@@ -353,6 +353,10 @@ def test_the_catalogue_lookups_agree_with_the_zoo_and_take_any_other_name():
         spec = get_spec(model)
         assert (model_label(model), model_family(model), model_size(model)) == (spec.label, spec.family, spec.size)
     assert (model_label("mine_a"), model_family("mine_a"), model_size("mine_a")) == ("mine_a", "mine_a", "")
+    # a timm: model resolves in the zoo but is not listed: its own name, family and a style of its own
+    timm = "timm:resnet10t"
+    assert (model_label(timm), model_family(timm), model_size(timm)) == (timm, timm, "")
+    assert model_style(timm, [timm, "mine_a"]) != model_style("mine_a", [timm, "mine_a"])
     assert catalogue_order(["zeta", "cnn_tiny", "alpha", "vit_c_tiny", "cnn_tiny"]) == [
         "vit_c_tiny",
         "cnn_tiny",

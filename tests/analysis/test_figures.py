@@ -13,7 +13,7 @@ from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
 
 import hpstudy.analysis.report as report_module
-from hpstudy.analysis.edf import edf_table
+from hpstudy.analysis.edf import bootstrap_band, edf_table, step_points
 from hpstudy.analysis.figures import (
     PALETTE,
     delta_edf_figure,
@@ -29,7 +29,7 @@ from hpstudy.analysis.figures import (
     save_figure,
 )
 from hpstudy.analysis.report import build_report
-from hpstudy.analysis.stats import good_ranges
+from hpstudy.analysis.stats import StatsError, expected_best, expected_best_band, good_ranges
 from hpstudy.cli import hpstudy_main
 from hpstudy.study.store import write_trial
 from hpstudy.study.store_read import load_study, load_trials
@@ -320,3 +320,52 @@ def test_a_store_written_before_best_ema_still_reports_and_says_which_metric(tmp
     assert summary["n_left_out"] == (trials["status"] == "failed").sum() > 0
     assert hpstudy_main(["report", "--store", store, "--study", "gen", "--metric", "ema_best"]) == 2
     assert "error: metric ema_best: no trial has a value" in capsys.readouterr().err
+
+
+def _loop_bootstrap_band(errors, alpha=0.05, n_boot=1000, seed=0):
+    """bootstrap_band as it was: one searchsorted per resample."""
+    x, f = step_points(errors)
+    draws = np.random.default_rng(seed).choice(errors, size=(n_boot, len(errors)), replace=True)
+    draws.sort(axis=1)
+    f_star = np.stack([np.searchsorted(d, x, side="right") for d in draws]) / len(errors)
+    return float(np.quantile(np.abs(f_star - f).max(axis=1), 1 - alpha))
+
+
+def _loop_expected_best_band(errors, ks, estimator, n_boot, seed=0, alpha=0.05):
+    """expected_best_band as it was: one resample and one expected_best per bootstrap draw."""
+    rng = np.random.default_rng(seed)
+    curves = np.stack([expected_best(rng.choice(errors, len(errors)), ks, estimator) for _ in range(n_boot)])
+    return np.quantile(curves, alpha / 2, axis=0), np.quantile(curves, 1 - alpha / 2, axis=0)
+
+
+@pytest.mark.parametrize("n,seed,n_boot", [(1, 0, 50), (2, 3, 50), (7, 1, 300), (24, 2, 300), (60, 5, 1000)])
+def test_the_vectorised_bootstrap_band_is_the_loops_band_for_the_same_seed(n, seed, n_boot):
+    errors = np.round(np.random.default_rng(n).gamma(2.0, 3.0, n), 1)  # rounded: ties, as real errors have
+    assert bootstrap_band(errors, n_boot=n_boot, seed=seed) == _loop_bootstrap_band(errors, n_boot=n_boot, seed=seed)
+    assert bootstrap_band(errors, alpha=0.5, n_boot=n_boot, seed=seed) == _loop_bootstrap_band(
+        errors, alpha=0.5, n_boot=n_boot, seed=seed
+    )
+
+
+@pytest.mark.parametrize("estimator", ["plugin", "unbiased"])
+@pytest.mark.parametrize("n", [1, 5, 24, 64])
+def test_the_vectorised_expected_best_band_draws_the_loops_resamples(estimator, n):
+    """Same resamples in the same order; each curve value is then a sum of n products summed in another
+    order, so the two differ by at most n float epsilons of the largest error (weights sum to 1)."""
+    errors = 20 + np.random.default_rng(n).gamma(2.0, 3.0, n)
+    ks = np.arange(1, n + 1)
+    tol = n * np.finfo(float).eps * errors.max()
+    for new, old in zip(
+        expected_best_band(errors, ks, estimator, n_boot=200), _loop_expected_best_band(errors, ks, estimator, 200)
+    ):
+        np.testing.assert_allclose(new, old, rtol=0, atol=tol)
+    if n > 1:  # another seed's resamples move the band by far more than that
+        other = expected_best_band(errors, ks, estimator, n_boot=200, seed=1)[1]
+        assert np.abs(other - _loop_expected_best_band(errors, ks, estimator, 200)[1]).max() > 1000 * tol
+
+
+def test_the_expected_best_band_refuses_what_expected_best_refuses():
+    with pytest.raises(StatsError, match="k must be in \\[1, 3\\]"):
+        expected_best_band(np.array([1.0, 2.0, 3.0]), [4])
+    with pytest.raises(StatsError, match="estimator: bad value 'mean'"):
+        expected_best_band(np.array([1.0, 2.0]), [1], "mean")

@@ -58,3 +58,21 @@ def test_the_memory_plan_budgets_the_given_gpu_memory_times_the_trials_share(tmp
     argv = ["--config", write_spec(tmp_path, raw), "--store", str(tmp_path / "s"), "--dry-run", "--gpu-memory-gb", "80"]
     assert run_edf_main(argv) == 0
     assert "memory per trial (estimate; budget 40.0 GB = 80 GB GPU x 0.5 share):" in capsys.readouterr().out
+
+
+def test_the_plan_names_the_recipe_fields_each_box_samples_and_why_its_trials_do_not_fuse(tmp_path, capsys):
+    raw = small_spec(name="recipe", models=["vit_c_tiny", "cnn_tiny"], optimizers=["adamw"], epochs=[2, 3])
+    raw["space"]["adamw"] = dict(raw["space"]["adamw"], label_smoothing={"uniform": [0.0, 0.3]})
+    raw["space"]["cnn"] = {"adamw": {"lr": 1e-3, "wd": 0.05, "warmup_epochs": {"choice": [0, 1]}}}
+    raw["fuse"] = "auto"
+    raw["recipe"] = {k: v for k, v in raw["recipe"].items() if k != "warmup_epochs"}  # sampled instead
+    assert run_edf_main(["--config", write_spec(tmp_path, raw), "--store", str(tmp_path / "s"), "--dry-run"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert [line for line in out if " also samples " in line] == [  # once per (model, optimizer), not per schedule
+        f"{'vit_c_tiny':<14} {'adamw':<9} also samples label_smoothing uniform [0.0, 0.3]",
+        f"{'cnn_tiny':<14} {'adamw':<9} also samples label_smoothing uniform [0.0, 0.3], warmup_epochs choice [0, 1]",
+    ]
+    assert [line for line in out if line.startswith("fuse:")] == [
+        "fuse: off for cell vit_c_tiny adamw: label_smoothing is sampled and fused trials share it",
+        "fuse: off for cell cnn_tiny adamw: label_smoothing, warmup_epochs are sampled and fused trials share them",
+    ]

@@ -3,10 +3,12 @@ in usage and errors, and the defaults the commands then get (--resume, prepare's
 
 import argparse
 import os
+import sys
 
 import pytest
 
 from hpstudy.cli import hpstudy_main, parser, run_edf_main
+from hpstudy.study.trackers import KINDS
 
 
 def _commands() -> dict:
@@ -109,3 +111,24 @@ def test_prepare_stores_256_px_training_squares_for_224_px_trials_on_every_cpu()
     """The defaults of ImageNet training: random 224 px crops of 256 px squares."""
     args = parser().parse_args(["prepare", "--data", "d", "--out", "o"])
     assert (args.train_size, args.image_size, args.workers) == (256, 224, os.cpu_count())
+
+
+def test_track_is_repeatable_off_by_default_and_its_help_names_every_tracker():
+    assert parser().parse_args(["run"]).track is None
+    assert parser().parse_args(["run", "--track", "a", "--track", "b"]).track == ["a", "b"]
+    assert all(f"{kind}:DIR" in _help("run", "--track") for kind in KINDS)
+
+
+@pytest.mark.parametrize(
+    "value,message",
+    [
+        ("neptune:runs", "--track: bad value 'neptune:runs'; allowed: mlflow:DIR, tensorboard:DIR, wandb:DIR"),
+        ("wandb:runs", "--track: bad value 'wandb:runs': wandb cannot be imported ("),
+    ],
+)
+def test_a_bad_track_exits_2_with_one_line_before_any_trial_runs(value, message, tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "wandb", None)  # as if wandb were not installed
+    store = tmp_path / "store"
+    assert hpstudy_main(["run", "--store", str(store), "--track", value, "--report", "none"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"error: {message}") and not store.exists()

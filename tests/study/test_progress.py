@@ -1,14 +1,17 @@
 """Tune pickles hpstudy's stopper and callbacks at every experiment-state save: they must not carry the
 study; and the status line they print: done, running, pending, ETA."""
 
+import itertools
+import sys
 import time
 from types import SimpleNamespace
 
+import pytest
 from ray import cloudpickle
 
-from hpstudy.study.progress import ProgressPrinter, Tally
+from hpstudy.study.progress import ProgressPrinter, Tally, in_notebook, progress_display
 from hpstudy.study.sampling import expand
-from hpstudy.study.spec import parse_spec
+from hpstudy.study.spec import SpecError, parse_spec
 from hpstudy.study.tune_stopper import RunStopper
 from hpstudy.study.tune_store_writer import StoreWriter
 from tests.helpers import small_spec
@@ -64,3 +67,80 @@ def test_running_is_counted_from_tunes_trials_at_each_step_and_is_0_in_the_last_
         "failed 0), 1 running, 4 pending",
         "failed 0), 0 running, 5 pending",
     ]
+
+
+def _shell(monkeypatch, *apps):
+    """An IPython whose shell was started by `apps` (a kernel: IPKernelApp; a terminal: TerminalIPythonApp)."""
+    shell = SimpleNamespace(config={app: {} for app in apps})
+    monkeypatch.setitem(sys.modules, "IPython", SimpleNamespace(get_ipython=lambda: shell))
+
+
+def test_a_notebook_is_an_ipython_kernel_not_a_terminal_ipython(monkeypatch):
+    monkeypatch.delitem(sys.modules, "IPython", raising=False)
+    assert not in_notebook()
+    _shell(monkeypatch, "TerminalIPythonApp")
+    assert not in_notebook()
+    monkeypatch.setitem(sys.modules, "IPython", SimpleNamespace(get_ipython=lambda: None))  # imported, no shell
+    assert not in_notebook()
+    _shell(monkeypatch, "IPKernelApp")
+    assert in_notebook()
+
+
+def _events(printer):
+    """Two steps (3 running, then 1), an error and the end of the run."""
+    trials = [SimpleNamespace(status=s) for s in ("RUNNING", "RUNNING", "RUNNING", "PENDING")]
+    printer.on_step_begin(0, trials)
+    printer.on_step_begin(1, trials[:1])
+    printer.on_trial_error(2, trials[:1], trials[0])
+    printer.final()
+
+
+def test_in_a_notebook_auto_shows_a_tqdm_bar_of_the_stored_trials_instead_of_lines(monkeypatch, capsys):
+    _shell(monkeypatch, "IPKernelApp")
+    with progress_display("auto"):
+        printer = _printer(["ok", "failed"], 10)
+    _events(printer)
+    out, err = capsys.readouterr()
+    assert out == ""
+    frames = [frame.strip() for frame in err.split("\r") if frame.strip()]
+    assert "running" not in frames[0]  # drawn empty when the run starts
+    running = [frame.split(" running")[0].rsplit(", ", 1)[1] for frame in frames[1:]]
+    assert [n for n, _ in itertools.groupby(running)] == ["3", "1", "0"]  # then at each change
+    last = frames[-1]
+    assert last.startswith("20%|") and "| 2/10 [" in last
+    assert last.endswith("ok 1, diverged 0, failed 1, 0 running | best top-1: cnn_tiny 20.00%]")
+    assert printer.bar.n == 2
+
+
+@pytest.mark.parametrize("progress", ["lines", "auto", True])
+def test_in_a_terminal_auto_and_lines_print_the_status_lines(progress, monkeypatch, capsys):
+    monkeypatch.delitem(sys.modules, "IPython", raising=False)
+    with progress_display(progress):
+        printer = _printer(["ok"], 6)
+    _events(printer)
+    out, err = capsys.readouterr()
+    assert printer.bar is None and err == ""
+    assert [line.split(" | ")[0].split(", ", 3)[3] for line in out.splitlines()] == [
+        "3 running, 2 pending",
+        "1 running, 4 pending",
+        "0 running, 5 pending",
+    ]
+
+
+@pytest.mark.parametrize("progress", ["off", False])
+def test_off_shows_nothing_even_in_a_notebook(progress, monkeypatch, capsys):
+    _shell(monkeypatch, "IPKernelApp")
+    with progress_display(progress):
+        printer = _printer(["ok", "diverged"], 4)
+    _events(printer)
+    assert printer.bar is None and capsys.readouterr() == ("", "")
+
+
+def test_the_display_is_set_for_the_block_only_and_a_bad_one_is_a_spec_error(monkeypatch):
+    monkeypatch.delitem(sys.modules, "IPython", raising=False)
+    with progress_display("off"):
+        assert _printer([], 1).display == "off"
+    assert _printer([], 1).display == "lines"
+    with pytest.raises(SpecError, match=r"^progress: bad value 'bars'; allowed: 'auto', 'bar', 'lines', 'off', True"):
+        with progress_display("bars"):
+            pass

@@ -1,5 +1,6 @@
 """`hpstudy suggest` (study/suggest.py): which rows it reads, and the spec lines it prints."""
 
+import json
 import math
 
 import numpy as np
@@ -7,10 +8,12 @@ import pandas as pd
 import pytest
 import yaml
 
+from hpstudy.study.spec import parse_spec
 from hpstudy.study.store import write_trial
+from hpstudy.study.store_spec_record import write_spec_record
 from hpstudy.study.suggest import suggest, yaml_number
 from hpstudy.trainers.errors import ConfigError
-from tests.helpers import stored_row
+from tests.helpers import small_spec, stored_row
 
 # (model, optimizer, epochs, log10 lr, log10 wd, status): 2-epoch rows that would move every point
 # if read, a cell whose longest schedule failed throughout, and a cell whose medians' product lies
@@ -99,3 +102,67 @@ def test_yaml_number_keeps_3_significant_digits_and_reads_back_as_that_number(va
     assert yaml_number(value) == text
     read = yaml.safe_load(f"x: {text}")["x"]
     assert isinstance(read, float) and math.isclose(read, float(f"{value:.2e}"))
+
+
+def quartile_ranges_of_fields(cell, metric, keys):
+    """quartile_ranges, and for each sampled recipe field of `keys` (field -> distribution, as good_ranges
+    takes them) the quartiles of its ok values (a numeric one) or the share of the ok rows per value (a choice)."""
+    assert keys == {
+        "lr": "log_uniform",
+        "wd": "log_uniform",
+        "batch_size": "choice",
+        "label_smoothing": "uniform",
+        "warmup_epochs": "int",
+    }
+    ok = cell[cell["status"] == "ok"]
+    table = quartile_ranges(cell, metric)
+    for name, kind in keys.items():
+        if kind == "choice":
+            table = table.assign(**{f"{name}={v}": (ok[name] == v).mean() for v in sorted(set(ok[name]))})
+        elif name not in ("lr", "wd"):
+            table[name] = np.percentile(ok[name], [25, 50, 75])
+    return table
+
+
+def test_suggest_fixes_each_sampled_recipe_field_beside_lr_and_wd(tmp_path):
+    """cnn_tiny adamw, 4 ok rows: label_smoothing 0, .1, .2, .3 -> quartiles .075, .15, .225; warmup_epochs
+    0, 1, 1, 2 -> quartiles .75, 1, 1.25; batch_size 64 in 3 of 4; lr 1e-3, 1e-2 twice each -> quartiles
+    1e-3, 10^-2.5, 1e-2; wd 1e-4, 1e-3 likewise (lr·wd 10^-6, inside its quartiles 10^-6.25 .. 10^-5.75)."""
+    space = {
+        "adamw": {
+            "lr": [1e-3, 1e-2],
+            "wd": [1e-4, 1e-3],
+            "label_smoothing": {"uniform": [0.0, 0.3]},
+            "warmup_epochs": {"int": [0, 2]},
+            "batch_size": {"choice": [64, 128]},
+        }
+    }
+    raw = small_spec(name="r", models=["cnn_tiny"], optimizers=["adamw"], space=space, recipe={"device": "cpu"})
+    root = str(tmp_path)
+    for i, (lr, wd, smoothing, warmup, batch) in enumerate(
+        [(1e-3, 1e-4, 0.0, 0, 64), (1e-2, 1e-4, 0.1, 1, 128), (1e-3, 1e-3, 0.2, 1, 64), (1e-2, 1e-3, 0.3, 2, 64)]
+    ):
+        config = {"lr": lr, "wd": wd, "label_smoothing": smoothing, "warmup_epochs": warmup, "batch_size": batch}
+        row = dict(model="cnn_tiny", optimizer="adamw", epochs=5, lr=lr, wd=wd, batch_size=batch, status="ok")
+        write_trial(root, "r", stored_row(trial_key=f"k{i}", top1_err=9.0, config_json=json.dumps(config), **row))
+    write_spec_record(root, "r", raw, 4, [f"k{i}" for i in range(4)])
+    lines = suggest(root, "r", quartile_ranges_of_fields).splitlines()
+    box = "{lr: 0.00316, wd: 0.000316, batch_size: 64, label_smoothing: 0.15, warmup_epochs: 1}"
+    assert lines[lines.index("space:") + 1 :] == [
+        f"  adamw: {box}   # = cnn_tiny's; required per optimizer, used by no model below",
+        "  cnn_tiny:",
+        "    # cnn_tiny, adamw, 5 epochs: n = 4 counted (0 left out); good lr [0.001, 0.01], wd [0.0001, 0.001], "
+        "batch_size 64 in 75% of the best, good label_smoothing [0.075, 0.225], good warmup_epochs [0.75, 1.25]",
+        f"    adamw: {box}",
+    ]
+    suggested = yaml.safe_load("\n".join(lines))["space"]
+    assert suggested["cnn_tiny"]["adamw"] == {
+        "lr": 0.00316,
+        "wd": 0.000316,
+        "batch_size": 64,
+        "label_smoothing": 0.15,
+        "warmup_epochs": 1,
+    }
+    spec = parse_spec(small_spec(optimizers=["adamw"], epochs=[5], space=suggested, recipe={}))
+    box = spec.box("cnn_tiny", "adamw")
+    assert box.fixed() == {"batch_size": 64, "label_smoothing": 0.15, "warmup_epochs": 1}  # a fixed point

@@ -51,7 +51,7 @@ def test_each_field_takes_its_range_and_refuses_what_lies_outside_by_name(field,
 
 def test_every_field_with_a_range_is_covered_here():
     """A new field gets its bounds into RANGES (model, dataset and the fine-tuning fields have their own tests)."""
-    own_tests = {"model", "dataset", "init", "init_sha256", "freeze"}
+    own_tests = {"model", "dataset", "init", "init_sha256", "freeze", "family", "timm_version"}
     assert set(RANGES) | own_tests == set(TrialConfig.__dataclass_fields__)
 
 

@@ -1,0 +1,130 @@
+"""The Python API, for notebooks and scripts: what `hpstudy run`, `report` and `suggest` do, returning
+data instead of printing it (docs/python-api.md). `import hpstudy` exposes these lazily.
+
+Each function calls what the command calls (hpstudy.commands, hpstudy.study), so a bad argument
+raises the same error (an HpstudyError: SpecError, StoreError, MetricError, ...) with the same
+one-line message the command line prints before exiting with code 2.
+"""
+
+import argparse
+import os
+from typing import Dict, Optional, Sequence, Union
+
+import pandas as pd
+
+from hpstudy.analysis.metric_names import DEFAULT_METRIC
+from hpstudy.analysis.stats import good_ranges
+from hpstudy.study.sampling import check_samples
+from hpstudy.study.spec import SpecError, StudySpec, check_models, load_spec, parse_spec, resolve_config
+from hpstudy.study.store_read import load_study
+from hpstudy.study.suggest import fixed_points, space_lines
+from hpstudy.study.trackers import trackers_of
+from hpstudy.trainers.errors import shown
+
+PathLike = Union[str, os.PathLike]
+PROGRESS_INTERVAL = 10.0  # seconds between status lines in a terminal (`hpstudy run --progress-interval`)
+
+
+def _spec(spec: Union[PathLike, Dict]) -> StudySpec:
+    """A spec given as a path, a bundled spec's name or a dict, read and validated as `--config` is."""
+    if isinstance(spec, dict):
+        return parse_spec(spec)
+    if isinstance(spec, (str, os.PathLike)):
+        return load_spec(resolve_config(os.fspath(spec)))
+    raise SpecError(f"spec: bad value {shown(spec)}; allowed: a YAML path, a bundled spec's name or a dict")
+
+
+def _flag(name: str, value) -> None:
+    """SpecError unless `value` is True or False."""
+    if not isinstance(value, bool):
+        raise SpecError(f"{name}: bad value {shown(value)}; allowed: True or False")
+
+
+def run(
+    spec: Union[PathLike, Dict],
+    store: PathLike = "results",
+    *,
+    address: Optional[str] = None,
+    max_concurrent: Optional[int] = None,
+    num_cpus: Optional[int] = None,
+    resume: bool = True,
+    report: bool = True,
+    trackers: Sequence = (),
+    progress: Union[str, bool] = "auto",
+) -> pd.DataFrame:
+    """Run a study as `hpstudy run` does; returns its stored trial table (every column, one row per trial)."""
+    _flag("resume", resume)
+    _flag("report", report)
+    trackers = trackers_of(_listed(trackers) or ())  # a bad KIND:DIR fails now, naming `trackers`
+    if not address:
+        # A local Ray binds to loopback only (read when ray is first imported: below, or by the user before).
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    # hpstudy.commands and the runner load torch and Ray: imported only when a study runs (load stays light)
+    from hpstudy.commands import check_before_trials, check_run_args, spec_change_note, write_report
+    from hpstudy.study.progress import progress_display
+    from hpstudy.study.runner import COMPACT_EVERY, run_study
+
+    store = os.fspath(store)
+    with progress_display(progress):
+        check_run_args(
+            argparse.Namespace(
+                store=store,
+                max_concurrent=max_concurrent,
+                num_cpus=num_cpus,
+                progress_interval=PROGRESS_INTERVAL,
+                compact_every=COMPACT_EVERY,
+            )
+        )
+        study = _spec(spec)
+        check_models(study)
+        check_samples(study)
+        check_before_trials(study, store, address, num_cpus, None if report else "none")
+        note = spec_change_note(store, study)
+        if note:
+            print(note, flush=True)
+        run_study(
+            study,
+            store,
+            fresh=not resume,
+            address=address,
+            max_concurrent=max_concurrent,
+            num_cpus=num_cpus,
+            progress_interval=PROGRESS_INTERVAL,
+            trackers=trackers,
+        )
+    if report:
+        write_report(store, study.name, None)
+    return load(store, study.name)
+
+
+def load(store: PathLike, study: str) -> pd.DataFrame:
+    """The study's stored trials (rows of the spec it last ran with, every column), as `hpstudy report` reads them."""
+    return load_study(os.fspath(store), study)[0]
+
+
+def report(store: PathLike, study: str, out: Optional[PathLike] = None, metric: str = DEFAULT_METRIC) -> str:
+    """Write the study's report as `hpstudy report` does (into the store, or `out`); returns its folder."""
+    from hpstudy.commands import write_report  # loads the analysis' figures (matplotlib)
+
+    page = write_report(os.fspath(store), study, None if out is None else os.fspath(out), metric)
+    return page.rsplit("/", 1)[0]
+
+
+def suggest(
+    store: PathLike,
+    study: str,
+    metric: str = DEFAULT_METRIC,
+    models: Optional[Sequence[str]] = None,
+    optimizers: Optional[Sequence[str]] = None,
+) -> Dict:
+    """What `hpstudy suggest` computes, as data: {"points": one dict per (model, optimizer), "space": the YAML}."""
+    store = os.fspath(store)
+    trials, _, record = load_study(store, study)
+    sampled = (record or {}).get("sampled", {})  # the recipe fields the spec sampled besides lr and wd
+    points = fixed_points(trials, good_ranges, metric, _listed(models), _listed(optimizers), sampled)
+    return {"points": points, "space": "\n".join(space_lines(points, study, store))}
+
+
+def _listed(values: Optional[Union[str, Sequence]]) -> Optional[Sequence]:
+    """A single text as a list of one (a string is not a list of its letters)."""
+    return [values] if isinstance(values, str) else values
