@@ -124,8 +124,9 @@ def print_plan(spec: StudySpec, store: str, assume_tflops: Optional[float]) -> N
         f"{'paired' if spec.paired else 'unpaired'} samples; resources per trial {spec.resources}; "
         f"fuse {spec.fuse}"
     )
+    w = max(14, *map(len, spec.models))  # the model column fits the longest name (timm:...)
     print(
-        f"{'model':<14} {'optimizer':<9} {'epochs':>6} {'trials':>6} {'to run':>6}  "
+        f"{'model':<{w}} {'optimizer':<9} {'epochs':>6} {'trials':>6} {'to run':>6}  "
         f"{'lr box':<22} {'wd box':<22} {'GFLOPs':>7} {'trial-h':>8}"
     )
     total_hours = 0.0
@@ -136,14 +137,14 @@ def print_plan(spec: StudySpec, store: str, assume_tflops: Optional[float]) -> N
         total_hours += hours
         lr_box, wd_box = (f"[{lo:.3g}, {hi:.3g}]" for lo, hi in (box.lr, box.wd))
         print(
-            f"{model:<14} {opt:<9} {epochs:>6} {per_cell:>6} {todo:>6}  {lr_box:<22} {wd_box:<22} "
+            f"{model:<{w}} {opt:<9} {epochs:>6} {per_cell:>6} {todo:>6}  {lr_box:<22} {wd_box:<22} "
             f"{flops / 1e9:>7.3f} {hours:>8.2f}"
         )
     for model, opt in dict.fromkeys((m, o) for (m, o, _), _ in plan):
         extra = spec.box(model, opt).axes()[2:]  # after lr and wd: the recipe fields this box samples
         if extra:
             fields = ", ".join(f"{name} {dist.kind} {list(dist.values)}" for name, dist in extra)
-            print(f"{model:<14} {opt:<9} also samples {fields}")
+            print(f"{model:<{w}} {opt:<9} also samples {fields}")
     for note in fusion_notes(spec):
         print(note)
     print(

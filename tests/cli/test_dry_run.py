@@ -76,3 +76,10 @@ def test_the_plan_names_the_recipe_fields_each_box_samples_and_why_its_trials_do
         "fuse: off for cell vit_c_tiny adamw: label_smoothing is sampled and fused trials share it",
         "fuse: off for cell cnn_tiny adamw: label_smoothing, warmup_epochs are sampled and fused trials share them",
     ]
+
+
+def test_the_plan_s_model_column_fits_a_timm_model_s_long_name(tmp_path, capsys):
+    raw = small_spec(name="wide", models=["cnn_tiny", "timm:test_resnet"], optimizers=["sgd"], epochs=[1])
+    assert run_edf_main(["--config", write_spec(tmp_path, raw), "--store", str(tmp_path / "s"), "--dry-run"]) == 0
+    header, *rows = capsys.readouterr().out.splitlines()[1:4]
+    assert {row.index(" sgd ") for row in rows} == {header.index(" optimizer")} == {len("timm:test_resnet")}
