@@ -18,9 +18,9 @@ from hpstudy.trainers.config import OPTIMIZERS, TrialConfig
 from hpstudy.trainers.data_spec import DATASETS, DataSpec
 from hpstudy.trainers.errors import exits_on_user_error
 from hpstudy.trainers.trial import train_trial
-from hpstudy.trainers.zoo import list_models
 
-CHOICES = {"model": list_models(), "optimizer": OPTIMIZERS, "dataset": DATASETS}
+# --model is any registered name or timm:<name>, which TrialConfig checks (a choice list would refuse timm:)
+CHOICES = {"optimizer": OPTIMIZERS, "dataset": DATASETS}
 
 
 def _bool(text: str) -> bool:

@@ -202,3 +202,15 @@ def test_a_study_of_timm_models_runs_on_ray_workers_that_resolve_the_names_afres
     for model, flops, params, config_json in zip(rows["model"], rows["flops"], rows["params"], rows["config_json"]):
         assert (flops, params) == model_profile(model, 10, 16)
         assert json.loads(config_json)["timm_version"] == timm.__version__
+
+
+def test_one_trial_alone_takes_a_timm_model_and_refuses_an_unknown_one_naming_it():
+    from hpstudy.trainers.train import build_parser, config_from_args
+
+    def config(model):
+        argv = ["--model", model, "--optimizer", "sgd", "--epochs", "1", "--lr", "0.1", "--wd", "0"]
+        return TrialConfig.from_dict(config_from_args(build_parser().parse_args(argv)), check_model=False)
+
+    assert config("timm:test_resnet").model == "timm:test_resnet"
+    with pytest.raises(ConfigError, match="^model: unknown timm model 'timm:no_such_net'"):
+        config("timm:no_such_net").validate()
