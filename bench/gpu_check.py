@@ -15,17 +15,16 @@ import argparse
 import gc
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
 import time
-import traceback
 import warnings
 
 import torch
 import yaml
 
+from bench.checks import checker, machine, unknown_checks
 from bench.data import make_folder
 from bench.fused import sweep
 from bench.trainer import compare
@@ -41,37 +40,6 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY_TWINS = ["vit_p_tiny", "vit_c_tiny", "cnn_tiny"]
 FUSED_KS = [1, 4, 8, 16]
 FUSED_STEPS = 10  # timed steps per measurement: 3 steps of ~15 ms varied by up to 40% on an H200
-
-
-def checker(results: dict, out: str = None, only: str = None):
-    """A decorator factory: check(name) runs the check, stores its dict (or its error) under `name`
-    and rewrites `out`; checks not named in `only` (comma-separated) are skipped."""
-    wanted = set(only.split(",")) if only else None
-
-    def check(name: str):
-        check.names.add(name)
-
-        def wrap(fn):
-            if wanted is not None and name not in wanted:
-                return fn
-            start = time.perf_counter()
-            try:
-                results[name] = {**fn(), "seconds": round(time.perf_counter() - start, 1)}
-            except Exception as exc:  # a check that fails is a result too
-                results[name] = {
-                    "error": f"{type(exc).__name__}: {exc}"[:500],
-                    "trace": traceback.format_exc().splitlines()[-3:],
-                }
-            print(json.dumps({name: results[name]}, default=str), file=sys.stderr, flush=True)
-            if out:
-                with open(out, "w") as f:
-                    json.dump({"bench": "gpu_check", **results}, f, default=str, indent=1)
-            return fn
-
-        return wrap
-
-    check.names = set()
-    return check
 
 
 def run_cuda_tests() -> dict:
@@ -184,11 +152,7 @@ def main() -> None:
         print(json.dumps({"bench": "gpu_check", "error": "no CUDA device"}))
         return
     device = torch.device(args.device)
-    results = {
-        "device": torch.cuda.get_device_name(device) if cuda else "cpu",
-        "torch": torch.__version__,
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
-    }
+    results = machine(device)
     check = checker(results, args.out, args.only)
     tmp = tempfile.mkdtemp()
 
@@ -412,7 +376,7 @@ def main() -> None:
         finally:
             ray.shutdown()
 
-    unknown = sorted(set(args.only.split(",")) - check.names) if args.only else []
+    unknown = unknown_checks(check, args.only)
     if unknown:
         results["error"] = f"--only: no check named {', '.join(unknown)}; allowed: {', '.join(sorted(check.names))}"
     print(json.dumps({"bench": "gpu_check", **results}, default=str))

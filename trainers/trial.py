@@ -129,7 +129,7 @@ class Trainer:
         """One epoch; returns mean train loss, train top-1 error and last lr, or {"diverged": True}.
 
         Everything stays on the device during the epoch; the divergence flag is read every
-        DIVERGENCE_CHECK_EVERY steps and at the end (one host sync each).
+        DIVERGENCE_CHECK_EVERY steps, and with the epoch's sums at the end (one host sync each).
         """
         self.model.train()
         loss_sum = torch.zeros((), device=self.device, dtype=torch.float64)
@@ -147,12 +147,14 @@ class Trainer:
             loss_sum += loss
             correct += hits
             total += len(y)
-        if bad.item():
+        # the flag and the epoch's sums in one host read (counts are exact in float64 below 2^53)
+        flag, loss_total, hits_total = torch.stack([bad.double(), loss_sum, correct.double()]).tolist()
+        if flag:
             return {"diverged": True}
         return {
             "diverged": False,
-            "train_loss": loss_sum.item() / self.steps_per_epoch,
-            "train_top1_err": 100.0 * (1 - correct.item() / max(1, total)),
+            "train_loss": loss_total / self.steps_per_epoch,
+            "train_top1_err": 100.0 * (1 - hits_total / max(1, total)),
             "lr": lr,
         }
 

@@ -300,8 +300,9 @@ def test_the_import_check_sees_every_spelling_of_a_test_module_import(tmp_path):
 
 
 def test_every_test_file_sits_with_the_code_it_tests_or_in_a_suite_named_for_what_it_guards():
-    """tests/<package>/test_<module>.py for unit tests; contracts, parity, hostile and e2e for cross-cutting suites."""
-    homes = {"trainers", "study", "analysis", "cli", "contracts", "parity", "hostile", "e2e"}
+    """tests/<package>/test_<module>.py for unit tests (bench/'s scripts too); contracts, parity, hostile and e2e
+    for cross-cutting suites."""
+    homes = {"trainers", "study", "analysis", "cli", "bench", "contracts", "parity", "hostile", "e2e"}
     for name in _test_files():
         folder = os.path.dirname(name)
         assert folder in homes | {""}, name

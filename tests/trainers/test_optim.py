@@ -5,7 +5,7 @@ import torch
 
 from hpstudy.trainers.config import scaled_lr
 from hpstudy.trainers.models import build_model
-from hpstudy.trainers.optim import build_optimizer, build_schedule, param_groups
+from hpstudy.trainers.optim import build_optimizer, build_schedule, fused_kernels, param_groups
 
 
 def test_no_weight_decay_on_norm_gains_and_biases():
@@ -55,3 +55,15 @@ def test_warmup_then_cosine_to_floor():
     cosine_mid = floor * lr + (lr - floor * lr) * 0.5 * (1 + math.cos(math.pi * 0.5))
     assert at(12.5) == pytest.approx(cosine_mid)  # half-way through the cosine
     assert at(20) == pytest.approx(floor * lr)  # ends at the floor
+
+
+def test_fused_kernels_where_the_device_has_them():
+    cpu = [torch.nn.Parameter(torch.zeros(2))]
+    with torch.device("meta"):
+        meta = [torch.nn.Parameter(torch.zeros(2))]
+    assert fused_kernels(cpu) == {"fused": True}
+    assert fused_kernels(meta) == {"foreach": True}  # no fused kernels on the meta device
+    model = build_model("cnn_tiny", 10, 32)
+    assert build_optimizer("adamw", model, 1e-3, 0.05).defaults["fused"]
+    foreach = build_optimizer("sgd", model, 0.1, 1e-4, fused=False).defaults
+    assert foreach["foreach"] and not foreach["fused"]

@@ -1,0 +1,38 @@
+import json
+import subprocess
+import sys
+
+import pytest
+
+from bench.throughput_check import SECTIONS, SMOKE, main
+
+
+@pytest.mark.slow
+def test_the_smoke_run_measures_every_section_and_rewrites_out_after_each(tmp_path):
+    out = tmp_path / "throughput.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.throughput_check", "--smoke", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout)
+    assert json.loads(out.read_text()) == result
+    assert {name: result[name].get("error") for name in SECTIONS} == dict.fromkeys(SECTIONS)
+    sweep = result["eager_batch_sweep"]
+    assert set(sweep["images_per_s"]) == {str(b) for b in SMOKE.batches}
+    assert sweep["host_reads_per_step"] == 0 and sweep["ops_per_step"] > 0
+    assert result["fused_vs_foreach"]["images_per_s_fused"] > 0 and result["compiled_step"]["backend"] == "aot_eager"
+    assert [len(result["concurrent_trials"][str(n)]["images_per_s"]) for n in SMOKE.concurrency] == [1, 2]
+    assert result["fused_k8"]["k"] == 8 and result["fused_k8"]["speedup"] > 0
+
+
+def test_an_unknown_section_is_named_and_nothing_runs(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["throughput_check", "--smoke", "--only", "no_such_section"])
+    with pytest.raises(SystemExit) as stop:
+        main()
+    assert stop.value.code == 2
+    result = json.loads(capsys.readouterr().out)
+    assert "--only: no section named no_such_section; allowed: eager_batch_sweep" in result["error"]
+    assert not set(SECTIONS) & set(result)
