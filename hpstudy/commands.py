@@ -26,7 +26,7 @@ from hpstudy.study.sampling import cells, check_samples, expand_for_store, first
 from hpstudy.study.spec import SpecError, StudySpec, check_models, load_spec, resolve_config
 from hpstudy.study.store import StoreError, StoreFault, open_root, store_io
 from hpstudy.study.store_compaction import compact
-from hpstudy.study.store_read import load_study, load_trials, split_by_spec, stored_keys
+from hpstudy.study.store_read import load_study, load_trials, split_by_spec, stored_keys, with_sampled_columns
 from hpstudy.study.store_spec_record import load_spec_record, report_location
 from hpstudy.study.suggest import suggest as suggest_lines
 from hpstudy.study.trackers import trackers_of
@@ -376,9 +376,20 @@ def stored_trials(store: str, study: Optional[str]) -> pd.DataFrame:
     return trials
 
 
+def _sampled_fields(store: str, study: str) -> List[str]:
+    """The recipe fields the study's spec record says it samples; none when it has no readable record
+    (the rows are still queried: a damaged record is named by `hpstudy status` and rewritten by a run)."""
+    try:
+        return list(((load_spec_record(store, study) or {}).get("sampled")) or ())
+    except StoreFault:
+        return []
+
+
 def query(store: str, study: Optional[str], expr: str, columns: str) -> str:
     """The `columns` of the stored trials that match the filter `expr` (hpstudy.analysis.query), as text."""
     trials = stored_trials(store, study)
+    if study is not None:  # the recipe fields the study samples are columns too (label_smoothing, ...)
+        trials = with_sampled_columns(trials, _sampled_fields(store, study))
     wanted = columns.split(",")
     unknown = [name for name in wanted if name not in trials.columns]
     if unknown:

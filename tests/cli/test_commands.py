@@ -1,5 +1,6 @@
 """run_edf.py and hpstudy command lines that need no Ray: dry runs, bad flags, status, compact."""
 
+import json
 import os
 import shutil
 import socket
@@ -303,3 +304,27 @@ def test_hpstudy_prepare_writes_then_reuses_only_verified_arrays(tmp_path, capsy
     )
     shutil.rmtree(out)
     assert hpstudy_main(argv) == 0 and capsys.readouterr().out.startswith(f"prepared {out}")
+
+
+def test_query_shows_the_recipe_fields_a_study_samples_and_the_rows_past_a_damaged_record(tmp_path, capsys):
+    from hpstudy.study.sampling import expand
+    from hpstudy.study.spec import parse_spec
+    from tests.helpers import planned_row
+
+    raw = small_spec(name="smooth", models=["cnn_tiny"], optimizers=["adamw"], samples=2)
+    raw["space"]["adamw"] = dict(raw["space"]["adamw"], label_smoothing={"choice": [0.0, 0.2]})
+    spec, store = parse_spec(raw), str(tmp_path / "s")
+    trials = expand(spec)
+    for trial in trials:
+        write_trial(
+            store, "smooth", planned_row(trial, status="ok", top1_err=10.0, config_json=json.dumps(trial.config))
+        )
+    write_spec_record(store, "smooth", spec.source, len(trials), [t.key for t in trials])
+    argv = ["query", "status == 'ok'", "--store", store, "--study", "smooth", "--columns", "trial_key,label_smoothing"]
+    assert hpstudy_main(argv) == 0
+    shown = {line.split()[0]: float(line.split()[1]) for line in capsys.readouterr().out.splitlines()[1:]}
+    assert shown == {t.key: t.config["label_smoothing"] for t in trials}
+    with open(tmp_path / "s" / "specs" / "smooth.json", "w") as damaged:
+        damaged.write("{not json")
+    assert hpstudy_main(argv[:-2] + ["--columns", "trial_key"]) == 0  # the rows are still read
+    assert len(capsys.readouterr().out.splitlines()) == len(trials) + 1
