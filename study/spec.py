@@ -274,31 +274,34 @@ def _named_boxes(space, family_space, model_space) -> List[Tuple[str, str, Optio
     return named
 
 
-def _space(raw: Any, optimizers: Tuple[str, ...]):
-    """optimizer -> box, and per-family and per-model overrides (family or model -> optimizer -> box).
+def _space(raw: Any, optimizers: Tuple[str, ...], model_specs: Optional[Mapping[str, ModelSpec]] = None):
+    """optimizer -> box, and per-family and per-model overrides (family or model -> optimizer -> box; the
+    spec's timm: models and the families its models: gives them key overrides too).
     A name that is both a family and a model (vit_rel) keys the family, as before model keys existed.
     A recipe field has one distribution in every box that varies it (the analysis puts it on one axis)."""
     if not isinstance(raw, dict):
         _reject("space", raw, "a mapping of optimizer -> {lr, wd} (and family or model -> optimizer -> box)")
-    models = list_models()
+    model_specs = model_specs or {}
+    families = [*FAMILIES, *sorted({s.family for s in model_specs.values()} - set(FAMILIES))]
+    models = [*list_models(), *(m for m in model_specs if is_timm(m))]
     space, family_space, model_space = {}, {}, {}
     for key, value in raw.items():
         if key in OPTIMIZERS:
             space[key] = _box(f"space.{key}", value)
-        elif key in FAMILIES or key in models:
+        elif key in families or key in models:
             if not isinstance(value, dict):
                 _reject(f"space.{key}", value, "a mapping of optimizer -> {lr, wd}")
             for opt, box in value.items():
                 if opt not in OPTIMIZERS:
                     _reject(f"space.{key}", opt, ", ".join(OPTIMIZERS))
-            overrides = family_space if key in FAMILIES else model_space
+            overrides = family_space if key in families else model_space
             overrides[key] = {opt: _box(f"space.{key}.{opt}", box) for opt, box in value.items()}
         else:
             _reject(
                 "space",
                 key,
                 f"optimizer names ({', '.join(OPTIMIZERS)}), family names "
-                f"({', '.join(FAMILIES)}) or model names ({', '.join(models)})",
+                f"({', '.join(families)}) or model names ({', '.join(models)})",
             )
     for opt in optimizers:
         if opt not in space:
@@ -314,12 +317,12 @@ def _space(raw: Any, optimizers: Tuple[str, ...]):
     return space, family_space, model_space
 
 
-def sampled_fields(raw_space: Any) -> Dict[str, str]:
+def sampled_fields(raw_space: Any, raw_models: Any = None) -> Dict[str, str]:
     """The fields a spec's `space:` samples with their distributions: lr and wd (log_uniform), then each
-    recipe field that some box varies, by name."""
+    recipe field that some box varies, by name (`raw_models`: the spec's `models:`, for timm: keys)."""
     varied = {
         name: dist.kind
-        for _, _, _, box in _named_boxes(*_space(raw_space, ()))
+        for _, _, _, box in _named_boxes(*_space(raw_space, (), _models(raw_models) if raw_models else None))
         for name, dist in box.recipe
         if dist.varies
     }
@@ -451,7 +454,7 @@ def parse_spec(raw: Any, check_paths: bool = True) -> StudySpec:
         _reject("fuse", fuse, "off, auto or an integer K >= 1 (YAML reads on/yes/true as true: write auto or K)")
     if not (fuse in FUSE_MODES or (isinstance(fuse, int) and not isinstance(fuse, bool) and fuse >= 1)):
         _reject("fuse", fuse, "off, auto or an integer K >= 1")
-    space, family_space, model_space = _space(raw.get("space"), optimizers)
+    space, family_space, model_space = _space(raw.get("space"), optimizers, model_specs)
     spec = StudySpec(
         name=name,
         dataset=dataset,

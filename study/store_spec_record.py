@@ -24,7 +24,7 @@ def write_spec_record(
     fs, base = open_root(root)
     record = {"study": check_study_name(study), "n_trials": n_trials, "spec": spec_source}
     if "space" in spec_source:
-        record["sampled"] = sampled_fields(spec_source["space"])
+        record["sampled"] = sampled_fields(spec_source["space"], spec_source.get("models"))
     if trial_keys is not None:
         record["trial_keys"] = sorted(trial_keys)
     text = json.dumps(record, sort_keys=True, indent=1).encode()

@@ -214,3 +214,20 @@ def test_one_trial_alone_takes_a_timm_model_and_refuses_an_unknown_one_naming_it
     assert config("timm:test_resnet").model == "timm:test_resnet"
     with pytest.raises(ConfigError, match="^model: unknown timm model 'timm:no_such_net'"):
         config("timm:no_such_net").validate()
+
+
+def test_a_timm_model_and_the_family_the_spec_gives_it_key_their_own_boxes_in_space():
+    from hpstudy.study.spec import sampled_fields
+
+    raw = small_spec(name="t", models=["cnn_tiny", "timm:test_resnet", {"name": "timm:test_vit", "family": "mine"}])
+    raw["space"]["timm:test_resnet"] = {"adamw": {"lr": [0.003, 0.03], "wd": [0.01, 0.1]}}
+    raw["space"]["mine"] = {"adamw": {"lr": [2e-4, 4e-4], "wd": [0.2, 0.4], "label_smoothing": {"uniform": [0, 0.1]}}}
+    trials = [t for t in expand(parse_spec(raw)) if t.optimizer == "adamw"]
+    resnet, vit = ([t.config for t in trials if t.model == m] for m in ("timm:test_resnet", "timm:test_vit"))
+    assert all(0.003 <= c["lr"] <= 0.03 and 0.01 <= c["wd"] <= 0.1 for c in resnet)
+    assert all(2e-4 <= c["lr"] <= 4e-4 and 0 <= c["label_smoothing"] <= 0.1 for c in vit)
+    assert len({c["label_smoothing"] for c in vit}) == len(vit) > 1
+    assert sampled_fields(raw["space"], raw["models"])["label_smoothing"] == "uniform"  # the spec record's
+    raw["space"]["timm:not_in_the_spec"] = raw["space"]["timm:test_resnet"]
+    with pytest.raises(SpecError, match=r"^space: bad value 'timm:not_in_the_spec'; allowed: .*family names \(.*mine"):
+        parse_spec(raw)
