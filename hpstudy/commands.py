@@ -21,8 +21,8 @@ from hpstudy.analysis.query import QueryError, filter_rows
 from hpstudy.analysis.report import build_report, check_report_dir
 from hpstudy.analysis.report_folder import owned, publish
 from hpstudy.analysis.stats import good_ranges
-from hpstudy.study.gpu_plan import memory_plan
-from hpstudy.study.sampling import cells, check_samples, expand_for_store, first_trials
+from hpstudy.study.gpu_plan import memory_plan, memory_trials
+from hpstudy.study.sampling import cells, check_samples, expand_for_store
 from hpstudy.study.spec import SpecError, StudySpec, check_models, load_spec, resolve_config
 from hpstudy.study.store import StoreError, StoreFault, open_root, store_io
 from hpstudy.study.store_compaction import compact
@@ -214,7 +214,7 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run:
         print_plan(spec, args.store, args.assume_tflops)
         if spec.resources.gpu:
-            print("\n".join(memory_plan(spec, first_trials(spec), args.gpu_memory_gb)))
+            print("\n".join(memory_plan(spec, memory_trials(spec), args.gpu_memory_gb)))
         return 0
     from hpstudy.study.interruption import RunStopped
     from hpstudy.study.runner import run_study

@@ -1,8 +1,8 @@
 """The dry run's memory plan: estimated peak GPU memory per model of a study, against the GPU."""
 
-from typing import List, Optional
+from typing import Dict, List, Optional, Tuple
 
-from hpstudy.study.sampling import PlannedTrial
+from hpstudy.study.sampling import PlannedTrial, expand, expand_cell
 from hpstudy.study.spec import StudySpec
 from hpstudy.trainers.config import TrialConfig
 from hpstudy.trainers.errors import ConfigError
@@ -11,6 +11,9 @@ from hpstudy.trainers.memory import peak_memory_gb
 # cluster.yaml's p4d.24xlarge nodes carry A100s with 40 GB each.
 DEFAULT_GPU_MEMORY_GB = 40.0
 NUM_CLASSES = {"digits": 10, "cifar10": 10, "cifar100": 100, "imagefolder": 1000}
+# the trial-config fields trainers/memory.py sizes a trial by (beside its model and dataset); a model is planned
+# at the largest over its trials' settings
+MEMORY_FIELDS = ("optimizer", "batch_size", "accum_steps", "ema_decay", "grad_checkpointing")
 
 
 def memory_plan(spec: StudySpec, trials: List[PlannedTrial], gpu_memory_gb: Optional[float]) -> List[str]:
@@ -22,18 +25,27 @@ def memory_plan(spec: StudySpec, trials: List[PlannedTrial], gpu_memory_gb: Opti
         f"memory per trial (estimate; budget {budget:.1f} GB = {gpu_memory_gb or DEFAULT_GPU_MEMORY_GB:g} GB "
         f"GPU x {min(1.0, spec.resources.gpu):g} share):"
     ]
-    seen = set()
+    settings: Dict[str, Dict[Tuple, PlannedTrial]] = {}  # model -> one trial per distinct memory setting
     for trial in trials:
-        if trial.model in seen:
-            continue
-        seen.add(trial.model)
-        cfg = TrialConfig.from_dict(trial.config)
-        need = peak_memory_gb(cfg, classes)
+        settings.setdefault(trial.model, {}).setdefault(tuple(trial.config.get(f) for f in MEMORY_FIELDS), trial)
+    for model, distinct in settings.items():
+        cfgs = [TrialConfig.from_dict(t.config) for t in distinct.values()]
+        need, cfg = max(((peak_memory_gb(c, classes), c) for c in cfgs), key=lambda pair: pair[0])
         verdict = "fits" if need <= budget else f"DOES NOT FIT: {_fix(cfg, classes, budget)}"
+        largest = f" (the largest of {len(cfgs)} sampled settings)" if len(cfgs) > 1 else ""
         lines.append(
-            f"  {trial.model:<14} batch {cfg.batch_size} / accum_steps {cfg.accum_steps}: {need:6.1f} GB  {verdict}"
+            f"  {model:<14} batch {cfg.batch_size} / accum_steps {cfg.accum_steps}: {need:6.1f} GB  {verdict}{largest}"
         )
     return lines
+
+
+def memory_trials(spec: StudySpec) -> List[PlannedTrial]:
+    """The trials the memory plan sizes: every trial where a box samples a field in MEMORY_FIELDS (the plan
+    takes each model's largest), else each (model, optimizer)'s first (its other trials need as much)."""
+    sampled = {name for m in spec.models for o in spec.optimizers for name, _ in spec.box(m, o).axes()}
+    if sampled & set(MEMORY_FIELDS):
+        return expand(spec)
+    return [expand_cell(spec, model, opt, spec.epochs[0])[0] for model in spec.models for opt in spec.optimizers]
 
 
 def _fix(cfg: TrialConfig, classes: int, budget: float) -> str:

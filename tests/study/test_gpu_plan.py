@@ -98,3 +98,29 @@ def test_a_trial_on_two_gpus_fits_only_what_one_gpu_holds():
     for share in (0.5, 2):
         assert not any(v == "fits" for v in _verdicts(_small(share), 1.5).values())
         assert set(_verdicts(_small(share), 1000).values()) == {"fits"}
+
+
+def test_a_study_that_samples_the_batch_is_planned_at_each_model_s_largest_setting():
+    from hpstudy.study.gpu_plan import memory_trials
+
+    raw = small_spec(resources={"cpu": 1, "gpu": 1}, optimizers=["sgd", "adamw"])
+    raw["recipe"] = {k: v for k, v in raw["recipe"].items() if k not in ("device", "batch_size")}
+    raw["space"]["adamw"] = dict(raw["space"]["adamw"], batch_size={"choice": [32, 256]})
+    spec = parse_spec(raw)
+    trials = memory_trials(spec)
+    lines = memory_plan(spec, trials, 80)[1:]
+    for model, line in zip(spec.models, lines):
+        needs = {
+            (t.config["optimizer"], t.config["batch_size"]): peak_memory_gb(TrialConfig.from_dict(t.config), 10)
+            for t in trials
+            if t.model == model
+        }
+        (opt, batch), need = max(needs.items(), key=lambda kv: kv[1])
+        assert (opt, batch) == ("adamw", 256) and len(needs) == 3  # sgd at the recipe's batch, adamw at 32 and 256
+        assert line.startswith(f"  {model:<14} batch 256 / accum_steps 1: {need:6.1f} GB")
+        assert line.endswith("(the largest of 3 sampled settings)")
+    # nothing sampled that sets memory: one trial per model and optimizer, and the worse optimizer is planned
+    plain = _small(1.0)
+    assert [(t.model, t.optimizer) for t in memory_trials(plain)] == [
+        (m, o) for m in plain.models for o in plain.optimizers
+    ]
