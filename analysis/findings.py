@@ -9,8 +9,9 @@ Rows: failed trials and rows without a finite error under the metric are left ou
 (`hpstudy.analysis.metric.usable`); diverged trials count at their (chance) error, and every
 sentence on a group says how many of its trials diverged.
 
-Groups are (model, optimizer, epochs) cells. A cell that ran one (lr, wd) over seeds has the
-`seeds` design, else `samples` (`inference.design_of`); comparisons of seed cells use Welch t on
+Groups are (model, optimizer, epochs) cells. A cell that ran one configuration over seeds (one lr
+and wd, and configs that differ only in the seed) has the `seeds` design, else `samples`
+(`inference.design_of`); comparisons of seed cells use Welch t on
 seed means (best of seeds quoted beside it), comparisons involving sample cells the calibrated
 exact bootstrap of the best (`inference.best_contrast`). Kinds (`models` in catalogue order):
 
@@ -508,7 +509,7 @@ def _groups(rows) -> Dict[Tuple, Group]:
     for key, cell in rows.kept.groupby(["model", "optimizer", "epochs"], sort=True, observed=True):
         out[key] = Group(
             errors=cell[ERR].to_numpy(float),
-            design=design_of(cell["lr"].to_numpy(), cell["wd"].to_numpy()),
+            design=design_of(cell["lr"].to_numpy(), cell["wd"].to_numpy(), cell.get("config_json")),
             diverged=int((cell["status"] == DIVERGED).sum()),
             left_out=int(left.get(key, 0)),
         )

@@ -30,9 +30,10 @@ are measured in tests/analysis/test_calibration.py and tabled in docs/calibratio
 import functools
 import hashlib
 import itertools
+import json
 import math
 from dataclasses import dataclass
-from typing import Any, Dict, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 from scipy import optimize
@@ -83,9 +84,26 @@ class Test:
         return self.decidable and self.p is not None and self.p <= self.alpha
 
 
-def design_of(lr: np.ndarray, wd: np.ndarray) -> str:
-    """'seeds' when a group ran one (lr, wd) (repeats differ only by seed), else 'samples'."""
-    return "seeds" if len(set(zip(np.asarray(lr).tolist(), np.asarray(wd).tolist()))) <= 1 else "samples"
+def design_of(lr: np.ndarray, wd: np.ndarray, configs: Optional[Iterable] = None) -> str:
+    """'seeds' when a group ran one configuration (its repeats differ only by seed), else 'samples': more
+    than one (lr, wd), or, where the rows carry their trial configs (`configs`: config_json texts), configs
+    that differ in more than the seed (a study that samples recipe fields at a fixed lr and wd)."""
+    if len(set(zip(np.asarray(lr).tolist(), np.asarray(wd).tolist()))) > 1:
+        return "samples"
+    texts = [text for text in (configs if configs is not None else ()) if isinstance(text, str)]
+    return "samples" if len({_but_seed(text) for text in texts} - {None}) > 1 else "seeds"
+
+
+def _but_seed(config_json: str) -> Optional[str]:
+    """A trial config (JSON, parsed, never run) without its seed, as canonical JSON; None when the text is
+    not a JSON object (a row whose config cannot be read says nothing of the design)."""
+    try:
+        config = json.loads(config_json)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(config, dict):
+        return None
+    return json.dumps({k: v for k, v in config.items() if k != "seed"}, sort_keys=True)
 
 
 # ---- welch ---------------------------------------------------------------------------------------

@@ -103,7 +103,7 @@ def summary_table(trials: pd.DataFrame, metric: str = DEFAULT_METRIC) -> pd.Data
         counted = kept.get(key, rows.kept.iloc[:0])
         errors = counted[ERR].to_numpy(float)
         status = group["status"].value_counts()
-        design = design_of(counted["lr"].to_numpy(), counted["wd"].to_numpy())
+        design = design_of(counted["lr"].to_numpy(), counted["wd"].to_numpy(), counted.get("config_json"))
         edf = design == "samples" and len(errors) > 1
         out.append(
             {
@@ -164,7 +164,10 @@ def _sampled(frame: pd.DataFrame) -> pd.DataFrame:
     """The rows of the (model, optimizer, epochs) cells that sampled lr/wd (not one lr/wd over seeds)."""
     if frame.empty:
         return frame
-    designs = {key: design_of(cell["lr"], cell["wd"]) for key, cell in frame.groupby(CELL, observed=True)}
+    designs = {
+        key: design_of(cell["lr"], cell["wd"], cell.get("config_json"))
+        for key, cell in frame.groupby(CELL, observed=True)
+    }
     return frame[[designs[key] == "samples" for key in frame[CELL].itertuples(index=False, name=None)]]
 
 

@@ -4,6 +4,7 @@ against brute-force enumeration, the calibrated test's interval against its p, t
 permutation counts, and the seeded helpers."""
 
 import itertools
+import json
 import math
 
 import numpy as np
@@ -109,6 +110,13 @@ def test_design_is_seeds_only_for_one_configuration():
     assert design_of(np.array([1e-3]), np.array([0.1])) == "seeds"
     assert design_of(np.array([1e-3, 1e-3]), np.array([0.1, 0.2])) == "samples"
     assert design_of(np.array([1e-3, 2e-3]), np.array([0.1, 0.1])) == "samples"
+    # at one lr and wd, the rows' configs decide: a sampled recipe field is samples, the seed alone is not
+    lr, wd = np.array([1e-3] * 3), np.array([0.1] * 3)
+    config = {"lr": 1e-3, "wd": 0.1, "dataset": {"name": "digits", "seed": 0}, "label_smoothing": 0.0}
+    seeds = [json.dumps(dict(config, seed=s)) for s in range(3)]
+    assert design_of(lr, wd, seeds) == "seeds"
+    assert design_of(lr, wd, [*seeds[:2], json.dumps(dict(config, seed=2, label_smoothing=0.1))]) == "samples"
+    assert design_of(lr, wd, [seeds[0], None, "[1, 2", "[]", seeds[1]]) == "seeds"  # configs unread say nothing
 
 
 def test_a_test_decides_only_where_its_design_reaches_alpha():
