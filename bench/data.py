@@ -14,6 +14,12 @@ same JPEGs and the same training transforms (random-resized crop to 224, flip, n
   the gather and one copy of the batch into pinned memory (`pin_memory`; without CUDA, pinning is
   impossible and a plain `contiguous` copy stands in: `prepared_cpu_side_copy` names the one
   measured); `prepared_on_cpu` runs the device half on the CPU too.
+
+    python -m bench.data --augment [--batches 3] [--device cpu]
+
+prints only the device augmentation's rate on `--device` (default the CPU): crop + flip + AutoAugment
+of uint8 batches of 128 squares of 256 px cropped to 224 (`train_augment`), and AutoAugment alone on
+224 px batches.
 """
 
 import argparse
@@ -27,6 +33,7 @@ import numpy as np
 import torch
 from PIL import Image
 
+from hpstudy.trainers.augment import DeviceAutoAugment, train_augment
 from hpstudy.trainers.data import DeviceBatches, LoaderData
 from hpstudy.trainers.device_decode import DeviceDecodeData
 from hpstudy.trainers.prepared import IMAGENET_MEAN, IMAGENET_STD, PreparedData, prepare
@@ -76,12 +83,43 @@ def torchvision_loader(root: str, workers: int):
     )
 
 
+def augment_rates(batches: int, device: torch.device, batch: int = 128, size: int = 224) -> dict:
+    """Images/s on `device` of `train_augment` (256 px squares to `size`) and of AutoAugment alone."""
+    g = torch.Generator().manual_seed(0)
+    squares = torch.randint(0, 256, (batch, 3, 256, 256), dtype=torch.uint8, generator=g).to(device)
+    crops = squares[:, :, :size, :size].contiguous()
+    aa = DeviceAutoAugment()
+    steps = {
+        "train_augment": lambda: train_augment(squares, size, g, aa),
+        "auto_augment": lambda: aa(crops, g),
+    }
+    wait = torch.cuda.synchronize if device.type == "cuda" else lambda: None
+    rates = {}
+    for name, step in steps.items():
+        step()  # warm-up: the geometric pixel maps are built once per size
+        wait()
+        start = time.perf_counter()
+        for _ in range(batches):
+            step()
+        wait()
+        rates[f"{name}_images_per_s"] = round(batches * batch / (time.perf_counter() - start), 1)
+    return {"bench": "augment", "device": str(device), "batch": batch, "size": size, **rates}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--images", type=int, default=512)
     parser.add_argument("--size", default="500x375", help="JPEG width x height (ImageNet's typical size)")
     parser.add_argument("--workers", default="1,2")
+    parser.add_argument("--augment", action="store_true", help="only the device augmentation's rate on the CPU")
+    parser.add_argument("--batches", type=int, default=3, help="timed batches of --augment")
+    parser.add_argument("--device", default="cpu", help="where --augment runs (cpu, cuda)")
     args = parser.parse_args()
+    if args.augment:
+        rates = augment_rates(args.batches, torch.device(args.device))
+        machine = f"{platform.machine()}, {os.cpu_count()} cores, {torch.get_num_threads()} threads"
+        print(json.dumps({**rates, "machine": machine}))
+        return
     width, height = (int(v) for v in args.size.split("x"))
     cpu = torch.device("cpu")
     results = {}
