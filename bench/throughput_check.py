@@ -9,8 +9,8 @@ channels_last (the trial's defaults), synthetic data:
                      and host reads of one step (bench/op_count.py), the host's time to issue a step,
                      and the GPU's busy share over an epoch (torch.profiler: kernels' union / wall);
   fused_vs_foreach   the same epochs with torch's fused AdamW and with foreach;
-  compiled_step      the model under torch.compile: the first epoch's extra seconds (cold compile)
-                     and images/s after it;
+  compiled_step      the whole step compiled (compile: inductor, and graph: CUDA graphs): the first
+                     epoch's extra seconds (cold compile) and images/s after it, against eager;
   concurrent_trials  1, 2 and 4 trials at once on the device, each its own process: summed images/s;
   fused_k8           8 members of vit_c_tiny fused (trainers/fused.py) against one alone (bench/fused.py).
 `--smoke` runs every section on the CPU with vit_c_tiny at 16 px (torch.compile with the aot_eager
@@ -18,6 +18,7 @@ backend: no code generation; 1 and 2 concurrent trials), a test of the script it
 """
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -33,6 +34,7 @@ import torch
 from bench.checks import checker, machine, unknown_checks
 from bench.fused import sweep
 from bench.op_count import OpCounter
+from hpstudy.trainers import trial
 from hpstudy.trainers.config import TrialConfig
 from hpstudy.trainers.loop import trial_schedule
 from hpstudy.trainers.optim import build_optimizer
@@ -190,21 +192,22 @@ def fused_vs_foreach(setting: Setting) -> dict:
 
 
 def compiled_step(setting: Setting) -> dict:
-    """The model under torch.compile: the first epoch's seconds beyond a compiled epoch's, images/s."""
+    """The trial's whole step compiled (`compile: inductor` on the setting's backend; on CUDA also `graph`,
+    its CUDA graphs): the first epoch's seconds beyond a compiled epoch's, and images/s against eager."""
+    trial.INDUCTOR_BACKEND = setting.compile_backend
     eager = trainer(setting, setting.batch)
-    compiled = trainer(setting, setting.batch)
-    compiled.model = torch.compile(compiled.model, backend=setting.compile_backend)
-    first = timed_epoch(compiled)
-    rate = images_per_s(compiled, setting.reps)
-    epoch_s = compiled.steps_per_epoch * setting.batch / rate
     eager_rate = images_per_s(eager, setting.reps)
-    return {
-        "backend": setting.compile_backend,
-        "cold_compile_s": round(first - epoch_s, 2),
-        "images_per_s_compiled": rate,
-        "images_per_s_eager": eager_rate,
-        "speedup": round(rate / eager_rate, 3),
-    }
+    result: Dict[str, object] = {"backend": setting.compile_backend, "images_per_s_eager": eager_rate}
+    for mode in ("inductor", "graph") if eager.device.type == "cuda" else ("inductor",):
+        compiled = Trainer(dataclasses.replace(eager.cfg, compile=mode))
+        first = timed_epoch(compiled)
+        rate = images_per_s(compiled, setting.reps)
+        result[mode] = {
+            "cold_compile_s": round(first - compiled.steps_per_epoch * setting.batch / rate, 2),
+            "images_per_s": rate,
+            "speedup": round(rate / eager_rate, 3),
+        }
+    return result
 
 
 def worker(setting: Setting, barrier: str, count: int) -> dict:

@@ -54,6 +54,7 @@ def model_input_error(model: str, image_size: int, batch: int) -> Optional[str]:
 
 
 DECODE_MODES = ("auto", "workers", "device")
+COMPILE_MODES = ("off", "graph", "inductor")  # built by hpstudy.trainers.trial.Trainer
 # Fields added after stores of version 0.1 existed, with their defaults: left out of the canonical
 # JSON while at the default, so resuming an old study finds its trials under the same keys.
 ADDED_SINCE_0_1 = {
@@ -65,6 +66,7 @@ ADDED_SINCE_0_1 = {
     "freeze": 0,
     "family": None,
     "timm_version": None,
+    "compile": "off",
 }
 DATASET_ADDED_SINCE_0_1 = {"digest": None}  # the same for fields of the nested `dataset`
 
@@ -149,6 +151,11 @@ class TrialConfig:
         "the trial key names it (timm can change a model between versions); a trial refuses another. None for a "
         "registered model",
         None,
+    )
+    compile: str = _doc(
+        "the training step: off (eager), graph (captured as CUDA graphs: torch.compile mode reduce-overhead; CUDA "
+        "only) or inductor (torch.compile, fullgraph)",
+        "off",
     )
 
     def __post_init__(self) -> None:
@@ -283,6 +290,7 @@ class TrialConfig:
                 f"accum_steps: bad value {shown(self.accum_steps)}; allowed: an integer >= 1 that "
                 f"divides batch_size ({self.batch_size})"
             )
+        self.check_compile(self.device)
         self._check_device_augment()
         self._check_init()
         if check_model:
@@ -300,6 +308,17 @@ class TrialConfig:
             raise ConfigError(
                 f"timm_version: bad value {shown(self.timm_version)} for model {self.model}; allowed: null (only "
                 f"a timm: model's key names timm's version)"
+            )
+
+    def check_compile(self, device: str) -> None:
+        """ConfigError naming `compile` unless it is one of COMPILE_MODES and, for graph, `device` may be CUDA
+        (validate passes the config's device; the trainer the one `auto` resolved to)."""
+        if self.compile not in COMPILE_MODES:
+            raise ConfigError(f"compile: bad value {shown(self.compile)}; allowed: {', '.join(COMPILE_MODES)}")
+        if self.compile == "graph" and not (device == "auto" or device.startswith("cuda")):
+            raise ConfigError(
+                f"compile: bad value 'graph' on device {device}; allowed: off or inductor (graph captures the "
+                f"step as CUDA graphs: it needs a CUDA device)"
             )
 
     def _check_device_augment(self) -> None:

@@ -26,7 +26,15 @@ from torch.func import functional_call, grad_and_value, stack_module_state, vmap
 from hpstudy.trainers.config import TrialConfig
 from hpstudy.trainers.data import DeviceBatches
 from hpstudy.trainers.errors import ConfigError, shown
-from hpstudy.trainers.loop import MemberRecords, diverged_mask, fit, release_device_memory, trial_schedule, trial_setup
+from hpstudy.trainers.loop import (
+    MemberRecords,
+    diverged_mask,
+    fit,
+    release_device_memory,
+    scheduled_lrs,
+    trial_schedule,
+    trial_setup,
+)
 from hpstudy.trainers.models import build_model, set_fused_attention
 from hpstudy.trainers.trial import Trainer
 
@@ -293,12 +301,7 @@ def _norms_in_float32(model: torch.nn.Module) -> None:
 def _lr_per_step(cfg: TrialConfig, steps_per_epoch: int) -> List[float]:
     """The member's lr at every step: timm's schedule run on a stand-in optimizer."""
     stand_in = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=cfg.peak_lr)
-    schedule = trial_schedule(stand_in, cfg, steps_per_epoch)
-    lrs = []
-    for step in range(cfg.epochs * steps_per_epoch):
-        schedule.step_update(step)
-        lrs.append(stand_in.param_groups[0]["lr"])
-    return lrs
+    return scheduled_lrs(trial_schedule(stand_in, cfg, steps_per_epoch), cfg.epochs * steps_per_epoch)
 
 
 def train_fused(

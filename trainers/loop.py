@@ -129,6 +129,16 @@ def trial_schedule(optimizer: torch.optim.Optimizer, cfg: TrialConfig, steps_per
     )
 
 
+def scheduled_lrs(schedule, steps: int) -> List[float]:
+    """The lr `schedule` (trial_schedule's) sets before each of the first `steps` steps, in order (it
+    sets every parameter group's lr alike: group 0's)."""
+    lrs = []
+    for step in range(steps):
+        schedule.step_update(step)
+        lrs.append(schedule.optimizer.param_groups[0]["lr"])
+    return lrs
+
+
 def fit(trainer: EpochTrainer, on_epoch: Optional[Callable[[MemberRecords], None]] = None) -> List[Dict]:
     """Run every epoch of `trainer`; return one trial row per member (with its `epoch_log`).
 

@@ -44,17 +44,29 @@ def build_optimizer(
     momentum: float = 0.9,
     betas=(0.9, 0.999),
     fused: bool = True,
+    traced: bool = False,
 ) -> torch.optim.Optimizer:
     """AdamW (betas 0.9/0.999) or SGD (momentum 0.9, Nesterov) over `param_groups`, with torch's
-    fused kernels where the device has them (`fused_kernels`), else, or with fused=False, foreach."""
+    fused kernels where the device has them (`fused_kernels`), else, or with fused=False, foreach; with
+    traced=True the per-tensor loop, which torch.compile traces into its own kernels (Dynamo does not
+    trace the fused kernels, and foreach refuses a tensor lr)."""
     groups = param_groups(model, weight_decay)
     params = [p for group in groups for p in group["params"]]
-    kernels = fused_kernels(params) if fused else {"foreach": True}
+    kernels = {"foreach": False} if traced else fused_kernels(params) if fused else {"foreach": True}
     if name == "adamw":
         return torch.optim.AdamW(groups, lr=lr, betas=tuple(betas), **kernels)
     if name == "sgd":
         return torch.optim.SGD(groups, lr=lr, momentum=momentum, nesterov=True, **kernels)
     raise ConfigError(f"optimizer: unknown {shown(name)}; allowed: {', '.join(OPTIMIZERS)}")
+
+
+def prime_state(optimizer: torch.optim.Optimizer) -> None:
+    """Create SGD's momentum buffers as zeros before its first step, which would create them (as the gradient:
+    0 * momentum + grad, the same update), so a compiled step sees one state layout at every step."""
+    if isinstance(optimizer, torch.optim.SGD):
+        for group in optimizer.param_groups:
+            for param in group["params"]:
+                optimizer.state[param]["momentum_buffer"] = torch.zeros_like(param)
 
 
 def build_schedule(

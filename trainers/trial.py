@@ -2,12 +2,14 @@
 
 import contextlib
 import dataclasses
-from typing import Any, Callable, Dict, Optional, Tuple
+import inspect
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from timm.data import Mixup
+from timm.data.mixup import cutmix_bbox_and_lam, mixup_target
 from timm.loss import SoftTargetCrossEntropy
 from timm.utils import ModelEmaV3
 
@@ -15,14 +17,51 @@ from hpstudy.trainers.checkpoint import freeze_leading, load_checkpoint
 from hpstudy.trainers.config import TrialConfig
 from hpstudy.trainers.data import DeviceBatches
 from hpstudy.trainers.init_file import verified_sha256
-from hpstudy.trainers.loop import diverged_mask, fit, release_device_memory, trial_schedule, trial_setup
+from hpstudy.trainers.loop import (
+    diverged_mask,
+    fit,
+    release_device_memory,
+    scheduled_lrs,
+    trial_schedule,
+    trial_setup,
+)
 from hpstudy.trainers.models import build_model
-from hpstudy.trainers.optim import build_optimizer
+from hpstudy.trainers.optim import build_optimizer, prime_state
 
 EpochCallback = Callable[[Dict[str, Any]], None]
 # Steps between checks of the divergence flag: each check is one host sync; a diverged trial
 # trains at most this many wasted steps before it stops.
 DIVERGENCE_CHECK_EVERY = 16
+# torch.compile's backend for `compile: inductor` (tests set aot_eager: the same graphs, no code generation)
+INDUCTOR_BACKEND = "inductor"
+
+
+def compiled_step(fn: Callable, mode: str) -> Callable:
+    """`fn` as the config's `compile` mode runs it: itself (off), or torch.compile'd whole (fullgraph, its
+    backward traced too) with inductor, or with inductor's CUDA graphs (graph: mode reduce-overhead)."""
+    if mode == "off":
+        return fn
+    options: Dict[str, Any] = {"mode": "reduce-overhead"} if mode == "graph" else {"backend": INDUCTOR_BACKEND}
+    return torch._dynamo.config.patch(trace_autograd_ops=True)(torch.compile(fn, fullgraph=True, **options))
+
+
+def mix_draws(mixup: Mixup, steps: int, image_size: int) -> Tuple[List[Tuple[float, float]], List[Tuple[int, ...]]]:
+    """An epoch of timm's per-batch mixup/CutMix draws, from numpy's global generator in the order timm's
+    Mixup draws them: per step the images' weight and the targets' weight, and the CutMix box (rows
+    yl:yh, columns xl:xh; empty for a mixup step, whose images are blended instead)."""
+    weights, boxes = [], []
+    for _ in range(steps):
+        lam, use_cutmix = mixup._params_per_batch()  # timm's draw (Mixup.__call__ draws the same way)
+        box = (0, 0, 0, 0)
+        if use_cutmix and lam != 1.0:  # timm draws no box for an unmixed batch
+            box, lam = cutmix_bbox_and_lam(
+                (image_size, image_size), lam, ratio_minmax=mixup.cutmix_minmax, correct_lam=mixup.correct_lam
+            )
+            weights.append((1.0, lam))
+        else:
+            weights.append((lam, lam))
+        boxes.append(tuple(int(v) for v in box))
+    return weights, boxes
 
 
 @torch.no_grad()
@@ -75,18 +114,55 @@ class Trainer:
         if cfg.grad_checkpointing:
             # timm's method, typed Tensor | Module by torch's Module.__getattr__
             self.model.set_grad_checkpointing(True)  # type: ignore[operator]
-        self.optimizer = build_optimizer(cfg.optimizer, self.model, cfg.peak_lr, cfg.wd)
+        cfg.check_compile(self.device.type)
+        traced = cfg.compile != "off"
+        self.optimizer = build_optimizer(cfg.optimizer, self.model, cfg.peak_lr, cfg.wd, traced=traced)
+        if traced:
+            prime_state(self.optimizer)
         self.steps_per_epoch = data.steps_per_epoch(cfg.batch_size)
         self.schedule = trial_schedule(self.optimizer, cfg, self.steps_per_epoch)
+        total_steps = cfg.epochs * self.steps_per_epoch
+        self.lrs = scheduled_lrs(self.schedule, total_steps)
+        # What changes from step to step lives on the device, updated in place by the step itself (a
+        # captured or compiled step reads no host value): the step count, the lr (fused and traced
+        # optimizers take it as a tensor; the CUDA kernels read it as float32), the EMA's weight.
+        self.step_t = torch.zeros(1, dtype=torch.int64, device=self.device)
+        lr_dtype = torch.float64 if self.device.type == "cpu" else torch.float32
+        self.lr_table = torch.tensor(self.lrs, dtype=lr_dtype, device=self.device)
+        if traced:  # traced AdamW divides by the lr (torch's capturable form): a warmup's first lr, 0, gave NaN
+            self.lr_table.clamp_(min=1e-12 * cfg.peak_lr)
+        self.lr = self.lr_table[:1].clone()  # one element: index_select writes the step's lr into it
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.lr
         self.ema = ModelEmaV3(self.model, decay=cfg.ema_decay, use_warmup=True) if cfg.ema_decay else None
-        self.mixup = None
-        if cfg.mixup or cfg.cutmix:
+        self.ema_lerped, self.ema_copied = [], []
+        self.ema_weights = torch.zeros(0, dtype=self.dtype, device=self.device)
+        if self.ema is not None:
+            pairs = list(zip(*(m.state_dict(keep_vars=True).values() for m in (self.ema.module, self.model))))
+            self.ema_lerped = [pair for pair in pairs if pair[0].is_floating_point()]
+            self.ema_copied = [pair for pair in pairs if not pair[0].is_floating_point()]
+            # timm's ModelEmaV3.update lerps by 1 - decay, its decay warming up with the step
+            weights = [1.0 - self.ema.get_decay(step) for step in range(total_steps)]
+            self.ema_weights = torch.tensor(weights, dtype=self.dtype, device=self.device)  # lerp_ takes the model's
+        self.mixup: Optional[Mixup] = None
+        mixing = bool(cfg.mixup or cfg.cutmix)
+        # an epoch's draws (none without mixing), filled in at its start (mix_draws)
+        self.mix_weights = torch.ones(self.steps_per_epoch * mixing, 2, dtype=torch.float64, device=self.device)
+        self.mix_boxes = torch.zeros(self.steps_per_epoch * mixing, 4, dtype=torch.int64, device=self.device)
+        if mixing:
             self.mixup = Mixup(
                 mixup_alpha=cfg.mixup,
                 cutmix_alpha=cfg.cutmix,
                 label_smoothing=cfg.label_smoothing,
                 num_classes=self.num_classes,
             )
+        self.params = [p for group in self.optimizer.param_groups for p in group["params"]]
+        # compiled: torch.optim's step without its wrapper (grad mode, hooks, profiler label), at which Dynamo
+        # breaks the graph; _apply_update runs it under no_grad
+        step = type(self.optimizer).step
+        self.optimizer_step = step if cfg.compile == "off" else inspect.unwrap(step)
+        self._gradients = compiled_step(self._forward_backward, cfg.compile)
+        self._update = compiled_step(self._apply_update, cfg.compile)
         self.step = 0
 
     def autocast(self):
@@ -104,10 +180,35 @@ class Trainer:
     def _train_step(self, x: torch.Tensor, y: torch.Tensor):
         """Forward and backward of one batch in `accum_steps` micro-batches, then one optimizer
         step; returns (loss, correct predictions), both on the device."""
-        target = y
-        if self.mixup is not None:
-            x, target = self.mixup(x, y)
-        self.optimizer.zero_grad(set_to_none=True)
+        loss, correct = self._gradients(x, y)
+        self._update()
+        return loss, correct
+
+    def _at_step(self, table: torch.Tensor) -> torch.Tensor:
+        """Row `step_t` of a per-step table, read on the device."""
+        return table.index_select(0, self.step_t)[0]
+
+    def _mixed(self, x: torch.Tensor, y: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """The batch mixed as timm's Mixup mixes it (mode batch), with the step's draws read on the device:
+        images blended with the batch flipped, or the CutMix box pasted from it; soft targets."""
+        assert self.mixup is not None
+        in_epoch = self.step_t.remainder(self.steps_per_epoch)
+        weight, target_weight = self.mix_weights.index_select(0, in_epoch)[0]
+        yl, yh, xl, xh = self.mix_boxes.index_select(0, in_epoch)[0]
+        flipped = x.flip(0)
+        blended = x * weight + flipped * (1.0 - weight)
+        rows = torch.arange(x.shape[-2], device=x.device)
+        cols = torch.arange(x.shape[-1], device=x.device)
+        box = ((rows >= yl) & (rows < yh))[:, None] & ((cols >= xl) & (cols < xh))
+        target = mixup_target(y, self.mixup.num_classes, target_weight, self.mixup.label_smoothing)
+        return torch.where(box, flipped, blended), target
+
+    def _forward_backward(self, x: torch.Tensor, y: torch.Tensor):
+        """Forward and backward of one batch in `accum_steps` micro-batches, the gradients left on the
+        parameters; returns (loss, correct predictions), both on the device."""
+        x, target = (x, y) if self.mixup is None else self._mixed(x, y)
+        for param in self.params:  # Optimizer.zero_grad(set_to_none=True), which Dynamo does not trace
+            param.grad = None
         accum = self.cfg.accum_steps
         loss = torch.zeros((), device=self.device, dtype=torch.float64)
         correct = torch.zeros((), device=self.device, dtype=torch.int64)
@@ -118,12 +219,22 @@ class Trainer:
             micro.backward()
             loss += micro.detach()
             correct += (logits.argmax(1) == ym).sum()
-        if self.cfg.grad_clip:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
-        self.optimizer.step()
-        if self.ema is not None:
-            self.ema.update(self.model, step=self.step)
         return loss, correct
+
+    def _apply_update(self) -> None:
+        """The step's update: the lr of the step, clipping, the optimizer's step, the EMA, the step count."""
+        with torch.no_grad():
+            torch.index_select(self.lr_table, 0, self.step_t, out=self.lr)
+            if self.cfg.grad_clip:
+                torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
+            self.optimizer_step(self.optimizer)
+            if self.ema is not None:
+                weight = self._at_step(self.ema_weights)
+                for ema_value, value in self.ema_lerped:
+                    ema_value.lerp_(value, weight)
+                for ema_value, value in self.ema_copied:
+                    ema_value.copy_(value)
+            self.step_t += 1
 
     def train_epoch(self) -> Dict[str, float]:
         """One epoch; returns mean train loss, train top-1 error and last lr, or {"diverged": True}.
@@ -135,10 +246,14 @@ class Trainer:
         loss_sum = torch.zeros((), device=self.device, dtype=torch.float64)
         correct = torch.zeros((), device=self.device, dtype=torch.int64)
         bad = torch.zeros((), device=self.device, dtype=torch.bool)
-        total, lr = 0, self.optimizer.param_groups[0]["lr"]
+        total, lr = 0, self.lrs[self.step]
+        self.step_t.fill_(self.step)  # steps run outside an epoch (a benchmark's) leave the schedule where it was
+        if self.mixup is not None:
+            weights, boxes = mix_draws(self.mixup, self.steps_per_epoch, self.cfg.dataset.size)
+            self.mix_weights.copy_(torch.tensor(weights, dtype=torch.float64))
+            self.mix_boxes.copy_(torch.tensor(boxes, dtype=torch.int64))
         for i, (x, y) in enumerate(self.batches.train(self.cfg.batch_size, self.generator)):
-            self.schedule.step_update(self.step)
-            lr = self.optimizer.param_groups[0]["lr"]
+            lr = self.lrs[self.step]
             loss, hits = self._train_step(x, y)
             bad |= diverged_mask(loss, self.cfg)
             if (i + 1) % DIVERGENCE_CHECK_EVERY == 0 and bad.item():
@@ -183,6 +298,8 @@ class Trainer:
         """Free model, optimizer, schedule, EMA and loaders (and cached GPU memory) so a reused
         actor starts the next trial clean."""
         del self.model, self.optimizer, self.schedule, self.ema, self.mixup, self.batches
+        del self.params, self._gradients, self._update, self.ema_lerped, self.ema_copied, self.ema_weights
+        del self.step_t, self.lr, self.lr_table, self.mix_weights, self.mix_boxes
         release_device_memory(self.device)
 
 

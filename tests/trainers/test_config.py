@@ -11,6 +11,7 @@ BASE = dict(model="cnn_tiny", optimizer="sgd", epochs=4, lr=0.1, wd=0.0, batch_s
 
 # field: (values at or just inside each bound, values just outside); the ranges are the README's
 RANGES = {
+    "compile": (["off", "inductor"], ["fast", None, "graph"]),  # graph needs CUDA: BASE trains on the cpu
     "optimizer": (["adamw", "sgd"], ["adam", "SGD", None]),
     "epochs": ([1, MAX_EPOCHS], [0, MAX_EPOCHS + 1, 2.0, True]),
     "lr": ([1e-300, 10.0], [0.0, -1e-3, math.inf, math.nan]),
