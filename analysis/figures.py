@@ -168,12 +168,13 @@ def _size_title(size: str, sizes: Sequence[str]) -> str:
     return size or ("other models" if len(sizes) > 1 else "")
 
 
-def _by_model(table: pd.DataFrame, by: Sequence[str] = ("model",)) -> Iterable[Tuple[Any, pd.DataFrame]]:
+def _by_model(table: pd.DataFrame, by: Sequence[str] = ("model",)) -> List[Tuple[Any, pd.DataFrame]]:
     """`table`'s groups by `by` (model first), models in catalogue order (legend order), then the rest."""
     order = {m: i for i, m in enumerate(catalogue_order(table["model"]))}
-    keys = sorted(table.groupby(list(by)).groups, key=lambda k: (order[k[0]], k[1:]) if len(by) > 1 else order[k])
-    groups = table.groupby(list(by))
-    return ((k, groups.get_group(k if len(by) > 1 else (k,))) for k in keys)
+    # a list of one key gives tuple keys in some pandas versions and scalars in others: both made tuples
+    groups = [(k if isinstance(k, tuple) else (k,), g) for k, g in table.groupby(list(by), sort=False)]
+    groups.sort(key=lambda kg: (order[kg[0][0]], kg[0][1:]))
+    return [(k if len(by) > 1 else k[0], g) for k, g in groups]
 
 
 def _cell(table: pd.DataFrame) -> str:

@@ -15,6 +15,7 @@ import hpstudy.commands
 from hpstudy.analysis.metric import METRIC_COLUMNS
 from hpstudy.analysis.report import CELL
 from hpstudy.cli import hpstudy_main, run_edf_main
+from hpstudy.study.runner import TUNE_ENV
 from hpstudy.study.sampling import expand
 from hpstudy.study.spec import parse_spec
 from hpstudy.study.store import write_trial
@@ -227,11 +228,7 @@ def test_importing_the_study_runner_changes_no_environment():
         "import os\nimport hpstudy.study.runner, hpstudy.cli, hpstudy.commands, hpstudy.study.trainable\n"
         "print(sorted(k for k in hpstudy.study.runner.TUNE_ENV if k in os.environ))"
     )
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "TUNE_MAX_PENDING_TRIALS_PG", "RAY_AIR_NEW_OUTPUT")
-    }
+    env = {k: v for k, v in os.environ.items() if k not in TUNE_ENV}  # a study run in this process set them
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True, env=env)
     assert out.stdout.strip() == "[]", out.stdout
 
