@@ -10,7 +10,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 from hpstudy.trainers.data_spec import MAX_SEED, SHA256, DataSpec, finite_in, raise_first_bad, whole_in
 from hpstudy.trainers.errors import ConfigError, shown
@@ -44,13 +44,22 @@ def model_input_error(model: str, image_size: int, batch: int) -> Optional[str]:
 
     from hpstudy.trainers.models import build_model
 
+    empty: List[str] = []
+
+    def no_empty_output(module, inputs, output) -> None:
+        # older torch's meta kernels shape a kernel larger than its input as an empty output, not an error
+        if isinstance(output, torch.Tensor) and output.numel() == 0 and not empty:
+            empty.append(f"{type(module).__name__} gives an empty output {tuple(output.shape)} at {image_size} px")
+
     try:
         with torch.device("meta"):
             net = build_model(model, num_classes=10, image_size=image_size)
+            for module in net.modules():
+                module.register_forward_hook(no_empty_output)
             net.train()(torch.zeros(batch, 3, image_size, image_size))
     except (RuntimeError, ValueError, AssertionError) as exc:
         return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    return None
+    return empty[0] if empty else None
 
 
 DECODE_MODES = ("auto", "workers", "device")

@@ -94,7 +94,9 @@ def test_the_scatter_has_a_panel_per_sampled_field_a_choice_as_categories_and_sh
     assert [ax.get_xlabel() for ax in axes] == ["log10 lr", "log10 wd", "log10 lr·wd", "label_smoothing", "c"]
     assert [t.get_text() for t in axes[4].get_xticklabels()] == ["a", "b", "null"]
     assert [len(ax.patches) for ax in axes] == [1, 1, 1, 1, 0]  # good ranges shaded; none for a choice
-    smoothing = axes[3].patches[0].get_x(), axes[3].patches[0].get_x() + axes[3].patches[0].get_width()
+    span = axes[3].patches[0]  # axvspan: a Polygon (matplotlib 3.8) or a Rectangle (3.9+), x in data units
+    xs = span.get_path().transformed(span.get_patch_transform()).vertices[:, 0]
+    smoothing = xs.min(), xs.max()
     assert smoothing == pytest.approx(ranges["cnn_tiny"].loc[["p2.5", "p97.5"], "label_smoothing"].tolist())
     on_c = np.concatenate([line.get_xdata() for line in axes[4].get_lines()])
     assert sorted(set(on_c.tolist())) == [0, 1, 2]
