@@ -54,6 +54,7 @@ OTHER = {
     "accum_steps": 2,
     "grad_checkpointing": True,
     "decode": "workers",
+    "compile": "inductor",
     "init": "/checkpoints/a.pt",
     "dataset": dict(BASE["dataset"], image_size=16),
 }
