@@ -17,7 +17,7 @@ from hpstudy.analysis.stats import good_ranges
 from hpstudy.study.sampling import check_samples
 from hpstudy.study.spec import SpecError, StudySpec, check_models, load_spec, parse_spec, resolve_config
 from hpstudy.study.store_read import load_study
-from hpstudy.study.suggest import fixed_points, space_lines
+from hpstudy.study.suggest import suggestion
 from hpstudy.study.trackers import trackers_of
 from hpstudy.trainers.errors import shown
 
@@ -118,11 +118,7 @@ def suggest(
     optimizers: Optional[Sequence[str]] = None,
 ) -> Dict:
     """What `hpstudy suggest` computes, as data: {"points": one dict per (model, optimizer), "space": the YAML}."""
-    store = os.fspath(store)
-    trials, _, record = load_study(store, study)
-    sampled = (record or {}).get("sampled", {})  # the recipe fields the spec sampled besides lr and wd
-    points = fixed_points(trials, good_ranges, metric, _listed(models), _listed(optimizers), sampled)
-    return {"points": points, "space": "\n".join(space_lines(points, study, store))}
+    return suggestion(os.fspath(store), study, good_ranges, metric, _listed(models), _listed(optimizers))
 
 
 def _listed(values: Optional[Union[str, Sequence]]) -> Optional[Sequence]:

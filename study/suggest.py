@@ -190,6 +190,20 @@ def suggest(
     optimizers: Optional[Sequence[str]] = None,
 ) -> str:
     """The spec lines for a stored lr/wd study (see the module docstring)."""
+    return suggestion(store, study, ranges_fn, metric, models, optimizers)["space"]
+
+
+def suggestion(
+    store: str,
+    study: str,
+    ranges_fn: RangesFn,
+    metric: str = "paper",
+    models: Optional[Sequence[str]] = None,
+    optimizers: Optional[Sequence[str]] = None,
+) -> Dict:
+    """A stored study's fixed points as data: {"points": one dict per (model, optimizer), "space": the
+    spec lines `suggest` prints}; the recipe fields the spec record says it sampled are fixed too."""
     trials, _, record = load_study(store, study)
     sampled = (record or {}).get("sampled", {})
-    return "\n".join(space_lines(fixed_points(trials, ranges_fn, metric, models, optimizers, sampled), study, store))
+    points = fixed_points(trials, ranges_fn, metric, models, optimizers, sampled)
+    return {"points": points, "space": "\n".join(space_lines(points, study, store))}
