@@ -224,8 +224,9 @@ def _draw(name: str, size: str) -> Figure:
     return FIGURES[name][1](TABLES[name], size=size).fig
 
 
-# the column preset (2 s) in the slow tier: the text preset checks the same code in the fast tier
-@pytest.mark.parametrize("size", [pytest.param("column", marks=pytest.mark.slow), "text"])
+# slow tier: each preset draws and renders every figure to PDF (~2 s)
+@pytest.mark.slow
+@pytest.mark.parametrize("size", ["column", "text"])
 def test_every_figure_is_its_preset_width_with_no_text_below_7_pt(size):
     with matplotlib.style.context(STYLE):
         for name in FIGURES:

@@ -267,6 +267,7 @@ def test_source_date_epoch_is_honoured(tmp_path, monkeypatch):
     assert b"D:20231114" in open(paths["pdf"], "rb").read()
 
 
+@pytest.mark.slow  # a whole report with every figure (~2 s)
 def test_analysis_cli_report_and_query(tmp_path, capsys):
     store = str(tmp_path / "store")
     trials = make_trials(models=("vit_c_tiny",), optimizers=("adamw",), n=6, seed=1)
@@ -302,6 +303,7 @@ def _write_old_store(root, trials):
     return directory
 
 
+@pytest.mark.slow  # a whole report (~1.2 s)
 def test_a_store_written_before_best_ema_still_reports_and_says_which_metric(tmp_path, capsys):
     store = str(tmp_path / "store")
     trials = make_trials(models=("vit_c_tiny",), optimizers=("adamw",), n=6, seed=1, fail_share=0.2)

@@ -334,6 +334,7 @@ def test_report_opens_with_the_claims_then_findings_and_report_json_carries_them
     assert "p, Holm" in tables and "one-sided KS D" in tables and "samples: 40" in html  # spec as YAML
 
 
+@pytest.mark.slow  # bootstraps the good ranges of every cell (~1.2 s)
 def test_suggest_prints_spec_lines_at_the_known_best_region(tmp_path, capsys):
     store = str(tmp_path / "store")
     # make_trials' error is a bowl with its bottom at lr = 1e-3, wd = 0.1 (the CNN's too)

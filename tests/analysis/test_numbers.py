@@ -521,6 +521,7 @@ def test_summary_table_states_the_design_and_gives_no_edf_band_for_seeds():
     assert table.loc["sgd", "bootstrap_eps_95"] > 0
 
 
+@pytest.mark.slow  # bootstraps good ranges and fits importance over a 400-trial sweep (~2 s)
 def test_good_ranges_find_the_bowl_and_importance_finds_lr():
     trials = make_trials(models=("vit_p_tiny",), optimizers=("adamw",), n=300, diverge_share=0, seed=5)
     ranges = good_ranges(trials)

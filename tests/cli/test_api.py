@@ -153,6 +153,7 @@ def test_suggest_returns_the_points_and_the_lines_hpstudy_suggest_prints(store, 
     assert [p["model"] for p in one["points"]] == ["cnn_tiny"] and one["points"][0] == by_model["cnn_tiny"]
 
 
+@pytest.mark.slow  # two fresh interpreters (~1.4 s)
 def test_import_hpstudy_loads_nothing_heavy_and_load_no_torch_or_ray():
     probe = (
         "import json, sys\nimport hpstudy\n"

@@ -2,7 +2,7 @@
 `#anchor`, one of its headings), every hpstudy command in their code blocks uses only flags that the
 command's `--help` lists, and the README stays a tour of at most 200 lines.
 
-Fast tier: reading the pages takes milliseconds; each command's `python -m ... --help` runs once per
+Fast tier: reading the pages takes milliseconds. Slow tier: each command's `python -m ... --help` runs once per
 session, side by side (the slowest, `python -m hpstudy.trainers.train --help`, imports torch: ~3 s)."""
 
 import functools
@@ -305,6 +305,8 @@ def test_relative_links_point_to_files_and_headings(page):
     assert not broken, "broken links:\n" + "\n".join(broken)
 
 
+# slow tier: fetching the help texts runs every command's `--help` in a process of its own (~6 s)
+@pytest.mark.slow
 @pytest.mark.parametrize("case", COMMANDS, ids=command_id)
 def test_commands_use_only_flags_their_help_lists(case, help_texts):
     path, number, segment, key, flags = case

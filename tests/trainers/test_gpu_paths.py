@@ -116,7 +116,7 @@ def test_loaders_are_built_once_per_trial_and_the_model_and_its_ema_share_each_v
     assert built == ["train", "val"] and passes == [1, 2, 3]
 
 
-@pytest.mark.parametrize("fused", [False, True])
+@pytest.mark.parametrize("fused", [False, pytest.param(True, marks=pytest.mark.slow)])  # fused: ~2 s
 def test_training_reads_the_device_only_every_few_steps(fused, monkeypatch):
     from hpstudy.trainers.fused import FusedTrainer
 

@@ -77,6 +77,7 @@ def test_row_has_design_fields_and_epoch_callback():
     assert {"train_loss", "train_top1_err", "top1_err", "lr", "seconds"} <= set(seen[0])
 
 
+@pytest.mark.slow  # trains with every recipe option on (~1.3 s)
 def test_recipe_options_run_on_cpu():
     """EMA, mixup/CutMix, label smoothing, bf16 autocast, channels_last and clipping all reach the
     trainer and run together (each one's effect: tests/contracts/test_trainer.py)."""
