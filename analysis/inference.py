@@ -290,7 +290,9 @@ def delta_ks(values: np.ndarray, is_a: np.ndarray, n_a: int) -> Tuple[np.ndarray
     n_b = shape[-1] - n_a
     min_a = np.where(is_a, v, np.inf).min(-1, keepdims=True)
     delta = v - np.where(is_a, min_a, np.where(is_a, np.inf, v).min(-1, keepdims=True))
-    order = np.argsort(delta, axis=-1, kind="stable")
+    # any sort will do (quicksort is ~5x faster than a stable one here): the distances are read at the
+    # ends of ties, where the counts do not depend on the order within a tie
+    order = np.argsort(delta, axis=-1)
     sorted_delta = np.take_along_axis(delta, order, -1)
     from_a = np.cumsum(np.take_along_axis(is_a, order, -1), axis=-1)
     from_b = np.arange(1, shape[-1] + 1) - from_a
