@@ -20,6 +20,13 @@ same JPEGs and the same training transforms (random-resized crop to 224, flip, n
 prints only the device augmentation's rate on `--device` (default the CPU): crop + flip + AutoAugment
 of uint8 batches of 128 squares of 256 px cropped to 224 (`train_augment`), and AutoAugment alone on
 224 px batches.
+
+    python -m bench.data --prepared [--images 512] [--size 500x375] [--batch 128] [--device cpu]
+
+prints only the prepared path's rate on `--device`, memory-mapped (`prepared_mapped`: gathered on the
+CPU, copied per batch) and resident (`prepared_resident`: the arrays held on the device, gathered
+there), without (`plain`) and with AutoAugment (`aa`): one epoch of normalised training batches as
+a trainer receives them, after a warm-up epoch.
 """
 
 import argparse
@@ -37,6 +44,7 @@ from hpstudy.trainers.augment import DeviceAutoAugment, train_augment
 from hpstudy.trainers.data import DeviceBatches, LoaderData
 from hpstudy.trainers.device_decode import DeviceDecodeData
 from hpstudy.trainers.prepared import IMAGENET_MEAN, IMAGENET_STD, PreparedData, prepare
+from hpstudy.trainers.prepared_meta import read_meta
 
 BATCH = 32
 
@@ -106,21 +114,54 @@ def augment_rates(batches: int, device: torch.device, batch: int = 128, size: in
     return {"bench": "augment", "device": str(device), "batch": batch, "size": size, **rates}
 
 
+def prepared_rates(prep: str, device: torch.device, batch: int) -> dict:
+    """Images/s on `device` of an epoch of the prepared folder `prep`, memory-mapped and resident,
+    without and with AutoAugment, after a warm-up epoch (AutoAugment's tables, cuDNN)."""
+    size = read_meta(prep)["image_size"]
+    wait = torch.cuda.synchronize if device.type == "cuda" else lambda: None
+    rates = {}
+    for policy, augment in ((None, "plain"), ("original", "aa")):
+        mapped = PreparedData(prep, size, policy)
+        for mode, data in (("mapped", mapped), ("resident", mapped.hold(device, mapped.nbytes))):
+            view = DeviceBatches(data, device, torch.float32, channels_last=device.type == "cuda")
+            g = torch.Generator().manual_seed(0)
+            for _ in view.train(batch, g):
+                pass
+            wait()
+            start, seen = time.perf_counter(), 0
+            for x, _ in view.train(batch, g):
+                seen += len(x)
+            wait()
+            rates[f"prepared_{mode}_{augment}_images_per_s"] = round(seen / (time.perf_counter() - start), 1)
+    return rates
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--images", type=int, default=512)
     parser.add_argument("--size", default="500x375", help="JPEG width x height (ImageNet's typical size)")
     parser.add_argument("--workers", default="1,2")
     parser.add_argument("--augment", action="store_true", help="only the device augmentation's rate on the CPU")
+    parser.add_argument("--prepared", action="store_true", help="only the prepared path's rates on --device")
     parser.add_argument("--batches", type=int, default=3, help="timed batches of --augment")
-    parser.add_argument("--device", default="cpu", help="where --augment runs (cpu, cuda)")
+    parser.add_argument("--batch", type=int, default=128, help="images per batch of --augment and --prepared")
+    parser.add_argument("--device", default="cpu", help="where --augment and --prepared run (cpu, cuda)")
     args = parser.parse_args()
+    machine = f"{platform.machine()}, {os.cpu_count()} cores, {torch.get_num_threads()} threads"
     if args.augment:
-        rates = augment_rates(args.batches, torch.device(args.device))
-        machine = f"{platform.machine()}, {os.cpu_count()} cores, {torch.get_num_threads()} threads"
+        rates = augment_rates(args.batches, torch.device(args.device), args.batch)
         print(json.dumps({**rates, "machine": machine}))
         return
     width, height = (int(v) for v in args.size.split("x"))
+    if args.prepared:
+        with tempfile.TemporaryDirectory() as tmp:
+            root, prep = os.path.join(tmp, "imgs"), os.path.join(tmp, "prep")
+            make_folder(root, args.images, width, height)
+            prepare(root, prep, 256, 224, workers=os.cpu_count() or 1, progress=None)
+            rates = prepared_rates(prep, torch.device(args.device), args.batch)
+        info = {"bench": "prepared", "device": args.device, "images": args.images, "batch": args.batch}
+        print(json.dumps({**info, **rates, "machine": machine}))
+        return
     cpu = torch.device("cpu")
     results = {}
     with tempfile.TemporaryDirectory() as tmp:

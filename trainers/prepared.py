@@ -10,6 +10,14 @@ node then reads them through the page cache. `PreparedData` serves them: a
 training batch is gathered on the CPU (a memory copy, no decoding), moved to the training device,
 and cropped, flipped and AutoAugmented there (hpstudy.trainers.augment).
 
+Resident: when the arrays fit in a share of the GPU memory the trial's process may still take
+(`resident_budget`), `PreparedData.to` copies them to the GPU once per worker (hpstudy.trainers.loop
+caches it) and every batch, training and validation, is gathered there by index: no per-batch copy
+of images from the host and no host sync. The order and every augmentation draw come from the same
+generator calls, so the batches are the memory-mapped path's bit for bit. Not on a CPU by default:
+each worker process would hold a private copy, where the memory map is one copy in the page cache
+shared by every trial on the node, and gathering from it is the same memory copy.
+
 `prepare` deletes only what it wrote: `--out` must be missing, an empty folder or an earlier
 preparation (its meta.json and arrays and nothing else), checked before decoding; a trial key names
 a preparation by `data_digest` (its classes and its arrays' sha256s; hpstudy.trainers.prepared_meta,
@@ -22,6 +30,7 @@ The exact path (`imagefolder`) stays available.
 """
 
 import contextlib
+import copy
 import functools
 import hashlib
 import io
@@ -30,12 +39,12 @@ import multiprocessing
 import os
 import shutil
 import uuid
-from typing import Dict, Iterable, Iterator, List, Optional, Tuple
+from typing import Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 import torch
 
-from hpstudy.trainers.augment import DeviceAutoAugment, train_augment
+from hpstudy.trainers.augment import DeviceAutoAugment, to_device, train_augment
 from hpstudy.trainers.dataset import Dataset
 from hpstudy.trainers.errors import DataError, shown
 from hpstudy.trainers.prepared_meta import ARRAYS, data_digest, own_meta, read_meta
@@ -48,6 +57,10 @@ OUT_ALLOWED = (
 )
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
+# Of the CUDA memory a process may still take, the share resident arrays may fill: the rest is the
+# trials' (model, optimizer state, activations), and the arrays stay for the worker's later trials.
+RESIDENT_SHARE = 0.5
+CHUNK_BYTES = 1 << 28  # copied to the device this much at a time
 
 
 def _train_image(img, size: int) -> np.ndarray:
@@ -330,8 +343,29 @@ def _write(splits, tmp: str, wanted: Dict, workers: int, progress) -> Dict:
     return meta
 
 
+def resident_budget(device: torch.device) -> int:
+    """Bytes a PreparedData's arrays may take held on `device`: RESIDENT_SHARE of what this process may still
+    allocate on a CUDA device (its free memory, within the process's memory fraction); 0 elsewhere."""
+    if device.type != "cuda":
+        return 0
+    free, total = torch.cuda.mem_get_info(device)
+    # a `gpu: 0.25` trial shares the GPU and each sharer holds its own copy: its cap, not the free memory, binds
+    allowed = torch.cuda.get_per_process_memory_fraction(device) * total - torch.cuda.memory_reserved(device)
+    return int(RESIDENT_SHARE * min(free, allowed))
+
+
+def _copy_to(array: np.ndarray, device: torch.device) -> torch.Tensor:
+    """A memory-mapped array copied to `device` CHUNK_BYTES at a time (no host copy of the whole array)."""
+    out = torch.empty(array.shape, dtype=torch.from_numpy(np.empty(0, array.dtype)).dtype, device=device)
+    rows = max(1, CHUNK_BYTES // max(1, array[:1].nbytes))
+    for start in range(0, len(array), rows):
+        out[start : start + rows].copy_(torch.from_numpy(np.array(array[start : start + rows])))
+    return out
+
+
 class PreparedData(Dataset):
-    """A folder written by `prepare`: memory-mapped uint8 arrays, augmented on the training device."""
+    """A folder written by `prepare`: uint8 arrays, memory-mapped or held on the training device (`to`),
+    augmented on the training device."""
 
     def __init__(self, path: str, image_size: int, auto_augment: Optional[str] = None, digest: Optional[str] = None):
         self.meta = read_meta(path)
@@ -370,6 +404,7 @@ class PreparedData(Dataset):
         self.num_classes = len(self.meta["classes"])
         self.mean, self.std = IMAGENET_MEAN, IMAGENET_STD
         self.auto_augment = DeviceAutoAugment(auto_augment) if auto_augment else None
+        self.resident: Optional[Dict[str, torch.Tensor]] = None  # the arrays held on a device (`to`)
 
     def verify(self) -> None:
         """Recompute every array's sha256 against meta.json (verify_arrays)."""
@@ -379,12 +414,52 @@ class PreparedData(Dataset):
     def num_train(self) -> int:
         return len(self.train_y)
 
-    def to(self, device: torch.device) -> "PreparedData":
-        """Arrays stay memory-mapped on the CPU; batches move to the device per trial."""
-        return self
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the four arrays."""
+        return sum(getattr(self, name).nbytes for name in ARRAYS)
 
-    def gather(self, index: np.ndarray, split: str = "train") -> Tuple[torch.Tensor, torch.Tensor]:
-        """Images (uint8 NCHW, channels_last) and labels at `index`: a memory copy, no decoding."""
+    @property
+    def device(self) -> torch.device:
+        """Where batches are gathered: the device the arrays are held on, else the CPU (the memory map)."""
+        return self.resident["train_x"].device if self.resident is not None else torch.device("cpu")
+
+    def to(self, device: torch.device) -> "PreparedData":
+        """The data on `device`: held there when its arrays fit resident_budget (`hold`), else memory-mapped."""
+        return self.hold(device, resident_budget(torch.device(device)))
+
+    def hold(self, device: torch.device, budget: int) -> "PreparedData":
+        """The data with its arrays held on `device` when they take at most `budget` bytes and can be
+        allocated there, else memory-mapped (batches gathered on the CPU)."""
+        device = torch.device(device)
+        if self.resident is not None and self.device == device:
+            return self
+        mapped = self if self.resident is None else self._holding(None)
+        if self.nbytes > budget:
+            return mapped
+        try:
+            return self._holding({name: _copy_to(getattr(self, name), device) for name in ARRAYS})
+        except torch.OutOfMemoryError:  # another process took the memory since the budget was read
+            return mapped
+
+    def _holding(self, resident: Optional[Dict[str, torch.Tensor]]) -> "PreparedData":
+        """A copy (the same memory maps and AutoAugment) holding `resident`."""
+        held = copy.copy(self)
+        held.resident = resident
+        return held
+
+    def place_index(self, index: torch.Tensor) -> Union[np.ndarray, torch.Tensor]:
+        """A CPU index as `gather` takes it: copied (once, without a sync) to the device the arrays are
+        held on, else as numpy."""
+        return index.numpy() if self.resident is None else to_device(index, self.device)
+
+    def gather(self, index: Union[np.ndarray, torch.Tensor], split: str = "train") -> Tuple[torch.Tensor, torch.Tensor]:
+        """Images (uint8 NCHW, channels_last) and labels at `index` (from place_index): a memory copy, no
+        decoding; on the device the arrays are held on, else from the memory map."""
+        if self.resident is not None:
+            x, y = self.resident[f"{split}_x"], self.resident[f"{split}_y"]
+            index = torch.as_tensor(index, device=x.device)  # a no-op for place_index's
+            return x.index_select(0, index).permute(0, 3, 1, 2), y.index_select(0, index)
         x, y = (self.train_x, self.train_y) if split == "train" else (self.val_x, self.val_y)
         images = torch.from_numpy(np.take(x, index, axis=0)).permute(0, 3, 1, 2)
         return images, torch.from_numpy(np.take(y, index))
@@ -408,19 +483,21 @@ class PreparedData(Dataset):
 
 class PreparedVal:
     """Passes over the validation set in order, each gathering one batch at a time from the memory
-    map (no copy of the whole set is held between or during passes)."""
+    map or the device the arrays are held on (no copy of the whole set is held between or during passes)."""
 
     def __init__(self, data: PreparedData, batch_size: int):
         self.data, self.batch_size = data, batch_size
 
     def __iter__(self) -> Iterator[Tuple[torch.Tensor, torch.Tensor]]:
         n, b = len(self.data.val_y), self.batch_size
+        index = self.data.place_index(torch.arange(n))
         for start in range(0, n, b):
-            yield self.data.gather(np.arange(start, min(start + b, n)), "val")
+            yield self.data.gather(index[start : start + b], "val")
 
 
 class PreparedEpochs:
-    """Epochs of a PreparedData: shuffled batches gathered on the CPU, augmented on the device."""
+    """Epochs of a PreparedData: shuffled batches gathered on the CPU (or where the arrays are held),
+    augmented on the device."""
 
     def __init__(
         self,
@@ -435,10 +512,10 @@ class PreparedEpochs:
 
     def __iter__(self) -> Iterator[Tuple[torch.Tensor, torch.Tensor]]:
         data, b = self.data, self.batch_size
-        order = torch.randperm(data.num_train, generator=self.generator).numpy()
+        order = data.place_index(torch.randperm(data.num_train, generator=self.generator))
         for step in range(data.steps_per_epoch(b)):
             x, y = data.gather(order[step * b : (step + 1) * b])
-            if self.pin_memory:
+            if self.pin_memory and data.resident is None:
                 x, y = x.pin_memory(), y.pin_memory()
             x = x.to(self.device, non_blocking=True)
             yield train_augment(x, data.image_size, self.generator, data.auto_augment), y
