@@ -12,7 +12,9 @@ channels_last (the trial's defaults), synthetic data:
   compiled_step      the whole step compiled (compile: inductor, and graph: CUDA graphs): the first
                      epoch's extra seconds (cold compile) and images/s after it, against eager;
   concurrent_trials  1, 2 and 4 trials at once on the device, each its own process: summed images/s;
-  fused_k8           8 members of vit_c_tiny fused (trainers/fused.py) against one alone (bench/fused.py).
+  fused_k8           8 members of vit_c_tiny fused (trainers/fused.py) against one alone (bench/fused.py);
+  resident_input     a prepared folder's training batches (crop, flip, with and without AutoAugment)
+                     gathered from the memory map and from the arrays held on the device (bench/data.py).
 `--smoke` runs every section on the CPU with vit_c_tiny at 16 px (torch.compile with the aot_eager
 backend: no code generation; 1 and 2 concurrent trials), a test of the script itself.
 """
@@ -32,12 +34,14 @@ from typing import Callable, Dict, Tuple
 import torch
 
 from bench.checks import checker, machine, unknown_checks
+from bench.data import make_folder, prepared_rates
 from bench.fused import sweep
 from bench.op_count import OpCounter
 from hpstudy.trainers import trial
 from hpstudy.trainers.config import TrialConfig
 from hpstudy.trainers.loop import trial_schedule
 from hpstudy.trainers.optim import build_optimizer
+from hpstudy.trainers.prepared import prepare
 from hpstudy.trainers.trial import Trainer
 
 
@@ -56,6 +60,9 @@ class Setting:
     fused_image_size: int
     fused_batch: int
     concurrency: Tuple[int, ...]  # trials at once
+    input_images: int  # JPEGs prepared for resident_input (width x height, then train_size, image_size)
+    input_jpeg: Tuple[int, int]
+    input_sizes: Tuple[int, int]
     timeouts: Tuple[Tuple[str, int], ...]  # seconds per section
     flags: Tuple[str, ...] = ()  # what selects this setting on the command line
 
@@ -77,12 +84,16 @@ GPU = Setting(
     32,
     128,
     (1, 2, 4),
+    4096,
+    (500, 375),
+    (256, 224),
     (
         ("eager_batch_sweep", 120),
         ("fused_vs_foreach", 90),
         ("compiled_step", 240),
         ("concurrent_trials", 150),
         ("fused_k8", 90),
+        ("resident_input", 120),
     ),
 )
 SMOKE = Setting(
@@ -97,6 +108,9 @@ SMOKE = Setting(
     16,
     4,
     (1, 2),
+    64,
+    (40, 30),
+    (24, 16),
     tuple((name, 240) for name, _ in GPU.timeouts),
     ("--smoke",),
 )
@@ -247,12 +261,25 @@ def fused_k8(setting: Setting) -> dict:
     return {"model": setting.fused_model, **rows[0]}
 
 
+def resident_input(setting: Setting) -> dict:
+    """Images/s of a prepared folder's augmented training batches on the device, memory-mapped and resident
+    (bench/data.py's prepared_rates), at the setting's batch."""
+    with tempfile.TemporaryDirectory() as tmp:
+        root, prep = os.path.join(tmp, "images"), os.path.join(tmp, "prepared")
+        make_folder(root, setting.input_images, *setting.input_jpeg)
+        # on the CPU a pool of decoders takes longer to start than the smoke's 64 small images to decode
+        workers = (os.cpu_count() or 1) if setting.device == "cuda" else 1
+        prepare(root, prep, *setting.input_sizes, workers=workers, progress=None)
+        return {"images": setting.input_images, **prepared_rates(prep, torch.device(setting.device), setting.batch)}
+
+
 SECTIONS: Dict[str, Callable] = {
     "eager_batch_sweep": eager_batch_sweep,
     "fused_vs_foreach": fused_vs_foreach,
     "compiled_step": compiled_step,
     "concurrent_trials": concurrent_trials,
     "fused_k8": fused_k8,
+    "resident_input": resident_input,
 }
 
 

@@ -26,6 +26,11 @@ def test_the_smoke_run_measures_every_section_and_rewrites_out_after_each(tmp_pa
     assert result["fused_vs_foreach"]["images_per_s_fused"] > 0 and result["compiled_step"]["backend"] == "aot_eager"
     assert [len(result["concurrent_trials"][str(n)]["images_per_s"]) for n in SMOKE.concurrency] == [1, 2]
     assert result["fused_k8"]["k"] == 8 and result["fused_k8"]["speedup"] > 0
+    rates = {k: v for k, v in result["resident_input"].items() if k.endswith("_images_per_s")}
+    assert sorted(rates) == sorted(
+        f"prepared_{m}_{a}_images_per_s" for m in ("mapped", "resident") for a in ("plain", "aa")
+    )
+    assert min(rates.values()) > 0
 
 
 def test_an_unknown_section_is_named_and_nothing_runs(monkeypatch, capsys):
