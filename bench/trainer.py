@@ -4,10 +4,16 @@ prints the median time ratio, images/s and (on CUDA) the model FLOPs utilisation
 
     python -m bench.trainer [--model vit_c_tiny] [--batch-size 128] [--reps 7]
     python -m bench.trainer --device cuda --model vit_c_1gf --image-size 224   # on a GPU
+
+With --warm it times a trial's setup instead: a new Trainer against a warm one restarted for another seed, lr and
+wd (hpstudy.trainers.warm), each with its first training step (where a compiled step compiles).
+
+    python -m bench.trainer --warm --model vit_c_1gf --image-size 224 --batch-size 32 --reps 3
 """
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import platform
@@ -128,6 +134,47 @@ def compare(
     return result
 
 
+def setup_times(model_name: str, batch_size: int, image_size: int, reps: int, device: str, compile_mode: str) -> dict:
+    """Median seconds to a trial's first step done: a new Trainer's setup, or a warm one's restart, then the step."""
+    dataset = {"name": "synthetic", "image_size": image_size, "n_train": batch_size, "n_val": batch_size}
+    base = dict(model=model_name, optimizer="adamw", epochs=100, lr=1e-3, wd=0.05, batch_size=batch_size)
+    cfg = TrialConfig.from_dict(dict(base, dataset=dataset, device=device, compile=compile_mode))
+    trainer = Trainer(cfg)  # warm up: the dataset's load, kernel selection
+
+    def timed(start) -> dict:
+        setup = time.perf_counter()
+        trainer.train_epoch()  # one step: the epoch is one batch
+        if trainer.device.type == "cuda":
+            torch.cuda.synchronize(trainer.device)
+        return {"setup_s": setup - start, "first_step_s": time.perf_counter() - setup}
+
+    timed(time.perf_counter())
+    fresh, warm = [], []
+    for rep in range(1, reps + 1):
+        trainer.release()
+        start = time.perf_counter()
+        trainer = Trainer(dataclasses.replace(cfg, seed=rep))
+        fresh.append(timed(start))
+        start = time.perf_counter()
+        trainer.restart(dataclasses.replace(cfg, seed=rep + reps, lr=2e-3, wd=0.1))
+        warm.append(timed(start))
+    medians = lambda runs, key: round(statistics.median(run[key] for run in runs), 4)
+    return {
+        "bench": "trainer_setup",
+        "model": model_name,
+        "image_size": image_size,
+        "batch_size": batch_size,
+        "compile": compile_mode,
+        "reps": reps,
+        "device": trainer.device.type,
+        **{
+            f"{name}_{key}_median": medians(runs, key)
+            for name, runs in (("fresh", fresh), ("warm", warm))
+            for key in ("setup_s", "first_step_s")
+        },
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="vit_c_tiny")
@@ -142,10 +189,15 @@ def main() -> None:
         default=None,
         help=f"peak TFLOP/s for the MFU (default on CUDA: {H100_BF16_PEAK_TFLOPS:g}, an H100/H200's dense bf16)",
     )
+    parser.add_argument("--warm", action="store_true", help="time a trial's setup, new and warm (see above)")
+    parser.add_argument("--compile", default="off", help="the trials' compile mode (--warm only)")
     args = parser.parse_args()
-    result = compare(
-        args.model, args.batch_size, args.image_size, args.n_train, args.reps, args.device, args.peak_tflops
-    )
+    if args.warm:
+        result = setup_times(args.model, args.batch_size, args.image_size, args.reps, args.device, args.compile)
+    else:
+        result = compare(
+            args.model, args.batch_size, args.image_size, args.n_train, args.reps, args.device, args.peak_tflops
+        )
     name = torch.cuda.get_device_name() if result["device"] == "cuda" else "cpu"
     print(
         json.dumps(

@@ -14,7 +14,7 @@ from hpstudy.study.faults import crash_if_asked
 from hpstudy.trainers.errors import HpstudyError
 from hpstudy.trainers.fused import train_fused
 from hpstudy.trainers.provenance import cuda_unusable_reason
-from hpstudy.trainers.trial import train_trial
+from hpstudy.trainers.warm import drop_resident, train_warm
 
 
 def use_assigned_cpus() -> None:
@@ -50,9 +50,11 @@ def _reported(record: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def _train_group(group: Dict) -> List[Dict]:
-    """The rows of a group's trials: one trained alone, or K fused; each epoch reported to Tune."""
+    """The rows of a group's trials: one trained alone, on the worker's warm trainer (hpstudy.trainers.warm), or
+    K fused; each epoch reported to Tune."""
     if len(group["configs"]) == 1:
-        return [train_trial(group["configs"][0], on_epoch=lambda r: tune.report(_reported(r)))]
+        return [train_warm(group["configs"][0], on_epoch=lambda r: tune.report(_reported(r)))]
+    drop_resident()  # its device memory, for the fused trainer
 
     def report_best_member(records):
         best = min(records.values(), key=lambda r: r["top1_err"])

@@ -49,8 +49,9 @@ def build_optimizer(
     """AdamW (betas 0.9/0.999) or SGD (momentum 0.9, Nesterov) over `param_groups`, with torch's
     fused kernels where the device has them (`fused_kernels`), else, or with fused=False, foreach; with
     traced=True the per-tensor loop, which torch.compile traces into its own kernels (Dynamo does not
-    trace the fused kernels, and foreach refuses a tensor lr)."""
-    groups = param_groups(model, weight_decay)
+    trace the fused kernels, and foreach refuses a tensor lr), and no weight decay of its own: the traced
+    step applies it (apply_weight_decay), as a tensor, since a new float would compile the step again."""
+    groups = param_groups(model, 0.0 if traced else weight_decay)
     params = [p for group in groups for p in group["params"]]
     kernels = {"foreach": False} if traced else fused_kernels(params) if fused else {"foreach": True}
     if name == "adamw":
@@ -67,6 +68,20 @@ def prime_state(optimizer: torch.optim.Optimizer) -> None:
         for group in optimizer.param_groups:
             for param in group["params"]:
                 optimizer.state[param]["momentum_buffer"] = torch.zeros_like(param)
+
+
+def apply_weight_decay(name: str, params: List[torch.Tensor], lr: torch.Tensor, weight_decay: torch.Tensor) -> None:
+    """The weight decay torch.optim's single-tensor AdamW or SGD applies to `params` at the start of its step,
+    from a tensor `weight_decay`: AdamW's decoupled `param *= 1 - lr * wd`, SGD's `grad += wd * param`
+    (torch.optim's own form for a tensor; its float form branches on `wd != 0`, which Dynamo cannot trace
+    for a tensor); a parameter without a gradient is left alone, as torch.optim leaves it."""
+    for param in params:
+        if param.grad is None:
+            continue
+        if name == "adamw":
+            param.mul_(1 - lr * weight_decay)
+        else:
+            param.grad.addcmul_(param, weight_decay)
 
 
 def build_schedule(

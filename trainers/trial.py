@@ -26,7 +26,7 @@ from hpstudy.trainers.loop import (
     trial_setup,
 )
 from hpstudy.trainers.models import build_model
-from hpstudy.trainers.optim import build_optimizer, prime_state
+from hpstudy.trainers.optim import apply_weight_decay, build_optimizer, prime_state
 
 EpochCallback = Callable[[Dict[str, Any]], None]
 # Steps between checks of the divergence flag: each check is one host sync; a diverged trial
@@ -34,6 +34,27 @@ EpochCallback = Callable[[Dict[str, Any]], None]
 DIVERGENCE_CHECK_EVERY = 16
 # torch.compile's backend for `compile: inductor` (tests set aot_eager: the same graphs, no code generation)
 INDUCTOR_BACKEND = "inductor"
+# The config fields `Trainer.restart` sets in place; every other field shapes the trainer's tensors, modules,
+# compiled graphs or data (mixing and the EMA being on too: `shape`)
+RESTARTABLE = (
+    "seed",
+    "lr",
+    "reference_batch_size",
+    "wd",
+    "warmup_epochs",
+    "min_lr_ratio",
+    "mixup",
+    "cutmix",
+    "ema_decay",
+    "divergence_loss",
+)
+
+
+def shape(cfg: TrialConfig) -> Dict[str, Any]:
+    """What a trainer of `cfg` is built around: its config but the RESTARTABLE values, and whether it mixes
+    (mixup or CutMix) and keeps an EMA; trials of one shape can share a trainer (`Trainer.restart`)."""
+    kept = {name: value for name, value in cfg.to_dict().items() if name not in RESTARTABLE}
+    return dict(kept, mixing=bool(cfg.mixup or cfg.cutmix), ema=bool(cfg.ema_decay))
 
 
 def compiled_step(fn: Callable, mode: str) -> Callable:
@@ -62,6 +83,15 @@ def mix_draws(mixup: Mixup, steps: int, image_size: int) -> Tuple[List[Tuple[flo
             weights.append((lam, lam))
         boxes.append(tuple(int(v) for v in box))
     return weights, boxes
+
+
+def mixer(cfg: TrialConfig, num_classes: int) -> Optional[Mixup]:
+    """timm's Mixup with the trial's mixup and CutMix alphas (its draws: mix_draws), or None when both are off."""
+    if not (cfg.mixup or cfg.cutmix):
+        return None
+    return Mixup(
+        mixup_alpha=cfg.mixup, cutmix_alpha=cfg.cutmix, label_smoothing=cfg.label_smoothing, num_classes=num_classes
+    )
 
 
 @torch.no_grad()
@@ -99,11 +129,7 @@ class Trainer:
         channels_last = self.device.type == "cuda" if cfg.channels_last is None else cfg.channels_last
         self.batches = DeviceBatches(data, self.device, self.dtype, channels_last)
         self.num_classes = data.num_classes
-
-        torch.manual_seed(cfg.seed)
-        np.random.seed(cfg.seed % 2**32)  # timm's Mixup draws from numpy's global generator
-        self.generator = torch.Generator().manual_seed(cfg.seed)
-        self.model = build_model(cfg.model, self.num_classes, cfg.dataset.size)
+        self.model = self._seeded_model(cfg)
         # None: from scratch; True/False: fine-tuned, with the head re-initialised or loaded
         self.head_reinit = None if cfg.init is None else load_checkpoint(self.model, cfg.init, cfg.model)
         if cfg.freeze:
@@ -115,25 +141,23 @@ class Trainer:
             # timm's method, typed Tensor | Module by torch's Module.__getattr__
             self.model.set_grad_checkpointing(True)  # type: ignore[operator]
         cfg.check_compile(self.device.type)
-        traced = cfg.compile != "off"
-        self.optimizer = build_optimizer(cfg.optimizer, self.model, cfg.peak_lr, cfg.wd, traced=traced)
-        if traced:
+        self.traced = cfg.compile != "off"
+        self.optimizer = build_optimizer(cfg.optimizer, self.model, cfg.peak_lr, cfg.wd, traced=self.traced)
+        if self.traced:
             prime_state(self.optimizer)
         self.steps_per_epoch = data.steps_per_epoch(cfg.batch_size)
-        self.schedule = trial_schedule(self.optimizer, cfg, self.steps_per_epoch)
         total_steps = cfg.epochs * self.steps_per_epoch
-        self.lrs = scheduled_lrs(self.schedule, total_steps)
         # What changes from step to step lives on the device, updated in place by the step itself (a
         # captured or compiled step reads no host value): the step count, the lr (fused and traced
         # optimizers take it as a tensor; the CUDA kernels read it as float32), the EMA's weight.
         self.step_t = torch.zeros(1, dtype=torch.int64, device=self.device)
         lr_dtype = torch.float64 if self.device.type == "cpu" else torch.float32
-        self.lr_table = torch.tensor(self.lrs, dtype=lr_dtype, device=self.device)
-        if traced:  # traced AdamW divides by the lr (torch's capturable form): a warmup's first lr, 0, gave NaN
-            self.lr_table.clamp_(min=1e-12 * cfg.peak_lr)
-        self.lr = self.lr_table[:1].clone()  # one element: index_select writes the step's lr into it
-        for group in self.optimizer.param_groups:
-            group["lr"] = self.lr
+        self.lr_table = torch.empty(total_steps, dtype=lr_dtype, device=self.device)
+        self.lr = torch.empty(1, dtype=lr_dtype, device=self.device)  # index_select writes the step's lr into it
+        self._set_schedule(cfg)
+        # the weight decay a traced step applies (a tensor: a new value compiles nothing new; see build_optimizer)
+        self.wd = torch.tensor([cfg.wd], dtype=lr_dtype, device=self.device)
+        self.decayed = self.optimizer.param_groups[0]["params"]  # param_groups' first group: the decayed weights
         self.ema = ModelEmaV3(self.model, decay=cfg.ema_decay, use_warmup=True) if cfg.ema_decay else None
         self.ema_lerped, self.ema_copied = [], []
         self.ema_weights = torch.zeros(0, dtype=self.dtype, device=self.device)
@@ -141,21 +165,13 @@ class Trainer:
             pairs = list(zip(*(m.state_dict(keep_vars=True).values() for m in (self.ema.module, self.model))))
             self.ema_lerped = [pair for pair in pairs if pair[0].is_floating_point()]
             self.ema_copied = [pair for pair in pairs if not pair[0].is_floating_point()]
-            # timm's ModelEmaV3.update lerps by 1 - decay, its decay warming up with the step
-            weights = [1.0 - self.ema.get_decay(step) for step in range(total_steps)]
-            self.ema_weights = torch.tensor(weights, dtype=self.dtype, device=self.device)  # lerp_ takes the model's
-        self.mixup: Optional[Mixup] = None
-        mixing = bool(cfg.mixup or cfg.cutmix)
+            # in the model's dtype: lerp_ takes the weight in it
+            self.ema_weights = torch.tensor(self._ema_weights(), dtype=self.dtype, device=self.device)
+        self.mixup = mixer(cfg, self.num_classes)
+        mixing = self.mixup is not None
         # an epoch's draws (none without mixing), filled in at its start (mix_draws)
         self.mix_weights = torch.ones(self.steps_per_epoch * mixing, 2, dtype=torch.float64, device=self.device)
         self.mix_boxes = torch.zeros(self.steps_per_epoch * mixing, 4, dtype=torch.int64, device=self.device)
-        if mixing:
-            self.mixup = Mixup(
-                mixup_alpha=cfg.mixup,
-                cutmix_alpha=cfg.cutmix,
-                label_smoothing=cfg.label_smoothing,
-                num_classes=self.num_classes,
-            )
         self.params = [p for group in self.optimizer.param_groups for p in group["params"]]
         # compiled: torch.optim's step without its wrapper (grad mode, hooks, profiler label), at which Dynamo
         # breaks the graph; _apply_update runs it under no_grad
@@ -164,6 +180,67 @@ class Trainer:
         self._gradients = compiled_step(self._forward_backward, cfg.compile)
         self._update = compiled_step(self._apply_update, cfg.compile)
         self.step = 0
+
+    def _seeded_model(self, cfg: TrialConfig) -> torch.nn.Module:
+        """The trial's model as its seed builds it on the CPU, after seeding torch's and numpy's global generators
+        (timm's Mixup draws from numpy's) and the data order's generator, in this order."""
+        torch.manual_seed(cfg.seed)
+        np.random.seed(cfg.seed % 2**32)
+        self.generator = torch.Generator().manual_seed(cfg.seed)
+        return build_model(cfg.model, self.num_classes, cfg.dataset.size)
+
+    def _set_schedule(self, cfg: TrialConfig) -> None:
+        """The trial's lr schedule (timm's, from its peak lr), its lr at every step (lrs, lr_table) and the
+        optimizer's lr: the tensor `lr`."""
+        for group in self.optimizer.param_groups:
+            group["lr"] = cfg.peak_lr
+        self.schedule = trial_schedule(self.optimizer, cfg, self.steps_per_epoch)
+        self.lrs = scheduled_lrs(self.schedule, cfg.epochs * self.steps_per_epoch)
+        self.lr_table.copy_(torch.tensor(self.lrs, dtype=self.lr_table.dtype))
+        if self.traced:  # traced AdamW divides by the lr (torch's capturable form): a warmup's first lr, 0, gave NaN
+            self.lr_table.clamp_(min=1e-12 * cfg.peak_lr)
+        self.lr.copy_(self.lr_table[:1])
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.lr
+            # the base lr timm's scheduler notes in the groups (it keeps its own): a compiled step guards on every
+            # float of a group, and a scheduler made for the next trial would take it as its base lr
+            del group["initial_lr"]
+
+    def _ema_weights(self) -> List[float]:
+        """The EMA's weight at every step: timm's ModelEmaV3.update lerps by 1 - decay, its decay warming up."""
+        assert self.ema is not None
+        return [1.0 - self.ema.get_decay(step) for step in range(len(self.lr_table))]
+
+    def restarts_for(self, cfg: TrialConfig) -> bool:
+        """Whether `restart` can train `cfg`: a trial of this trainer's `shape`, from scratch (not fine-tuned)."""
+        return cfg.init is None and shape(cfg) == shape(self.cfg)
+
+    @torch.no_grad()
+    def restart(self, cfg: TrialConfig) -> None:
+        """Train `cfg` (see restarts_for) next, from where `Trainer(cfg)` would start: the model's weights and
+        buffers as its seed builds them, the optimizer's state, the EMA, the schedule, the step count and the
+        generators set in place, so a compiled step keeps its inputs and compiles nothing new."""
+        if not self.restarts_for(cfg):
+            raise ValueError("a trainer restarts only for a trial of its shape, from scratch")
+        self.cfg, self.cfgs, self._diverged, self.step = cfg, [cfg], False, 0
+        self.batches = DeviceBatches(self.batches.data, self.device, self.dtype, self.batches.channels_last)
+        self.model.load_state_dict(self._seeded_model(cfg).state_dict())
+        if self.traced:  # zeros, as torch.optim starts AdamW's state and prime_state SGD's
+            for state in self.optimizer.state.values():
+                for value in state.values():
+                    value.zero_()
+        else:
+            self.optimizer.state.clear()  # eager torch.optim creates it at the first step
+            self.optimizer.param_groups[0]["weight_decay"] = cfg.wd
+        self.wd.fill_(cfg.wd)
+        self._set_schedule(cfg)
+        if self.ema is not None and cfg.ema_decay:  # both or neither: the shape says whether the EMA is on
+            self.ema.decay = cfg.ema_decay
+            for ema_value, value in self.ema_lerped + self.ema_copied:
+                ema_value.copy_(value)
+            self.ema_weights.copy_(torch.tensor(self._ema_weights(), dtype=self.dtype))
+        self.mixup = mixer(cfg, self.num_classes)
+        self.step_t.zero_()
 
     def autocast(self):
         """bf16 autocast when AMP is on (CUDA by default; CPU autocast also works), else a no-op."""
@@ -227,6 +304,8 @@ class Trainer:
             torch.index_select(self.lr_table, 0, self.step_t, out=self.lr)
             if self.cfg.grad_clip:
                 torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
+            if self.traced:
+                apply_weight_decay(self.cfg.optimizer, self.decayed, self.lr, self.wd)
             self.optimizer_step(self.optimizer)
             if self.ema is not None:
                 weight = self._at_step(self.ema_weights)
@@ -299,7 +378,7 @@ class Trainer:
         actor starts the next trial clean."""
         del self.model, self.optimizer, self.schedule, self.ema, self.mixup, self.batches
         del self.params, self._gradients, self._update, self.ema_lerped, self.ema_copied, self.ema_weights
-        del self.step_t, self.lr, self.lr_table, self.mix_weights, self.mix_boxes
+        del self.step_t, self.lr, self.lr_table, self.wd, self.decayed, self.mix_weights, self.mix_boxes
         release_device_memory(self.device)
 
 
@@ -310,6 +389,10 @@ def train_trial(config: Dict[str, Any], on_epoch: Optional[EpochCallback] = None
     `diverged` and chance error; it never raises. Infrastructure errors (e.g. out of memory) do
     raise, so that Ray can retry the trial.
     """
-    trainer = Trainer(TrialConfig.from_dict(config))
+    return run_trial(Trainer(TrialConfig.from_dict(config)), on_epoch)
+
+
+def run_trial(trainer: Trainer, on_epoch: Optional[EpochCallback] = None) -> Dict[str, Any]:
+    """`fit` the one trial of `trainer`; return its row (see train_trial)."""
     report = None if on_epoch is None else (lambda records: on_epoch(records[0]))
     return fit(trainer, report)[0]
