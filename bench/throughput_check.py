@@ -13,6 +13,8 @@ channels_last (the trial's defaults), synthetic data:
                      epoch's extra seconds (cold compile) and images/s after it, against eager;
   concurrent_trials  1, 2 and 4 trials at once on the device, each its own process: summed images/s;
   fused_k8           8 members of vit_c_tiny fused (trainers/fused.py) against one alone (bench/fused.py);
+  warm_setup         a trial's setup and first step on a new Trainer against a warm worker's restart
+                     (trainers/warm.py), eager and compiled (bench/trainer.py --warm);
   resident_input     a prepared folder's training batches (crop, flip, with and without AutoAugment)
                      gathered from the memory map and from the arrays held on the device (bench/data.py).
 `--smoke` runs every section on the CPU with vit_c_tiny at 16 px (torch.compile with the aot_eager
@@ -37,6 +39,7 @@ from bench.checks import checker, machine, unknown_checks
 from bench.data import make_folder, prepared_rates
 from bench.fused import sweep
 from bench.op_count import OpCounter
+from bench.trainer import setup_times
 from hpstudy.trainers import trial
 from hpstudy.trainers.config import TrialConfig
 from hpstudy.trainers.loop import trial_schedule
@@ -93,6 +96,7 @@ GPU = Setting(
         ("compiled_step", 240),
         ("concurrent_trials", 150),
         ("fused_k8", 90),
+        ("warm_setup", 150),
         ("resident_input", 120),
     ),
 )
@@ -261,6 +265,17 @@ def fused_k8(setting: Setting) -> dict:
     return {"model": setting.fused_model, **rows[0]}
 
 
+def warm_setup(setting: Setting) -> dict:
+    """Seconds to a trial's first step done, a new Trainer against a warm restart (bench/trainer.py's
+    setup_times), eager and with the step compiled (the setting's backend; CUDA graphs on CUDA)."""
+    trial.INDUCTOR_BACKEND = setting.compile_backend
+    modes = ("off", "graph") if setting.device == "cuda" else ("off", "inductor")
+    return {
+        mode: setup_times(setting.model, setting.batch, setting.image_size, setting.reps, setting.device, mode)
+        for mode in modes
+    }
+
+
 def resident_input(setting: Setting) -> dict:
     """Images/s of a prepared folder's augmented training batches on the device, memory-mapped and resident
     (bench/data.py's prepared_rates), at the setting's batch."""
@@ -279,6 +294,7 @@ SECTIONS: Dict[str, Callable] = {
     "compiled_step": compiled_step,
     "concurrent_trials": concurrent_trials,
     "fused_k8": fused_k8,
+    "warm_setup": warm_setup,
     "resident_input": resident_input,
 }
 
