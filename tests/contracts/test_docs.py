@@ -333,8 +333,8 @@ def test_the_readme_has_commands_of_every_kind():
         assert key in keys, f"no `{' '.join(key)}` command found in README.md's code blocks"
 
 
-def test_hpstudy_help_and_version(help_texts):
-    code, out, err = help_texts[("hpstudy",)]
+def test_hpstudy_help_and_version():
+    code, out, err = help_text(("hpstudy",))  # one light process: the fast tier skips the session's fixture
     assert code == 0, f"`python -m hpstudy --help` exited {code}:\n{(err or out)[-1500:]}"
     for word in ["run", "status", "report", "query", "compact", "prepare", "suggest", "--version"]:
         assert word in out, f"`hpstudy --help` does not mention {word}"
