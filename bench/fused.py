@@ -2,9 +2,11 @@
 
     python -m bench.fused [--models vit_p_tiny,vit_c_tiny,cnn_tiny] [--ks 1,4,8,16,64]
                           [--batches 1,8,128] [--image-size 32] [--device auto] [--steps 3]
+                          [--compile off|inductor]
 
 Prints one JSON object: per (model, batch, K) the step time alone and fused, samples/s per member
-both ways, and the speedup K t_alone / t_fused (>1: fusion wins). On a GPU run it also with
+both ways, and the speedup K t_alone / t_fused (>1: fusion wins); with `--compile inductor` both
+train compiled (the step compiled in the warm-up epoch, not timed). On a GPU run it also with
 `--models vit_c_1gf,vit_p_1gf --image-size 224`.
 """
 
@@ -29,6 +31,7 @@ def sweep(
     device: str = "auto",
     steps: int = 3,
     max_samples: int = 4096,
+    compile: str = "off",
 ) -> list:
     """measure_fusion for every (model, batch, K) with K x batch <= max_samples; a pair that cannot
     train (e.g. BatchNorm at batch 1) is kept with its error."""
@@ -41,7 +44,9 @@ def sweep(
                     continue
                 entry = {"model": model, "batch": batch, "k": k}
                 try:
-                    r = measure_fusion(model, optimizer, batch, image_size, k, steps, device, alone_step_s=alone)
+                    r = measure_fusion(
+                        model, optimizer, batch, image_size, k, steps, device, alone_step_s=alone, compile=compile
+                    )
                     alone = r["alone_step_s"]
                     entry.update({name: round(value, 5) for name, value in r.items()})
                 except (ValueError, RuntimeError) as exc:
@@ -63,6 +68,7 @@ def main() -> None:
     parser.add_argument(
         "--max-samples", type=int, default=4096, help="skip (K x batch) above this, to bound the run time on CPUs"
     )
+    parser.add_argument("--compile", default="off", choices=("off", "inductor"), help="the trials' compile mode")
     args = parser.parse_args()
     results = sweep(
         args.models.split(","),
@@ -73,6 +79,7 @@ def main() -> None:
         args.device,
         args.steps,
         args.max_samples,
+        args.compile,
     )
     device = resolve_device(args.device)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
@@ -83,6 +90,7 @@ def main() -> None:
                 "device": name,
                 "image_size": args.image_size,
                 "optimizer": args.optimizer,
+                "compile": args.compile,
                 "threads": torch.get_num_threads(),
                 "machine": f"{platform.machine()}, {os.cpu_count()} cores",
                 "results": results,

@@ -2,17 +2,22 @@
 
 Members differ in lr, wd and seed (init and data order); each member's numbers match the same
 trial trained alone by `train_trial`. Parameters, buffers (BatchNorm statistics per member) and
-optimizer state are stacked along a leading K axis (`torch.func.stack_module_state`), the loss
-and gradients come from `vmap(grad_and_value(functional_call))` (a stack of one member: plain
-autograd, no vmap), and AdamW / SGD-Nesterov are applied to the stacked tensors with per-member lr
-and wd. torch.optim cannot take a learning rate
-per slice of one tensor, so the two update rules are written here, step for step as in
-torch.optim's single-tensor code. Nothing reduces across members.
+optimizer state are stacked along a leading K axis (`torch.func.stack_module_state`), the losses
+and gradients come from `vmap(grad_and_value(functional_call))` (a stack of one member, or a model
+whose attention runs hpstudy::attention: autograd over the sum of the members' losses), and AdamW /
+SGD-Nesterov are applied to the stacked tensors with per-member lr and wd. torch.optim cannot take
+a learning rate per slice of one tensor, so the two update rules are written here, step for step
+as in torch.optim's single-tensor code. Nothing reduces across members.
+
+Under vmap, ViT attention runs torch's fused kernel once over all members (hpstudy.trainers.attention).
+`compile: inductor` (or graph, on CUDA) compiles the step whole, as a trial alone does: the step
+count, the lrs and the divergence state live on the device, so no step reads or writes a host value.
 
 A member whose loss is non-finite or above `divergence_loss` is masked out at that step (its
 parameters stop changing) and reported `diverged`; the others go on unchanged.
 """
 
+import contextlib
 import copy
 import math
 import time
@@ -22,7 +27,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.func import functional_call, grad_and_value, stack_module_state, vmap
+from torch.overrides import TorchFunctionMode
 
+from hpstudy.trainers.attention import routes_attention, set_vmapped_attention
 from hpstudy.trainers.config import TrialConfig
 from hpstudy.trainers.data import DeviceBatches
 from hpstudy.trainers.errors import ConfigError, shown
@@ -35,10 +42,11 @@ from hpstudy.trainers.loop import (
     trial_schedule,
     trial_setup,
 )
-from hpstudy.trainers.models import build_model, set_fused_attention
-from hpstudy.trainers.trial import Trainer
+from hpstudy.trainers.models import build_model
+from hpstudy.trainers.trial import Trainer, compiled_step
 
 PER_MEMBER = ("lr", "wd", "seed")
+ADAMW_BETAS, ADAMW_EPS = (0.9, 0.999), 1e-8  # torch.optim.AdamW's defaults
 # recipe options fusion does not implement, with the values that mean "off"
 UNSUPPORTED = {
     "mixup": (0,),
@@ -76,9 +84,9 @@ class FusedTrainer:
 
     The stacked parameters live in one flat (K, N) buffer (`params` holds per-parameter views into
     it), so each optimizer step is a handful of large kernels rather than a Python loop over
-    parameters. A stack of one member runs without vmap, with torch's fused attention (see
-    `_per_member`). `run_epoch` drops members that diverged from the stack at the end of an epoch, so
-    they stop costing compute; `members` maps stack positions to the original member indices.
+    parameters. A stack of one member runs without vmap (see `_per_member`). `run_epoch` drops
+    members that diverged from the stack at the end of an epoch, so they stop costing compute;
+    `members` maps stack positions to the original member indices.
     """
 
     def __init__(self, cfgs: Sequence[TrialConfig]):
@@ -90,23 +98,24 @@ class FusedTrainer:
         # bf16 autocast as a trial alone has it (on CUDA unless amp: false): autocast sits below
         # vmap in torch's dispatch, so each member's matmuls run in bf16 as they would alone
         self.device, self.dtype, self.amp = setup.device, setup.dtype, setup.amp
+        cfg.check_compile(self.device.type)
         data = setup.data
         self.batches = DeviceBatches(data, self.device, self.dtype)  # never channels_last (UNSUPPORTED)
         self.num_classes = data.num_classes
         models = []
         for member in cfgs:
             torch.manual_seed(member.seed)
-            model = build_model(member.model, self.num_classes, member.dataset.size).to(self.device, self.dtype)
-            # torch's fused attention kernel has no vmap batching rule and would fall back to a loop
-            models.append(set_fused_attention(model, False))
+            models.append(build_model(member.model, self.num_classes, member.dataset.size).to(self.device, self.dtype))
         params, buffers = stack_module_state(models)
         self.names = list(params)
         self.shapes = [p.shape[1:] for p in params.values()]
         self.sizes = [p[0].numel() for p in params.values()]
         self.flat = torch.cat([p.detach().reshape(self.k, -1) for p in params.values()], 1)
         self.buffers = buffers
-        self.base = copy.deepcopy(models[0]).to("meta")
-        set_fused_attention(self.base, self.k == 1)  # no vmap for a stack of one (_per_member)
+        self.base = set_vmapped_attention(copy.deepcopy(models[0]).to("meta"), self.k > 1)
+        # torch.func.grad cannot run hpstudy::attention's backward (pytorch/pytorch#168393); members share
+        # nothing, so autograd over the sum of their losses gives each member its own gradient
+        self.grad_around_vmap = routes_attention(self.base)
         if self.amp:
             _norms_in_float32(self.base)
         self.generators = [torch.Generator().manual_seed(m.seed) for m in cfgs]
@@ -122,12 +131,22 @@ class FusedTrainer:
             [torch.full((n,), float(len(shape) > 1), dtype=self.dtype) for shape, n in zip(self.shapes, self.sizes)]
         ).to(self.device)
         self.wd = torch.tensor([m.wd for m in cfgs], dtype=self.dtype, device=self.device)[:, None] * decays
-        self.state: Dict[str, torch.Tensor] = {}
+        # the optimizer's state from the start (zeros: the first step's update is torch.optim's)
+        names = ("exp_avg", "exp_avg_sq") if cfg.optimizer == "adamw" else ("momentum_buffer",)
+        self.state: Dict[str, torch.Tensor] = {name: torch.zeros_like(self.flat) for name in names}
+        # AdamW's bias corrections 1 - beta1^t and sqrt(1 - beta2^t) at every step t (from 1, as torch.optim
+        # counts), in Python's float64 as torch.optim computes them
+        (beta1, beta2), steps = ADAMW_BETAS, range(1, len(self.lr_table) + 1)
+        corrections = [(1 - beta1**t, math.sqrt(1 - beta2**t)) for t in steps] if cfg.optimizer == "adamw" else []
+        self.bias_corrections = torch.tensor(corrections, dtype=torch.float64, device=self.device)
         self.step = 0
+        self.step_t = torch.zeros(1, dtype=torch.int64, device=self.device)  # the step, read on the device
         self.alive = torch.ones(self.k, dtype=torch.bool, device=self.device)
         self.members = list(range(self.k))
+        self.positions = torch.arange(self.k, device=self.device)  # the stack's original member indices
         self.diverged_step = torch.full((self.k,), -1, dtype=torch.int64, device=self.device)
         self.params = self._views(self.flat)
+        self._train_step = compiled_step(self._step, cfg.compile)
 
     def _views(self, flat: torch.Tensor) -> Dict[str, torch.Tensor]:
         """A (K, *shape) view of the flat (K, N) buffer per parameter name."""
@@ -146,8 +165,11 @@ class FusedTrainer:
     def _logits(self, params, buffers, x):
         # bf16 autocast in training only: outside torch.func.grad, vmap's convolution rule meets
         # bf16 activations with float32 weights, so evaluation runs in float32 (a trial alone
-        # evaluates in bf16: the errors differ by bf16 rounding, as the batched kernels' do)
-        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.amp and self.base.training):
+        # evaluates in bf16: the errors differ by bf16 rounding, as the batched kernels' do); the
+        # gradients taken around vmap (grad_around_vmap) need the casts of _AutocastUnderVmap
+        autocast = self.amp and self.base.training
+        casts = _AutocastUnderVmap() if autocast and self.grad_around_vmap else contextlib.nullcontext()
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=autocast), casts:
             return functional_call(self.base, (params, buffers), (x,))
 
     def _loss(self, params, buffers, x, y):
@@ -162,7 +184,7 @@ class FusedTrainer:
 
     def _losses_and_grad(self, x: torch.Tensor, y: torch.Tensor):
         """Each member's loss on its batch, and their gradients as one (K, N) tensor."""
-        if self.k > 1:
+        if self.k > 1 and not self.grad_around_vmap:
             grads, losses = vmap(grad_and_value(self._loss))(self.params, self.buffers, x, y)
             return losses, torch.cat([grads[n].reshape(self.k, -1) for n in self.names], 1)
         flat = self.flat.detach().requires_grad_()
@@ -170,26 +192,34 @@ class FusedTrainer:
         (grad,) = torch.autograd.grad(loss.sum(), flat)
         return loss.detach(), grad
 
+    def _step(self, x: torch.Tensor, y: torch.Tensor, loss_sum: torch.Tensor) -> None:
+        """One training step of every member (compiled whole unless `compile: off`): gradients, divergence,
+        the update, the live members' losses added to `loss_sum`, the step count."""
+        losses, grad = self._losses_and_grad(x, y)
+        newly = diverged_mask(losses, self.cfgs[0]) & self.alive
+        self.diverged_step[self.positions] = torch.where(newly, self.step_t, self.diverged_step[self.positions])
+        self.alive &= ~newly
+        self._update(grad, self.lr_table.index_select(0, self.step_t)[0])
+        loss_sum += torch.where(self.alive, losses.double(), torch.zeros_like(loss_sum))
+        self.step_t += 1
+
     @torch.no_grad()
     def _update(self, g: torch.Tensor, lrs: torch.Tensor) -> None:
         """One AdamW or SGD-Nesterov step on the flat buffer given its gradient `g` (the
         arithmetic of torch.optim's single-tensor code), dead members left as they are."""
-        p, lr, step = self.flat, lrs[:, None], self.step + 1  # torch.optim counts steps from 1
+        p, lr = self.flat, lrs[:, None]
         if self.cfgs[0].optimizer == "adamw":
-            beta1, beta2, eps = 0.9, 0.999, 1e-8
-            m = self.state.setdefault("exp_avg", torch.zeros_like(p))
-            v = self.state.setdefault("exp_avg_sq", torch.zeros_like(p))
+            (beta1, beta2), eps = ADAMW_BETAS, ADAMW_EPS
+            m, v = self.state["exp_avg"], self.state["exp_avg_sq"]
             new = p * (1 - lr * self.wd)
             m.lerp_(g, 1 - beta1)
             v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
-            bias1, bias2_sqrt = 1 - beta1**step, math.sqrt(1 - beta2**step)
+            bias1, bias2_sqrt = self.bias_corrections.index_select(0, self.step_t)[0]  # 0-dim: no type promotion
             new = new - (lr / bias1) * (m / ((v.sqrt() / bias2_sqrt) + eps))
         else:
             momentum = 0.9
             d_p = g + self.wd * p
-            buf = self.state.get("momentum_buffer")
-            buf = d_p.clone() if buf is None else buf.mul_(momentum).add_(d_p)
-            self.state["momentum_buffer"] = buf
+            buf = self.state["momentum_buffer"].mul_(momentum).add_(d_p)  # from zeros: d_p at the first step
             new = p - lr * (d_p + momentum * buf)
         p.copy_(torch.where(self.alive[:, None], new, p))  # in place: the views stay valid
 
@@ -199,20 +229,14 @@ class FusedTrainer:
         cfg = self.cfgs[0]
         loss_sum = torch.zeros(self.k, dtype=torch.float64, device=self.device)
         iterators = [self.batches.train(cfg.batch_size, g) for g in self.generators]
-        lrs = self.lr_table[min(self.step, len(self.lr_table) - 1)]
-        positions = torch.tensor(self.members, device=self.device)
+        last = min(self.step, len(self.lr_table) - 1)
         for batches in zip(*iterators):
             x = torch.stack([b[0] for b in batches])
             y = torch.stack([b[1] for b in batches])
-            lrs = self.lr_table[self.step]
-            losses, grad = self._losses_and_grad(x, y)
-            newly = diverged_mask(losses, cfg) & self.alive
-            self.diverged_step[positions] = torch.where(newly, self.step, self.diverged_step[positions])
-            self.alive &= ~newly
-            self._update(grad, lrs)
-            loss_sum += torch.where(self.alive, losses.detach().double(), torch.zeros_like(loss_sum))
+            self._train_step(x, y, loss_sum)
+            last = self.step
             self.step += 1
-        return {"train_loss": (loss_sum / self.steps_per_epoch).cpu().numpy(), "lr": lrs.cpu().numpy()}
+        return {"train_loss": (loss_sum / self.steps_per_epoch).cpu().numpy(), "lr": self.lr_table[last].cpu().numpy()}
 
     @torch.no_grad()
     def evaluate(self) -> Dict[str, np.ndarray]:
@@ -245,9 +269,10 @@ class FusedTrainer:
         kept = keep.tolist()
         self.generators = [self.generators[i] for i in kept]
         self.members = [self.members[i] for i in kept]
+        self.positions = self.positions[keep]
         self.k = len(kept)
         self.params = self._views(self.flat)
-        set_fused_attention(self.base, self.k == 1)
+        set_vmapped_attention(self.base, self.k > 1)
 
     def run_epoch(self) -> Dict[int, Dict[str, Any]]:
         """Train and evaluate one epoch (hpstudy.trainers.loop.EpochTrainer): metrics of the live members,
@@ -277,8 +302,19 @@ class FusedTrainer:
 
     def release(self) -> None:
         """Free the stacked parameters, buffers and optimizer state."""
-        del self.params, self.flat, self.buffers, self.state, self.batches
+        del self.params, self.flat, self.buffers, self.state, self.batches, self._train_step
         release_device_memory(self.device)
+
+
+class _AutocastUnderVmap(TorchFunctionMode):
+    """Convolutions and linear layers in autocast's dtype, cast as autocast casts them: outside torch.func.grad,
+    vmap rewrites them (with batched weights) into ops autocast leaves in float32 before autocast sees them."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func in (F.conv1d, F.conv2d, F.conv3d, F.linear):
+            dtype = torch.get_autocast_dtype(args[0].device.type)
+            args = tuple(a.to(dtype) if torch.is_tensor(a) else a for a in args)
+        return func(*args, **(kwargs or {}))
 
 
 def _norms_in_float32(model: torch.nn.Module) -> None:
@@ -324,11 +360,13 @@ def measure_fusion(
     device: str = "auto",
     dtype: str = "float32",
     alone_step_s: Optional[float] = None,
+    compile: str = "off",
 ) -> Dict[str, float]:
     """Time K members fused against one trial alone (then x K, as K trials one after another).
 
-    Both train `steps` steps of synthetic data after a warm-up epoch; speedup = K t_alone / t_fused.
-    `alone_step_s`, when given, is the alone step time already measured (one per sweep over K).
+    Both train `steps` steps of synthetic data after a warm-up epoch (which compiles the step, for a
+    `compile` mode other than off); speedup = K t_alone / t_fused. `alone_step_s`, when given, is the
+    alone step time already measured (one per sweep over K).
     """
     data = {
         "name": "synthetic",
@@ -347,6 +385,7 @@ def measure_fusion(
         dataset=data,
         device=device,
         dtype=dtype,
+        compile=compile,
     )
 
     def timed(trainer) -> float:
