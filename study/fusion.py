@@ -86,7 +86,11 @@ def fusion_sizes(spec: StudySpec, pending: List[PlannedTrial], resources: Dict[s
             continue
         cfg = next(t for t in pending if t.model == model).config
         try:
-            result = ray.get(measure.remote(model, cfg["optimizer"], cfg["batch_size"], spec.dataset.size, k))
+            # timed as the trials will run: compiled when the recipe compiles the step
+            compile_mode = cfg.get("compile", "off")
+            result = ray.get(
+                measure.remote(model, cfg["optimizer"], cfg["batch_size"], spec.dataset.size, k, compile=compile_mode)
+            )
         except ray.exceptions.RayError as exc:  # e.g. out of memory: K members do not fit
             print(f"fuse auto: {model}: no fusion: measuring {k} fused failed ({_first_line(exc)})", flush=True)
             continue
@@ -121,10 +125,10 @@ def _first_line(exc: Exception) -> str:
     return lines[-1][:200] if lines else type(exc).__name__
 
 
-def _measure_fusion(*args) -> Dict[str, float]:
+def _measure_fusion(*args, **kwargs) -> Dict[str, float]:
     """hpstudy.trainers.fused.measure_fusion on a Ray worker, with as many torch threads as a trial would have."""
     from hpstudy.study.trainable import use_assigned_cpus, use_assigned_gpus
 
     use_assigned_cpus()
     use_assigned_gpus()
-    return measure_fusion(*args)
+    return measure_fusion(*args, **kwargs)
