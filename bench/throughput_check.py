@@ -12,7 +12,8 @@ channels_last (the trial's defaults), synthetic data:
   compiled_step      the whole step compiled (compile: inductor, and graph: CUDA graphs): the first
                      epoch's extra seconds (cold compile) and images/s after it, against eager;
   concurrent_trials  1, 2 and 4 trials at once on the device, each its own process: summed images/s;
-  fused_k8           8 members of vit_c_tiny fused (trainers/fused.py) against one alone (bench/fused.py);
+  fused_k8           8 members of vit_c_tiny fused (trainers/fused.py) against one alone (bench/fused.py),
+                     eager and, on CUDA, compiled (compile: inductor);
   warm_setup         a trial's setup and first step on a new Trainer against a warm worker's restart
                      (trainers/warm.py), eager and compiled (bench/trainer.py --warm);
   resident_input     a prepared folder's training batches (crop, flip, with and without AutoAugment)
@@ -62,6 +63,7 @@ class Setting:
     fused_model: str
     fused_image_size: int
     fused_batch: int
+    fused_compile: Tuple[str, ...]  # fused_k8's compile modes: eager first, its row at the top level
     concurrency: Tuple[int, ...]  # trials at once
     input_images: int  # JPEGs prepared for resident_input (width x height, then train_size, image_size)
     input_jpeg: Tuple[int, int]
@@ -86,6 +88,7 @@ GPU = Setting(
     "vit_c_tiny",
     32,
     128,
+    ("off", "inductor"),
     (1, 2, 4),
     4096,
     (500, 375),
@@ -95,7 +98,7 @@ GPU = Setting(
         ("fused_vs_foreach", 90),
         ("compiled_step", 240),
         ("concurrent_trials", 150),
-        ("fused_k8", 90),
+        ("fused_k8", 300),
         ("warm_setup", 150),
         ("resident_input", 120),
     ),
@@ -111,6 +114,7 @@ SMOKE = Setting(
     "vit_c_tiny",
     16,
     4,
+    ("off",),  # compiling 8 vmapped members takes minutes on a CPU: tests/trainers/test_fused_compiled.py
     (1, 2),
     64,
     (40, 30),
@@ -253,16 +257,23 @@ def concurrent_trials(setting: Setting) -> dict:
 
 
 def fused_k8(setting: Setting) -> dict:
-    """8 fused members against one trial alone (bench/fused.py's sweep)."""
-    rows = sweep(
-        [setting.fused_model],
-        [8],
-        [setting.fused_batch],
-        setting.fused_image_size,
-        device=setting.device,
-        steps=setting.steps,
-    )
-    return {"model": setting.fused_model, **rows[0]}
+    """8 fused members against one trial alone (bench/fused.py's sweep), eager, then each other compile mode
+    of the setting under its name."""
+    trial.INDUCTOR_BACKEND = setting.compile_backend
+    rows = {
+        mode: sweep(
+            [setting.fused_model],
+            [8],
+            [setting.fused_batch],
+            setting.fused_image_size,
+            device=setting.device,
+            steps=setting.steps,
+            compile=mode,
+        )[0]
+        for mode in setting.fused_compile
+    }
+    eager, *compiled = setting.fused_compile
+    return {"model": setting.fused_model, **rows[eager], **{mode: rows[mode] for mode in compiled}}
 
 
 def warm_setup(setting: Setting) -> dict:
