@@ -6,7 +6,7 @@ loop over members), so fused trials used to compute attention explicitly (softma
 vmap rule folds the vmapped member axis into the attention batch: under vmap the fused (flash / memory-efficient)
 kernel runs once over K x B. Its backward recomputes SDPA under autograd (the fused backward kernel, plus one
 attention forward). Differentiate around vmap (autograd over a vmapped loss), not inside it: torch.func.grad
-cannot run a custom op's autograd formula (pytorch/pytorch#168393).
+cannot run a custom op's autograd formula (torch 2.14).
 """
 
 from functools import partial

@@ -113,7 +113,7 @@ class FusedTrainer:
         self.flat = torch.cat([p.detach().reshape(self.k, -1) for p in params.values()], 1)
         self.buffers = buffers
         self.base = set_vmapped_attention(copy.deepcopy(models[0]).to("meta"), self.k > 1)
-        # torch.func.grad cannot run hpstudy::attention's backward (pytorch/pytorch#168393); members share
+        # torch.func.grad cannot run hpstudy::attention's backward (torch 2.14); members share
         # nothing, so autograd over the sum of their losses gives each member its own gradient
         self.grad_around_vmap = routes_attention(self.base)
         if self.amp:
