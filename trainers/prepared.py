@@ -349,8 +349,11 @@ def resident_budget(device: torch.device) -> int:
     if device.type != "cuda":
         return 0
     free, total = torch.cuda.mem_get_info(device)
-    # a `gpu: 0.25` trial shares the GPU and each sharer holds its own copy: its cap, not the free memory, binds
-    allowed = torch.cuda.get_per_process_memory_fraction(device) * total - torch.cuda.memory_reserved(device)
+    # a `gpu: 0.25` trial shares the GPU and each sharer holds its own copy: its cap, not the free memory, binds;
+    # a torch that cannot read the cap back (2.5) counts the whole card, and a copy past the cap runs
+    # out of memory, which `hold` takes as "keep the memory map"
+    fraction = getattr(torch.cuda, "get_per_process_memory_fraction", lambda device: 1.0)(device)
+    allowed = fraction * total - torch.cuda.memory_reserved(device)
     return int(RESIDENT_SHARE * min(free, allowed))
 
 

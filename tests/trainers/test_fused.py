@@ -176,7 +176,7 @@ def test_fuse_auto_takes_an_out_of_memory_while_measuring_as_no_fusion(monkeypat
 
     def remote(**resources):
         asked.append(resources)
-        return lambda fn: SimpleNamespace(remote=lambda *args: args)
+        return lambda fn: SimpleNamespace(remote=lambda *args, **kwargs: args)
 
     def get(args):
         if args[0] == "vit_c_tiny":

@@ -69,8 +69,10 @@ def test_the_resident_budget_is_half_what_the_process_may_still_take_on_its_shar
     monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device: 5 * gib)
     cuda = torch.device("cuda", 0)
     for share, budget in ((1.0, 50 * gib), (0.25, 15 * gib)):  # 0.25: a quarter of 140, less the 5 held
-        monkeypatch.setattr(torch.cuda, "get_per_process_memory_fraction", lambda device, s=share: s)
+        monkeypatch.setattr(torch.cuda, "get_per_process_memory_fraction", lambda device, s=share: s, raising=False)
         assert prepared.resident_budget(cuda) == budget
+    monkeypatch.delattr(torch.cuda, "get_per_process_memory_fraction")  # as torch 2.5: the whole card
+    assert prepared.resident_budget(cuda) == 50 * gib
     assert prepared.resident_budget(CPU) == 0
 
 
