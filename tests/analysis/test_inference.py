@@ -208,7 +208,7 @@ def test_best_interval_at_an_alpha_the_calibration_hits_exactly():
 
 @pytest.mark.parametrize("rule", [best_contrast, welch], ids=["best", "welch"])
 @pytest.mark.parametrize("weights", [SINGLE, PAIR], ids=["two groups", "four groups"])
-@pytest.mark.parametrize("n", [5, 8, pytest.param(24, marks=pytest.mark.slow)])  # n = 24: ~1 s each
+@pytest.mark.parametrize("n", [5, pytest.param(8, marks=pytest.mark.slow), pytest.param(24, marks=pytest.mark.slow)])
 def test_the_interval_excludes_0_exactly_when_p_is_at_most_alpha(rule, weights, n):
     rng = np.random.default_rng([5, n, len(weights)])
     decided = 0

@@ -299,7 +299,7 @@ SPEC_FIELDS = [
 ]
 
 
-@pytest.mark.parametrize("kind", ["text", "list"])
+@pytest.mark.parametrize("kind", ["text", pytest.param("list", marks=pytest.mark.slow)])  # the list kind: slow tier
 @pytest.mark.parametrize("field", SPEC_FIELDS)
 def test_a_huge_value_in_any_spec_field_is_shown_in_at_most_about_200_characters(tmp_path, field, kind):
     spec = small_spec(name="big", optimizers=["adamw"])

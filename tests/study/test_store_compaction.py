@@ -128,7 +128,16 @@ def _kill_compaction_then_compact(root: str, point: str, nth: int) -> None:
     assert after["dataset_keys"] == before["dataset_keys"]
 
 
-@pytest.mark.parametrize("point,nth", [("write", 0), ("delete", 1), ("delete", 6), ("delete", 13)])
+# one kill point in the fast tier, the others (~0.8 s each) in the slow tier
+@pytest.mark.parametrize(
+    "point,nth",
+    [
+        pytest.param("write", 0, marks=pytest.mark.slow),
+        pytest.param("delete", 1, marks=pytest.mark.slow),
+        ("delete", 6),
+        pytest.param("delete", 13, marks=pytest.mark.slow),
+    ],
+)
 def test_a_compaction_killed_anywhere_loses_and_duplicates_nothing(tmp_path, point, nth):
     """SIGKILL while the merged file is written, before the first delete, halfway through the trial
     files' deletions and halfway through the epoch files' (trials are done first); the next
@@ -139,7 +148,15 @@ def test_a_compaction_killed_anywhere_loses_and_duplicates_nothing(tmp_path, poi
     assert len(_parquet_files(root, "trials")) == 3 and len(_parquet_files(root, "epochs")) == 1
 
 
-@pytest.mark.parametrize("point,nth", [("write", 0), ("delete", 1), ("delete", 2), ("delete", 3)])
+@pytest.mark.parametrize(
+    "point,nth",
+    [
+        ("write", 0),
+        pytest.param("delete", 1, marks=pytest.mark.slow),
+        pytest.param("delete", 2, marks=pytest.mark.slow),
+        pytest.param("delete", 3, marks=pytest.mark.slow),
+    ],
+)
 def test_a_compaction_killed_beside_an_earlier_merged_file_loses_and_duplicates_nothing(tmp_path, point, nth):
     """The same kills in a later compaction of a long run: an earlier merged file is left as it is,
     and the next compaction merges what the killed one left (its new merged file and the files it
