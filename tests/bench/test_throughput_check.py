@@ -27,7 +27,7 @@ def test_the_smoke_run_measures_every_section_and_rewrites_out_after_each(tmp_pa
     assert [len(result["concurrent_trials"][str(n)]["images_per_s"]) for n in SMOKE.concurrency] == [1, 2]
     assert result["fused_k8"]["k"] == 8 and result["fused_k8"]["speedup"] > 0
     warm = result["warm_setup"]
-    assert set(warm) == {"off", "inductor"} and all(warm[m]["warm_setup_s_median"] > 0 for m in warm)
+    assert {"off", "inductor"} <= set(warm) and all(warm[m]["warm_setup_s_median"] > 0 for m in ("off", "inductor"))
     rates = {k: v for k, v in result["resident_input"].items() if k.endswith("_images_per_s")}
     assert sorted(rates) == sorted(
         f"prepared_{m}_{a}_images_per_s" for m in ("mapped", "resident") for a in ("plain", "aa")

@@ -2,6 +2,9 @@
 whole, once per trainer."""
 
 import dataclasses
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -13,6 +16,7 @@ from hpstudy.trainers.config import TrialConfig
 from hpstudy.trainers.errors import ConfigError
 from hpstudy.trainers.fused import FusedTrainer
 from hpstudy.trainers.models import set_fused_attention
+from tests.helpers import REPO
 
 DATA = {"name": "synthetic", "image_size": 8, "n_train": 32, "n_val": 16, "num_classes": 4}
 BASE = dict(epochs=2, batch_size=8, warmup_epochs=1, min_lr_ratio=0.1, device="cpu", dtype="float64", dataset=DATA)
@@ -35,7 +39,12 @@ def assert_same_training(got, want, rel):
     for mine, theirs in zip(got_epochs, want_epochs):
         assert mine.keys() == theirs.keys()
         for member, record in mine.items():
-            assert record == pytest.approx(theirs[member], rel=rel)
+            unset = {
+                name for name, value in theirs[member].items() if value is None
+            }  # e.g. no EMA: approx takes no None
+            assert {name: record[name] for name in unset} == dict.fromkeys(unset)
+            numbers = {name: value for name, value in theirs[member].items() if name not in unset}
+            assert {name: record[name] for name in numbers} == pytest.approx(numbers, rel=rel)
     assert (got_flat - want_flat).norm() <= rel * want_flat.norm()
 
 
@@ -74,13 +83,28 @@ def aot_eager(monkeypatch):
     torch._dynamo.reset()
 
 
+IN_FRESH_PROCESS = "HPSTUDY_TEST_IN_FRESH_PROCESS"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "model,optimizer,lrs", [("vit_c_tiny", "adamw", [1e-3, 4e-3]), ("cnn_tiny", "sgd", [0.05, 0.2])]
 )
-def test_the_fused_step_compiles_whole_once_and_trains_as_eager(aot_eager, model, optimizer, lrs):
+def test_the_fused_step_compiles_whole_once_and_trains_as_eager(request, aot_eager, model, optimizer, lrs):
     """One graph (gradients of every member, divergence, update), no graph break and no recompile over a
-    trial: the step count, lrs and bias corrections are read on the device."""
+    trial: the step count, lrs and bias corrections are read on the device. In a fresh process: in one that
+    compiled a trial alone before, torch 2.14 raises a KeyError inside the compiled fused step
+    (docs/fused-trials.md#compiled)."""
+    if not os.environ.get(IN_FRESH_PROCESS):
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", request.node.nodeid],
+            cwd=REPO,
+            env={**os.environ, IN_FRESH_PROCESS: "1"},
+            capture_output=True,
+            text=True,
+        )
+        assert done.returncode == 0, done.stdout[-3000:]
+        return
     cfgs = members(model, optimizer, lrs)
     trainer = FusedTrainer([dataclasses.replace(cfg, compile="inductor") for cfg in cfgs])
     step = trainer._train_step
