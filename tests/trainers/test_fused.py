@@ -166,17 +166,17 @@ def test_fuse_auto_takes_an_out_of_memory_while_measuring_as_no_fusion(monkeypat
     from hpstudy.study.fusion import fusion_sizes
     from hpstudy.study.sampling import expand
     from hpstudy.study.spec import parse_spec
-    from tests.helpers import small_spec
+    from tests.helpers import SMALL, small_spec
 
     oom = torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
     error = ray.exceptions.RayTaskError(
         "_measure_fusion", f"Traceback (most recent call last):\n  ...\ntorch.OutOfMemoryError: {oom}", oom
     ).as_instanceof_cause()
-    asked = []
+    asked, modes = [], []
 
     def remote(**resources):
         asked.append(resources)
-        return lambda fn: SimpleNamespace(remote=lambda *args, **kwargs: args)
+        return lambda fn: SimpleNamespace(remote=lambda *args, **kwargs: modes.append(kwargs) or args)
 
     def get(args):
         if args[0] == "vit_c_tiny":
@@ -185,9 +185,10 @@ def test_fuse_auto_takes_an_out_of_memory_while_measuring_as_no_fusion(monkeypat
 
     monkeypatch.setattr(ray, "remote", remote)
     monkeypatch.setattr(ray, "get", get)
-    spec = parse_spec(small_spec(fuse="auto"))
+    spec = parse_spec(small_spec(fuse="auto", recipe=dict(SMALL["recipe"], compile="inductor")))
     assert fusion_sizes(spec, expand(spec), {"cpu": 1, "gpu": 1}) == {"cnn_tiny": 3}
     assert asked == [{"num_cpus": 1, "num_gpus": 1}]
+    assert modes == [{"compile": "inductor"}] * 2  # timed in the trials' compile mode
     assert capsys.readouterr().out.splitlines() == [
         "fuse auto: cnn_tiny: 3 fused run 2.00x the speed of 3 alone -> fuse 3",
         "fuse auto: vit_c_tiny: no fusion: measuring 3 fused failed (torch.OutOfMemoryError: CUDA out of memory. "
