@@ -70,3 +70,18 @@ def tmpfs(tmp_path):
     yield mount
     for path in reversed(mounted):
         subprocess.run(["umount", str(path)], check=True)
+
+
+@pytest.fixture
+def aot_eager(monkeypatch):
+    """`compile: inductor` on torch.compile's aot_eager backend (the same graphs, no code generation), with
+    Dynamo and its counters reset before and after."""
+    from torch._dynamo.utils import counters
+
+    from hpstudy.trainers import trial
+
+    monkeypatch.setattr(trial, "INDUCTOR_BACKEND", "aot_eager")
+    torch._dynamo.reset()
+    counters.clear()
+    yield
+    torch._dynamo.reset()

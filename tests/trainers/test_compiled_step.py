@@ -7,7 +7,6 @@ import pytest
 import torch
 from torch._dynamo.utils import counters
 
-from hpstudy.trainers import trial
 from hpstudy.trainers.config import TrialConfig
 from hpstudy.trainers.errors import ConfigError
 from hpstudy.trainers.trial import Trainer
@@ -181,16 +180,6 @@ def test_the_capturable_step_trains_as_the_eager_step_did_in_float64(case):
     epochs, sums = epochs_and_sums(Trainer(TrialConfig.from_dict(dict(BASE, **CASES[case]))))
     assert epochs == HEAD_ROWS[case]["epochs"]
     assert sums == HEAD_ROWS[case]["sums"]
-
-
-@pytest.fixture
-def aot_eager(monkeypatch):
-    """compile: inductor on the aot_eager backend (the same graphs, no code generation), counters reset."""
-    monkeypatch.setattr(trial, "INDUCTOR_BACKEND", "aot_eager")
-    torch._dynamo.reset()
-    counters.clear()
-    yield
-    torch._dynamo.reset()
 
 
 # The traced AdamW (torch's capturable form) computes its bias corrections from a float32 step count,

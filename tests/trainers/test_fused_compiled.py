@@ -11,7 +11,7 @@ import torch
 from torch._dynamo.utils import counters
 
 from bench.op_count import OpCounter
-from hpstudy.trainers import fused, trial
+from hpstudy.trainers import fused
 from hpstudy.trainers.config import TrialConfig
 from hpstudy.trainers.errors import ConfigError
 from hpstudy.trainers.fused import FusedTrainer
@@ -71,16 +71,6 @@ def test_vit_attention_through_the_op_trains_as_the_explicit_attention_did(monke
         explicit = trained(FusedTrainer(cfgs))
     assert sdpa_kernel_calls(ops) == 0
     assert_same_training(through_op, explicit, rel=1e-10)
-
-
-@pytest.fixture
-def aot_eager(monkeypatch):
-    """compile: inductor on the aot_eager backend (the same graphs, no code generation), counters reset."""
-    monkeypatch.setattr(trial, "INDUCTOR_BACKEND", "aot_eager")
-    torch._dynamo.reset()
-    counters.clear()
-    yield
-    torch._dynamo.reset()
 
 
 IN_FRESH_PROCESS = "HPSTUDY_TEST_IN_FRESH_PROCESS"

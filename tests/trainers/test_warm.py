@@ -5,7 +5,6 @@ import pytest
 import torch
 from torch._dynamo.utils import counters
 
-from hpstudy.trainers import trial
 from hpstudy.trainers.config import TrialConfig
 from hpstudy.trainers.models import build_model
 from hpstudy.trainers.trial import run_trial
@@ -85,16 +84,6 @@ def test_warm_trials_of_other_models_and_recipes_train_as_fresh_ones(recipe):
     first, second = dict(A, **recipe), dict(B, **dict(recipe, lr=0.1))
     a, b = fresh(first), fresh(second)
     assert warm(first, second, first) == [a, b, a]
-
-
-@pytest.fixture
-def aot_eager(monkeypatch):
-    """compile: inductor on the aot_eager backend (the same graphs, no code generation), counters reset."""
-    monkeypatch.setattr(trial, "INDUCTOR_BACKEND", "aot_eager")
-    torch._dynamo.reset()
-    counters.clear()
-    yield
-    torch._dynamo.reset()
 
 
 @pytest.mark.slow
