@@ -30,7 +30,8 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 import torch  # noqa: E402
 
-from hpstudy.study.runner import TUNE_ENV, run_study  # noqa: E402
+from hpstudy.study.ray_session import TUNE_ENV  # noqa: E402
+from hpstudy.study.runner import run_study  # noqa: E402
 from hpstudy.study.sampling import expand  # noqa: E402
 from hpstudy.study.spec import parse_spec  # noqa: E402
 from hpstudy.study.store_read import load_trials  # noqa: E402

@@ -1,7 +1,5 @@
 """`python -m hpstudy` = the `hpstudy` command."""
 
-import sys
+from hpstudy.cli import hpstudy_command
 
-from hpstudy.cli import hpstudy_main
-
-sys.exit(hpstudy_main())
+hpstudy_command()

@@ -11,11 +11,11 @@ import argparse
 import os
 import sys
 import traceback
-from typing import List, Optional
+from typing import List, NoReturn, Optional
 
 from hpstudy import __version__
 from hpstudy.analysis.metric_names import DEFAULT_METRIC, METRIC_DOCS, METRICS
-from hpstudy.trainers.errors import HpstudyError, exits_on_user_error
+from hpstudy.trainers.errors import HpstudyError, exit_with, exits_on_user_error
 
 DEFAULT_CONFIG = "demo_digits"
 EXIT_STORE_FAULT = 3  # the store is full, unwritable or unreachable: fix it and rerun to resume
@@ -251,6 +251,11 @@ def guarded(args: argparse.Namespace) -> int:
             raise
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_STORE_FAULT
+
+
+def hpstudy_command() -> NoReturn:
+    """The `hpstudy` console script and `python -m hpstudy`."""
+    exit_with(hpstudy_main)
 
 
 @exits_on_user_error

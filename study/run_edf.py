@@ -8,9 +8,8 @@ Ray's `submit` copies this file alone to the head node, so it imports the instal
 package and nothing relative to itself.
 """
 
-import sys
-
 from hpstudy.cli import run_edf_main
+from hpstudy.trainers.errors import exit_with
 
 if __name__ == "__main__":
-    sys.exit(run_edf_main())
+    exit_with(run_edf_main)

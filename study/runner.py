@@ -19,6 +19,7 @@ from ray.util.debug import reset_log_once
 from hpstudy.study.fusion import fusion_groups, fusion_sizes
 from hpstudy.study.interruption import Interruption, RunStopped
 from hpstudy.study.progress import ProgressPrinter, Tally
+from hpstudy.study.ray_session import ray_session
 from hpstudy.study.sampling import PlannedTrial, expand, expand_for_store
 from hpstudy.study.spec import StudySpec
 from hpstudy.study.store import StoreFault, delete_study, probe_store
@@ -31,16 +32,6 @@ from hpstudy.study.tune_scheduler import IdleActorsToNewTrials
 from hpstudy.study.tune_searcher import GroupQueue
 from hpstudy.study.tune_stopper import RunStopper
 from hpstudy.study.tune_store_writer import StoreWriter
-
-# Read by Tune when a run starts (not at import): its JSON/CSV/TensorBoard loggers cost driver
-# memory and files per trial (the store is the record), and our ProgressPrinter replaces its tables.
-# Tune's own SIGINT handler is off: hpstudy's (Interruption) stops the run and says how to resume.
-TUNE_ENV = {
-    "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1",
-    "TUNE_MAX_PENDING_TRIALS_PG": "16",
-    "RAY_AIR_NEW_OUTPUT": "0",
-    "TUNE_DISABLE_SIGINT_HANDLER": "1",
-}
 
 
 def local_slots(resources: Dict[str, float]) -> Optional[int]:
@@ -55,31 +46,6 @@ def local_slots(resources: Dict[str, float]) -> Optional[int]:
 def _trial_name(trial) -> str:
     """A Tune trial's name (and folder name): its group's index."""
     return f"group-{trial.config['group']:06d}"
-
-
-@contextlib.contextmanager
-def ray_session(address: Optional[str], num_cpus: Optional[int]) -> Iterator[None]:
-    """Connect to a cluster, or start a local Ray on loopback only (shut down on exit); reuse a
-    Ray that is already initialised."""
-    for name, value in TUNE_ENV.items():
-        os.environ.setdefault(name, value)
-    if ray.is_initialized():
-        yield
-        return
-    if address:
-        ray.init(address=address, log_to_driver=True)
-    else:
-        ray.init(
-            num_cpus=num_cpus,
-            include_dashboard=False,
-            log_to_driver=True,
-            configure_logging=True,
-            logging_level="WARNING",
-        )
-    try:
-        yield
-    finally:
-        ray.shutdown()
 
 
 @contextlib.contextmanager

@@ -10,13 +10,12 @@ defaults, help from the field's doc. Flags left out take the config's default.
 import argparse
 import dataclasses
 import json
-import sys
 import typing
 from typing import Any, Callable, Dict, Optional
 
 from hpstudy.trainers.config import OPTIMIZERS, TrialConfig
 from hpstudy.trainers.data_spec import DATASETS, DataSpec
-from hpstudy.trainers.errors import exits_on_user_error
+from hpstudy.trainers.errors import exit_with, exits_on_user_error
 from hpstudy.trainers.trial import train_trial
 
 # --model is any registered name or timm:<name>, which TrialConfig checks (a choice list would refuse timm:)
@@ -113,4 +112,4 @@ def main(argv: Optional[list] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with(main)

@@ -15,7 +15,7 @@ import hpstudy.commands
 from hpstudy.analysis.metric import METRIC_COLUMNS
 from hpstudy.analysis.report import CELL
 from hpstudy.cli import hpstudy_main, run_edf_main
-from hpstudy.study.runner import TUNE_ENV
+from hpstudy.study.ray_session import TUNE_ENV
 from hpstudy.study.sampling import expand
 from hpstudy.study.spec import parse_spec
 from hpstudy.study.store import write_trial
@@ -226,7 +226,7 @@ def test_importing_the_study_runner_changes_no_environment():
     """hpstudy sets Tune's variables when Ray starts, not at import (Ray and torch set their own)."""
     code = (
         "import os\nimport hpstudy.study.runner, hpstudy.cli, hpstudy.commands, hpstudy.study.trainable\n"
-        "print(sorted(k for k in hpstudy.study.runner.TUNE_ENV if k in os.environ))"
+        "print(sorted(k for k in hpstudy.study.ray_session.TUNE_ENV if k in os.environ))"
     )
     env = {k: v for k, v in os.environ.items() if k not in TUNE_ENV}  # a study run in this process set them
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True, env=env)
