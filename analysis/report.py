@@ -5,7 +5,6 @@ import json
 import os
 import re
 import tempfile
-import uuid
 import warnings
 from typing import Dict, List, Optional, Tuple
 
@@ -38,38 +37,12 @@ from hpstudy.analysis.findings import findings as make_findings
 from hpstudy.analysis.gaps import ema_gain
 from hpstudy.analysis.inference import ALPHA, design_of
 from hpstudy.analysis.metric import DEFAULT_METRIC, ERR, METRIC_DOCS, LeftOutWarning, Rows, usable
-from hpstudy.analysis.report_folder import ALLOWED, ReportError, owned, publish
+from hpstudy.analysis.report_folder import FOLDER_RULE, ReportError, check_report_dir, publish
 from hpstudy.analysis.stats import Keys, good_ranges, hp_importance, hp_kinds
 from hpstudy.trainers.schema import DIVERGED, FAILED, FINISHED, OK, STATUSES
 
 CELL = ["model", "optimizer", "epochs"]
 RANGES_BEYOND_LOG = " (linear values of a uniform or int one; per value of a choice, the share of the best trials)"
-FOLDER_RULE = f"a folder that can be written (created if missing): {ALLOWED}"
-
-
-def check_report_dir(path: str, what: str = "report folder") -> None:
-    """Create the folder `path` and write and delete a probe file in it, or raise ReportError naming
-    `what` (the flag), the path and why (also when hpstudy may not write there: report_folder.owned);
-    run before a study, so a bad --report stops nothing late."""
-    if "://" in path:
-        raise ReportError(
-            f"{what}: {path!r} is a URI; allowed: a local folder (a study's report goes into a "
-            f"store given as a URI by default, at <store>/reports/<study>/)"
-        )
-    if os.path.exists(path) and not os.path.isdir(path):
-        raise ReportError(f"{what}: {path!r} is a file; allowed: {FOLDER_RULE}")
-    probe = os.path.join(path, f".probe-{uuid.uuid4().hex}")
-    try:
-        owned(pafs.LocalFileSystem(), os.path.abspath(path), what)
-        os.makedirs(path, exist_ok=True)
-        with open(probe, "w") as f:
-            f.write("hpstudy")
-        os.remove(probe)
-    except OSError as exc:
-        raise ReportError(
-            f"{what}: cannot write {path!r} ({exc.strerror or type(exc).__name__}: "
-            f"{exc.filename or path}); allowed: {FOLDER_RULE}"
-        ) from exc
 
 
 def left_out_table(rows: Rows) -> pd.DataFrame:

@@ -158,3 +158,31 @@ def publish(fs: pafs.FileSystem, folder: str, source: str, what: str, root: Opti
     for name in sorted(mine - new):
         fs.delete_file(f"{folder}/{name}")
     _write_manifest(fs, folder, new)
+
+
+FOLDER_RULE = f"a folder that can be written (created if missing): {ALLOWED}"
+
+
+def check_report_dir(path: str, what: str = "report folder") -> None:
+    """Create the folder `path` and write and delete a probe file in it, or raise ReportError naming
+    `what` (the flag), the path and why (also when hpstudy may not write there: report_folder.owned);
+    run before a study, so a bad --report stops nothing late."""
+    if "://" in path:
+        raise ReportError(
+            f"{what}: {path!r} is a URI; allowed: a local folder (a study's report goes into a "
+            f"store given as a URI by default, at <store>/reports/<study>/)"
+        )
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise ReportError(f"{what}: {path!r} is a file; allowed: {FOLDER_RULE}")
+    probe = os.path.join(path, f".probe-{uuid.uuid4().hex}")
+    try:
+        owned(pafs.LocalFileSystem(), os.path.abspath(path), what)
+        os.makedirs(path, exist_ok=True)
+        with open(probe, "w") as f:
+            f.write("hpstudy")
+        os.remove(probe)
+    except OSError as exc:
+        raise ReportError(
+            f"{what}: cannot write {path!r} ({exc.strerror or type(exc).__name__}: "
+            f"{exc.filename or path}); allowed: {FOLDER_RULE}"
+        ) from exc

@@ -18,10 +18,8 @@ import pyarrow.fs as pafs
 
 from hpstudy.analysis.metric import DEFAULT_METRIC, usable
 from hpstudy.analysis.query import QueryError, filter_rows
-from hpstudy.analysis.report import build_report, check_report_dir
-from hpstudy.analysis.report_folder import owned, publish
+from hpstudy.analysis.report_folder import check_report_dir, owned, publish
 from hpstudy.analysis.stats import good_ranges
-from hpstudy.study.gpu_plan import memory_plan, memory_trials
 from hpstudy.study.sampling import cells, check_samples, expand_for_store
 from hpstudy.study.spec import SpecError, StudySpec, check_models, load_spec, resolve_config
 from hpstudy.study.store import StoreError, StoreFault, open_root, store_io
@@ -212,6 +210,8 @@ def run(args: argparse.Namespace) -> int:
     if note:
         print(note, flush=True)
     if args.dry_run:
+        from hpstudy.study.gpu_plan import memory_plan, memory_trials  # torch and timm
+
         print_plan(spec, args.store, args.assume_tflops)
         if spec.resources.gpu:
             print("\n".join(memory_plan(spec, memory_trials(spec), args.gpu_memory_gb)))
@@ -270,6 +270,8 @@ def write_report(store: str, study: str, out: Optional[str], metric: str = DEFAU
         check_report_dir(out, "--out")
     else:
         check_store_report_dir(store, study)
+    from hpstudy.analysis.report import build_report  # matplotlib: only when a report is written
+
     trials, epochs, record = load_study(store, study)
     if out:
         page = os.path.abspath(build_report(trials, epochs, record, out, metric))

@@ -1,6 +1,5 @@
 """hpstudy's Ray session: a local Ray on loopback (or a cluster to connect to) with Tune's environment
-set. It imports Ray alone (no torch, timm or Ray Tune), so the command line can start Ray while
-another thread loads the rest (hpstudy.cli)."""
+set. It imports Ray alone (no torch, timm or Ray Tune)."""
 
 import contextlib
 import os

@@ -10,6 +10,8 @@ import pytest
 
 from hpstudy import __version__
 from hpstudy.cli import hpstudy_main, parser, run_edf_main
+from hpstudy.study.store import write_trial
+from tests.helpers import stored_row
 
 HEAVY = ("torch", "timm", "torchvision", "ray", "pandas", "pyarrow", "numpy", "scipy", "matplotlib")
 SUBCOMMANDS = ["run", "status", "report", "query", "compact", "prepare", "suggest"]
@@ -32,6 +34,16 @@ def test_help_and_version_load_nothing_heavy(argv):
 
 def test_run_edf_help_loads_nothing_heavy():
     assert loaded_after("from hpstudy.cli import run_edf_main; run_edf_main(['--help'])") == []
+
+
+@pytest.mark.parametrize("argv", [["status"], ["query", "lr > 0"], ["compact"]])
+def test_store_commands_load_no_torch_timm_or_matplotlib(argv, tmp_path):
+    # the commands that only read or rewrite the store answer without the trainers' or figures' imports
+    store = tmp_path / "store"
+    write_trial(str(store), "s", stored_row(trial_key="k"))
+    argv = [*argv, "--store", str(store), "--study", "s"]
+    loaded = loaded_after(f"from hpstudy.cli import hpstudy_main; assert hpstudy_main({argv!r}) == 0")
+    assert not {"torch", "timm", "torchvision", "matplotlib"} & set(loaded), loaded
 
 
 def test_version_names_the_package_version(capsys):

@@ -10,7 +10,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from hpstudy.analysis.report import ReportError, build_report, check_report_dir
+from hpstudy.analysis.report import ReportError, build_report
+from hpstudy.analysis.report_folder import check_report_dir
 from hpstudy.cli import hpstudy_main
 from hpstudy.study.store import REQUIRED, TABLES, write_trial
 from hpstudy.study.store_compaction import compact
