@@ -136,9 +136,11 @@ def run_trials(
                 # process-wide set, which nothing empties: 24 MB of driver memory at 20,000 trials
                 reset_log_once()
                 # the finished run's Tune objects (trials, results, actors' handles) hold reference
-                # cycles, which only Python's rare full collections free: free them now, before the
-                # next run allocates its own on top
-                gc.collect()
+                # cycles, which only Python's rare full collections free: free them before the next
+                # run allocates its own on top (after the last run a full collection would only add
+                # ~0.4 s to every study's end, with torch, timm and Ray loaded)
+                if stop < len(groups):
+                    gc.collect()
             if stopper.stop_all():
                 break
     finally:
