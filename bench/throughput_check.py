@@ -43,6 +43,7 @@ from bench.op_count import OpCounter
 from bench.trainer import setup_times
 from hpstudy.trainers import trial
 from hpstudy.trainers.config import TrialConfig
+from hpstudy.trainers.errors import exit_with
 from hpstudy.trainers.loop import trial_schedule
 from hpstudy.trainers.optim import build_optimizer
 from hpstudy.trainers.prepared import prepare
@@ -361,4 +362,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    exit_with(main)  # the sections' processes too: none pays the exit-time collections

@@ -293,15 +293,27 @@ ARRAY_CALLS = {
 }
 
 
-@pytest.fixture(scope="module")
-def dirty_and_clean():
+def _dirty_and_clean(**design):
     """Trials with failed rows (null errors) and one ok row with an infinite error, and the same
     table without them."""
-    trials = _flops(make_trials(epochs=(5, 10), n=16, fail_share=0.2, seed=11, ema=True))
+    trials = _flops(make_trials(fail_share=0.2, seed=11, ema=True, **design))
     trials.loc[trials.index[3], "best_ema_top1_err"] = np.inf
     clean = trials[(trials["status"] != "failed") & np.isfinite(trials["best_ema_top1_err"])]
     assert 0 < len(clean) < len(trials) - 1
     return trials, clean
+
+
+@pytest.fixture(scope="module")
+def dirty_and_clean():
+    """_dirty_and_clean of 3 models x 2 optimizers x 2 lengths, 16 trials each."""
+    return _dirty_and_clean(epochs=(5, 10), n=16)
+
+
+@pytest.fixture(scope="module")
+def small_dirty_and_clean():
+    """_dirty_and_clean of 2 models x 2 optimizers, 8 trials each: findings' tests and power
+    simulations take ~38 s on the large table, ~5 s on this one."""
+    return _dirty_and_clean(models=("vit_c_tiny", "cnn_tiny"), epochs=(5,), n=8)
 
 
 SILENT = {"findings"}  # counts what it left out in its sentences instead of warning
@@ -309,12 +321,12 @@ SILENT = {"findings"}  # counts what it left out in its sentences instead of war
 
 @pytest.mark.parametrize(
     "name",
-    # findings runs permutation tests and power simulations (about 30 s): slow tier; the fast tier
-    # pins its left-out counts in tests/analysis/test_findings.py
+    # findings runs permutation tests and power simulations (about 10 s on the small table): slow
+    # tier; the fast tier pins its left-out counts in tests/analysis/test_findings.py
     [pytest.param(n, marks=pytest.mark.slow) if n in SILENT else n for n in sorted(TABLE_CALLS)],
 )
-def test_table_functions_leave_out_failed_rows_themselves(name, dirty_and_clean):
-    dirty, clean = dirty_and_clean
+def test_table_functions_leave_out_failed_rows_themselves(name, request):
+    dirty, clean = request.getfixturevalue("small_dirty_and_clean" if name in SILENT else "dirty_and_clean")
     caller = {"edf_table_matched": "edf_table", "equalize_counts+edf_table": "edf_table"}.get(name, name)
     with (
         contextlib.nullcontext()
@@ -343,7 +355,7 @@ def test_array_functions_leave_out_non_finite_errors_themselves(name, dirty_and_
 
 
 @pytest.mark.slow
-def test_report_tables_leave_out_failed_rows_themselves(dirty_and_clean):
+def test_report_tables_leave_out_failed_rows_themselves(dirty_and_clean, small_dirty_and_clean):
     dirty, clean = dirty_and_clean
     stored_counts = ["ok", "diverged", "failed"]  # the summary counts what is stored, by status
     for table, warns in (
@@ -356,7 +368,7 @@ def test_report_tables_leave_out_failed_rows_themselves(dirty_and_clean):
     # the report's tables of tests: findings count what they left out in their rows instead of warning
     with warnings.catch_warnings():
         warnings.simplefilter("error", LeftOutWarning)
-        pairs, clean_pairs = (findings_table(findings(t), "edf_pair") for t in (dirty, clean))
+        pairs, clean_pairs = (findings_table(findings(t), "edf_pair") for t in small_dirty_and_clean)
     assert len(pairs) > 0 and pairs["n_left_out"].sum() > 0 and (clean_pairs["n_left_out"] == 0).all()
     _assert_same(_without_counts(pairs), _without_counts(clean_pairs))
 
