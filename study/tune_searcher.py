@@ -23,3 +23,7 @@ class GroupQueue(Searcher):
 
     def on_trial_complete(self, trial_id: str, result=None, error: bool = False) -> None:
         """Nothing to learn: the queue is fixed."""
+
+    def save(self, checkpoint_path: str) -> None:
+        """Write nothing: a rerun resumes from the store, never from Tune's experiment state (without
+        this, Tune warns at every run that the searcher cannot save)."""
