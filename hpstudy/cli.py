@@ -260,7 +260,7 @@ def hpstudy_command() -> NoReturn:
 
 @exits_on_user_error
 def hpstudy_main(argv: Optional[List[str]] = None) -> int:
-    """The `hpstudy` console script."""
+    """`hpstudy` on `argv` (the command line's when None); returns the exit code."""
     return guarded(parser().parse_args(argv))
 
 

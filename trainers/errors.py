@@ -2,7 +2,8 @@
 
 `HpstudyError` is the base; each layer raises its own subclass with a one-line message that names
 the field (or path), the bad value and what is allowed. Anything else is a bug or an
-infrastructure fault and keeps its traceback.
+infrastructure fault and keeps its traceback. `exits_on_user_error` and `exit_with` wrap the
+entry points.
 """
 
 import functools
