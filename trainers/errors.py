@@ -10,7 +10,7 @@ import functools
 import gc
 import reprlib
 import sys
-from typing import Any, Callable, NoReturn
+from typing import Any, Callable, NoReturn, Union
 
 MAX_SHOWN = 200  # characters of a value a message prints (a spec value can be megabytes)
 _SHORT = reprlib.Repr()  # stops early in large or deep containers: a message never formats a whole expansion
@@ -63,6 +63,7 @@ def exit_with(main: Callable[[], int]) -> NoReturn:
     at exit: with torch, timm and Ray loaded they walk every object several times (~1.5 s of each
     command on 2 cores) to free memory the process gives back anyway. Every file hpstudy writes is
     closed before a command returns, and objects freed by reference counting still are."""
+    code: Union[int, str, None]
     try:
         code = main()
     except SystemExit as stop:  # argparse's --help, --version and usage errors
