@@ -9,11 +9,12 @@ local Ray at two study sizes; the line through the two walls gives
                and the store add.
 The fixed cost's parts are timed on their own: `ray_start_s` and `ray_stop_s` (hpstudy's local Ray
 session entered and left, nothing run), and `actor_import_s` (a fresh interpreter importing what a
-trial's Ray actor imports: Ray Tune, torch, timm and hpstudy's trainers; each actor pays it before its
-first trial; the median of 3). The parts overlap in part (an actor imports while Tune starts the
-others) and leave out Tune's start and end and hpstudy's store and compactions, so they do not add up
-to `fixed_s`. `command_wall_s` is what a user waits for the smaller study from the command line
-(`python -m hpstudy run ... --report none`): the driver's own imports and its exit on top of run_study.
+trial's Ray actor imports: Ray Tune, torch, timm and hpstudy's trainers; each actor pays it before
+its first trial; the median of 3, beside `interpreter_s`, a bare interpreter's start). The parts
+overlap in part (an actor imports while Tune starts the others) and leave out Tune's start and end
+and hpstudy's store and compactions, so they do not add up to `fixed_s`. `command_wall_s` is what a
+user waits for the smaller study from the command line (`python -m hpstudy run ... --report none`):
+the driver's own imports and its exit on top of run_study.
 Targets: fixed <= 6 s, per trial <= 0.05 s.
 """
 
@@ -67,9 +68,10 @@ def command_wall(trials: int, concurrency: int) -> float:
         config = os.path.join(folder, "startup.yaml")
         with open(config, "w") as out:
             yaml.safe_dump(bench_spec(trials, 1, micro=True), out)
-        command = [sys.executable, "-m", "hpstudy", "run", "--config", config, "--store", os.path.join(folder, "store")]
+        store = os.path.join(folder, "store")
+        command = ["run", "--config", config, "--store", store, "--report", "none", "--num-cpus", str(concurrency)]
         start = time.perf_counter()
-        subprocess.run([*command, "--report", "none", "--num-cpus", str(concurrency)], check=True, stdout=sys.stderr)
+        subprocess.run([sys.executable, "-m", "hpstudy", *command], check=True, stdout=sys.stderr)
         return time.perf_counter() - start
 
 
@@ -93,7 +95,8 @@ def import_wall(statement: str, repeats: int = 3) -> float:
 
 def parse_sizes(text: str) -> List[int]:
     """`--trials`: two different study sizes, each a multiple of 4 (a micro study's cells)."""
-    sizes = [int(part) for part in text.split(",")] if all(p.strip().isdigit() for p in text.split(",")) else []
+    parts = text.split(",")
+    sizes = [int(part) for part in parts] if all(part.strip().isdigit() for part in parts) else []
     if len(sizes) != 2 or len(set(sizes)) != 2 or any(n < 4 or n % 4 for n in sizes):
         raise ValueError(f"--trials: bad value {text!r}; allowed: two different multiples of 4, e.g. 4,64")
     return sorted(sizes)
