@@ -6,6 +6,7 @@ import copy
 import fcntl
 import os
 import pty
+import shutil
 import socket
 import subprocess
 import sys
@@ -23,6 +24,24 @@ from hpstudy.trainers.schema import EPOCH_FIELDS, TRIAL_FIELDS
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FINISHED_AT = "2026-11-29T10:00:00+00:00"
+
+
+# Set by CI (.ci/run installs the programs): a test that needs a missing one fails instead of skipping.
+REQUIRE_PROGRAMS = "HPSTUDY_REQUIRE_SYSTEM_PROGRAMS"
+
+
+def require_programs(**packages: str) -> None:
+    """Skip the calling test, in one line naming the Debian package, when a program it runs is absent
+    ({program or absolute path: package}); fail instead where CI sets HPSTUDY_REQUIRE_SYSTEM_PROGRAMS=1."""
+    import pytest
+
+    missing = sorted({package for program, package in packages.items() if shutil.which(program) is None})
+    if not missing:
+        return
+    reason = f"needs {', '.join(missing)} (apt-get install {' '.join(missing)})"
+    if os.environ.get(REQUIRE_PROGRAMS) == "1":
+        pytest.fail(f"{reason}; {REQUIRE_PROGRAMS}=1 makes this a failure", pytrace=False)
+    pytest.skip(reason)
 
 
 def free_port() -> int:

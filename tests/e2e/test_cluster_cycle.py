@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from hpstudy.study.store_read import load_trials
-from tests.helpers import REPO, free_port, in_terminal, small_spec
+from tests.helpers import REPO, free_port, in_terminal, require_programs, small_spec
 
 pytestmark = pytest.mark.slow
 
@@ -82,6 +82,12 @@ def _wait_for_ssh(node, timeout=120):
 @pytest.fixture
 def node():
     """sshd on 127.0.0.1:<free port> in its own PID namespace, a key to log in as root."""
+    require_programs(
+        **{"/usr/sbin/sshd": "openssh-server", "ssh": "openssh-client", "ssh-keygen": "openssh-client"},
+        rsync="rsync",
+        nc="netcat-openbsd",
+        unshare="util-linux",
+    )
     base = Path(tempfile.mkdtemp(prefix="hpc", dir="/tmp"))  # short: Ray's socket paths must fit 107 bytes
     home, ssh = base / "home", base / "ssh"
     for folder in (home, ssh, base / "tmp", base / "client"):
