@@ -13,6 +13,13 @@ torch.set_num_threads(2)
 # when first imported).
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
+# Property tests (Hypothesis): no per-example deadline (a loaded 2-core CI machine is slow, not wrong);
+# a failure prints the example and the blob that replays it.
+from hypothesis import HealthCheck, settings  # noqa: E402
+
+settings.register_profile("hpstudy", deadline=None, print_blob=True, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("hpstudy")
+
 import shutil  # noqa: E402
 import subprocess  # noqa: E402
 import uuid  # noqa: E402
