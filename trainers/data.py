@@ -21,6 +21,7 @@ from hpstudy.trainers.data_spec import CIFAR_LAYOUT, DataSpec, check_data_path, 
 from hpstudy.trainers.dataset import Batches, Dataset
 from hpstudy.trainers.device_decode import DeviceDecodeData
 from hpstudy.trainers.errors import DataError, shown
+from hpstudy.trainers.image_modes import read_rgb
 from hpstudy.trainers.prepared import IMAGENET_MEAN, IMAGENET_STD, PreparedData
 
 
@@ -107,9 +108,9 @@ def random_crop(x: torch.Tensor, pad: int, dy: torch.Tensor, dx: torch.Tensor) -
 
 
 class LoaderData(Dataset):
-    """An ImageNet-layout folder, decoded and augmented (timm's transforms: random-resized crop,
-    flip, AutoAugment) by DataLoader workers, which send uint8 batches; normalisation happens on
-    the training device."""
+    """An ImageNet-layout folder, decoded (as 8-bit RGB by bit depth, hpstudy.trainers.image_modes) and augmented
+    (timm's transforms: random-resized crop, flip, AutoAugment) by DataLoader workers, which send uint8 batches;
+    normalisation happens on the training device."""
 
     def __init__(self, root: str, image_size: int, num_workers: int, auto_augment: Optional[str]):
         from timm.data import create_transform
@@ -121,8 +122,8 @@ class LoaderData(Dataset):
         val_tf = create_transform(
             image_size, is_training=False, interpolation="bicubic", crop_pct=0.875, use_prefetcher=True
         )
-        self.train_set = ImageFolder(os.path.join(root, "train"), transform=train_tf)
-        self.val_set = ImageFolder(os.path.join(root, "val"), transform=val_tf)
+        self.train_set = ImageFolder(os.path.join(root, "train"), transform=train_tf, loader=read_rgb)
+        self.val_set = ImageFolder(os.path.join(root, "val"), transform=val_tf, loader=read_rgb)
         self.num_classes = len(self.train_set.classes)
         self.num_workers = num_workers
         self.mean, self.std = IMAGENET_MEAN, IMAGENET_STD

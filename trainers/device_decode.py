@@ -1,7 +1,9 @@
 """An image folder decoded on the training device: DataLoader workers only read the JPEG bytes;
 each batch is decoded at once by torchvision.io.decode_jpeg (nvJPEG on CUDA) and cropped, resized,
 flipped and AutoAugmented there (hpstudy.trainers.augment). Selected by `decode: auto` on CUDA; on the CPU
-it runs too (torchvision's CPU decoder), for tests and benchmarks.
+it runs too (torchvision's CPU decoder), for tests and benchmarks. Files that are not JPEGs (PNG, TIFF, ...)
+are decoded in the workers as the worker path decodes them (as 8-bit RGB by bit depth,
+hpstudy.trainers.image_modes) and sent as pixels.
 
 Differences from the worker path: bilinear (antialiased) instead of PIL bicubic resizing; the crop
 boxes, flips and AutoAugment draws follow the same distributions.
@@ -9,34 +11,41 @@ boxes, flips and AutoAugment draws follow the same distributions.
 
 import math
 import os
-from typing import Iterator, List, Optional, Tuple
+from typing import Iterator, List, Optional, Tuple, Union
 
+import numpy as np
 import torch
 from torchvision.io import ImageReadMode, decode_jpeg
 from torchvision.transforms.v2 import functional as TF
 
 from hpstudy.trainers.augment import DeviceAutoAugment, rrc_boxes
 from hpstudy.trainers.dataset import Dataset
+from hpstudy.trainers.image_modes import read_rgb
 from hpstudy.trainers.prepared import IMAGENET_MEAN, IMAGENET_STD
 
 EVAL_CROP_PCT = 0.875
+JPEG_START = b"\xff\xd8\xff"  # how every JPEG file begins: its start-of-image marker, then the next marker
 
 
-def _read_bytes(path: str) -> bytes:
+def _read_bytes(path: str) -> Union[bytes, np.ndarray]:
+    """A JPEG file's bytes, decoded later on the device; any other image decoded here (uint8 HWC RGB)."""
     # plain bytes cross the worker queue by pickling (torchvision's read_file tensors are shared
     # through file descriptors, which fails for many small files)
     with open(path, "rb") as f:
-        return f.read()
+        data = f.read()
+    return data if data.startswith(JPEG_START) else np.array(read_rgb(path, data))
 
 
-def _bytes_and_label(batch) -> Tuple[List[bytes], torch.Tensor]:
+def _bytes_and_label(batch) -> Tuple[List[Union[bytes, np.ndarray]], torch.Tensor]:
     return [item[0] for item in batch], torch.tensor([item[1] for item in batch])
 
 
-def decode(files: List[bytes], device: torch.device) -> List[torch.Tensor]:
-    """Decode a batch of JPEG files (their bytes) to RGB uint8 CHW images on `device`."""
-    data = [torch.frombuffer(bytearray(f), dtype=torch.uint8) for f in files]
-    return decode_jpeg(data, mode=ImageReadMode.RGB, device=device)
+def decode(files: List[Union[bytes, np.ndarray]], device: torch.device) -> List[torch.Tensor]:
+    """A batch as RGB uint8 CHW images on `device`: JPEG files (their bytes) decoded there at once, images the
+    workers decoded (uint8 HWC arrays) moved there."""
+    jpegs = [torch.frombuffer(bytearray(f), dtype=torch.uint8) for f in files if isinstance(f, bytes)]
+    decoded = iter(decode_jpeg(jpegs, mode=ImageReadMode.RGB, device=device) if jpegs else [])
+    return [next(decoded) if isinstance(f, bytes) else torch.from_numpy(f).permute(2, 0, 1).to(device) for f in files]
 
 
 def train_crops(images: List[torch.Tensor], size: int, generator: torch.Generator) -> torch.Tensor:
@@ -59,7 +68,7 @@ def eval_crops(images: List[torch.Tensor], size: int) -> torch.Tensor:
 
 
 class DeviceDecodeData(Dataset):
-    """An ImageNet-layout folder whose workers send JPEG bytes; decoding happens on the device."""
+    """An ImageNet-layout folder whose workers send JPEG bytes, decoded on the device, and other images' pixels."""
 
     def __init__(self, root: str, image_size: int, num_workers: int, auto_augment: Optional[str]):
         from torchvision.datasets import ImageFolder

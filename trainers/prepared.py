@@ -1,12 +1,12 @@
 """Decode once for the whole study: an image folder turned into memory-mapped uint8 arrays.
 
-`prepare` decodes every training image once, resized (bicubic) so its short side is `train_size`
-and centre-cropped to a square, and every validation image exactly as timm's eval transform does
-(short side to image_size / 0.875, centre crop image_size). The arrays are written under a
-temporary name, checksummed (sha256) and renamed, so a folder that exists is complete; a rerun of
-`prepare` reuses it when the source images have the same names, labels, sizes and modification times
-(with `verify_content`, the same bytes), after verifying the checksums. Every trial and study on the
-node then reads them through the page cache. `PreparedData` serves them: a
+`prepare` decodes every training image once, as 8-bit RGB by its bit depth (hpstudy.trainers.image_modes),
+resized (bicubic) so its short side is `train_size` and centre-cropped to a square, and every validation image
+exactly as timm's eval transform does (short side to image_size / 0.875, centre crop image_size). The arrays are
+written under a temporary name, checksummed (sha256) and renamed, so a folder that exists is complete; a rerun of
+`prepare` reuses it when the source images have the same names, labels, sizes and modification times (with
+`verify_content`, the same bytes) and the same conversion to RGB, after verifying the checksums. Every trial and
+study on the node then reads them through the page cache. `PreparedData` serves them: a
 training batch is gathered on the CPU (a memory copy, no decoding), moved to the training device,
 and cropped, flipped and AutoAugmented there (hpstudy.trainers.augment).
 
@@ -33,7 +33,6 @@ import contextlib
 import copy
 import functools
 import hashlib
-import io
 import json
 import multiprocessing
 import os
@@ -47,6 +46,7 @@ import torch
 from hpstudy.trainers.augment import DeviceAutoAugment, to_device, train_augment
 from hpstudy.trainers.dataset import Dataset
 from hpstudy.trainers.errors import DataError, shown
+from hpstudy.trainers.image_modes import CONVERSION, read_rgb
 from hpstudy.trainers.prepared_meta import ARRAYS, data_digest, own_meta, read_meta
 
 FORMAT_VERSION = 1
@@ -104,13 +104,14 @@ def _source_sha256(path: str) -> str:
 def _decode(job: Tuple[str, str, int]) -> Tuple[np.ndarray, str]:
     """One source image of a split decoded as that split is stored, and the sha256 of its bytes;
     DataError naming the file when it cannot be decoded (raised in a pool worker, it reaches the caller)."""
-    from PIL import Image, UnidentifiedImageError
+    from PIL import UnidentifiedImageError
 
     path, split, size = job
     data = _source_bytes(path)
     try:
-        with Image.open(io.BytesIO(data)) as img:
-            image = _DECODERS[split](img.convert("RGB"), size)
+        image = _DECODERS[split](read_rgb(path, data), size)
+    except DataError as exc:  # an image without a scale (hpstudy.trainers.image_modes)
+        raise DataError(f"prepare: {exc}")
     except Exception as exc:  # PIL raises many types for a damaged file
         reason = (
             "not an image PIL can read"
@@ -274,7 +275,7 @@ def prepare(
 ) -> Dict:
     """Decode `source` (train/ and val/ class folders) once into `out`; reuse `out` when it already holds a
     preparation of the same files (names, labels, sizes and modification times; with `verify_content`, also
-    their bytes), else replace it. Returns the meta record (with `reused`)."""
+    their bytes) by the same conversion to RGB, else replace it. Returns the meta record (with `reused`)."""
     if train_size < image_size:
         raise DataError(f"prepare: --train-size {train_size} < --image-size {image_size}; allowed: >=")
     found = _existing(out)  # before any decoding: refuses what prepare must not replace
@@ -285,6 +286,7 @@ def prepare(
         "train_size": train_size,
         "image_size": image_size,
         "crop_pct": 0.875,
+        "conversion": CONVERSION,
         "files_digest": _files_digest(splits),
         "classes": splits["train"].classes,
         "n_train": len(splits["train"]),

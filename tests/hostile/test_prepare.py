@@ -246,20 +246,44 @@ def _val_without_classes(root):
     return root / "val", "Couldn't find any class folder", "expected train/<class>/*.JPEG"
 
 
+def _beyond_sixteen_bits(root):
+    path = root / "train" / "cat" / "scan.tif"
+    Image.fromarray(np.array([[0, 70000]], dtype=np.int32)).save(path)
+    return path, "mode I (32-bit integer) with values 0..70000", "allowed: values in 0..65535"
+
+
+def _float_nan(root):
+    path = root / "val" / "dog" / "scan.tif"
+    Image.fromarray(np.array([[np.nan, 0.5]], dtype=np.float32)).save(path)
+    return path, "mode F (float) with values nan..nan", "allowed: values in 0..1"
+
+
 # a pool of 2 decoding processes (~2.5 s to start) in the slow tier
 BAD_SOURCES = [
     (_zero_byte, 1),
     (_truncated, 1),
     (_empty_class, 1),
     (_val_without_classes, 1),
+    (_beyond_sixteen_bits, 1),
+    (_float_nan, 1),
     pytest.param(_zero_byte, 2, marks=pytest.mark.slow),
+    pytest.param(_beyond_sixteen_bits, 2, marks=pytest.mark.slow),
 ]
 
 
 @pytest.mark.parametrize(
     "damage,workers",
     BAD_SOURCES,
-    ids=["zero_byte-1", "truncated-1", "empty_class-1", "val_without_classes-1", "zero_byte-2"],
+    ids=[
+        "zero_byte-1",
+        "truncated-1",
+        "empty_class-1",
+        "val_without_classes-1",
+        "beyond_sixteen_bits-1",
+        "float_nan-1",
+        "zero_byte-2",
+        "beyond_sixteen_bits-2",
+    ],
 )
 def test_a_bad_source_is_one_line_naming_it(damage, workers, tmp_path, source, capsys):
     named, *fragments = damage(tmp_path / "imgs")
@@ -267,6 +291,28 @@ def test_a_bad_source_is_one_line_naming_it(damage, workers, tmp_path, source, c
     err = one_error(capsys)
     assert str(named) in err and all(f.lower() in err.lower() for f in fragments), err
     assert sorted(os.listdir(tmp_path)) == ["imgs"]  # nothing written
+
+
+# Issue #37: a mid-grey stored as 255, 255 and 0 (Pillow's convert("RGB") clips and truncates). The mode, the
+# value the mode's white stands for, and a file format users keep it in.
+DEEP_GREYS = [
+    ("I;16", np.uint16, 65535, "png"),
+    ("I;16B", ">u2", 65535, "tif"),
+    ("I", np.int32, 65535, "pgm"),
+    ("I", np.int32, 65535, "tif"),
+    ("F", np.float32, 1.0, "tif"),
+]
+
+
+@pytest.mark.parametrize("mode,dtype,top,suffix", DEEP_GREYS, ids=[f"{m}-{s}" for m, _, _, s in DEEP_GREYS])
+def test_a_mid_grey_of_any_bit_depth_is_stored_mid_grey(mode, dtype, top, suffix, tmp_path):
+    source = image_folder(tmp_path / "imgs", n=1, size=(16, 16))
+    grey = np.full((16, 16), top / 2, dtype=dtype)
+    Image.frombytes(mode, (16, 16), grey.tobytes()).save(tmp_path / "imgs" / "train" / "cat" / f"grey.{suffix}")
+    assert run_prepare(source, tmp_path / "prep") == 0
+    stored = PreparedData(str(tmp_path / "prep"), 12).train_x[1]  # train/cat/0.JPEG, then train/cat/grey.*
+    level = round(float(grey[0, 0]) * 255 / top)
+    assert np.array_equal(stored, np.full((16, 16, 3), level, dtype=np.uint8)), (stored[0, 0], level)
 
 
 def _study(path, **dataset) -> dict:
