@@ -24,15 +24,17 @@ import io
 import itertools
 import operator
 import tokenize
+import warnings
 from typing import Any, Callable, ClassVar, Dict, Type
 
 import numpy as np
 import pandas as pd
 
-from hpstudy.trainers.errors import HpstudyError, shown
+from hpstudy.trainers.errors import HpstudyError, printable, shown
 
 MAX_LENGTH = 1000  # characters of an expression
 MAX_DEPTH = 50  # levels of its parsed tree: the evaluator recurses once per level
+LISTED = 40  # columns a message lists
 ALLOWED = (
     "allowed: column names, numbers, strings, True, False, None, == != < <= > >=, "
     "in / not in [literals], and or not (& | ~), + - * / // % **"
@@ -68,15 +70,30 @@ class QueryError(HpstudyError):
 
 def filter_rows(frame: pd.DataFrame, expr: str) -> pd.DataFrame:
     """The rows of `frame` for which the filter `expr` is true (QueryError if it is no filter)."""
+    if not isinstance(frame, pd.DataFrame):
+        raise QueryError(f"query: frame: bad value {shown(type(frame).__name__)}; allowed: a pandas DataFrame")
+    if not isinstance(expr, str):
+        raise QueryError(f"query: bad value {shown(expr)}; allowed: a filter expression (text)")
     if len(expr) > MAX_LENGTH:
         raise QueryError(f"query {shown(expr)}: {len(expr)} characters; at most {MAX_LENGTH} allowed")
+    try:
+        expr.encode("utf-8")
+    except UnicodeEncodeError as exc:  # a command line's byte that is not UTF-8, read as a lone surrogate
+        raise QueryError(
+            f"query {shown(expr)}: not UTF-8 text (character {exc.start + 1}, {shown(expr[exc.start])}, stands for "
+            f"a byte that is not UTF-8); {ALLOWED}"
+        ) from None
     text = expr.strip()
     try:
-        ast.parse(text, mode="eval")  # a syntax error is reported in the user's own text
-        source = _pandas_precedence(text)
-        tree = ast.parse(source, mode="eval")  # `[*lr & wd]` parses only before the rewrite
-    except SyntaxError as exc:
-        raise QueryError(f"query {shown(expr)}: not an expression ({exc.msg}); {ALLOWED}") from None
+        with warnings.catch_warnings():  # `1or lr`: Python's SyntaxWarning would be a second line on stderr
+            warnings.simplefilter("ignore", SyntaxWarning)
+            ast.parse(text, mode="eval")  # a syntax error is reported in the user's own text
+            source = _pandas_precedence(text)
+            tree = ast.parse(source, mode="eval")  # `[*lr & wd]` parses only before the rewrite
+    except SyntaxError as exc:  # null bytes too
+        raise QueryError(f"query {shown(expr)}: not an expression ({printable(str(exc.msg))}); {ALLOWED}") from None
+    except tokenize.TokenError as exc:
+        raise QueryError(f"query {shown(expr)}: not an expression ({printable(str(exc.args[0]))}); {ALLOWED}") from None
     if _depth(tree) > MAX_DEPTH:
         raise QueryError(f"query {shown(expr)}: nested more than {MAX_DEPTH} levels deep")
     mask = _Filter(frame, expr, source).condition(tree.body)
@@ -126,6 +143,12 @@ ARITHMETIC = {
 }
 
 
+def _listed(columns: pd.Index) -> str:
+    """The column names for a message: printable, the first LISTED of them."""
+    names = [printable(str(name)) for name in columns[:LISTED]]
+    return ", ".join(names) + (f", ... ({len(columns)} in all)" if len(columns) > LISTED else "")
+
+
 def _isin(value: Any, values: list) -> Any:
     return value.isin(values) if isinstance(value, pd.Series) else value in values
 
@@ -167,7 +190,8 @@ class _Filter:
             with np.errstate(all="ignore"):  # x / 0 is inf and 0 / 0 NaN, as in pandas, without a warning
                 return op(*operands)
         except (TypeError, ValueError, ArithmeticError, NotImplementedError) as exc:
-            raise self.error(node, "cannot evaluate", (str(exc).splitlines() or [type(exc).__name__])[0][:200])
+            reason = (str(exc).splitlines() or [type(exc).__name__])[0]
+            raise self.error(node, "cannot evaluate", printable(reason)[:200])
 
     def literal(self, node: ast.Constant) -> Any:
         if node.value is None or isinstance(node.value, (bool, int, float, str)):
@@ -175,9 +199,12 @@ class _Filter:
         raise self.error(node, "literals are numbers, strings, True, False or None, not")
 
     def column(self, node: ast.Name) -> pd.Series:
-        if node.id not in self.frame.columns:
-            raise self.error(node, "unknown column", f"columns: {', '.join(map(str, self.frame.columns))}")
-        return self.frame[node.id]
+        found = [i for i, name in enumerate(self.frame.columns) if isinstance(name, str) and name == node.id]
+        if not found:
+            raise self.error(node, "unknown column", f"columns: {_listed(self.frame.columns)}")
+        if len(found) > 1:
+            raise self.error(node, f"the table has {len(found)} columns of this name", "allowed: a name of one column")
+        return self.frame.iloc[:, found[0]]
 
     def boolean(self, node: ast.BoolOp) -> Any:
         join = operator.and_ if isinstance(node.op, ast.And) else operator.or_

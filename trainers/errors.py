@@ -18,11 +18,22 @@ _SHORT.maxlevel, _SHORT.maxstring, _SHORT.maxother, _SHORT.maxlong = 3, MAX_SHOW
 _SHORT.maxlist = _SHORT.maxtuple = _SHORT.maxdict = _SHORT.maxset = 8
 
 
+def printable(text: str) -> str:
+    """`text` with each character that a terminal would not print as itself escaped as Python writes
+    it: a line break as `\\n`, a control character as `\\x07`, a lone surrogate (a byte that was not
+    UTF-8 in a command line, read with surrogateescape) as `\\udcff`. The result is one line, and
+    any stream can write it (UTF-8 cannot encode a surrogate)."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
 def shown(value: Any, limit: int = MAX_SHOWN) -> str:
     """`repr(value)` for a message, at most about `limit` characters: a large or deep container (a YAML
-    alias bomb, 100,000 nested lists) is abbreviated with `...`, and so is a long text."""
+    alias bomb, 100,000 nested lists) is abbreviated with `...`, and so is a long text. It is one
+    printable line (`printable`), whatever the value's own repr holds (a DataFrame's spans lines)."""
     try:
-        text = _SHORT.repr(value)
+        text = printable(_SHORT.repr(value))
     except (RecursionError, MemoryError):
         return f"<{type(value).__name__} too deep to show>"
     return text if len(text) <= limit else f"{text[:limit]}..."

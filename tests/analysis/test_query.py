@@ -167,6 +167,38 @@ def test_a_deep_or_huge_expression_is_refused_in_one_short_line(expr, message):
     assert message in text and "\n" not in text and len(text) < 1000, text
 
 
+@pytest.mark.parametrize(
+    "expr,message",
+    [
+        ("\udcff", "query '\\udcff': not UTF-8 text (character 1, '\\udcff', stands for a byte that is not UTF-8)"),
+        ("model == 'a\udcff'", "query \"model == 'a\\udcff'\": not UTF-8 text (character 12,"),
+        ("lr\x00 > 1", "query 'lr\\x00 > 1': not an expression (source code string cannot contain null bytes)"),
+        ("lr >\n 1 and\n", "query 'lr >\\n 1 and\\n': not an expression (invalid syntax)"),
+    ],
+)
+def test_text_that_is_not_utf8_or_not_one_line_is_refused_in_one_printable_line(expr, message):
+    """A command line's byte that is not UTF-8 arrives as a lone surrogate, which ast.parse cannot
+    encode (a UnicodeEncodeError traceback before): a QueryError whose message any stream can print."""
+    with pytest.raises(QueryError) as refused:
+        filter_rows(TRIALS, expr)
+    text = str(refused.value)
+    assert text.startswith(message) and text.isprintable(), text
+
+
+@pytest.mark.parametrize("expr", [None, b"lr > 1", 5, ["lr > 1"]])
+def test_a_filter_that_is_not_text_is_refused(expr):
+    with pytest.raises(QueryError, match=r"^query: bad value .*; allowed: a filter expression \(text\)$"):
+        filter_rows(TRIALS, expr)
+
+
+def test_columns_of_one_name_or_with_line_breaks_in_their_names_are_named_in_one_line():
+    twice = pd.DataFrame([[1.0, 2.0, 3.0]], columns=["lr", "lr", "a\nb"])
+    with pytest.raises(QueryError, match=r"^query 'lr > 1': the table has 2 columns of this name: 'lr'"):
+        filter_rows(twice, "lr > 1")
+    with pytest.raises(QueryError, match=r"unknown column: 'wd'; columns: lr, lr, a\\nb$"):
+        filter_rows(twice, "wd > 1")
+
+
 def test_a_query_error_is_a_users_mistake():
     assert issubclass(QueryError, HpstudyError)
 

@@ -1,7 +1,10 @@
 """Hostile inputs at the edge: every bad spec value, flag or trial option is refused before any
 trial runs, with exit code 2 and one line naming the field, the value and what is allowed."""
 
+import os
 import re
+import subprocess
+import sys
 
 import pytest
 import yaml
@@ -160,6 +163,27 @@ def test_unwritable_store_says_nothing_ran_and_debug_shows_the_traceback(tmp_pat
     assert run_edf_main(argv + ["--debug"]) == 3
     err = capsys.readouterr().err
     assert "Traceback (most recent call last)" in err and err.strip().splitlines()[-1].startswith("error: ")
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        ([b"\xff"], "error: query '\\udcff': not UTF-8 text (character 1,"),
+        ([b"model == 'vit\xfe\xff'"], "error: query \"model == 'vit\\udcfe\\udcff'\": not UTF-8 text (character 14,"),
+        ([b"--columns", b"model,\xff", b"lr > 0"], "error: --columns: unknown column '\\udcff'; columns: "),
+        ([b"--study", b"\xff", b"lr > 0"], "error: --study: bad value '\\udcff'; allowed: "),
+    ],
+)
+def test_query_arguments_that_are_not_utf8_exit_2_in_one_line(argv, message, tmp_path):
+    """A command line is bytes: one that is not UTF-8 reaches Python as lone surrogates (surrogateescape),
+    which ast.parse and a UTF-8 stdout cannot encode (a UnicodeEncodeError traceback before)."""
+    store = str(tmp_path / "store")
+    write_trial(store, "s", stored_row(trial_key="a", model="vit_c_tiny", optimizer="adamw", status="ok", lr=1e-3))
+    command = [sys.executable, "-m", "hpstudy", "query", "--store", os.fsencode(store), *argv]
+    done = subprocess.run(command, capture_output=True, timeout=120, env={**os.environ, "LC_ALL": "C.UTF-8"})
+    err = done.stderr.decode("utf-8")
+    assert (done.returncode, done.stdout, len(err.splitlines())) == (2, b"", 1), err
+    assert err.startswith(message) and "Traceback" not in err, err
 
 
 def test_dry_run_counts_trials_without_materialising_them(tmp_path, capsys, monkeypatch):

@@ -5,8 +5,12 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from hpstudy.trainers.errors import ConfigError, exits_on_user_error, shown
+from hpstudy.trainers.errors import MAX_SHOWN, ConfigError, exits_on_user_error, printable, shown
+
+ANY_TEXT = st.text(st.characters(codec=None), max_size=30)  # any code point: surrogates, line breaks, NUL
 
 
 def test_a_users_error_is_exit_code_2_and_one_error_line(capsys):
@@ -30,6 +34,44 @@ def test_any_other_error_keeps_its_traceback():
 def test_a_huge_value_is_shown_abbreviated():
     text = shown(list(range(100_000)))
     assert len(text) < 100 and "..." in text
+
+
+class Lines:
+    def __repr__(self) -> str:  # as a DataFrame's repr: several lines
+        return "a\nb\udcff"
+
+
+@given(
+    value=st.one_of(
+        ANY_TEXT,
+        st.recursive(
+            ANY_TEXT | st.integers() | st.binary(), lambda inner: st.lists(inner) | st.dictionaries(ANY_TEXT, inner)
+        ),
+        st.just(Lines()),
+    )
+)
+def test_shown_is_one_printable_line_of_at_most_the_limit_whatever_it_shows(value):
+    text = shown(value)
+    assert text.isprintable() and len(text) <= MAX_SHOWN + 3, text  # no line break, no surrogate
+    text.encode("utf-8")  # what a UTF-8 stream can write
+
+
+@given(text=ANY_TEXT)
+def test_printable_escapes_exactly_the_characters_a_terminal_does_not_print(text):
+    escaped = printable(text)
+    assert escaped.isprintable() and (escaped == text) == text.isprintable()
+    kept = [c for c in text if c.isprintable()]
+    assert [c for c in escaped if not c.isascii()] == [c for c in kept if not c.isascii()]
+    assert printable("a\nb\udcff\x07é") == "a\\nb\\udcff\\x07é"
+
+
+def test_a_message_holding_text_that_is_not_utf8_prints_as_one_error_line(capsys):
+    @exits_on_user_error
+    def main() -> int:
+        raise ConfigError(f"query {shown(chr(0xDCFF))}: {printable('not' + chr(10) + 'UTF-8')}")
+
+    assert main() == 2
+    assert capsys.readouterr().err == "error: query '\\udcff': not\\nUTF-8\n"
 
 
 @pytest.mark.parametrize(
