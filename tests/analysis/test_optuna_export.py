@@ -1,12 +1,19 @@
 """Stored trials into Optuna (analysis/optuna_export.py), checked with Optuna's own plots, importances
 and storage."""
 
+import contextlib
+import hashlib
+import os
+import re
+import sqlite3
+
 import matplotlib
 import numpy as np
 import optuna
 import pandas as pd
 import pytest
 
+from hpstudy.analysis import optuna_export
 from hpstudy.analysis.optuna_export import ExportError, to_optuna
 from tests.helpers import make_trials
 
@@ -133,3 +140,188 @@ def test_rows_of_several_studies_or_none_are_refused(table):
         to_optuna(pd.concat([table, table.assign(study="a")]), cell=CELL)
     with pytest.raises(ExportError, match=r"^trials: no rows"):
         to_optuna(table.iloc[:0])
+
+
+# --- storages: only a new file or an Optuna storage is written ----------------------------------------
+
+
+def _sha256(path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _sqlite(path, *statements) -> None:
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        for statement in statements:
+            db.execute(statement)
+        db.commit()
+
+
+def _optuna_storage(path) -> None:
+    """An Optuna storage the user made, holding a study of their own with one trial."""
+    study = optuna.create_study(study_name="mine", storage=f"sqlite:///{path}")
+    study.add_trial(optuna.trial.create_trial(value=1.0, params={"x": 0.5}, distributions={"x": FLOAT}))
+
+
+FLOAT = optuna.distributions.FloatDistribution(0.0, 1.0)
+NOT_OPTUNA = [
+    # (what the file is, how to make it, what the refusal says it found)
+    ("a text file", lambda p: p.write_text("my notes\n"), "is not an SQLite database"),
+    ("an application's database", lambda p: _sqlite(p, "CREATE TABLE users (id, name)"), "holds tables Optuna does"),
+    (
+        "an application's database with Optuna's table names",  # Optuna's create_all would skip them, then fail
+        lambda p: _sqlite(p, "CREATE TABLE studies (name)", "CREATE TABLE trials (id)"),
+        "lacks Optuna's tables ['version_info']",
+    ),
+    (
+        "an Optuna storage an application added a table to",
+        lambda p: (_optuna_storage(p), _sqlite(p, "CREATE TABLE users (id)")),
+        "holds tables Optuna does not make, ['users']",
+    ),
+    ("an empty file", lambda p: p.write_bytes(b""), "is an SQLite database with no tables, not an Optuna storage"),
+    ("a read-only Optuna storage", lambda p: (_optuna_storage(p), p.chmod(0o444)), "is read-only"),
+]
+
+
+@pytest.mark.parametrize("what,make,found", NOT_OPTUNA, ids=[case[0] for case in NOT_OPTUNA])
+def test_a_file_that_is_not_a_writable_optuna_storage_is_refused_and_left_byte_for_byte(
+    table, tmp_path, what, make, found
+):
+    path = tmp_path / "app.db"
+    make(path)
+    before, listing = _sha256(path), sorted(os.listdir(tmp_path))
+    with pytest.raises(ExportError) as refused:
+        to_optuna(table, storage=f"sqlite:///{path}", cell=CELL)
+    text = str(refused.value)
+    assert text.startswith(f"storage: 'sqlite:///{path}': ") and found in text and text.isprintable(), text
+    assert text.endswith("nothing was written")
+    assert _sha256(path) == before and sorted(os.listdir(tmp_path)) == listing  # no journal either
+
+
+def test_a_locked_storage_is_refused_without_waiting_long_and_left_as_it_was(table, tmp_path, monkeypatch):
+    path = tmp_path / "optuna.db"
+    _optuna_storage(path)
+    before = _sha256(path)
+    monkeypatch.setattr(optuna_export, "LOCK_WAIT_S", 0.1)
+    with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as other:
+        other.execute("BEGIN EXCLUSIVE")  # another process writing
+        with pytest.raises(ExportError, match=r"^storage: '.*': '.*optuna.db' is locked by another connection \("):
+            to_optuna(table, storage=f"sqlite:///{path}", cell=CELL)
+        other.execute("ROLLBACK")
+    assert _sha256(path) == before
+
+
+@pytest.mark.parametrize(
+    "storage,found",
+    [
+        ("sqlite:///{dir}/nowhere/optuna.db", "the folder '{dir}/nowhere' does not exist"),
+        ("sqlite:///{dir}/notes.txt/optuna.db", "the folder '{dir}/notes.txt' is not a folder"),
+        ("sqlite:///{dir}", "'{dir}' is a folder"),
+        ("sqlite:////proc/hpstudy-optuna.db", "cannot be written (unable to open database file)"),
+        ("nosuchdb://host/db", "bad value 'nosuchdb://host/db': not a database URL (Can't load plugin"),
+        ("a file name", "bad value 'a file name': not a database URL (Could not parse"),
+        ("sqlite:///{{dir}}.db", "bad value 'sqlite:///{{dir}}.db': braces other than {{SCHEMA_VERSION}}"),
+        ("sqlite:///{dir}/\udcff.db", "bad value 'sqlite:///{dir}/\\udcff.db': not UTF-8 text"),
+        (b"sqlite:///optuna.db", "bad value b'sqlite:///optuna.db'; allowed: None (in memory), a database URL"),
+        (7, "bad value 7; allowed: None (in memory)"),
+    ],
+)
+def test_every_storage_failure_is_one_export_error_line_and_leaves_nothing(table, tmp_path, storage, found):
+    (tmp_path / "notes.txt").write_text("x")
+    fill = lambda text: text.format(dir=tmp_path) if isinstance(text, str) else text
+    with pytest.raises(ExportError) as refused:
+        to_optuna(table, storage=fill(storage), cell=CELL)
+    text = str(refused.value)
+    assert text.startswith("storage: ") and fill(found) in text and text.isprintable(), text
+    assert os.listdir(tmp_path) == ["notes.txt"] and not os.path.exists("/proc/hpstudy-optuna.db")
+
+
+def test_a_server_database_that_cannot_be_reached_is_named_without_its_password(table):
+    # no driver installed is one line too; with psycopg installed, the connection is refused
+    with pytest.raises(ExportError) as refused:
+        to_optuna(table, storage="postgresql://me:s3cret@127.0.0.1:1/optuna", cell=CELL)
+    text = str(refused.value)
+    assert text.startswith("storage: 'postgresql://me:***@127.0.0.1:1/optuna': ") and "s3cret" not in text
+    assert text.isprintable()
+
+
+def test_a_path_is_refused_with_the_url_it_means(table, tmp_path):
+    with pytest.raises(ExportError, match=re.escape(f"(for a file: 'sqlite:///{tmp_path / 'a.db'}')")):
+        to_optuna(table, storage=tmp_path / "a.db", cell=CELL)
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.slow  # Optuna's SQLite storage: a transaction per trial
+def test_an_optuna_storage_the_user_made_gets_the_study_added_and_keeps_its_own(table, tmp_path):
+    path = tmp_path / "optuna.db"
+    _optuna_storage(path)
+    storage = f"sqlite:///{path}"
+    to_optuna(table, storage=storage, cell=CELL)
+    assert sorted(optuna.study.get_all_study_names(storage)) == ["gen/vit_c_tiny/adamw/10", "mine"]
+    mine = optuna.load_study(study_name="mine", storage=storage)
+    assert [(t.value, t.params) for t in mine.trials] == [(1.0, {"x": 0.5})] and mine.user_attrs == {}
+
+
+def _failing_add_trials(self, trials):
+    """Study.add_trials as on a full disk: the first trial written, then the storage fails."""
+    from sqlalchemy.exc import OperationalError
+
+    self.add_trial(trials[0])
+    raise OperationalError("INSERT INTO trials", {}, sqlite3.OperationalError("database or disk is full"))
+
+
+@pytest.mark.parametrize("existing", [False, True], ids=["new file", "the user's Optuna storage"])
+def test_an_export_that_fails_while_writing_takes_back_what_it_wrote(table, tmp_path, monkeypatch, existing):
+    path = tmp_path / "optuna.db"
+    if existing:
+        _optuna_storage(path)
+    monkeypatch.setattr(optuna.Study, "add_trials", _failing_add_trials)
+    with pytest.raises(ExportError) as failed:
+        to_optuna(table, storage=f"sqlite:///{path}", cell=CELL)
+    text = str(failed.value)
+    assert text == (
+        f"storage: 'sqlite:///{path}': cannot be written (database or disk is full); nothing of this export was kept"
+    )
+    if existing:  # the study it began is deleted; the user's study is as it was
+        assert optuna.study.get_all_study_names(f"sqlite:///{path}") == ["mine"]
+        assert len(optuna.load_study(study_name="mine", storage=f"sqlite:///{path}").trials) == 1
+    else:  # the file it made is removed
+        assert os.listdir(tmp_path) == []
+
+
+# --- arguments ---------------------------------------------------------------------------------------
+
+
+def test_a_failed_trials_param_outside_its_distribution_is_left_off_a_finished_ones_is_refused(table):
+    rows = table[table["model"] == CELL[0]].copy()
+    failed = rows.index[rows["status"] == "failed"][0]
+    rows.loc[failed, "lr"] = 0.0  # a failed trial may hold any lr (from_table checks only the others)
+    trials = {t.user_attrs["trial_key"]: t for t in to_optuna(rows).trials}
+    assert set(trials[rows.loc[failed, "trial_key"]].params) == {"wd"}
+    assert all(set(t.params) == {"lr", "wd"} for key, t in trials.items() if key != rows.loc[failed, "trial_key"])
+    finished = rows.index[rows["status"] == "ok"][0]
+    rows.loc[finished, "lr"] = -1.0
+    with pytest.raises(ExportError, match=rf"^params: lr \(row {finished}\): bad value -1.0; allowed: a value of "):
+        to_optuna(rows)
+    box = optuna.distributions.FloatDistribution(1e-9, 1e-8, log=True)  # a box the values are not in
+    with pytest.raises(ExportError, match=r"^params: lr \(row \d+\): bad value .*; allowed: a value of Float"):
+        to_optuna(table, cell=CELL, params={"lr": box})
+
+
+@pytest.mark.parametrize(
+    "changes,message",
+    [
+        ({"params": "lr"}, "params: bad value 'lr'; allowed: a list of column names, or a mapping"),
+        ({"params": {"lr": (0, 1)}}, "params: lr: bad value (0, 1); allowed: an optuna distribution"),
+        ({"cell": "vit_c_tiny"}, "cell: bad value 'vit_c_tiny'; allowed: one of the trials'"),
+        ({"cell": 5}, "cell: bad value 5; allowed: one of the trials'"),
+        ({"study_name": ""}, "study_name: bad value ''; allowed: None or a text of 1-512 characters"),
+        ({"study_name": "x" * 513}, "study_name: bad value 'xxxx"),
+        ({"study_name": "\udcff"}, "study_name: bad value '\\udcff'; allowed: None or a text"),
+        ({"metric": ["paper"]}, "metric: bad value ['paper']; allowed: final, best, ema_best, paper"),
+        ({"epochs": "epochs.parquet"}, "epochs: bad value 'str'; allowed: None or the study's epoch records"),
+    ],
+)
+def test_a_bad_argument_is_one_export_error_line_naming_it(table, changes, message):
+    with pytest.raises(ExportError) as refused:
+        to_optuna(table, **{"cell": CELL, **changes})
+    assert str(refused.value).startswith(message) and str(refused.value).isprintable(), str(refused.value)
