@@ -14,6 +14,7 @@ from typing import Tuple
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
@@ -78,6 +79,7 @@ FILES = {
     "PA": ("tif",),
 }
 EIGHT_BIT = ("1", "L", "P", "PA", *COLOUR)
+FORMATS = {"png": "PNG", "tif": "TIFF", "pgm": "PPM", "ppm": "PPM", "JPEG": "JPEG"}  # Pillow's name of each
 
 
 ALL_MODES = (*GREY, *COLOUR, *PALETTE)
@@ -154,7 +156,7 @@ def files(draw, kinds=KINDS, side=st.just(TRAIN)) -> Tuple[Case, str, bytes]:
         return case, suffix, data
     image, case = draw(images(mode, side))
     written = io.BytesIO()
-    image.save(written, {"png": "PNG", "tif": "TIFF", "pgm": "PPM", "ppm": "PPM"}[suffix])
+    image.save(written, FORMATS[suffix])
     return case, suffix, written.getvalue()
 
 
@@ -282,3 +284,20 @@ def test_an_image_without_a_scale_is_refused_naming_the_file_its_mode_and_values
         next(iter(LoaderData(str(root), VAL, 0, None).val_loader(1)))
     with pytest.raises(DataError, match=rf"00.tif': mode {mode} "):
         next(iter(DeviceDecodeData(str(root), VAL, 0, None).val_loader(1)))
+
+
+@given(st.lists(st.tuples(st.sampled_from(["JPEG", "png", "tif"]), st.integers(0, 12)), min_size=1, max_size=6))
+def test_a_device_decoded_batch_keeps_jpegs_and_other_files_in_their_order(images):
+    """decode: device decodes JPEGs on the device and other files in the workers; each keeps its place."""
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        for split in ("train", "val"):
+            (root / split / "c").mkdir(parents=True)
+        for i, (suffix, step) in enumerate(images):  # uniform greys 20 levels apart: a JPEG keeps them within 1
+            written = io.BytesIO()
+            Image.new("L", (TRAIN, TRAIN), 20 * step).save(written, FORMATS[suffix])
+            for split in ("train", "val"):
+                (root / split / "c" / f"{i:02d}.{suffix}").write_bytes(written.getvalue())
+        (x, _), *_ = DeviceDecodeData(str(root), VAL, 0, None).val_loader(len(images))
+        levels = torch.tensor([20 * step for _, step in images], dtype=torch.float32)[:, None, None, None]
+        assert (x.float() - levels).abs().max() <= 1
