@@ -51,18 +51,22 @@ def run(
     report: bool = True,
     trackers: Sequence = (),
     progress: Union[str, bool] = "auto",
+    wait: bool = False,
 ) -> pd.DataFrame:
-    """Run a study as `hpstudy run` does; returns its stored trial table (every column, one row per trial)."""
+    """Run a study as `hpstudy run` does; returns its stored trial table (every column, one row per trial).
+    While another driver writes the study, StudyBusy names it; with `wait`, it runs once that one ends."""
     _flag("resume", resume)
     _flag("report", report)
+    _flag("wait", wait)
     trackers = trackers_of(_listed(trackers) or ())  # a bad KIND:DIR fails now, naming `trackers`
     if not address:
         # A local Ray binds to loopback only (read when ray is first imported: below, or by the user before).
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     # hpstudy.commands and the runner load torch and Ray: imported only when a study runs (load stays light)
-    from hpstudy.commands import check_before_trials, check_run_args, spec_change_note, write_report
+    from hpstudy.commands import check_before_trials, check_run_args, print_note, write_report
     from hpstudy.study.progress import progress_display
-    from hpstudy.study.runner import COMPACT_EVERY, run_study
+    from hpstudy.study.runner import COMPACT_EVERY, check_store_writable, run_study
+    from hpstudy.study.store_lease import hold_lease
 
     store = os.fspath(store)
     with progress_display(progress):
@@ -79,21 +83,22 @@ def run(
         check_models(study)
         check_samples(study)
         check_before_trials(study, store, address, num_cpus, None if report else "none")
-        note = spec_change_note(store, study)
-        if note:
-            print(note, flush=True)
-        run_study(
-            study,
-            store,
-            fresh=not resume,
-            address=address,
-            max_concurrent=max_concurrent,
-            num_cpus=num_cpus,
-            progress_interval=PROGRESS_INTERVAL,
-            trackers=trackers,
-        )
-    if report:
-        write_report(store, study.name, None)
+        check_store_writable(store)
+        with hold_lease(store, study.name, "hpstudy.run", wait, "wait=True") as lease:
+            print_note(store, study)
+            run_study(
+                study,
+                store,
+                fresh=not resume,
+                address=address,
+                max_concurrent=max_concurrent,
+                num_cpus=num_cpus,
+                progress_interval=PROGRESS_INTERVAL,
+                trackers=trackers,
+                lease=lease,
+            )
+            if report:
+                write_report(store, study.name, None)
     return load(store, study.name)
 
 

@@ -97,6 +97,7 @@ def add_run_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         help="also log every trial the run stores to a tracker in folder DIR: mlflow:DIR (a SQLite database, "
         "no server), tensorboard:DIR (event files) or wandb:DIR (offline runs); repeatable (default: none)",
     )
+    add_wait_arg(p, "run")
     p.add_argument(
         "--gpu-memory-gb",
         type=float,
@@ -104,6 +105,17 @@ def add_run_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         help="GPU memory for the dry run's memory plan (default: 40, the A100s of cluster.yaml)",
     )
     return add_debug_arg(p)
+
+
+def add_wait_arg(p: argparse.ArgumentParser, what: str) -> argparse.ArgumentParser:
+    """--wait: wait for another driver of the study (its lease in the store) instead of exiting 2."""
+    p.add_argument(
+        "--wait",
+        action="store_true",
+        help=f"if another driver (hpstudy run or compact) is writing this study, wait until it ends, then {what} "
+        "(default: exit 2 naming it; the lease of a driver that died is taken over once stale, docs/store.md)",
+    )
+    return p
 
 
 def add_store_args(p: argparse.ArgumentParser, study_required: bool = False) -> argparse.ArgumentParser:
@@ -180,13 +192,16 @@ def parser() -> argparse.ArgumentParser:
     query.add_argument("expr", help=f"a filter over the trials' columns: {QUERY_LANGUAGE}")
     columns = "study,model,optimizer,epochs,lr,wd,status,top1_err"
     query.add_argument("--columns", default=columns, help=f"the columns to print, comma-separated (default: {columns})")
-    add_store_args(
-        command(
-            "compact",
-            "merge a study's per-trial files into one",
-            "hpstudy compact --store ./results --study demo_digits",
+    add_wait_arg(
+        add_store_args(
+            command(
+                "compact",
+                "merge a study's per-trial files into one",
+                "hpstudy compact --store ./results --study demo_digits",
+            ),
+            study_required=True,
         ),
-        study_required=True,
+        "compact",
     )
     prepare = add_debug_arg(
         command(

@@ -22,8 +22,9 @@ from hpstudy.analysis.report_folder import check_report_dir, owned, publish
 from hpstudy.analysis.stats import good_ranges
 from hpstudy.study.sampling import cells, check_samples, expand_for_store
 from hpstudy.study.spec import SpecError, StudySpec, check_models, load_spec, resolve_config
-from hpstudy.study.store import StoreError, StoreFault, open_root, store_io
+from hpstudy.study.store import StoreError, StoreFault, check_study_name, open_root, store_io
 from hpstudy.study.store_compaction import compact
+from hpstudy.study.store_lease import hold_lease
 from hpstudy.study.store_read import load_study, load_trials, split_by_spec, stored_keys, with_sampled_columns
 from hpstudy.study.store_spec_record import load_spec_record, report_location
 from hpstudy.study.suggest import suggest as suggest_lines
@@ -206,40 +207,50 @@ def run(args: argparse.Namespace) -> int:
             print(f"warning: {warning} (a run stops here; the dry run's plan does not need it)", flush=True)
     else:
         check_before_trials(spec, args.store, args.address, args.num_cpus, args.report)
-    note = spec_change_note(args.store, spec)
-    if note:
-        print(note, flush=True)
     if args.dry_run:
         from hpstudy.study.gpu_plan import memory_plan, memory_trials  # torch and timm
 
+        print_note(args.store, spec)
         print_plan(spec, args.store, args.assume_tflops)
         if spec.resources.gpu:
             print("\n".join(memory_plan(spec, memory_trials(spec), args.gpu_memory_gb)))
         return 0
     from hpstudy.study.interruption import RunStopped
-    from hpstudy.study.runner import run_study
+    from hpstudy.study.runner import check_store_writable, run_study
 
+    check_store_writable(args.store)
     try:
-        stored = run_study(
-            spec,
-            args.store,
-            fresh=args.fresh,
-            address=args.address,
-            max_concurrent=args.max_concurrent,
-            num_cpus=args.num_cpus,
-            progress_interval=args.progress_interval,
-            compact_every=args.compact_every,
-            trackers=trackers,
-        )
+        # one driver per study: the note, the spec record, the trials and the report are this one's
+        with hold_lease(args.store, spec.name, "hpstudy run", args.wait) as lease:
+            print_note(args.store, spec)
+            stored = run_study(
+                spec,
+                args.store,
+                fresh=args.fresh,
+                address=args.address,
+                max_concurrent=args.max_concurrent,
+                num_cpus=args.num_cpus,
+                progress_interval=args.progress_interval,
+                compact_every=args.compact_every,
+                trackers=trackers,
+                lease=lease,
+            )
+            print_summary(stored)
+            if args.report != "none":
+                location = write_report(args.store, spec.name, args.report)
+                if args.address:
+                    print(fetch_hint(location), flush=True)
     except RunStopped as stop:
         print(stop, file=sys.stderr, flush=True)
         return stop.exit_code
-    print_summary(stored)
-    if args.report != "none":
-        location = write_report(args.store, spec.name, args.report)
-        if args.address:
-            print(fetch_hint(location), flush=True)
     return run_exit_code(stored, len(cells(spec)) * spec.samples * len(spec.seeds))
+
+
+def print_note(store: str, spec: StudySpec) -> None:
+    """Print spec_change_note's note, if there is one."""
+    note = spec_change_note(store, spec)
+    if note:
+        print(note, flush=True)
 
 
 def run_exit_code(stored, total: int) -> int:
@@ -329,6 +340,22 @@ def status(args: argparse.Namespace) -> int:
     return 0
 
 
+def compact_study(args: argparse.Namespace) -> int:
+    """`hpstudy compact`: merge a study's files holding its lease, so no other driver of the study writes
+    or compacts meanwhile; while one does, refused (exit 2, naming it) or, with --wait, after it."""
+    from hpstudy.study.interruption import RunStopped
+
+    check_study_name(args.study)
+    check_store_exists(args.store)  # the lease is not written into a mistyped --store
+    try:
+        with hold_lease(args.store, args.study, "hpstudy compact", args.wait):
+            print_compaction(args.store, compact(args.store, args.study))
+    except RunStopped as stop:
+        print(stop, file=sys.stderr, flush=True)
+        return stop.exit_code
+    return 0
+
+
 def print_compaction(store: str, counts: Dict[str, Dict[str, int]]) -> None:
     """One line per table: what compaction merged, kept apart, dropped and quarantined."""
     for table, c in counts.items():
@@ -363,12 +390,17 @@ def prepare_data(args: argparse.Namespace) -> int:
     return 0
 
 
-def stored_trials(store: str, study: Optional[str]) -> pd.DataFrame:
-    """The store's trials (of `study` when given); StoreError if there is no store, or no row of the study."""
+def check_store_exists(store: str) -> None:
+    """StoreError (exit 2) if `store` holds no trials folder: a mistyped --store, not a store."""
     fs, base = open_root(store)
     with store_io(f"read {store}"):
         if fs.get_file_info(f"{base}/trials").type == pafs.FileType.NotFound:
             raise StoreError(f"--store: no store at {shown(store)} ({base}/trials does not exist)")
+
+
+def stored_trials(store: str, study: Optional[str]) -> pd.DataFrame:
+    """The store's trials (of `study` when given); StoreError if there is no store, or no row of the study."""
+    check_store_exists(store)
     trials = load_trials(store, study)
     if study is not None and trials.empty:
         studies = sorted(set(load_trials(store, columns=["study"])["study"]))
@@ -415,7 +447,7 @@ COMMANDS: Dict[str, Callable[[argparse.Namespace], int]] = {
     "status": status,
     "report": lambda a: write_report(a.store, a.study, a.out, a.metric) and 0,
     "query": lambda a: print(query(a.store, a.study, a.expr, a.columns)) or 0,
-    "compact": lambda a: print_compaction(a.store, compact(a.store, a.study)) or 0,
+    "compact": compact_study,
     "prepare": prepare_data,
     "suggest": suggest,
 }

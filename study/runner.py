@@ -24,6 +24,7 @@ from hpstudy.study.sampling import PlannedTrial, expand, expand_for_store
 from hpstudy.study.spec import StudySpec
 from hpstudy.study.store import StoreFault, delete_study, probe_store
 from hpstudy.study.store_compaction import compact
+from hpstudy.study.store_lease import Lease, hold_lease
 from hpstudy.study.store_read import load_trials, stored_keys
 from hpstudy.study.store_spec_record import write_spec_record
 from hpstudy.study.trackers import Tracker, close_all, trackers_of
@@ -76,15 +77,19 @@ def run_trials(
     interruption: Optional[Interruption] = None,
     compact_every: int = 0,
     trackers: Sequence[Tracker] = (),
+    lease: Optional[Lease] = None,
 ) -> Tally:
     """Run `trials` on the connected Ray with Tune (K of a cell per Tune trial where `fusion` says
     so) and store each as it ends, compacting the study's files every `compact_every` stored trials
     (0: never) and handing each stored row to `trackers`; returns the tally of what was stored. Stops
-    early on a store fault (StoreFault), a node that cannot run trials (RunStopped) or `interruption`'s signal."""
+    early on a store fault (StoreFault; losing the study's `lease` is one), a node that cannot run
+    trials (RunStopped) or `interruption`'s signal."""
     groups = [
         {"keys": [t.key for t in g], "configs": [t.config for t in g]} for g in fusion_groups(trials, fusion or {})
     ]
     writer = StoreWriter(store, study, trials, groups, interruption, compact_every, trackers)
+    if lease is not None:  # another driver took the study over: stop writing, as on a full disk
+        lease.on_lost(lambda fault: setattr(writer, "fault", fault))
     progress, stopper = ProgressPrinter(writer, len(trials), progress_interval), RunStopper(writer)
     try:
         # Tune keeps every trial of a run (its last result, metric statistics) until the run ends,
@@ -169,9 +174,15 @@ def run_study(
     progress_interval: float = 10.0,
     compact_every: int = COMPACT_EVERY,
     trackers: Sequence[Union[str, Tracker]] = (),
+    lease: Optional[Lease] = None,
+    wait: bool = False,
 ):
     """Run every trial of `spec` not yet stored as ok/diverged; return the study's stored trials
     (SUMMARY_COLUMNS, with trial_key and study).
+
+    The study's lease (hpstudy.study.store_lease) is held from before anything of the study is
+    written to the end: the caller's `lease`, else one taken here after the store probe (StudyBusy
+    while another driver holds it; with `wait`, waiting for it). Losing it stops the run (StoreFault).
 
     Each trial this run stores also goes to `trackers` (`KIND:DIR` texts or Tracker objects,
     hpstudy.study.trackers; checked before anything runs), which are closed when the run ends.
@@ -184,19 +195,17 @@ def run_study(
     the signal's number; so does a node that cannot run the trials, with exit code 1. On a local
     Ray (no `address`) at most `local_slots` trials run at once (`max_concurrent` may cap lower)."""
     trackers = trackers_of(trackers)
-    with close_all(trackers):
+    with close_all(trackers), contextlib.ExitStack() as held:
         trials = expand(spec)
         keys = {t.key for t in trials}
-        try:
-            probe_store(store)
-        except StoreFault as exc:
-            raise StoreFault(
-                f"{exc}; the store {store} must be writable: no trial was run; fix it and rerun the same command"
-            ) from exc
+        if lease is None:
+            check_store_writable(store)
+            lease = held.enter_context(hold_lease(store, spec.name, "hpstudy.run", wait, "wait=True"))
         done = set()
         interruption = Interruption()
         try:
             with interruption:
+                lease.check()  # before the first file of the study is deleted or rewritten
                 if fresh:
                     delete_study(store, spec.name)
                 compact(store, spec.name)  # also finishes a compaction a killed driver left half done
@@ -230,8 +239,10 @@ def run_study(
                                 interruption=interruption,
                                 compact_every=compact_every,
                                 trackers=trackers,
+                                lease=lease,
                             )
                     if interruption.signum is None:
+                        lease.check()
                         compact(store, spec.name)
             stored = load_trials(store, spec.name, columns=SUMMARY_COLUMNS)
         except StoreFault as exc:
@@ -254,6 +265,16 @@ def run_study(
                 128 + interruption.signum,
             )
         return stored[stored["trial_key"].isin(keys)].reset_index(drop=True)
+
+
+def check_store_writable(store: str) -> None:
+    """StoreFault, saying that no trial was run, unless a file can be written to the store and deleted."""
+    try:
+        probe_store(store)
+    except StoreFault as exc:
+        raise StoreFault(
+            f"{exc}; the store {store} must be writable: no trial was run; fix it and rerun the same command"
+        ) from exc
 
 
 def _count_finished(store: str, study: str, keys: set) -> int:

@@ -14,7 +14,7 @@ import pandas as pd
 import pyarrow.dataset as pads
 import pytest
 
-from hpstudy.study.store import write_trial
+from hpstudy.study.store import open_root, write_trial
 from hpstudy.study.store_compaction import compact
 from hpstudy.study.store_read import load_epochs, load_trials
 from tests.helpers import REPO, epoch_row, row
@@ -215,3 +215,45 @@ def test_a_compaction_merges_only_what_was_stored_since_the_last_one(tmp_path):
     for reader in ("load_trials", "load_epochs", "pandas"):
         _same(after[reader], before[reader])
     assert len(_parquet_files(root, "trials")) == 4 and len(_parquet_files(root, "epochs")) == 2
+
+
+def _compactions_at_once(root: str, k: int, *flags: str) -> list:
+    """k `hpstudy compact` processes of study s started together: each one's (exit code, stderr)."""
+    argv = [sys.executable, "-m", "hpstudy", "compact", "--store", root, "--study", "s", *flags]
+    pipes = dict(stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    procs = [subprocess.Popen(argv, cwd=REPO, **pipes) for _ in range(k)]
+    errs = [p.communicate(timeout=120)[1] for p in procs]
+    return [(p.returncode, err) for p, err in zip(procs, errs)]
+
+
+def _raw_keys(root: str) -> list:
+    """Every trial_key row on disk, as pyarrow reads the files (duplicates included)."""
+    fs, base = open_root(root)
+    dataset = pads.dataset(f"{base}/trials", filesystem=fs, format="parquet", partitioning="hive")
+    return dataset.to_table(columns=["trial_key"]).column("trial_key").to_pylist()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("where,trials,rounds", [("local", 400, 2), ("s3", 30, 1)])  # moto: ~0.2 s a trial
+@pytest.mark.parametrize("wait", [False, True])
+def test_compactions_started_at_once_never_fail_nor_leave_a_row_twice(where, trials, rounds, wait, tmp_path, request):
+    """Before the study's lease, two `hpstudy compact` at once deleted each other's inputs: one exited 3
+    ("cannot delete" / "cannot read") and the partition kept a merged file's rows twice. Now one
+    compacts and the others are refused naming it (exit 2), or with --wait compact after it."""
+    root = str(tmp_path / "store") if where == "local" else request.getfixturevalue("s3_root")
+    written = set()
+    for round_ in range(rounds):
+        for i in range(trials):
+            key = f"r{round_}-t{i}"
+            write_trial(root, "s", row(key, "ok", 10.0), [epoch_row(epoch=1, train_loss=1.0)])
+            written.add(key)
+        done = _compactions_at_once(root, 3, *(["--wait"] if wait else []))
+        codes = sorted(code for code, _ in done)
+        assert codes == ([0, 0, 0] if wait else [0, 2, 2]), done
+        for code, err in done:
+            if code == 2:
+                line = err.strip()
+                assert "\n" not in line and line.startswith("error: study 's' in ") and "or pass --wait" in line
+        keys = _raw_keys(root)
+        assert len(keys) == len(set(keys)) and set(keys) == written  # every row once, on disk
+    assert sorted(load_trials(root, "s")["trial_key"]) == sorted(written)
