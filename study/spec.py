@@ -5,16 +5,16 @@ import os
 import re
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Dict, Hashable, List, Mapping, Optional, Tuple
+from typing import Any, Dict, Hashable, List, Mapping, Optional, Sequence, Tuple
 
 import yaml
 
 from hpstudy.study.store import STUDY_NAME, STUDY_NAME_RULE
 from hpstudy.trainers.config import MAX_EPOCHS, OPTIMIZERS, TrialConfig
-from hpstudy.trainers.data_spec import MAX_SEED, DataSpec, finite_in, pin_data, whole_in
+from hpstudy.trainers.data_spec import DATASETS, MAX_SEED, DataSpec, finite_in, pin_data, whole_in
 from hpstudy.trainers.errors import MAX_SHOWN, ConfigError, DataError, HpstudyError, shown
 from hpstudy.trainers.init_file import pin_init
-from hpstudy.trainers.zoo import FAMILIES, TIMM_MODELS, ModelSpec, get_spec, is_timm, list_models
+from hpstudy.trainers.zoo import FAMILIES, TIMM_MODELS, ModelSpec, did_you_mean, get_spec, is_timm, list_models
 
 SAMPLERS = ("random", "sobol", "grid")
 MAX_TRIALS = 100_000  # per study: expansion, the plan and the store stay quick below this
@@ -156,9 +156,12 @@ def _a(kind: type) -> str:
     return TYPE_NAMES.get(kind, f"a {kind.__name__}")
 
 
-def _reject(field_name: str, value: Any, allowed: str):
-    """Raise SpecError naming the field, the bad value (abbreviated) and what is allowed."""
-    raise SpecError(f"{field_name}: bad value {shown(value)}; allowed: {allowed}")
+def _reject(field_name: str, value: Any, allowed: str, names: Sequence[str] = (), typed: Any = None):
+    """Raise SpecError naming the field, the bad value (abbreviated) and what is allowed, ending in
+    "did you mean ..." when the value (or `typed`, the part of it that was typed wrong) is a near miss
+    of one of `names`, the valid keys or names (hpstudy.trainers.zoo.did_you_mean)."""
+    hint = did_you_mean(value if typed is None else typed, names)
+    raise SpecError(f"{field_name}: bad value {shown(value)}; allowed: {allowed}{hint}")
 
 
 def _nonempty_list(raw: Mapping, key: str, allowed_values=None, kind=str) -> Tuple:
@@ -171,7 +174,7 @@ def _nonempty_list(raw: Mapping, key: str, allowed_values=None, kind=str) -> Tup
         if not isinstance(item, kind) or isinstance(item, bool):
             _reject(f"{key}[{index}]", item, _a(kind))
         if allowed_values is not None and item not in allowed_values:
-            _reject(key, item, ", ".join(map(str, allowed_values)))
+            _reject(key, item, ", ".join(map(str, allowed_values)), allowed_values)
     if len(set(value)) != len(value):
         _reject(key, value, "a list without repeats")
     return tuple(value)
@@ -231,7 +234,7 @@ def _distribution(where: str, name: str, value: Any) -> Distribution:
     forms = ", ".join(DISTRIBUTION_FORMS[kind] for kind in allowed)
     if isinstance(value, dict):
         if len(value) != 1 or next(iter(value)) not in DISTRIBUTIONS:
-            _reject(where, value, forms)
+            _reject(where, value, forms, allowed, typed=next(iter(value)) if len(value) == 1 else None)
         ((kind, arg),) = value.items()
     elif isinstance(value, list):
         _reject(where, value, f"{forms} (a bare [low, high] is lr's and wd's form)")
@@ -249,14 +252,20 @@ def _distribution(where: str, name: str, value: Any) -> Distribution:
     return Distribution(kind, tuple(arg))
 
 
+BOX_KEYS = ("lr", "wd", *SAMPLED_KINDS)  # the keys of a box of `space:`
+
+
 def _box(where: str, value: Any) -> Box:
     if not isinstance(value, dict) or not {"lr", "wd"} <= set(value):
-        _reject(where, value, "a mapping with exactly the keys lr and wd, and any recipe fields the box samples")
+        missing = [key for key in ("lr", "wd") if key not in value] if isinstance(value, dict) else []
+        typo = next((key for key in value if key not in BOX_KEYS), None) if missing else None
+        allowed = "a mapping with exactly the keys lr and wd, and any recipe fields the box samples"
+        _reject(where, value, allowed, missing, typo)
     recipe = {}
     for name in sorted(set(value) - {"lr", "wd"}, key=str):
         if name not in SAMPLED_KINDS:
             why = f" ({name} is not sampled: {NOT_SAMPLED[name]})" if name in NOT_SAMPLED else ""
-            _reject(where, name, f"lr, wd and the recipe fields {', '.join(SAMPLED_KINDS)}{why}")
+            _reject(where, name, f"lr, wd and the recipe fields {', '.join(SAMPLED_KINDS)}{why}", BOX_KEYS)
         recipe[name] = _distribution(f"{where}.{name}", name, value[name])
     return Box(
         lr=_log_uniform(f"{where}.lr", value["lr"]),
@@ -293,7 +302,7 @@ def _space(raw: Any, optimizers: Tuple[str, ...], model_specs: Optional[Mapping[
                 _reject(f"space.{key}", value, "a mapping of optimizer -> {lr, wd}")
             for opt, box in value.items():
                 if opt not in OPTIMIZERS:
-                    _reject(f"space.{key}", opt, ", ".join(OPTIMIZERS))
+                    _reject(f"space.{key}", opt, ", ".join(OPTIMIZERS), OPTIMIZERS)
             overrides = family_space if key in families else model_space
             overrides[key] = {opt: _box(f"space.{key}.{opt}", box) for opt, box in value.items()}
         else:
@@ -302,6 +311,7 @@ def _space(raw: Any, optimizers: Tuple[str, ...], model_specs: Optional[Mapping[
                 key,
                 f"optimizer names ({', '.join(OPTIMIZERS)}), family names "
                 f"({', '.join(families)}) or model names ({', '.join(models)})",
+                [*OPTIMIZERS, *families, *models],
             )
     for opt in optimizers:
         if opt not in space:
@@ -336,7 +346,7 @@ def _recipe(raw: Any, check_paths: bool) -> Dict[str, Any]:
         _reject("recipe", raw, f"a mapping with keys from {', '.join(RECIPE_FIELDS)}")
     for key in raw:
         if key not in RECIPE_FIELDS:
-            _reject("recipe", key, ", ".join(RECIPE_FIELDS))
+            _reject("recipe", key, ", ".join(RECIPE_FIELDS), RECIPE_FIELDS)
     try:
         return pin_init(raw, must_exist=check_paths)  # trial keys name an init checkpoint's bytes
     except ConfigError as exc:
@@ -346,7 +356,8 @@ def _recipe(raw: Any, check_paths: bool) -> Dict[str, Any]:
 def _resources(raw: Any) -> Resources:
     raw = raw or {}
     if not isinstance(raw, dict) or set(raw) - {"cpu", "gpu"}:
-        _reject("resources", raw, "a mapping with keys cpu and gpu")
+        typo = min(set(raw) - {"cpu", "gpu"}, key=str) if isinstance(raw, dict) else None
+        _reject("resources", raw, "a mapping with keys cpu and gpu", ("cpu", "gpu"), typo)
     res = Resources(**raw)
     for name in ("cpu", "gpu"):
         value = getattr(res, name)
@@ -357,6 +368,9 @@ def _resources(raw: Any) -> Resources:
     if res.gpu > 1 and res.gpu != int(res.gpu):
         _reject("resources.gpu", res.gpu, "a fraction <= 1 or a whole number")
     return res
+
+
+MODEL_KEYS = ("name", "family", "size")  # of a mapping in `models:`
 
 
 def _models(value: Any) -> Dict[str, ModelSpec]:
@@ -371,13 +385,14 @@ def _models(value: Any) -> Dict[str, ModelSpec]:
         where, options = f"models[{index}]", {}
         if isinstance(entry, dict):
             if "name" not in entry or not set(entry) <= {"name", "family", "size"}:
-                _reject(where, entry, "a mapping with the key name and optionally family and size")
+                typo = min(set(entry) - {"name", "family", "size"}, key=str, default=None)
+                _reject(where, entry, "a mapping with the key name and optionally family and size", MODEL_KEYS, typo)
             where, options = f"{where}.name", {k: v for k, v in entry.items() if k != "name"}
             entry = entry["name"]
         if not isinstance(entry, str):
             _reject(where, entry, "a string (a model name) or a mapping {name, family, size}")
         if not is_timm(entry) and entry not in catalogue:
-            _reject("models", entry, allowed)
+            _reject("models", entry, allowed, catalogue)
         try:
             spec = get_spec(entry, **options)
         except ConfigError as exc:
@@ -395,7 +410,7 @@ def parse_spec(raw: Any, check_paths: bool = True) -> StudySpec:
         raise SpecError(f"spec: the file holds {_a(type(raw))}; allowed: a YAML mapping of the spec's keys")
     unknown = sorted(set(raw) - _KEYS, key=str)
     if unknown:
-        _reject("spec", unknown[0], f"the keys {', '.join(sorted(_KEYS))} (unknown keys are errors)")
+        _reject("spec", unknown[0], f"the keys {', '.join(sorted(_KEYS))} (unknown keys are errors)", sorted(_KEYS))
     name = raw.get("name")
     if not isinstance(name, str) or not STUDY_NAME.fullmatch(name):
         _reject(
@@ -411,7 +426,7 @@ def parse_spec(raw: Any, check_paths: bool = True) -> StudySpec:
     try:
         dataset = DataSpec.from_config(raw.get("dataset", "digits"))
     except DataError as exc:
-        raise SpecError(str(exc))
+        raise SpecError(f"{exc}{_dataset_hint(raw.get('dataset'))}")
     model_specs = _models(raw.get("models"))
     models = tuple(model_specs)
     optimizers = _nonempty_list(raw, "optimizers", OPTIMIZERS)
@@ -437,7 +452,7 @@ def parse_spec(raw: Any, check_paths: bool = True) -> StudySpec:
         )
     sampler = raw.get("sampler", "random")
     if sampler not in SAMPLERS:
-        _reject("sampler", sampler, ", ".join(SAMPLERS))
+        _reject("sampler", sampler, ", ".join(SAMPLERS), SAMPLERS)
     paired = raw.get("paired", True)
     if not isinstance(paired, bool):
         _reject("paired", paired, "true or false")
@@ -453,7 +468,7 @@ def parse_spec(raw: Any, check_paths: bool = True) -> StudySpec:
     if fuse is True:
         _reject("fuse", fuse, "off, auto or an integer K >= 1 (YAML reads on/yes/true as true: write auto or K)")
     if not (fuse in FUSE_MODES or (isinstance(fuse, int) and not isinstance(fuse, bool) and fuse >= 1)):
-        _reject("fuse", fuse, "off, auto or an integer K >= 1")
+        _reject("fuse", fuse, "off, auto or an integer K >= 1", FUSE_MODES)
     space, family_space, model_space = _space(raw.get("space"), optimizers, model_specs)
     spec = StudySpec(
         name=name,
@@ -482,6 +497,20 @@ def parse_spec(raw: Any, check_paths: bool = True) -> StudySpec:
         return dataclasses.replace(spec, dataset=pin_data(dataset, must_exist=check_paths))
     except DataError as exc:
         raise SpecError(str(exc))
+
+
+def _dataset_hint(raw: Any) -> str:
+    """ "did you mean ..." for a `dataset:` error (hpstudy.trainers.data_spec words it): an unknown key's near
+    miss of a DataSpec field, else an unknown name's of a dataset."""
+    if isinstance(raw, str):
+        raw = {"name": raw}
+    if not isinstance(raw, dict):
+        return ""
+    fields = sorted(DataSpec.__dataclass_fields__)
+    unknown = sorted((str(key) for key in raw if key not in fields), key=str)
+    if unknown:
+        return did_you_mean(unknown[0], fields)
+    return did_you_mean(raw.get("name"), DATASETS)
 
 
 def _check_recipe_values(spec: StudySpec, check_model: bool = False) -> None:

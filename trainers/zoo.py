@@ -6,11 +6,12 @@ order; `hpstudy.trainers.models` turns a spec into a module (the recipe's `build
 Whether timm knows a `timm:` name is checked where timm is imported (`hpstudy.trainers.models.check_timm_name`).
 """
 
+import difflib
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib.metadata import version
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, Iterable, List, Optional, Sequence
 
 from hpstudy.trainers.errors import ConfigError, shown
 
@@ -38,6 +39,48 @@ class ModelSpec:
 
 
 _REGISTRY: Dict[str, ModelSpec] = {}
+
+
+MAX_NEAR = 200  # characters: a longer value is no typo of a name (and would cost seconds to compare)
+
+
+def _typo_distance(a: str, b: str) -> int:
+    """Edits (delete, insert or replace a character, or swap two neighbours) that turn `a` into `b`
+    (optimal string alignment distance)."""
+    previous2: List[int] = []
+    previous = list(range(len(b) + 1))
+    for i in range(1, len(a) + 1):
+        row = [i] + [0] * len(b)
+        for j in range(1, len(b) + 1):
+            row[j] = min(previous[j] + 1, row[j - 1] + 1, previous[j - 1] + (a[i - 1] != b[j - 1]))
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                row[j] = min(row[j], previous2[j - 2] + 1)
+        previous2, previous = previous, row
+    return previous[-1]
+
+
+def nearest(value: object, names: Iterable[str]) -> List[str]:
+    """The valid `names` a mistyped `value` most likely meant: every name the fewest typing edits away
+    (a character deleted, inserted, replaced, or two swapped; ties in difflib's order of similarity), when
+    that is at most a third of the value; else difflib's closest match, if any. Empty for a value that is
+    not a string or is one of `names`. (A message helper of every layer: it lives here, in the torch-free
+    catalogue, because the spec layer imports it; trainers.errors would be its home.)"""
+    names = list(dict.fromkeys(n for n in names if isinstance(n, str)))
+    if not isinstance(value, str) or not value or value in names or len(value) > MAX_NEAR:
+        return []
+    ratio = lambda name: difflib.SequenceMatcher(None, value.lower(), name.lower()).ratio()  # noqa: E731
+    distances = {name: _typo_distance(value.lower(), name.lower()) for name in names}
+    fewest = min(distances.values(), default=None)
+    if fewest is not None and fewest <= max(1, len(value) // 3):
+        return sorted((n for n, d in distances.items() if d == fewest), key=ratio, reverse=True)
+    return difflib.get_close_matches(value, names, n=1, cutoff=0.75)
+
+
+def did_you_mean(value: object, names: Iterable[str]) -> str:
+    """`; did you mean 'x'?` (or `'x' or 'y'`) to end an error message about `value`, naming nearest(value,
+    names); empty when no name is near."""
+    near = nearest(value, names)
+    return f"; did you mean {' or '.join(map(repr, near))}?" if near else ""
 
 
 def register(spec: ModelSpec) -> ModelSpec:
@@ -79,7 +122,10 @@ def get_spec(name: str, family: Optional[str] = None, size: Optional[str] = None
     naming the field (model, family, size) otherwise; a registered model's family and size are its own."""
     if not is_timm(name):
         if name not in _REGISTRY:
-            raise ConfigError(f"model: unknown model {shown(name)}; allowed: {', '.join(_REGISTRY)}, or {TIMM_MODELS}")
+            raise ConfigError(
+                f"model: unknown model {shown(name)}; allowed: {', '.join(_REGISTRY)}, or {TIMM_MODELS}"
+                + did_you_mean(name, _REGISTRY)
+            )
         spec = _REGISTRY[name]
         for field_name, given, own in (("family", family, spec.family), ("size", size, spec.size)):
             if given is not None and given != own:

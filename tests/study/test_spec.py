@@ -1,13 +1,19 @@
 import copy
 import os
+import re
 
 import numpy as np
 import pytest
 import yaml
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
+from hpstudy.study import spec as spec_module
 from hpstudy.study.sampling import expand, sample_box
 from hpstudy.study.spec import Box, Resources, SpecError, bundled_configs, load_spec, parse_spec, resolve_config
-from hpstudy.trainers.config import TrialConfig
+from hpstudy.trainers.config import OPTIMIZERS, TrialConfig
+from hpstudy.trainers.data_spec import DataSpec
+from hpstudy.trainers.zoo import FAMILIES, list_models
 
 BASE = {
     "name": "t",
@@ -299,3 +305,100 @@ def test_the_study_size_cap_counts_every_factor_and_allows_exactly_the_cap():
     assert parse_spec(dict(exact, samples=50_000)).samples == 50_000  # 100,000 trials: at the cap
     with pytest.raises(SpecError, match="= 100002 "):
         parse_spec(dict(exact, samples=50_001))
+
+
+# Near-name hints (issue #37): a key or name typed with one character deleted, inserted or two neighbours
+# swapped is named back in the one error line ("did you mean 'epochs'?"), at every level of the spec.
+TYPO_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789_"
+
+
+@st.composite
+def typo_of(draw, names):
+    """(intended, typo): one of `names` with one character deleted, inserted or two neighbours swapped,
+    the result none of `names` (a typo that is another valid name is no typo)."""
+    name = draw(st.sampled_from(sorted(names)))
+    at = draw(st.integers(0, len(name)))
+    edit = draw(st.sampled_from(["delete", "insert", "swap"] if len(name) > 1 else ["insert"]))
+    if edit == "delete":
+        at = min(at, len(name) - 1)
+        typo = name[:at] + name[at + 1 :]
+    elif edit == "insert":
+        typo = name[:at] + draw(st.sampled_from(TYPO_CHARS)) + name[at:]
+    else:
+        at = min(at, len(name) - 2)
+        typo = name[:at] + name[at + 1] + name[at] + name[at + 2 :]
+    assume(typo and typo not in names)
+    return name, typo
+
+
+BOX = {"lr": [1e-4, 1e-2], "wd": [0.01, 0.5]}
+
+
+def without(mapping, key):
+    """`mapping` without `key`."""
+    return {k: v for k, v in mapping.items() if k != key}
+
+
+OVERRIDE = {"adamw": BOX}  # a family's or model's box in space:
+# where a typo goes -> (the valid names there, the spec with `typo` in place of one of them)
+TYPO_PLACES = {
+    "spec key": (sorted(spec_module._KEYS), lambda name, typo: {**without(BASE, name), typo: 1}),
+    "dataset key": (
+        sorted(DataSpec.__dataclass_fields__),
+        lambda name, typo: with_(dataset={"name": "digits", typo: 1} if name != "name" else {typo: "digits"}),
+    ),
+    "dataset name": (spec_module.DATASETS, lambda name, typo: with_(dataset={"name": typo})),
+    "recipe key": (spec_module.RECIPE_FIELDS, lambda name, typo: with_(recipe={typo: 1})),
+    "space key": (
+        [*OPTIMIZERS, *FAMILIES, *list_models()],
+        lambda name, typo: with_(space={**BASE["space"], typo: BOX if name in OPTIMIZERS else OVERRIDE}),
+    ),
+    "space override key": (OPTIMIZERS, lambda name, typo: with_(space={**BASE["space"], "cnn": {typo: BOX}})),
+    "box key": (
+        spec_module.BOX_KEYS,
+        lambda name, typo: with_(space={**BASE["space"], "adamw": {**without(BOX, name), typo: 1}}),
+    ),
+    "distribution": (
+        spec_module.DISTRIBUTIONS,
+        lambda name, typo: with_(space={**BASE["space"], "adamw": {**BOX, "label_smoothing": {typo: [0.0, 0.1]}}}),
+    ),
+    "model name": (list_models(), lambda name, typo: with_(models=[typo])),
+    "models key": (
+        spec_module.MODEL_KEYS,
+        lambda name, typo: with_(models=[{"name": "timm:resnet18", typo: "cnn"} if name != "name" else {typo: "x"}]),
+    ),
+    "optimizer": (OPTIMIZERS, lambda name, typo: with_(optimizers=[typo])),
+    "resources key": (("cpu", "gpu"), lambda name, typo: with_(resources={typo: 1})),
+    "sampler": (spec_module.SAMPLERS, lambda name, typo: with_(sampler=typo)),
+    "fuse": (spec_module.FUSE_MODES, lambda name, typo: with_(fuse=typo)),
+}
+
+
+@pytest.mark.parametrize("place", sorted(TYPO_PLACES))
+@settings(max_examples=60)
+@given(data=st.data())
+def test_a_typo_of_any_valid_key_or_name_is_refused_with_a_hint_naming_it(place, data):
+    names, spec_with = TYPO_PLACES[place]
+    name, typo = data.draw(typo_of(names), label="(intended, typo)")
+    with pytest.raises(SpecError) as info:
+        parse_spec(spec_with(name, typo), check_paths=False)
+    message = str(info.value)
+    assert "\n" not in message and f"{typo!r}" in message, message
+    hint = re.search(r"; did you mean ('[^']+'(?: or '[^']+')*)\?$", message)
+    assert hint, message
+    assert repr(name) in hint.group(1).split(" or "), message
+
+
+@pytest.mark.parametrize(
+    "raw,message",
+    [
+        (with_(banana=1), "spec: bad value 'banana'; allowed: the keys "),
+        (with_(recipe={"zzzzzz": 1}), "recipe: bad value 'zzzzzz'; allowed: batch_size"),
+        (with_(models=["x" * 10_000]), "models: bad value 'xxxxx"),
+        (with_(optimizers=[3]), "optimizers[0]: bad value 3; allowed: a string"),
+    ],
+)
+def test_a_value_near_no_valid_name_gets_no_hint(raw, message):
+    with pytest.raises(SpecError) as info:
+        parse_spec(raw)
+    assert str(info.value).startswith(message) and "did you mean" not in str(info.value)
