@@ -76,6 +76,7 @@ def test_a_spec_path_or_bundled_name_is_read_as_config_is(tmp_path, capsys):
         ({"progress": "bars"}, "progress: bad value 'bars'; allowed: 'auto', 'bar', 'lines', 'off', True (= 'auto') "),
         ({"resume": "yes"}, "resume: bad value 'yes'; allowed: True or False"),
         ({"report": None}, "report: bad value None; allowed: True or False"),
+        ({"wait": "yes"}, "wait: bad value 'yes'; allowed: True or False"),
         ({"trackers": "neptune:runs"}, "trackers: bad value 'neptune:runs'; allowed: "),
     ],
 )
@@ -84,6 +85,19 @@ def test_the_apis_own_arguments_are_checked_before_anything_runs(kwargs, message
         hpstudy.run(small_spec(), tmp_path / "store", **kwargs)
     assert str(caught.value).startswith(message)
     assert not (tmp_path / "store").exists()
+
+
+def test_a_run_of_a_study_another_driver_writes_raises_studybusy_naming_it(tmp_path):
+    from hpstudy.study.store_lease import StudyBusy, hold_lease
+
+    store = str(tmp_path / "store")
+    with hold_lease(store, "e2e", "hpstudy run"):
+        with pytest.raises(StudyBusy) as caught:
+            hpstudy.run(small_spec(), store, report=False)
+    message = str(caught.value)
+    assert message.startswith(f"study 'e2e' in {store} is being written by hpstudy run on host ")
+    assert f", pid {os.getpid()}, " in message and "; wait for it to end, or pass wait=True" in message
+    assert sorted(os.listdir(store)) == ["leases"]  # nothing of the study written
 
 
 @pytest.fixture

@@ -328,3 +328,46 @@ def test_query_shows_the_recipe_fields_a_study_samples_and_the_rows_past_a_damag
         damaged.write("{not json")
     assert hpstudy_main(argv[:-2] + ["--columns", "trial_key"]) == 0  # the rows are still read
     assert len(capsys.readouterr().out.splitlines()) == len(trials) + 1
+
+
+def _held_elsewhere(store: str):
+    """The lease of study `s`, held by this process as another driver of the study would hold it."""
+    from hpstudy.study.store_lease import hold_lease
+
+    return hold_lease(store, "s", "hpstudy run")
+
+
+def test_a_run_or_compaction_of_a_study_another_driver_writes_is_refused_naming_it(tmp_path, capsys):
+    """Nothing of the study is read into a plan or written: the lease comes before the note, the spec
+    record and the first compaction."""
+    store = str(tmp_path / "store")
+    write_trial(store, "s", stored_row(trial_key="k0", model="cnn_tiny", optimizer="sgd", status="ok", top1_err=1.0))
+    config = write_spec(tmp_path, small_spec(name="s", models=["cnn_tiny"], optimizers=["sgd"], samples=1))
+    before = sorted(p.relative_to(store).as_posix() for p in (tmp_path / "store").rglob("*") if p.is_file())
+    with _held_elsewhere(store):
+        for argv in (["run", "--config", config, "--store", store], ["compact", "--store", store, "--study", "s"]):
+            assert hpstudy_main(argv) == 2
+            out, err = capsys.readouterr()
+            assert out == "" and err.count("\n") == 1, (out, err)
+            assert err.startswith(f"error: study 's' in {store} is being written by hpstudy run on host ")
+            assert f", pid {os.getpid()}, started 20" in err and "; wait for it to end, or pass --wait" in err
+        held = sorted(p.relative_to(store).as_posix() for p in (tmp_path / "store").rglob("*") if p.is_file())
+    assert held == sorted(before + ["leases/.s.guard", "leases/s.json"])  # no spec record, nothing compacted
+    assert not (tmp_path / "store/leases/s.json").exists()  # released
+
+
+def test_compact_needs_a_store_and_never_deletes_a_lease_file_it_did_not_write(tmp_path, capsys):
+    missing = str(tmp_path / "typo")
+    assert hpstudy_main(["compact", "--store", missing, "--study", "s"]) == 2
+    assert capsys.readouterr().err == f"error: --store: no store at '{missing}' ({missing}/trials does not exist)\n"
+    assert not os.path.exists(missing)  # no lease written into a mistyped store
+    store = str(tmp_path / "store")
+    write_trial(store, "s", stored_row(trial_key="k0", model="cnn_tiny", optimizer="sgd", status="ok", top1_err=1.0))
+    (tmp_path / "store/leases").mkdir()
+    (tmp_path / "store/leases/s.json").write_text('{"owner": "a lock of another tool"}')
+    assert hpstudy_main(["compact", "--store", store, "--study", "s", "--wait"]) == 3
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"error: store: {store}/leases/s.json is not a lease hpstudy wrote")
+    assert err.rstrip().endswith("if none runs, delete it and rerun the same command")
+    assert (tmp_path / "store/leases/s.json").read_text() == '{"owner": "a lock of another tool"}'
+    assert len(load_trials(store, "s")) == 1
