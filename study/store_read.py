@@ -42,27 +42,64 @@ def _study_of(path: str, table_dir: str) -> str:
     return partition[len("study=") :] if partition.startswith("study=") else ""
 
 
-def _read_files(
-    fs: pafs.FileSystem, table_dir: str, files: List[str], table: str, columns: Optional[List[str]] = None
-) -> pd.DataFrame:
+# Files read per dataset scan: a pyarrow dataset keeps the Parquet metadata of every file it has
+# scanned until it is dropped (~75 KB for a one-row trial file of 31 columns: 7.5 GB for 100,000), and
+# a table holds one chunk per file; reading a partition this many files at a time, each group merged
+# into one chunk, keeps memory proportional to the rows read (docs/performance.md).
+GROUP_FILES = 1000
+# pyarrow 20 and newer can also scan without keeping that metadata at all (less memory, and no time to free it)
+SCAN_ONCE = {"cache_metadata": False} if int(pa.__version__.split(".")[0]) >= 20 else {}
+
+
+def _read_groups(
+    fs: pafs.FileSystem, table_dir: str, files: List[str], table: str, columns: Optional[List[str]]
+) -> pa.Table:
+    """`files` (under `table_dir`) read GROUP_FILES at a time (_read_group), as one table."""
+    groups = [
+        _read_group(fs, table_dir, files[i : i + GROUP_FILES], table, columns)
+        for i in range(0, len(files), GROUP_FILES)
+    ]
+    return pa.concat_tables(groups) if groups else _empty_table(table, columns)
+
+
+def _read_group(
+    fs: pafs.FileSystem, table_dir: str, files: List[str], table: str, columns: Optional[List[str]]
+) -> pa.Table:
+    """Some of a table's files read as one dataset scan, or file by file if one is corrupt or may lack
+    a column of REQUIRED (the scan reads a missing column as nulls; _read_files checks each file's
+    own columns); one chunk, only `columns` (and the study)."""
+    schema = _schema(table)
+    read = list(dict.fromkeys([*(schema.names if columns is None else columns), *REQUIRED[table]]))
+    try:
+        dataset = pads.dataset(
+            files,
+            schema=schema,
+            format="parquet",
+            filesystem=fs,
+            partitioning=PARTITIONING,
+            partition_base_dir=table_dir,
+        )
+        arrow = dataset.to_table(columns=_with_file(read, table), **SCAN_ONCE)
+        if any(arrow[c].null_count for c in REQUIRED[table]):
+            arrow = _read_files(fs, table_dir, files, table)
+    except (pa.ArrowException, OSError):
+        arrow = _read_files(fs, table_dir, files, table)
+    return arrow.select(_with_file(columns or schema.names, table)).combine_chunks()
+
+
+def _read_files(fs: pafs.FileSystem, table_dir: str, files: List[str], table: str) -> pa.Table:
     """Read files (under `table_dir`) one by one, skipping (with a warning naming it) any that is
-    corrupt or incomplete."""
+    corrupt or incomplete; every column, the study and the file."""
     tables = []
     for path in files:
         try:
             arrow = _read_file(fs, path, table)
-            arrow = arrow.select([c for c in columns if c != "study"]) if columns else arrow
         except (pa.ArrowException, OSError) as exc:
             warnings.warn(f"hpstudy store: skipping unreadable file {path}: {_first_line(exc)}")
             continue
         arrow = arrow.append_column("study", pa.array([_study_of(path, table_dir)] * len(arrow), pa.string()))
-        tables.append(
-            arrow.append_column(FILE, pa.array([path] * len(arrow), pa.string())) if table == "epochs" else arrow
-        )
-    if not tables:
-        empty = _empty(TABLES[table], columns)
-        return empty.assign(**{FILE: pd.Series(dtype=object)}) if table == "epochs" else empty
-    return pa.concat_tables(tables).to_pandas()
+        tables.append(arrow.append_column(FILE, pa.array([path] * len(arrow), pa.string())))
+    return pa.concat_tables(tables) if tables else _empty_table(table, None, with_file=True)
 
 
 def _read_file(fs: pafs.FileSystem, path: str, table: str, columns: Optional[List[str]] = None) -> pa.Table:
@@ -73,6 +110,19 @@ def _read_file(fs: pafs.FileSystem, path: str, table: str, columns: Optional[Lis
     if missing:
         raise IncompleteFile(f"missing column {missing[0]!r} (every {table} row needs {', '.join(REQUIRED[table])})")
     return fragment.to_table(schema=TABLES[table], columns=columns)
+
+
+def _schema(table: str) -> pa.Schema:
+    """`table`'s schema and the `study` column (from the partition folder)."""
+    return TABLES[table].append(pa.field("study", pa.string()))
+
+
+def _empty_table(table: str, columns: Optional[List[str]], with_file: bool = False) -> pa.Table:
+    """An empty table of `table`'s schema and the study (only `columns`, if given; and the file for
+    epochs, or with `with_file`)."""
+    empty = _schema(table).append(pa.field(FILE, pa.string())).empty_table()
+    names = columns or _schema(table).names
+    return empty.select([*names, FILE] if with_file or table == "epochs" else names)
 
 
 def _empty(schema: pa.Schema, columns: Optional[List[str]] = None) -> pd.DataFrame:
@@ -88,6 +138,8 @@ def _with_file(columns: List[str], table: str) -> List[str]:
 
 # the columns that decide which of a trial's stored rows counts (see _load)
 _IDENTITY = {"trials": ["trial_key", "finished_at"], "epochs": ["trial_key", "epoch"]}
+# the study of a file is its partition folder, study=<name>, right below <root>/<table>
+PARTITIONING = pads.partitioning(pa.schema([("study", pa.string())]), flavor="hive")
 
 
 def _load(root: str, table: str, study: Optional[str], columns: Optional[Sequence[str]] = None) -> pd.DataFrame:
@@ -101,12 +153,8 @@ def _load(root: str, table: str, study: Optional[str], columns: Optional[Sequenc
         columns = list(dict.fromkeys([*columns, "study", *_IDENTITY[table]]))
     if fs.get_file_info(path).type == pafs.FileType.NotFound:
         return _empty(TABLES[table], columns)
-    arrow = _read_dataset(fs, path, table, study, columns)
-    if arrow is not None:
-        frame = arrow.to_pandas()
-    else:
-        # a corrupt, truncated or incomplete file: read file by file, skipping (and naming) the bad ones
-        frame = _read_files(fs, path, _list_files(fs, path + (f"/study={study}" if study else "")), table, columns)
+    files = _list_files(fs, path + (f"/study={study}" if study else ""))
+    frame = _read_groups(fs, path, files, table, columns).to_pandas()
     if table == "trials":
         frame = frame.sort_values("finished_at", kind="stable").drop_duplicates(["study", "trial_key"], keep="last")
     else:
@@ -119,36 +167,18 @@ FILE = "__filename"  # pyarrow's name for the file a dataset row was read from
 
 def _rows_of_newest_file(fs: pafs.FileSystem, frame: pd.DataFrame) -> pd.DataFrame:
     """Each trial's epoch rows from the newest of the files that hold some (modification time, then
-    path, as compaction orders them); without the FILE column."""
-    files = sorted(frame[FILE].unique())
-    if len(files) > 1:
+    path, as compaction orders them); without the FILE column. Only the files of trials with rows in
+    more than one file are looked at (one request each on an object store)."""
+    trial = [frame["study"], frame["trial_key"]]
+    shared = frame[FILE].groupby(trial).transform("nunique") > 1
+    if shared.any():
+        files = sorted(frame.loc[shared, FILE].unique())
         with store_io("list the epoch files"):
             infos = fs.get_file_info(files)
         age = {info.path: rank for rank, info in enumerate(sorted(infos, key=lambda i: (i.mtime_ns or 0, i.path)))}
         order = frame[FILE].map(age)
-        frame = frame[order == order.groupby([frame["study"], frame["trial_key"]]).transform("max")]
+        frame = frame[~shared | (order == order.groupby(trial).transform("max"))]
     return frame.drop(columns=FILE)
-
-
-def _read_dataset(
-    fs: pafs.FileSystem, path: str, table: str, study: Optional[str], columns: Optional[List[str]]
-) -> Optional[pa.Table]:
-    """A table's files (one study's, or all) read as one dataset, or None if a file is corrupt or may
-    lack a column of REQUIRED: the dataset reads a missing column as nulls, so a null there sends
-    the caller to the file-by-file reader, which checks each file's own columns."""
-    schema = TABLES[table].append(pa.field("study", pa.string()))
-    partitioning = pads.partitioning(pa.schema([("study", pa.string())]), flavor="hive")
-    read = list(dict.fromkeys([*(schema.names if columns is None else columns), *REQUIRED[table]]))
-    try:
-        dataset = pads.dataset(path, filesystem=fs, schema=schema, format="parquet", partitioning=partitioning)
-        arrow = dataset.to_table(
-            columns=_with_file(read, table), filter=(pads.field("study") == study) if study else None
-        )
-    except (pa.ArrowException, OSError):
-        return None
-    if any(arrow[c].null_count for c in REQUIRED[table]):
-        return None
-    return arrow.select(_with_file(columns or schema.names, table))
 
 
 def load_trials(root: str, study: Optional[str] = None, columns: Optional[Sequence[str]] = None) -> pd.DataFrame:

@@ -1,0 +1,150 @@
+"""The store's readers on partitions of many files, read GROUP_FILES at a time: whatever the group size,
+the same rows as the rules say (one per trial, the newest; epochs from a trial's newest file), every
+unreadable file skipped and named once, the study from the partition folder."""
+
+import os
+import tempfile
+import warnings
+from datetime import datetime, timedelta, timezone
+from unittest import mock
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hpstudy.study import store_read
+from hpstudy.study.store_read import load_epochs, load_trials, stored_keys
+from hpstudy.trainers.schema import EPOCH_SCHEMA, FINISHED, STATUSES, TRIAL_SCHEMA
+from tests.helpers import epoch_row, row, write_file
+
+START = datetime(2026, 12, 1, tzinfo=timezone.utc)
+BAD = ("garbage", "truncated", "incomplete")  # what an unreadable file can be
+GROUP_SIZES = (1, 3, 1000)
+KEYS = [f"k{i}" for i in range(5)]
+
+# a file: its study, its rows' (key, status) and whether it is readable or one kind of bad
+files_strategy = st.lists(
+    st.tuples(
+        st.sampled_from(["a", "b"]),
+        st.lists(st.tuples(st.sampled_from(KEYS), st.sampled_from(STATUSES)), min_size=1, max_size=3),
+        st.sampled_from(["good", "good", "good", *BAD]),
+    ),
+    max_size=12,
+)
+
+
+def _write(path: str, table: pa.Table, kind: str) -> None:
+    """`table` as a Parquet file at `path`, or as a file of `kind` that cannot be read whole."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    if kind == "incomplete":  # a file without a column every row needs, as another tool may write
+        table = table.drop_columns(["status" if "status" in table.column_names else "epoch"])
+    pq.write_table(table, path)
+    if kind in ("garbage", "truncated"):
+        data = open(path, "rb").read()
+        with open(path, "wb") as out:
+            out.write(b"not parquet" if kind == "garbage" else data[: len(data) // 2])
+
+
+def _read_all(read, group: int):
+    """`read()` with GROUP_FILES = group, and the files its warnings name."""
+    with mock.patch.object(store_read, "GROUP_FILES", group), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        frame = read()
+    named = [str(w.message).split("unreadable file ")[1].split(": ")[0] for w in caught]
+    return frame, named
+
+
+@settings(max_examples=40)
+@given(files=files_strategy, order=st.randoms(use_true_random=False))
+def test_trials_are_the_newest_readable_row_of_each_trial_whatever_the_group_size(files, order):
+    times = list(range(sum(len(rows) for _, rows, _ in files)))
+    order.shuffle(times)  # the order rows were finished in is not the order of the files' names
+    expected, bad, newest = {}, set(), {}
+    with tempfile.TemporaryDirectory() as root:
+        for i, (study, rows, kind) in enumerate(files):
+            stamped = [(key, status, START + timedelta(seconds=times.pop())) for key, status in rows]
+            path = f"{root}/trials/study={study}/f{i:02d}.parquet"
+            table = pa.Table.from_pylist([dict(row(k, s), finished_at=t) for k, s, t in stamped], schema=TRIAL_SCHEMA)
+            _write(path, table, kind)
+            if kind != "good":
+                bad.add(path)
+                continue
+            for key, status, when in stamped:
+                if when > newest.get((study, key), START - timedelta(1)):
+                    newest[study, key], expected[study, key] = when, status
+        for group in GROUP_SIZES:
+            frame, named = _read_all(lambda: load_trials(root), group)
+            assert sorted(named) == sorted(bad)  # each unreadable file named, once
+            assert dict(zip(zip(frame["study"], frame["trial_key"]), frame["status"])) == expected
+            assert len(frame) == len(expected)
+            assert dict(zip(zip(frame["study"], frame["trial_key"]), frame["finished_at"])) == newest
+            for study in ("a", "b"):
+                of_study = {key: status for (s, key), status in expected.items() if s == study}
+                frame, _ = _read_all(lambda: load_trials(root, study, columns=["status"]), group)
+                assert set(frame["study"]) <= {study}
+                assert dict(zip(frame["trial_key"], frame["status"])) == of_study
+                keys, _ = _read_all(lambda: stored_keys(root, study), group)
+                assert keys == {key for key, status in of_study.items() if status in FINISHED}
+
+
+@settings(max_examples=40)
+@given(
+    files=st.lists(
+        st.tuples(
+            st.sampled_from(["a", "b"]),
+            st.sampled_from(["k0", "k1", "k2"]),
+            st.lists(st.integers(1, 4), min_size=1, max_size=3, unique=True),
+            st.sampled_from(["good", "good", "good", *BAD]),
+        ),
+        max_size=10,
+    ),
+    order=st.randoms(use_true_random=False),
+)
+def test_each_trials_epochs_come_from_its_newest_readable_file_whatever_the_group_size(files, order):
+    ages = list(range(len(files)))
+    order.shuffle(ages)  # which file is newest is not the order of the files' names
+    newest, bad = {}, set()
+    with tempfile.TemporaryDirectory() as root:
+        for i, (study, key, epochs, kind) in enumerate(files):
+            path = f"{root}/epochs/study={study}/f{i:02d}.parquet"
+            rows = [epoch_row(trial_key=key, model="m", optimizer="o", epoch=e, train_loss=float(i)) for e in epochs]
+            _write(path, pa.Table.from_pylist(rows, schema=EPOCH_SCHEMA), kind)
+            mtime = 10**18 + ages[i] * 10**9
+            os.utime(path, ns=(mtime, mtime))
+            if kind != "good":
+                bad.add(path)
+            elif mtime > newest.get((study, key), (0,))[0]:
+                newest[study, key] = (mtime, i, sorted(epochs))
+        expected = sorted((s, k, e, float(i)) for (s, k), (_, i, epochs) in newest.items() for e in epochs)
+        for group in GROUP_SIZES:
+            frame, named = _read_all(lambda: load_epochs(root), group)
+            assert sorted(named) == sorted(bad)
+            got = zip(frame["study"], frame["trial_key"], frame["epoch"], frame["train_loss"])
+            assert sorted(got) == expected
+            assert store_read.FILE not in frame.columns
+
+
+@pytest.mark.parametrize("n_files,group", [(7, 3), (6, 3), (5, 1000), (1, 1)])
+def test_a_partition_of_one_row_files_is_one_chunk_per_group_not_per_file(n_files, group, tmp_path, monkeypatch):
+    folder = tmp_path / "trials/study=s"
+    folder.mkdir(parents=True)
+    for i in range(n_files):
+        write_file(folder / f"k{i}.parquet", [row(f"k{i}")], TRIAL_SCHEMA)
+    monkeypatch.setattr(store_read, "GROUP_FILES", group)
+    fs, base = store_read.open_root(str(tmp_path))
+    files = store_read._list_files(fs, f"{base}/trials")
+    table = store_read._read_groups(fs, f"{base}/trials", files, "trials", None)
+    assert table.num_rows == n_files and table.column("trial_key").num_chunks == -(-n_files // group)
+    assert set(table.column("study").to_pylist()) == {"s"}
+
+
+@pytest.mark.parametrize("columns", [None, ["status"], ["model", "top1_err"]])
+def test_an_empty_partition_reads_as_no_rows_with_the_columns_asked_for(columns, tmp_path):
+    (tmp_path / "trials/study=s").mkdir(parents=True)
+    (tmp_path / "epochs/study=s").mkdir(parents=True)
+    frame = load_trials(str(tmp_path), "s", columns=columns)
+    assert frame.empty
+    assert set(frame.columns) == {*(columns or TRIAL_SCHEMA.names), "study", "trial_key", "finished_at"}
+    assert load_epochs(str(tmp_path), "s").empty
