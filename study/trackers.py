@@ -2,22 +2,26 @@
 TensorBoard or W&B (offline) from the driver, right after the store has it (docs/trackers.md).
 
 A tracker is any object with `log_trial(row, epochs)` and `close()`: `row` is the stored trial row
-(a dict of hpstudy.trainers.schema's trial columns plus `study`), `epochs` its epoch records.
-`parse_track` turns the `--track KIND:DIR` form into one; the libraries load only when a tracker
-logs its first trial."""
+(a dict of hpstudy.trainers.schema's trial columns plus `study`), `epochs` its epoch records; one that
+also has `logged_keys(study)` (the trial keys it holds as ok/diverged) is sent the study's rows stored
+before the run too (`backfill`). `parse_track` turns the `--track KIND:DIR` form into one and
+`check_trackers` creates and probes its folder before any trial; the libraries load only when a
+tracker logs its first trial."""
 
 import contextlib
 import importlib
 import json
 import os
 import sys
+import uuid
 from datetime import datetime
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Protocol, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Protocol, Sequence, Set, Tuple, Union
 
 import pyarrow as pa
 
 from hpstudy.trainers import schema
 from hpstudy.trainers.errors import HpstudyError, shown
+from hpstudy.trainers.zoo import did_you_mean
 
 # the row's numbers a tracker logs as final metrics, and the epoch records' as curves (step = epoch)
 FINAL_METRICS = tuple(
@@ -78,18 +82,76 @@ def _finished_ms(row: Mapping[str, Any]) -> int:
     return int(when.timestamp() * 1000) if when is not None else 0
 
 
-class MlflowTracker:
+class FolderTracker:
+    """What the three trackers share: a local folder (absolute), named in messages as `kind:folder`, and
+    the flag (or argument) it came from."""
+
+    kind = ""
+
+    def __init__(self, folder: str, flag: str = "--track"):
+        self.folder = os.path.abspath(folder)
+        self.flag = flag
+
+    def __repr__(self) -> str:
+        return f"{self.kind}:{self.folder}"
+
+    def probe(self, keep: bool = True) -> None:
+        """Create the folder (and its missing parents) and write and delete a file in it, or raise
+        TrackerError naming the flag, the tracker and why; with `keep` False (a dry run) the folders
+        it created are removed again."""
+        made = []
+        path = self.folder
+        while not os.path.lexists(path) and os.path.dirname(path) != path:
+            made.append(path)
+            path = os.path.dirname(path)
+        probe = os.path.join(self.folder, f".hpstudy-probe-{uuid.uuid4().hex}")
+        failed = True
+        try:
+            os.makedirs(self.folder, exist_ok=True)
+            with open(probe, "w") as f:
+                f.write("hpstudy")
+            os.remove(probe)
+            failed = False
+        except OSError as exc:
+            raise TrackerError(
+                f"{self.flag}: cannot write {shown(repr(self))} ({exc.strerror or type(exc).__name__}: "
+                f"{exc.filename or self.folder}); allowed: {FOLDER_RULE}"
+            ) from None
+        finally:
+            if failed or not keep:
+                for folder in made:  # deepest first; only what this probe made, and only if empty
+                    with contextlib.suppress(OSError):
+                        os.rmdir(folder)
+
+
+class MlflowTracker(FolderTracker):
     """One MLflow run per trial (run name = trial key) in the experiment named after the study, in
     a SQLite database `<folder>/mlflow.db` (no server; MLflow's file store is in maintenance mode)."""
 
-    def __init__(self, folder: str):
-        self.folder = os.path.abspath(folder)
+    kind = "mlflow"
+
+    def __init__(self, folder: str, flag: str = "--track"):
+        super().__init__(folder, flag)
         self.uri = f"sqlite:///{os.path.join(self.folder, 'mlflow.db')}"
         self._client: Any = None
         self._experiments: Dict[str, str] = {}
 
-    def __repr__(self) -> str:
-        return f"mlflow:{self.folder}"
+    def logged_keys(self, study: str) -> Set[str]:
+        """The trial keys of the study's runs that are FINISHED (ok or diverged; a failed trial's run is
+        FAILED) in the database; none when it does not exist yet."""
+        if not os.path.exists(os.path.join(self.folder, "mlflow.db")):
+            return set()
+        experiment = self._experiment(study)
+        keys: Set[str] = set()
+        token = None
+        while True:
+            runs = self._client.search_runs(
+                [experiment], "attributes.status = 'FINISHED'", max_results=5000, page_token=token
+            )
+            keys.update(run.data.tags.get("trial_key", run.info.run_name) for run in runs)
+            token = runs.token
+            if not token:
+                return keys
 
     def _experiment(self, study: str) -> str:
         """The id of the study's experiment, made at its first trial (and the client at the first of all)."""
@@ -133,16 +195,22 @@ class MlflowTracker:
         self._client, self._experiments = None, {}
 
 
-class TensorBoardTracker:
+class TensorBoardTracker(FolderTracker):
     """One TensorBoard run folder per trial, `<folder>/<study>/<trial key>`: the epoch curves as
     scalars (step = epoch), the final metrics and the hyperparameters for the HParams tab (tensorboardX,
-    which Ray Tune installs)."""
+    which Ray Tune installs). Each event file's name ends in `.<status>` (events.out.tfevents.<time>.<host>.ok)."""
 
-    def __init__(self, folder: str):
-        self.folder = os.path.abspath(folder)
+    kind = "tensorboard"
 
-    def __repr__(self) -> str:
-        return f"tensorboard:{self.folder}"
+    def logged_keys(self, study: str) -> Set[str]:
+        """The trial folders of the study holding an event file that is not a failed trial's (one named
+        by an hpstudy that did not end it in its status counts as held)."""
+        root = os.path.join(self.folder, study)
+        if not os.path.isdir(root):
+            return set()
+        with os.scandir(root) as entries:
+            folders = [entry.name for entry in entries if entry.is_dir()]
+        return {key for key in folders if any(_held_event_file(name) for name in os.listdir(os.path.join(root, key)))}
 
     def log_trial(self, row: Mapping[str, Any], epochs: Sequence[Mapping[str, Any]]) -> None:
         """Write the trial's event file: curves, final metrics and its hparams session."""
@@ -150,7 +218,8 @@ class TensorBoardTracker:
         from tensorboardX.summary import hparams
 
         finals = final_metrics(row)
-        with SummaryWriter(logdir=os.path.join(self.folder, row["study"], row["trial_key"])) as writer:
+        logdir = os.path.join(self.folder, row["study"], row["trial_key"])
+        with SummaryWriter(logdir=logdir, filename_suffix=f".{row['status']}") as writer:
             for epoch, values in curves(epochs):
                 for name, value in values.items():
                     writer.add_scalar(name, value, epoch)
@@ -165,15 +234,31 @@ class TensorBoardTracker:
         """Nothing to release: each trial's writer is closed when it is written."""
 
 
-class WandbTracker:
-    """One offline W&B run per trial (project = study, name = trial key, group = its cell) under
-    `<folder>/wandb/`; `wandb sync` uploads them later."""
+def _held_event_file(name: str) -> bool:
+    """Whether a TensorBoard trial folder's file is an event file of an ok or diverged trial (or of an
+    hpstudy that did not name the status)."""
+    return name.startswith("events.out.tfevents.") and not name.endswith(f".{schema.FAILED}")
 
-    def __init__(self, folder: str):
-        self.folder = os.path.abspath(folder)
 
-    def __repr__(self) -> str:
-        return f"wandb:{self.folder}"
+class WandbTracker(FolderTracker):
+    """One offline W&B run per trial (project = study, name = trial key, group = its cell, run id
+    `<trial key>-<status>-<random>`) under `<folder>/wandb/`; `wandb sync` uploads them later."""
+
+    kind = "wandb"
+
+    def logged_keys(self, study: str) -> Set[str]:
+        """The trial keys of the offline runs (`offline-run-<time>-<key>-<status>-<random>`) of an ok or
+        diverged trial; the study is not in the folder's name, so any study's trial with the key counts
+        (keys are hashes of whole trial configs: one key, one trial)."""
+        root = os.path.join(self.folder, "wandb")
+        if not os.path.isdir(root):
+            return set()
+        keys = set()
+        for name in os.listdir(root):
+            parts = name.split("-")
+            if name.startswith("offline-run-") and len(parts) == 6 and parts[4] in schema.FINISHED:
+                keys.add(parts[3])
+        return keys
 
     def log_trial(self, row: Mapping[str, Any], epochs: Sequence[Mapping[str, Any]]) -> None:
         """An offline run: config = hyperparameters, history = epoch curves, summary = final metrics."""
@@ -182,6 +267,7 @@ class WandbTracker:
         os.makedirs(self.folder, exist_ok=True)
         run = wandb.init(
             project=row["study"],
+            id=f"{row['trial_key']}-{row['status']}-{uuid.uuid4().hex[:8]}",
             name=row["trial_key"],
             group=f"{row['model']}/{row['optimizer']}/{row['epochs']}",
             tags=[row["status"]],
@@ -203,35 +289,127 @@ class WandbTracker:
 
 
 # kind -> (class, the module it needs, what to pip install for it)
-KINDS: Dict[str, Tuple[Callable[[str], Tracker], str, str]] = {
+KINDS: Dict[str, Tuple[Callable[[str, str], FolderTracker], str, str]] = {
     "mlflow": (MlflowTracker, "mlflow", "mlflow-skinny"),
     "tensorboard": (TensorBoardTracker, "tensorboardX", "tensorboardX"),
     "wandb": (WandbTracker, "wandb", "wandb"),
 }
 ALLOWED = ", ".join(f"{kind}:DIR" for kind in KINDS)
+FOLDER_RULE = "a local folder, new or existing, that can be written (missing parents are created)"
 
 
 def parse_track(value: str, flag: str = "--track") -> Tracker:
-    """The tracker of a `KIND:DIR` value (KIND one of KINDS); TrackerError naming `flag`, the value and
-    what is allowed when the kind is unknown, DIR is missing or a file, or its library is not installed."""
+    """The tracker of a `KIND:DIR` value (KIND one of KINDS; DIR a local folder, `~` expanded, a `file://`
+    URI read as its path); TrackerError naming `flag`, the value and what is allowed when the kind is
+    unknown, DIR is missing, a URI of another scheme, a file or below one, or its library is not
+    installed. Nothing is written: check_trackers creates and probes the folder."""
     kind, _, folder = value.partition(":")
     bad = f"{flag}: bad value {shown(value)}"
     if kind not in KINDS or not folder:
-        raise TrackerError(f"{bad}; allowed: {ALLOWED} (repeatable)")
-    if os.path.exists(folder) and not os.path.isdir(folder):
-        raise TrackerError(f"{bad}: {shown(folder)} is a file; allowed: a folder, new or existing")
+        raise TrackerError(f"{bad}; allowed: {ALLOWED} (repeatable){did_you_mean(kind, KINDS)}")
+    if "://" in folder:
+        scheme, _, path = folder.partition("://")
+        if scheme.lower() != "file" or not path.startswith("/"):
+            raise TrackerError(
+                f"{bad}: {shown(scheme + '://')} is a URI scheme {kind}:DIR does not support; allowed: {FOLDER_RULE} "
+                f"(or file:///absolute/path)"
+            )
+        folder = path
+    folder = os.path.expanduser(folder)
+    above = _first_existing(os.path.abspath(folder))
+    if not os.path.isdir(above):
+        what = "a file" if os.path.isfile(above) else "not a folder"
+        where = "" if above == os.path.abspath(folder) else f" (so {shown(folder)} cannot be a folder)"
+        raise TrackerError(f"{bad}: {shown(above)} is {what}{where}; allowed: {FOLDER_RULE}")
     cls, module, package = KINDS[kind]
     try:
         importlib.import_module(module)
     except ImportError as exc:
         raise TrackerError(f"{bad}: {module} cannot be imported ({exc}); install it: pip install {package}") from None
-    return cls(folder)
+    return cls(folder, flag)
+
+
+def _first_existing(path: str) -> str:
+    """`path`, or the nearest of its parents that exists (a file too)."""
+    while not os.path.lexists(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    return path
+
+
+def check_trackers(trackers: Sequence[Tracker], keep: bool = True) -> None:
+    """Before any trial: create each tracker's folder and write and delete a file in it (FolderTracker.probe),
+    so a target that cannot be written stops the run now (TrackerError, exit 2) instead of costing every
+    trial a warning. `keep` False (a dry run) removes the folders it made. Other trackers (objects of the
+    Python API) are the caller's to check."""
+    for tracker in trackers:
+        if isinstance(tracker, FolderTracker):
+            tracker.probe(keep)
 
 
 def trackers_of(values: Sequence[Union[str, Tracker]], flag: str = "trackers") -> List[Tracker]:
     """`values` as trackers: a `KIND:DIR` text is parsed (parse_track, its errors naming `flag`), any
     other object used as it is."""
     return [parse_track(v, flag) if isinstance(v, str) else v for v in values]
+
+
+def backfill(trackers: Sequence[Tracker], store: str, study: str, keys: Iterable[str]) -> List[str]:
+    """Send each tracker the study's stored ok/diverged trials among `keys` (those this run will not
+    store again) that it does not hold yet: a run with --track on a study stored without it, or
+    stopped before, fills the tracker in. A tracker without `logged_keys` (a Python object) is not
+    sent them. Returns one line per tracker that was sent rows or was not, to print. A tracker that
+    fails costs one warning and is sent no more of them."""
+    keys = set(keys)
+    if not trackers or not keys:
+        return []
+    lines, wanted = [], {}
+    for tracker in trackers:
+        holds = getattr(tracker, "logged_keys", None)
+        if holds is None:
+            lines.append(
+                f"note: tracker {tracker!r} gets only the trials this run stores; the {len(keys)} stored before "
+                f"are not sent to it (it has no logged_keys(study) to tell which it holds)"
+            )
+            continue
+        try:
+            missing = keys - set(holds(study))
+        except Exception as exc:
+            warn(tracker, "could not list the trials it holds", exc)
+            continue
+        if missing:
+            wanted[id(tracker)] = (tracker, missing)
+    if wanted:
+        from hpstudy.study.store_read import load_epochs, load_trials  # pandas, only when some are sent
+
+        needed = set().union(*(missing for _, missing in wanted.values()))
+        rows = {
+            row["trial_key"]: row
+            for row in _records(load_trials(store, study))
+            if row["trial_key"] in needed and row["status"] in schema.FINISHED
+        }
+        epochs: Dict[str, List[Dict[str, Any]]] = {}
+        for record in _records(load_epochs(store, study)):
+            if record["trial_key"] in rows:
+                epochs.setdefault(record["trial_key"], []).append(
+                    {name: record.get(name) for name in schema.EPOCH_FIELDS}
+                )
+        for tracker, missing in wanted.values():
+            sent = 0
+            for key in sorted(missing & set(rows), key=lambda k: str(rows[k].get("finished_at"))):
+                row = {name: rows[key].get(name) for name in schema.TRIAL_FIELDS}
+                try:
+                    tracker.log_trial({**row, "study": study}, sorted(epochs.get(key, []), key=lambda e: e["epoch"]))
+                except Exception as exc:
+                    warn(tracker, f"did not log stored trial {key} (the stored trials after it are not sent)", exc)
+                    break
+                sent += 1
+            if sent:
+                lines.append(f"tracker {tracker!r}: sent the {sent} trials stored before this run that it did not hold")
+    return lines
+
+
+def _records(frame) -> List[Dict[str, Any]]:
+    """A DataFrame's rows as dicts of Python values, a missing value as None (not NaN or NaT)."""
+    return frame.astype(object).where(frame.notna(), None).to_dict("records")
 
 
 def warn(tracker: Tracker, what: str, exc: Exception) -> None:

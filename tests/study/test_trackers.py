@@ -11,13 +11,15 @@ import pytest
 from hpstudy.study.runner import run_study
 from hpstudy.study.sampling import expand
 from hpstudy.study.spec import parse_spec
-from hpstudy.study.store import StoreFault
+from hpstudy.study.store import StoreFault, write_trial
 from hpstudy.study.store_read import load_epochs, load_trials
 from hpstudy.study.trackers import (
     KINDS,
     TensorBoardTracker,
     TrackerError,
     WandbTracker,
+    backfill,
+    check_trackers,
     parse_track,
     trackers_of,
 )
@@ -139,10 +141,69 @@ def test_a_bad_track_value_names_the_flag_the_value_and_the_kinds(value, message
     assert str(info.value).startswith(message)
 
 
-def test_a_track_folder_that_is_a_file_is_refused(tmp_path):
-    (tmp_path / "f").write_text("")
-    with pytest.raises(TrackerError, match=r"is a file; allowed: a folder, new or existing$"):
-        parse_track(f"tensorboard:{tmp_path / 'f'}")
+# --track targets (issue #37 item 5): each kind refuses, before any trial and in one line naming the flag and the
+# value, a target it could not write; a folder that is missing (parents too) is created.
+BAD_TARGETS = {
+    "a file": ("afile", "{tmp}/afile' is a file; allowed: a local folder"),
+    "a path below a file": ("afile/sub/dir", "{tmp}/afile' is a file (so '{tmp}/afile/sub/dir' cannot be a folder)"),
+    "an s3 URI": ("s3://bucket/runs", "'s3://' is a URI scheme {kind}:DIR does not support; allowed: a local folder"),
+    "an http URI": ("http://127.0.0.1:5000", "'http://' is a URI scheme {kind}:DIR does not support"),
+    "a sqlite URI": ("sqlite:///{tmp}/m.db", "'sqlite://' is a URI scheme {kind}:DIR does not support"),
+    "a relative file URI": ("file://runs", "'file://' is a URI scheme {kind}:DIR does not support"),
+}
+
+
+@pytest.mark.parametrize("target", sorted(BAD_TARGETS))
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_every_kind_refuses_a_target_it_cannot_be_a_folder_at_before_writing_anything(kind, target, tmp_path):
+    (tmp_path / "afile").write_text("x")
+    folder, message = (text.format(tmp=tmp_path, kind=kind) for text in BAD_TARGETS[target])
+    value = f"{kind}:{folder}" if "://" in folder else f"{kind}:{tmp_path / folder}"
+    with pytest.raises(TrackerError) as info:
+        parse_track(value)
+    assert str(info.value).startswith(f"--track: bad value {value!r}: ") and message in str(info.value)
+    assert "\n" not in str(info.value)
+    assert sorted(os.listdir(tmp_path)) == ["afile"]  # nothing written
+
+
+def _tracker(kind, folder):
+    """A tracker of `kind` on `folder` without importing its library (W&B need not be installed here)."""
+    return KINDS[kind][0](str(folder), "--track")
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_every_kind_creates_a_missing_folder_and_its_parents_and_leaves_nothing_else(kind, tmp_path):
+    tracker = _tracker(kind, tmp_path / "a" / "b" / "runs")
+    check_trackers([tracker, Recording()], keep=False)  # a dry run: made and probed, then removed
+    assert os.listdir(tmp_path) == []
+    check_trackers([tracker])
+    assert os.listdir(tmp_path / "a" / "b" / "runs") == []  # the probe file is gone
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_every_kind_refuses_a_folder_it_cannot_write_and_leaves_no_folder_it_made(kind, tmp_path, tmpfs):
+    for folder in ("/proc/hpstudy-runs", "/proc/hpstudy-runs/a/b"):
+        with pytest.raises(TrackerError) as info:
+            check_trackers([_tracker(kind, folder)])
+        assert str(info.value) == (
+            f"--track: cannot write '{kind}:{folder}' (No such file or directory: /proc/hpstudy-runs); allowed: "
+            f"a local folder, new or existing, that can be written (missing parents are created)"
+        )
+    disk = tmpfs("64k", "ro")
+    for folder in (disk, disk / "new" / "runs"):
+        with pytest.raises(TrackerError, match=f"^--track: cannot write '{kind}:{folder}' \\(Read-only file system: "):
+            check_trackers([_tracker(kind, folder)])
+    assert os.listdir(disk) == []
+
+
+def test_a_track_value_reads_home_and_file_uris_as_local_folders(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert parse_track("tensorboard:~/tb").folder == str(tmp_path / "tb")
+    assert parse_track(f"mlflow:file://{tmp_path}/m").folder == str(tmp_path / "m")
+    with pytest.raises(
+        TrackerError, match="allowed: mlflow:DIR, tensorboard:DIR, wandb:DIR \\(repeatable\\); did you mean 'mlflow'"
+    ):
+        parse_track("mlfow:runs")
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
@@ -283,3 +344,113 @@ def test_a_study_on_ray_logs_every_trial_of_its_fused_groups_to_mlflow_and_tenso
         scalars, hparams = _tensorboard(str(tmp_path / "tb" / STUDY / key))
         assert scalars["top1_err"] == [(1, pytest.approx(row["top1_err"], rel=1e-6))]
         assert hparams["lr"] == pytest.approx(row["lr"])
+
+
+def _held(kind, folder):
+    """{trial key: final top1_err} of the ok/diverged trials a tracker's folder holds, read with the
+    library's own reader (W&B, which has none, from its offline runs' folder names)."""
+    if kind == "mlflow":
+        import mlflow
+
+        client = mlflow.MlflowClient(f"sqlite:///{folder / 'mlflow.db'}")
+        runs = client.search_runs([client.get_experiment_by_name(STUDY).experiment_id])
+        return {r.info.run_name: r.data.metrics["top1_err"] for r in runs if r.info.status == "FINISHED"}
+    if kind == "tensorboard":
+        held = {}
+        for key in os.listdir(folder / STUDY):
+            scalars, hparams = _tensorboard(str(folder / STUDY / key))
+            if hparams["status"] != "failed":
+                held[key] = pytest.approx(scalars["top1_err"][-1][1], rel=1e-6)
+        return held
+    return {name.split("-")[3]: None for name in os.listdir(folder / "wandb") if name.startswith("offline-run-")}
+
+
+BACKFILL_KINDS = [
+    pytest.param("mlflow", marks=pytest.mark.slow),  # MLflow creates its SQLite database (~2 s)
+    "tensorboard",
+    pytest.param("wandb", marks=pytest.mark.slow),  # W&B starts its service (~2 s a run)
+]
+
+
+@pytest.mark.parametrize("kind", BACKFILL_KINDS)
+def test_a_tracker_added_later_is_sent_the_stored_trials_it_lacks_once(kind, tmp_path):
+    """--track on a study stored without it (issue #37 item 5): the ok/diverged rows stored for the spec go to
+    the tracker, with their epochs, once; a failed row does not (a run tries it again)."""
+    if kind == "wandb":
+        pytest.importorskip("wandb")
+    trials, store = _trials(), str(tmp_path / "store")
+    members = _feed(_writer(tmp_path, trials, []), trials)  # stored without a tracker
+    keys = {t.key for t in trials}
+    tracker = _tracker(kind, tmp_path / kind)
+    check_trackers([tracker])
+    assert backfill([tracker], store, STUDY, keys) == [
+        f"tracker {tracker!r}: sent the 3 trials stored before this run that it did not hold"
+    ]
+    assert tracker.logged_keys(STUDY) == set(members)
+    assert backfill([tracker], store, STUDY, keys) == []  # it holds them: nothing is sent twice
+    tracker.close()
+    held = _held(kind, tmp_path / kind)
+    if kind == "wandb":
+        assert set(held) == set(members)
+    else:
+        assert held == {key: member["top1_err"] for key, member in members.items()}
+    if kind == "tensorboard":  # the curves came from the stored epochs
+        scalars, _ = _tensorboard(str(tmp_path / kind / STUDY / trials[0].key))
+        assert [step for step, _ in scalars["epoch/top1_err"]] == list(EPOCHS)
+
+
+@pytest.mark.parametrize("kind", BACKFILL_KINDS)
+def test_a_trial_a_tracker_holds_as_failed_is_sent_again_once_it_is_stored_ok(kind, tmp_path):
+    if kind == "wandb":
+        pytest.importorskip("wandb")
+    trials, store = _trials(), str(tmp_path / "store")
+    tracker = _tracker(kind, tmp_path / kind)
+    members = _feed(_writer(tmp_path, trials, [tracker]), trials)  # tracked as the run stored them
+    keys = {t.key for t in trials}
+    assert tracker.logged_keys(STUDY) == set(members)  # not the failed trial
+    assert backfill([tracker], store, STUDY, keys) == []
+    # a later run without --track stored the failed trial ok
+    again = _member(trials[3], "ok", 20.0)
+    write_trial(store, STUDY, {k: v for k, v in again.items() if k != "epoch_log"}, again["epoch_log"])
+    assert backfill([tracker], store, STUDY, keys) == [
+        f"tracker {tracker!r}: sent the 1 trials stored before this run that it did not hold"
+    ]
+    assert tracker.logged_keys(STUDY) == keys
+    tracker.close()
+
+
+def test_backfill_says_in_one_line_what_a_tracker_without_logged_keys_is_not_sent(tmp_path, capsys):
+    trials, store = _trials(), str(tmp_path / "store")
+    _feed(_writer(tmp_path, trials, []), trials)
+    keys = {t.key for t in trials}
+    recording = Recording()
+    lines = backfill([recording, Raising()], store, STUDY, keys)
+    assert recording.logged == [] and lines == [
+        f"note: tracker {recording!r} gets only the trials this run stores; the 4 stored before are not sent to "
+        f"it (it has no logged_keys(study) to tell which it holds)",
+        "note: tracker raising-tracker gets only the trials this run stores; the 4 stored before are not sent to "
+        "it (it has no logged_keys(study) to tell which it holds)",
+    ]
+
+    class Listing(Recording):
+        def __init__(self, fail):
+            super().__init__()
+            self.fail = fail
+
+        def logged_keys(self, study):
+            return {trials[0].key}
+
+        def log_trial(self, row, epochs):
+            if self.fail:
+                raise ConnectionError("gone")
+            super().log_trial(row, epochs)
+
+    listing, failing = Listing(False), Listing(True)
+    assert backfill([listing, failing], store, STUDY, keys) == [
+        f"tracker {listing!r}: sent the 2 trials stored before this run that it did not hold"
+    ]
+    assert sorted(row["trial_key"] for row, _ in listing.logged) == sorted(t.key for t in trials[1:3])
+    assert all(row["study"] == STUDY and len(epochs) == len(EPOCHS) for row, epochs in listing.logged)
+    err = capsys.readouterr().err.splitlines()  # the failing one: one warning, then no more tries
+    assert len(err) == 1 and err[0].startswith(f"warning: tracker {failing!r} did not log stored trial ")
+    assert backfill([listing], store, STUDY, set()) == [] and backfill([], store, STUDY, keys) == []
