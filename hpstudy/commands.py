@@ -346,7 +346,7 @@ def compact_study(args: argparse.Namespace) -> int:
     from hpstudy.study.interruption import RunStopped
 
     check_study_name(args.study)
-    check_store_exists(args.store)  # the lease is not written into a mistyped --store
+    check_store_exists(args.store, "")  # no lease written into a mistyped --store (a run may have no trials yet)
     try:
         with hold_lease(args.store, args.study, "hpstudy compact", args.wait):
             print_compaction(args.store, compact(args.store, args.study))
@@ -390,12 +390,13 @@ def prepare_data(args: argparse.Namespace) -> int:
     return 0
 
 
-def check_store_exists(store: str) -> None:
-    """StoreError (exit 2) if `store` holds no trials folder: a mistyped --store, not a store."""
+def check_store_exists(store: str, folder: str = "trials") -> None:
+    """StoreError (exit 2) if `store`, or its `folder`, does not exist: a mistyped --store, not a store."""
     fs, base = open_root(store)
+    path = f"{base}/{folder}" if folder else base
     with store_io(f"read {store}"):
-        if fs.get_file_info(f"{base}/trials").type == pafs.FileType.NotFound:
-            raise StoreError(f"--store: no store at {shown(store)} ({base}/trials does not exist)")
+        if fs.get_file_info(path).type == pafs.FileType.NotFound:
+            raise StoreError(f"--store: no store at {shown(store)} ({path} does not exist)")
 
 
 def stored_trials(store: str, study: Optional[str]) -> pd.DataFrame:

@@ -359,7 +359,7 @@ def test_a_run_or_compaction_of_a_study_another_driver_writes_is_refused_naming_
 def test_compact_needs_a_store_and_never_deletes_a_lease_file_it_did_not_write(tmp_path, capsys):
     missing = str(tmp_path / "typo")
     assert hpstudy_main(["compact", "--store", missing, "--study", "s"]) == 2
-    assert capsys.readouterr().err == f"error: --store: no store at '{missing}' ({missing}/trials does not exist)\n"
+    assert capsys.readouterr().err == f"error: --store: no store at '{missing}' ({missing} does not exist)\n"
     assert not os.path.exists(missing)  # no lease written into a mistyped store
     store = str(tmp_path / "store")
     write_trial(store, "s", stored_row(trial_key="k0", model="cnn_tiny", optimizer="sgd", status="ok", top1_err=1.0))
