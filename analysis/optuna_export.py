@@ -188,8 +188,10 @@ def _one_cell(trials: pd.DataFrame, cell: Optional[Tuple[str, str, int]]) -> Tup
     """The rows of `cell`, or of the one cell the trials hold; ExportError otherwise."""
     if len(_studies(trials)) > 1:
         raise ExportError(f"trials: rows of several studies {shown(_studies(trials))}; allowed: one study's rows")
+    # in Python, not pandas' groupby: its index would put text into Arrow, which takes no lone surrogate
+    keys = list(zip(*([_plain(v) for v in trials[column].to_numpy(object)] for column in CELL)))
     try:
-        cells = sorted(trials.groupby(list(CELL), sort=False).groups, key=lambda c: tuple(map(_order, c)))
+        cells = sorted({key for key in keys if not any(map(_missing, key))}, key=lambda c: tuple(map(_order, c)))
     except TypeError:  # a list in a cell column: no key
         raise ExportError(
             "trials: the model, optimizer and epochs columns hold values that are not names or numbers; "
@@ -202,11 +204,11 @@ def _one_cell(trials: pd.DataFrame, cell: Optional[Tuple[str, str, int]]) -> Tup
     if not chosen or tuple(cell) not in cells:  # type: ignore[arg-type]
         raise ExportError(
             f"cell: bad value {shown(cell)}; allowed: one of the trials' (model, optimizer, epochs) cells "
-            f"{shown([tuple(_plain(v) for v in c) for c in cells])}"
+            f"{shown(cells)}"
         )
     assert cell is not None
-    mask = (trials[list(CELL)] == pd.Series(dict(zip(CELL, cell)))).all(axis=1)
-    return trials[mask], tuple(_plain(v) for v in cell)
+    wanted = tuple(_plain(v) for v in cell)
+    return trials[[not any(map(_missing, key)) and key == wanted for key in keys]], wanted
 
 
 def _distributions(rows: pd.DataFrame, params: Union[Sequence[str], Mapping[str, Any]]) -> Dict[str, Any]:

@@ -16,13 +16,20 @@ What the rows hold (documented defaults):
   1 / classes); 100 unless given), a failed one has no error;
 - `family`: the catalogue's, or the model's own name for a model the catalogue does not know;
 - `epochs` 1 and `seed` 0 unless given; `train_loss` where given; every other trial column null.
-Nothing is guessed: a missing column, a value that is not a number or is outside its range, a
-status or name that is not allowed, or an empty table is a TableError naming the field, the value
-and what is allowed. Nothing here imports Ray: a grid is read through its own methods.
+Nothing is guessed: a missing column, a column name two columns share, a value that is not a real
+number (a bool, complex, bytes, a date, an int beyond a float's range; a number in text is read) or
+is outside its range (epochs and seed: whole numbers up to 2**63 - 1, kept exactly), a status or
+name that is not allowed, or an empty table is a TableError, one printable line naming the field,
+the value and what is allowed. Nothing here imports Ray: a grid is read through its own methods.
 """
 
+import decimal
+import math
+import numbers
+import os
 import re
-from typing import Any, Optional, Union
+import sys
+from typing import Any, List, Optional, Union
 
 import numpy as np
 import pandas as pd
@@ -30,7 +37,7 @@ import pandas as pd
 from hpstudy.analysis.catalogue import model_family
 from hpstudy.analysis.metric import DEFAULT_METRIC
 from hpstudy.analysis.report import build_report
-from hpstudy.trainers.errors import HpstudyError, shown
+from hpstudy.trainers.errors import HpstudyError, printable, shown
 from hpstudy.trainers.schema import DIVERGED, FAILED, OK, STATUSES, TRIAL_FIELDS
 
 # scale: (factor to percent, whether the column is an accuracy) for each way a table may hold the error
@@ -44,6 +51,9 @@ NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")  # model and optimizer na
 NAMES = "1-128 letters, digits, - _ . (first a letter or digit)"
 NON_FINITE = "NaN or missing: a failed trial, +-inf: a diverged one"
 POSITIVE = "numbers > 0 in every trial that did not fail (lr and wd are drawn on log axes)"
+WHOLE_MAX = 2**63 - 1  # epochs and seed are stored as int64
+NUMBER = "a column name or a real number (not a bool, complex or text, and within a float's range)"
+LISTED = 12  # columns a message lists
 Field = Union[str, float, int]
 
 
@@ -54,31 +64,81 @@ class TableError(HpstudyError, ValueError):
 
 def _bad(field: str, column: Optional[str], value: Any, row: Any, allowed: str) -> TableError:
     """The error for a bad value of `field`: in a row of the column `column`, or the fixed value given."""
-    where = f" (column {column!r})" if column else ""
+    where = f" (column {shown(column)})" if column else ""
     at = f" in row {shown(row)}" if column else ""
     value = value.item() if isinstance(value, np.generic) else value  # 2.5, not np.float64(2.5)
     return TableError(f"table: {field}{where}: bad value {shown(value)}{at}; allowed: {allowed}")
 
 
-def _column(frame: pd.DataFrame, field: str, column: Any) -> pd.Series:
-    """The table's column `column`; TableError naming `field` when the table has none of that name."""
-    if not isinstance(column, str) or column not in frame.columns:
-        names = ", ".join(map(str, frame.columns[:12])) + (", ..." if len(frame.columns) > 12 else "")
+def _column(frame: pd.DataFrame, field: str, column: Any, allowed: str = "") -> pd.Series:
+    """The table's column named `column` (a text, matched exactly); TableError naming `field` when the
+    table has none, or several, of that name."""
+    names = ", ".join(printable(str(c)) for c in frame.columns[:LISTED])
+    names += ", ..." if len(frame.columns) > LISTED else ""
+    if not isinstance(column, str):
+        allowed = allowed or "the name (a text) of a column"
+        raise TableError(f"table: {field}: bad value {shown(column)}; allowed: {allowed} ({names})")
+    found = [i for i, name in enumerate(frame.columns) if isinstance(name, str) and name == column]
+    if not found:
         raise TableError(f"table: {field}: no column {shown(column)}; allowed: a column of the table ({names})")
-    return frame[column]
+    if len(found) > 1:
+        raise TableError(
+            f"table: {field}: the table has {len(found)} columns named {shown(column)}; "
+            f"allowed: a column whose name no other column has"
+        )
+    return frame.iloc[:, found[0]]
+
+
+def _real(value: Any) -> Union[int, float, None]:
+    """The real number a table cell or an argument holds: an int (exact) or a float, NaN for a missing
+    value, None for anything that is not a real number (a bool, complex, bytes, a date, a list, an int
+    beyond a float's range); a text is read as pandas reads a number in text ("12", "1e-3")."""
+    if isinstance(value, (bool, np.bool_)):
+        return None
+    if isinstance(value, (int, np.integer)):
+        return int(value) if abs(int(value)) <= sys.float_info.max else None
+    if isinstance(value, (float, np.floating)):
+        return float(value)
+    if value is None or value is pd.NA:
+        return math.nan
+    if isinstance(value, str):  # "nan" and "" are no numbers: a missing value is None or NaN
+        try:
+            read = _real(pd.to_numeric(value))
+        except (ValueError, TypeError, OverflowError):
+            return None
+        return None if read is None or math.isnan(read) else read
+    if isinstance(value, (decimal.Decimal, numbers.Real)):  # Decimal, Fraction
+        try:
+            number = float(value)
+        except (TypeError, ValueError, OverflowError, ArithmeticError):
+            return None
+        finite = value.is_finite() if isinstance(value, decimal.Decimal) else math.isfinite(number)
+        return None if finite and math.isinf(number) else number  # beyond a float's range
+    return None
+
+
+def _cells(values: pd.Series) -> List[Union[int, float, None]]:
+    """`_real` of each of a column's values (a numeric column's at once)."""
+    if pd.api.types.is_float_dtype(values.dtype):
+        return values.to_numpy(float, na_value=np.nan).tolist()
+    return [_real(v) for v in values.to_numpy(object)]
 
 
 def _numbers(frame: pd.DataFrame, field: str, column: str) -> np.ndarray:
-    """A column as floats (null: NaN); TableError naming the first value that is not a number."""
+    """A column as floats (null: NaN); TableError naming the first value that is not a real number."""
     values = _column(frame, field, column)
-    numbers = pd.to_numeric(values, errors="coerce").to_numpy(float)
-    if values.dtype == object:  # a column of mixed values: True would read as 1
-        flags = values.map(lambda v: isinstance(v, (bool, np.bool_))).to_numpy(bool)
-    else:
-        flags = np.full(len(values), pd.api.types.is_bool_dtype(values))
-    ok = (values.isna().to_numpy() | ~np.isnan(numbers)) & ~flags
+    cells = _cells(values)
+    ok = np.array([cell is not None for cell in cells], bool)
     _check(field, column, values.to_numpy(object), frame.index, ok, f"numbers ({NON_FINITE})")
-    return numbers
+    return np.array(cells, dtype=float)
+
+
+def _fixed(field: str, spec: Any) -> Union[int, float]:
+    """A field's fixed value given as a number; TableError for anything else."""
+    number = None if isinstance(spec, str) else _real(spec)
+    if number is None:
+        raise TableError(f"table: {field}: bad value {shown(spec)}; allowed: {NUMBER}")
+    return number
 
 
 def _number_field(frame: pd.DataFrame, field: str, spec: Field, ok, allowed: str) -> np.ndarray:
@@ -86,23 +146,47 @@ def _number_field(frame: pd.DataFrame, field: str, spec: Field, ok, allowed: str
     holds in every row; else TableError naming the first row (or the number) where it does not."""
     if isinstance(spec, str):
         values, column = _numbers(frame, field, spec), spec
-    elif isinstance(spec, (bool, np.bool_)) or not isinstance(spec, (int, float, np.number)):
-        raise TableError(f"table: {field}: bad value {shown(spec)}; allowed: a column name or a number")
     else:
-        values, column = np.full(len(frame), float(spec)), None
+        values, column = np.full(len(frame), float(_fixed(field, spec))), None
     _check(field, column, values, frame.index, ok(values), allowed)
     return values
+
+
+def _whole_field(frame: pd.DataFrame, field: str, spec: Field, low: int) -> np.ndarray:
+    """A field of whole numbers in [low, 2**63 - 1] (epochs, seed) per row, exactly as given (a seed
+    beyond 2**53 is not rounded through a float): a column's values or a fixed number; TableError for
+    the first row (or the number) that is no such number."""
+    if isinstance(spec, str):
+        values = _column(frame, field, spec)
+        cells, column, shown_values = _cells(values), spec, values.to_numpy(object)
+    else:
+        cells, column, shown_values = [_fixed(field, spec)], None, np.array([spec], dtype=object)
+    whole = [_whole(cell, low) for cell in cells]
+    ok = np.array([number is not None for number in whole], bool)
+    _check(field, column, shown_values, frame.index, ok, f"whole numbers >= {low} (at most 2**63 - 1)")
+    return np.array(whole * (len(frame) if column is None else 1), dtype=np.int64)
+
+
+def _whole(number: Union[int, float, None], low: int) -> Optional[int]:
+    """`number` as an int when it is a whole number in [low, WHOLE_MAX]; else None."""
+    if number is None or isinstance(number, float) and not (math.isfinite(number) and number.is_integer()):
+        return None
+    return int(number) if low <= int(number) <= WHOLE_MAX else None
 
 
 def _name_field(frame: pd.DataFrame, field: str, spec: str) -> np.ndarray:
     """A name per row (model, optimizer): a column's values, or `spec` itself when the table has no
     such column and it is a name."""
-    if isinstance(spec, str) and spec not in frame.columns and NAME.fullmatch(spec):
+    if isinstance(spec, str) and spec not in _text_columns(frame) and NAME.fullmatch(spec):
         return np.full(len(frame), spec, dtype=object)
-    values = _column(frame, field, spec).to_numpy(object)
+    values = _column(frame, field, spec, f"a column name or a name of {NAMES}").to_numpy(object)
     ok = np.array([isinstance(v, str) and NAME.fullmatch(v) is not None for v in values], bool)
     _check(field, spec, values, frame.index, ok, f"names of {NAMES}")
     return values
+
+
+def _text_columns(frame: pd.DataFrame) -> set:
+    return {name for name in frame.columns if isinstance(name, str)}
 
 
 def _check(field: str, column: Optional[str], values: np.ndarray, rows: pd.Index, ok: np.ndarray, allowed: str) -> None:
@@ -114,7 +198,7 @@ def _check(field: str, column: Optional[str], values: np.ndarray, rows: pd.Index
 
 def _percent(frame: pd.DataFrame, error: str, scale: str) -> np.ndarray:
     """The error column in percent (accuracies turned into errors), range-checked; NaN and +-inf kept."""
-    if scale not in SCALES:
+    if not isinstance(scale, str) or scale not in SCALES:
         raise TableError(f"table: scale: bad value {shown(scale)}; allowed: {', '.join(SCALES)}")
     factor, accuracy = SCALES[scale]
     values = _numbers(frame, "error", error)
@@ -130,14 +214,10 @@ def _statuses(frame: pd.DataFrame, status: Optional[str], err: np.ndarray) -> np
     """The status column, checked, or ok / failed (NaN error) / diverged (+-inf) from the error."""
     if status is None:
         return np.where(np.isnan(err), FAILED, np.where(np.isinf(err), DIVERGED, OK)).astype(object)
-    values = _column(frame, "status", status).to_numpy(object)
-    _check("status", status, values, frame.index, np.isin(values, STATUSES), ", ".join(STATUSES))
+    values = _column(frame, "status", status, "None (from the error) or a column name").to_numpy(object)
+    ok = np.array([isinstance(v, str) and v in STATUSES for v in values], bool)
+    _check("status", status, values, frame.index, ok, ", ".join(STATUSES))
     return values
-
-
-def _whole(low: int):
-    """The check of a field of whole numbers >= low (epochs, seed)."""
-    return lambda v: np.isfinite(v) & (v % 1 == 0) & (v >= low)
 
 
 def from_table(
@@ -162,19 +242,21 @@ def from_table(
         raise TableError(f"table: bad value {shown(type(frame).__name__)}; allowed: a pandas DataFrame")
     if frame.empty:
         raise TableError("table: no rows; allowed: a table with one row per trial")
+    if not isinstance(study, str) or not NAME.fullmatch(study):
+        raise TableError(f"table: study: bad value {shown(study)}; allowed: a name of {NAMES}")
     err = _percent(frame, error, scale)
     statuses = _statuses(frame, status, err)
-    if isinstance(chance, (bool, np.bool_)) or not isinstance(chance, (int, float)) or not 0 < chance <= 100:
+    given_chance = _real(chance) if not isinstance(chance, str) else None
+    if given_chance is None or not 0 < given_chance <= 100:
         raise TableError(f"table: chance: bad value {shown(chance)}; allowed: an error in (0, 100] (percent)")
     counted = statuses != FAILED
-    err = np.where(counted, np.where((statuses == DIVERGED) & ~np.isfinite(err), float(chance), err), np.nan)
+    err = np.where(counted, np.where((statuses == DIVERGED) & ~np.isfinite(err), float(given_chance), err), np.nan)
     lrs, wds = (
         _number_field(frame, name, spec, lambda v: ~counted | (np.isfinite(v) & (v > 0)), POSITIVE)
         for name, spec in (("lr", lr), ("wd", wd))
     )
     whole = {
-        name: _number_field(frame, name, spec, _whole(low), f"whole numbers >= {low}").astype(np.int64)
-        for name, spec, low in (("epochs", epochs, 1), ("seed", seed, 0))
+        name: _whole_field(frame, name, spec, low) for name, spec, low in (("epochs", epochs, 1), ("seed", seed, 0))
     }
     models = _name_field(frame, "model", model)
     rows = pd.DataFrame(
@@ -216,12 +298,20 @@ def from_tune(grid, *, lr: Field = "config/lr", wd: Field = "config/wd", study: 
     return rows
 
 
-def table_report(trials: pd.DataFrame, out: str, metric: str = DEFAULT_METRIC) -> str:
+def table_report(trials: pd.DataFrame, out: Union[str, "os.PathLike[str]"], metric: str = DEFAULT_METRIC) -> str:
     """Write the report (figures, tables, index.html: `hpstudy.analysis.report.build_report`) of the
     trial rows `from_table` or `from_tune` returned into the folder `out`; returns index.html's path."""
+    if not isinstance(trials, pd.DataFrame):
+        raise TableError(
+            f"table_report: trials: bad value {shown(type(trials).__name__)}; "
+            "allowed: the rows from_table or from_tune returns"
+        )
+    folder = os.fspath(out) if isinstance(out, os.PathLike) else out
+    if not isinstance(folder, str):
+        raise TableError(f"table_report: out: bad value {shown(out)}; allowed: a folder path (a text)")
     missing = [c for c in ("study", *TRIAL_FIELDS) if c not in trials.columns]
     if missing:
         raise TableError(
             f"table_report: trials: no column {missing[0]!r}; allowed: the rows from_table or from_tune returns"
         )
-    return build_report(trials, pd.DataFrame(), None, out, metric)
+    return build_report(trials, pd.DataFrame(), None, folder, metric)
