@@ -16,6 +16,7 @@ import errno
 import json
 import math
 import os
+import signal
 import socket
 import stat
 import sys
@@ -150,6 +151,10 @@ class Lease:
                 f"rerun the same command",
                 130,
             ) from None
+        except SystemExit:  # SIGTERM (hold_lease)
+            with contextlib.suppress(StoreFault):
+                self._delete_if_mine()
+            raise
         except StoreFault as exc:
             with contextlib.suppress(StoreFault):
                 self._delete_if_mine()
@@ -436,8 +441,29 @@ def hold_lease(root: str, study: str, command: str, wait: bool = False, how: str
     """Hold the study's lease for the block (Lease.acquire: refused, or waiting with `wait`); it is
     released however the block ends."""
     lease = Lease(root, study, command)
-    lease.acquire(wait, how)
+    with _exit_on_sigterm():
+        lease.acquire(wait, how)
+        try:
+            yield lease
+        finally:
+            lease.release()
+
+
+@contextlib.contextmanager
+def _exit_on_sigterm() -> Iterator[None]:
+    """SIGTERM raises SystemExit(143) in the block, so the lease is released (by default it ends the process
+    on the spot and leaves the lease until stale); only where SIGTERM has no handler of its own (a run's
+    Interruption installs one while its trials run)."""
+    ours = threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    if ours:
+        signal.signal(signal.SIGTERM, _raise_exit)
     try:
-        yield lease
+        yield
     finally:
-        lease.release()
+        if ours:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _raise_exit(signum: int, frame) -> None:
+    """A signal handler: exit with 128 + the signal's number, through every `finally`."""
+    raise SystemExit(128 + signum)

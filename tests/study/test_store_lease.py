@@ -280,3 +280,31 @@ def test_a_bad_stale_limit_is_named(value, tmp_path, monkeypatch):
     monkeypatch.setenv(STALE_ENV, value)
     with pytest.raises(StoreError, match=f"{STALE_ENV}: bad value '{value}'; allowed: a number of seconds > 0"):
         Lease(str(tmp_path), "s", "run")
+
+
+@pytest.mark.parametrize("holding", [True, False])
+def test_sigterm_while_holding_or_waiting_exits_143_and_leaves_no_lease_of_its_own(holding, tmp_path):
+    root = str(tmp_path / "store")
+    code = (
+        "import sys, time\n"
+        "from hpstudy.study.store_lease import hold_lease\n"
+        "with hold_lease(sys.argv[1], 's', 'term', wait=True):\n"
+        "    print('held', flush=True)\n"
+        "    time.sleep(60)\n"
+    )
+    other = None if holding else Lease(root, "s", "other")
+    if other is not None:
+        other.acquire()
+    proc = subprocess.Popen([sys.executable, "-c", code, root], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    try:
+        if holding:
+            assert proc.stdout.readline() == "held\n"
+        else:
+            time.sleep(3)  # imported and waiting
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 143
+    finally:
+        if other is not None:
+            assert json.loads(_read(root))["token"] == other.token  # another's lease stays
+            other.release()
+    assert not _lease_exists(root)
