@@ -80,8 +80,6 @@ FILES = {
 }
 EIGHT_BIT = ("1", "L", "P", "PA", *COLOUR)
 FORMATS = {"png": "PNG", "tif": "TIFF", "pgm": "PPM", "ppm": "PPM", "JPEG": "JPEG"}  # Pillow's name of each
-
-
 ALL_MODES = (*GREY, *COLOUR, *PALETTE)
 KINDS = [(mode, suffix) for mode, suffixes in FILES.items() for suffix in suffixes] + [
     (mode, mode.split(".")[1]) for mode in DEEP
@@ -98,6 +96,7 @@ class Case:
 
 
 def grey(draw, mode: str, shape) -> Tuple[Image.Image, Case]:
+    """A grey image of `mode` with any values it is read on, each at the nearest level of its scaling."""
     dtype, values, top = GREY[mode]
     v = draw(arrays(dtype, shape, elements=values))
     image = Image.fromarray(v) if mode == "1" else Image.frombytes(mode, shape[::-1], v.tobytes())
@@ -106,6 +105,7 @@ def grey(draw, mode: str, shape) -> Tuple[Image.Image, Case]:
 
 
 def colour(draw, mode: str, shape) -> Tuple[Image.Image, Case]:
+    """An 8-bit colour image of `mode` with any channel values, and the RGB they are stored as."""
     channels, stored = COLOUR[mode]
     v = draw(arrays(np.uint8, (*shape, channels)))
     image = Image.frombytes(mode, shape[::-1], v.tobytes())
@@ -114,6 +114,7 @@ def colour(draw, mode: str, shape) -> Tuple[Image.Image, Case]:
 
 
 def palette(draw, mode: str, shape) -> Tuple[Image.Image, Case]:
+    """A palette image (P, or PA with alpha) of any indices into any 256 colours: stored as its colours."""
     index = draw(arrays(np.uint8, shape))
     colours = draw(arrays(np.uint8, (256, 3)))
     planes = index if mode == "P" else np.stack([index, draw(arrays(np.uint8, shape))], axis=2)
@@ -175,6 +176,7 @@ def test_every_mode_becomes_rgb_at_its_documented_level(mode, data):
 
 
 @pytest.mark.parametrize("mode,suffix", KINDS, ids=[f"{m}-{s}" for m, s in KINDS])
+@settings(max_examples=30)  # 33 kinds, each example a file written and read
 @given(data=st.data())
 def test_every_file_is_read_at_its_documented_level(mode, suffix, data, tmp_path_factory):
     """PNG, TIFF and PGM/PPM files as Pillow (or, at 16 bits a colour, the file's specification) writes them."""
