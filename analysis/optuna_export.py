@@ -75,6 +75,8 @@ def to_optuna(
     if not isinstance(metric, str):
         raise ExportError(f"metric: bad value {shown(metric)}; allowed: {', '.join(METRICS)}")
     rows, cell = _one_cell(trials, cell)
+    labels = rows.index.tolist()  # the rows as messages name them (a table's labels may repeat)
+    rows = rows.reset_index(drop=True)
     distributions = _distributions(rows, params)
     scored = usable(rows, metric)
     values = scored.kept[ERR]
@@ -82,7 +84,7 @@ def to_optuna(
     made = []
     for index, row in rows.iterrows():
         complete = index in values.index
-        given = _given(distributions, row, index, complete)
+        given = _given(distributions, row, labels[index], complete)
         made.append(
             optuna.trial.create_trial(
                 state=optuna.trial.TrialState.COMPLETE if complete else optuna.trial.TrialState.FAIL,

@@ -325,3 +325,20 @@ def test_a_bad_argument_is_one_export_error_line_naming_it(table, changes, messa
     with pytest.raises(ExportError) as refused:
         to_optuna(table, **{"cell": CELL, **changes})
     assert str(refused.value).startswith(message) and str(refused.value).isprintable(), str(refused.value)
+
+
+def test_rows_whose_labels_repeat_are_each_one_trial(table):
+    """pd.concat without ignore_index repeats row labels: each row is still one trial, with its own value."""
+    rows = table[table["model"] == CELL[0]]
+    twice = pd.concat(
+        [rows, rows.assign(trial_key=rows["trial_key"] + "-b", best_ema_top1_err=rows["best_ema_top1_err"] + 1)]
+    )
+    assert twice.index.duplicated().any()
+    by_key = {t.user_attrs["trial_key"]: t for t in to_optuna(twice).trials}
+    assert len(by_key) == 2 * len(rows)
+    for key, row in rows.set_index("trial_key").iterrows():
+        if row["status"] != "failed":
+            assert (by_key[key].value, by_key[f"{key}-b"].value) == (
+                row["best_ema_top1_err"],
+                row["best_ema_top1_err"] + 1,
+            )
