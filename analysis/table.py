@@ -52,7 +52,7 @@ NAMES = "1-128 letters, digits, - _ . (first a letter or digit)"
 NON_FINITE = "NaN or missing: a failed trial, +-inf: a diverged one"
 POSITIVE = "numbers > 0 in every trial that did not fail (lr and wd are drawn on log axes)"
 WHOLE_MAX = 2**63 - 1  # epochs and seed are stored as int64
-NUMBER = "a column name or a real number (not a bool, complex or text, and within a float's range)"
+NUMBER = "a column name or a real number (not a bool or complex, and within a float's range)"
 LISTED = 12  # columns a message lists
 Field = Union[str, float, int]
 
