@@ -63,22 +63,23 @@ def store_io(what: str) -> Iterator[None]:
         raise StoreFault(f"store: cannot {what} ({_first_line(exc)})") from exc
 
 
-def check_study_name(study: str) -> str:
-    """The study name, or StoreError if it cannot name a partition folder (e.g. '..' or 'a/b')."""
+def check_study_name(study: str, field: str = "--study") -> str:
+    """The study name, or StoreError naming `field` if it cannot name a partition folder (e.g. '..' or 'a/b')."""
     if not isinstance(study, str) or not STUDY_NAME.fullmatch(study):
-        raise StoreError(f"--study: bad value {shown(study)}; allowed: {STUDY_NAME_RULE}")
+        raise StoreError(f"{field}: bad value {shown(study)}; allowed: {STUDY_NAME_RULE}")
     return study
 
 
-def open_root(root: str) -> Tuple[pafs.FileSystem, str]:
-    """(filesystem, base path) for a local path or a pyarrow filesystem URI."""
+def open_root(root: str, field: str = "--store") -> Tuple[pafs.FileSystem, str]:
+    """(filesystem, base path) for a local path or a pyarrow filesystem URI; StoreError naming `field`
+    for a URI pyarrow cannot open."""
     if "://" in root:
         try:
             with store_io(f"open {root}"):
                 fs, path = pafs.FileSystem.from_uri(root)
         except pa.ArrowInvalid as exc:
             raise StoreError(
-                f"--store: bad value {shown(root)}; allowed: a local path or a filesystem URI "
+                f"{field}: bad value {shown(root)}; allowed: a local path or a filesystem URI "
                 f"such as s3://bucket/prefix ({_first_line(exc)})"
             )
         return fs, path.rstrip("/")

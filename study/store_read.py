@@ -1,12 +1,15 @@
 """Reading the store: a table's rows (one study's or all), one row per trial_key (per epoch), read
-as one dataset and, when a file is corrupt or incomplete, file by file, skipping (and naming) the
-bad ones; and the rows of the spec recorded for a study."""
+as dataset scans of GROUP_FILES files and, when a file is corrupt or incomplete, file by file, skipping
+(and naming) the bad ones; the rows of the spec recorded for a study; and the one error for a store or
+study that is not there (require_store, require_study), naming the nearest that is."""
 
 import dataclasses
 import json
 import os
+import urllib.parse
 import warnings
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from difflib import get_close_matches
+from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 import pandas as pd
 import pyarrow as pa
@@ -16,6 +19,7 @@ import pyarrow.fs as pafs
 from hpstudy.study.store import REQUIRED, TABLES, StoreError, _first_line, check_study_name, open_root, store_io
 from hpstudy.study.store_spec_record import load_spec_record
 from hpstudy.trainers.config import TrialConfig
+from hpstudy.trainers.errors import shown
 from hpstudy.trainers.schema import FINISHED
 
 
@@ -228,20 +232,107 @@ def with_sampled_columns(trials: pd.DataFrame, fields: Iterable[str]) -> pd.Data
     )
 
 
-def load_study(root: str, study: str) -> Tuple[pd.DataFrame, pd.DataFrame, Optional[Dict]]:
+class Fields(NamedTuple):
+    """How an error names the store and the study: as the caller's user wrote them."""
+
+    store: str
+    study: str
+
+
+CLI = Fields("--store", "--study")  # the commands' flags (and the default, as check_study_name's and open_root's)
+API = Fields("store", "study")  # hpstudy.load(store, study), hpstudy.report(...): the arguments' names
+
+
+def _close(name: str, names: Iterable[str], n: int = 1) -> List[str]:
+    """The (at most `n`) of `names` closest to `name`, closest first (difflib's ratio, ignoring case)."""
+    folded: Dict[str, str] = {}
+    for candidate in sorted(names):
+        folded.setdefault(candidate.casefold(), candidate)
+    return [folded[match] for match in get_close_matches(name.casefold(), folded, n=n)]
+
+
+def _beside(root: str, name: str) -> str:
+    """The folder `name` next to `root`, written as `root` is (a relative path, an absolute one, a URI)."""
+    if "://" in root:
+        parts = urllib.parse.urlsplit(root)
+        return urllib.parse.urlunsplit(parts._replace(path=f"{os.path.dirname(parts.path.rstrip('/'))}/{name}"))
+    return os.path.join(os.path.dirname(root.rstrip(os.sep)), name)
+
+
+def _near_store(fs: pafs.FileSystem, base: str) -> Optional[str]:
+    """The folder next to `base` whose name is closest to its name and that is a store (has trials/), if any."""
+    parent, name = os.path.split(base)
+    if not parent or not name:
+        return None
+    try:  # only a hint: a parent that cannot be listed (a file, no permission) has none
+        folders = fs.get_file_info(pafs.FileSelector(parent, allow_not_found=True))
+        names = [info.base_name for info in folders if info.type == pafs.FileType.Directory]
+        for near in _close(name, names, n=5):  # the folder itself (not a store) may be one of them
+            if fs.get_file_info(f"{parent}/{near}/trials").type == pafs.FileType.Directory:
+                return near
+    except OSError:
+        pass
+    return None
+
+
+def require_store(root: str, fields: Fields = CLI) -> None:
+    """StoreError unless `root` is a store (holds a trials/ folder): one line naming `fields.store`, the
+    value and the nearest store beside it."""
+    fs, base = open_root(root, fields.store)
+    with store_io(f"read {root}"):
+        if fs.get_file_info(f"{base}/trials").type == pafs.FileType.Directory:
+            return
+        near = _near_store(fs, base)
+    raise StoreError(
+        f"{fields.store}: no hpstudy store at {shown(root)} (no trials/ folder there)"
+        + (f"; nearest store: {shown(_beside(root, near))}" if near else "")
+    )
+
+
+def stored_studies(root: str) -> List[str]:
+    """The studies of which the store holds trial files, sorted."""
+    fs, base = open_root(root)
+    with store_io(f"list the studies in {root}"):
+        files = _list_files(fs, f"{base}/trials")
+    return sorted({_study_of(path, f"{base}/trials") for path in files} - {""})
+
+
+def require_study(root: str, study: str, fields: Fields = CLI) -> None:
+    """StoreError unless the store at `root` holds trial files of `study`: one line naming `fields.study`,
+    the value, the studies stored and the nearest of them (require_store's error if `root` is no store)."""
+    check_study_name(study, fields.study)
+    require_store(root, fields)
+    studies = stored_studies(root)
+    if study in studies:
+        return
+    near = _close(study, studies)
+    raise StoreError(
+        f"{fields.study}: no trials of study {shown(study)} in store {shown(root)}; studies stored: "
+        + (shown(studies) if studies else "none")
+        + (f"; nearest: {shown(near[0])}" if near else "")
+    )
+
+
+def load_study(root: str, study: str, fields: Fields = CLI) -> Tuple[pd.DataFrame, pd.DataFrame, Optional[Dict]]:
     """(trials, epochs, spec record) of one study's current spec: rows whose trial_key the recorded
     spec does not produce (an earlier version of the spec) are left out, counted in the record's
-    `earlier_spec_rows` and named in a warning; StoreError if the study has no trials (of that spec).
+    `earlier_spec_rows` and named in a warning; StoreError (naming `fields`) if there is no such store
+    or study (require_study), or no readable trial of the study's recorded spec.
     Each recipe field the record says the spec samples (`sampled`) is a column of `trials`
     (with_sampled_columns)."""
-    trials = load_trials(root, study)
+    open_root(root, fields.store)
+    trials = load_trials(root, check_study_name(study, fields.study))
     if trials.empty:
-        raise StoreError(f"--study: no trials of study {study!r} in store {root!r}")
+        require_study(root, study, fields)
+        raise StoreError(
+            f"{fields.study}: no trial of study {shown(study)} in store {shown(root)} can be read "
+            f"(the warnings name its files)"
+        )
     record = load_spec_record(root, study)
     trials, earlier = split_by_spec(trials, record)
     if trials.empty:
         raise StoreError(
-            f"--study: none of the {len(earlier)} stored trials of study {study!r} in store "
+            f"{fields.study}: none of the {len(earlier)} stored trials of study {study!r} in store "
             f"{root!r} belongs to the spec recorded last for it (`hpstudy status` lists them)"
         )
     if len(earlier):
