@@ -259,8 +259,13 @@ def _beside(root: str, name: str) -> str:
     return os.path.join(os.path.dirname(root.rstrip(os.sep)), name)
 
 
+def _is_store(fs: pafs.FileSystem, base: str) -> bool:
+    """Whether `base` holds a trials/ or specs/ folder (a run writes its spec record before its first trial)."""
+    return any(info.type == pafs.FileType.Directory for info in fs.get_file_info([f"{base}/trials", f"{base}/specs"]))
+
+
 def _near_store(fs: pafs.FileSystem, base: str) -> Optional[str]:
-    """The folder next to `base` whose name is closest to its name and that is a store (has trials/), if any."""
+    """The folder next to `base` whose name is closest to its name and that is a store, if any."""
     parent, name = os.path.split(base)
     if not parent or not name:
         return None
@@ -268,7 +273,7 @@ def _near_store(fs: pafs.FileSystem, base: str) -> Optional[str]:
         folders = fs.get_file_info(pafs.FileSelector(parent, allow_not_found=True))
         names = [info.base_name for info in folders if info.type == pafs.FileType.Directory]
         for near in _close(name, names, n=5):  # the folder itself (not a store) may be one of them
-            if fs.get_file_info(f"{parent}/{near}/trials").type == pafs.FileType.Directory:
+            if _is_store(fs, f"{parent}/{near}"):
                 return near
     except OSError:
         pass
@@ -276,15 +281,15 @@ def _near_store(fs: pafs.FileSystem, base: str) -> Optional[str]:
 
 
 def require_store(root: str, fields: Fields = CLI) -> None:
-    """StoreError unless `root` is a store (holds a trials/ folder): one line naming `fields.store`, the
-    value and the nearest store beside it."""
+    """StoreError unless `root` is a store (holds a trials/ or specs/ folder): one line naming `fields.store`,
+    the value and the nearest store beside it."""
     fs, base = open_root(root, fields.store)
     with store_io(f"read {root}"):
-        if fs.get_file_info(f"{base}/trials").type == pafs.FileType.Directory:
+        if _is_store(fs, base):
             return
         near = _near_store(fs, base)
     raise StoreError(
-        f"{fields.store}: no hpstudy store at {shown(root)} (no trials/ folder there)"
+        f"{fields.store}: no hpstudy store at {shown(root)} (no trials/ or specs/ folder there)"
         + (f"; nearest store: {shown(_beside(root, near))}" if near else "")
     )
 

@@ -18,6 +18,7 @@ LETTERS = "abcdefghijklmnopqrstuvwxyz"
 # a name of letters (what the wrong name is made from) and names that are nothing like it (digits only)
 lettered = st.text(LETTERS + LETTERS.upper() + "_", min_size=4, max_size=12).filter(lambda s: s[0] != "_")
 unlike = st.lists(st.text("0123456789", min_size=1, max_size=6), max_size=4, unique=True)
+MARKS = ["trials", "specs"]  # what makes a folder a store: its trials, or the spec record a run writes first
 
 
 @st.composite
@@ -50,12 +51,13 @@ def _error(call, *args) -> str:
 
 
 @settings(max_examples=60)
-@given(data=st.data(), store=lettered, others=unlike, fields=st.sampled_from([API, CLI]))
-def test_a_mistyped_store_names_the_nearest_store_beside_it(data, store, others, fields):
+@given(data=st.data(), store=lettered, others=unlike, fields=st.sampled_from([API, CLI]), begun=st.sampled_from(MARKS))
+def test_a_mistyped_store_names_the_nearest_store_beside_it(data, store, others, fields, begun):
     wrong = data.draw(misspelt(store))
     assume(wrong != store)
     with tempfile.TemporaryDirectory() as parent:
-        for name in [store, *others]:
+        os.makedirs(f"{parent}/{store}/{begun}")
+        for name in others:
             os.makedirs(f"{parent}/{name}/trials")
         os.makedirs(f"{parent}/{store}x")  # a closer folder that is no store is never suggested
         for written in (str, os.path.relpath):  # the nearest is written as the store was
@@ -63,7 +65,7 @@ def test_a_mistyped_store_names_the_nearest_store_beside_it(data, store, others,
             for call, args in ((require_store, (root, fields)), (require_study, (root, "s", fields))):
                 message = _error(call, *args)
                 assert message == (
-                    f"{fields.store}: no hpstudy store at {shown(root)} (no trials/ folder there); "
+                    f"{fields.store}: no hpstudy store at {shown(root)} (no trials/ or specs/ folder there); "
                     f"nearest store: {shown(written(f'{parent}/{store}'))}"
                 )
             assert _error(load_study, root, "s", fields) == message
@@ -81,7 +83,7 @@ def test_no_store_and_nothing_near_says_so_alone(make, fields, tmp_path):
     elif make == "unlike stores beside it":
         os.makedirs(tmp_path / "0123/trials")
     message = _error(require_store, root, fields)
-    assert message == f"{fields.store}: no hpstudy store at {shown(root)} (no trials/ folder there)"
+    assert message == f"{fields.store}: no hpstudy store at {shown(root)} (no trials/ or specs/ folder there)"
 
 
 @settings(max_examples=60)
@@ -104,6 +106,16 @@ def test_a_mistyped_study_names_the_studies_stored_and_the_nearest(data, study, 
         assert _error(load_study, root, wrong, fields) == expected
         for name in stored:
             assert require_study(root, name, fields) is None
+
+
+@pytest.mark.parametrize("mark", MARKS)
+def test_a_store_a_run_has_begun_is_a_store_with_no_study_stored(mark, tmp_path):
+    (tmp_path / mark).mkdir()
+    assert require_store(str(tmp_path)) is None
+    assert (
+        _error(require_study, str(tmp_path), "s")
+        == f"--study: no trials of study 's' in store {shown(str(tmp_path))}; studies stored: none"
+    )
 
 
 @pytest.mark.parametrize("fields", [API, CLI])
