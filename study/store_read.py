@@ -318,6 +318,18 @@ def require_study(root: str, study: str, fields: Fields = CLI) -> None:
     )
 
 
+def require_rows(trials: pd.DataFrame, root: str, study: str, fields: Fields = CLI) -> pd.DataFrame:
+    """`trials` (the rows read of `study`), or StoreError if there are none: require_study's if the store
+    or the study is not there, else one saying that none of the study's files can be read."""
+    if trials.empty:
+        require_study(root, study, fields)
+        raise StoreError(
+            f"{fields.study}: no trial of study {shown(study)} in store {shown(root)} can be read "
+            f"(the warnings name its files)"
+        )
+    return trials
+
+
 def load_study(root: str, study: str, fields: Fields = CLI) -> Tuple[pd.DataFrame, pd.DataFrame, Optional[Dict]]:
     """(trials, epochs, spec record) of one study's current spec: rows whose trial_key the recorded
     spec does not produce (an earlier version of the spec) are left out, counted in the record's
@@ -326,13 +338,7 @@ def load_study(root: str, study: str, fields: Fields = CLI) -> Tuple[pd.DataFram
     Each recipe field the record says the spec samples (`sampled`) is a column of `trials`
     (with_sampled_columns)."""
     open_root(root, fields.store)
-    trials = load_trials(root, check_study_name(study, fields.study))
-    if trials.empty:
-        require_study(root, study, fields)
-        raise StoreError(
-            f"{fields.study}: no trial of study {shown(study)} in store {shown(root)} can be read "
-            f"(the warnings name its files)"
-        )
+    trials = require_rows(load_trials(root, check_study_name(study, fields.study)), root, study, fields)
     record = load_spec_record(root, study)
     trials, earlier = split_by_spec(trials, record)
     if trials.empty:

@@ -146,3 +146,17 @@ def test_api_messages_name_no_flag_and_cli_messages_the_flag(store, study, tmp_p
     root = store if "://" in store else str(tmp_path / store)
     api, cli = _error(load_study, root, study, API), _error(load_study, root, study, CLI)
     assert "--" not in api and cli == f"--{api}" and cli == _error(load_study, root, study)
+
+
+@pytest.mark.parametrize("fields", [API, CLI])
+def test_a_study_whose_files_cannot_be_read_is_named_apart_from_a_missing_one(fields, tmp_path):
+    root = str(tmp_path)
+    write_trial(root, "s", row("k"))
+    (tmp_path / "trials/study=s/k.parquet").write_bytes(b"garbage")
+    assert stored_studies(root) == ["s"]
+    with pytest.warns(UserWarning, match="k.parquet"):
+        message = _error(load_study, root, "s", fields)
+    assert (
+        message
+        == f"{fields.study}: no trial of study 's' in store {shown(root)} can be read (the warnings name its files)"
+    )
