@@ -1,12 +1,16 @@
 """Live progress of a study on the driver: done / running / pending, ETA, best error per model; as a
-line every few seconds (a terminal), a tqdm bar (a notebook) or not at all."""
+line every few seconds (a terminal), a tqdm bar (a notebook) or not at all. A trial that fails (a lost
+node, a killed worker) is one warning line of this module's logger, whether Ray retries it or it is
+stored failed; Tune's traceback of it is kept for --debug (this logger at DEBUG)."""
 
 import contextlib
 import contextvars
+import logging
+import os
 import sys
 import time
 from collections import Counter
-from typing import Dict, Iterator, List, Set, Union
+from typing import Dict, Iterator, List, Optional, Set, Union
 
 from ray import tune
 from tqdm.auto import tqdm
@@ -14,6 +18,50 @@ from tqdm.auto import tqdm
 from hpstudy.study.spec import SpecError
 from hpstudy.trainers.errors import shown
 from hpstudy.trainers.schema import FAILED, STATUSES
+
+logger = logging.getLogger(__name__)
+TUNE_CONTROLLER = "ray.tune.execution.tune_controller"  # logs each failed trial task with its traceback
+TUNE_TRIAL_FAILED = "Trial task failed for trial "
+
+
+class TuneTracebacks(logging.Filter):
+    """On Tune's controller logger: its "Trial task failed for trial ..." record and traceback passes
+    only when this module's logger is at DEBUG (--debug); ProgressPrinter says it in one line instead."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(TUNE_TRIAL_FAILED) or logger.isEnabledFor(logging.DEBUG)
+
+
+TUNE_TRACEBACKS = TuneTracebacks()
+
+
+def trial_error(trial) -> str:
+    """The error that ended a Tune trial's last attempt, on one line: its type and the first line of its
+    message, and `its node died` when the message says so (read from the trial's pickled error, else its
+    error file's last entry); "unknown error" when there is neither."""
+    error: Optional[BaseException] = None
+    with contextlib.suppress(Exception):
+        from ray import cloudpickle
+
+        with open(trial.pickled_error_file, "rb") as f:
+            error = cloudpickle.load(f)
+    if error is not None:
+        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+        name = type(error).__name__
+    else:
+        text = ""
+        with contextlib.suppress(Exception):
+            if trial.error_file and os.path.exists(trial.error_file):
+                with open(trial.error_file) as f:
+                    text = f.read().rsplit("Failure # ", 1)[-1]
+        lines = [line.strip() for line in text.splitlines()[1:] if line.strip()]
+        name = ""
+    first = lines[0] if lines else "unknown error"
+    sentence = first.split(". ")[0]  # Ray's messages run on: "... rpc_code: 14. The task may or may not ..."
+    first = sentence if len(sentence) >= 20 else first
+    node = "; its node died" if any("node has died" in line or "node was terminated" in line for line in lines) else ""
+    return f"{name + ': ' if name else ''}{first}{node}"
+
 
 # how a run shows its progress: "auto" = a bar in an IPython kernel (Jupyter, VS Code, Colab), else lines
 DISPLAYS = ("auto", "bar", "lines", "off")
@@ -146,7 +194,34 @@ class ProgressPrinter(SavedEmpty, tune.Callback):
     def on_trial_complete(self, iteration, trials, trial, **info):
         self._maybe_print()
 
+    def setup(self, **info):
+        """Tune's per-trial tracebacks behind --debug for the run (TuneTracebacks; removed in final)."""
+        logging.getLogger(TUNE_CONTROLLER).addFilter(TUNE_TRACEBACKS)
+
+    def _about(self, trial) -> str:
+        """`group-000003 (2 trials)`: the Tune trial and how many of the study's trials it trains."""
+        with contextlib.suppress(AttributeError, KeyError, IndexError, TypeError):
+            group = self.writer.groups[trial.config["group"]]["keys"]
+            return f"{trial} ({len(group)} trial{'' if len(group) == 1 else 's'})"
+        return str(trial)
+
+    def on_trial_recover(self, iteration, trials, trial, **info):
+        """One line for a failed trial that Ray runs again (a lost node, a killed worker)."""
+        logger.warning(
+            "%s failed (%s); Ray runs it again (failures so far %d, max_retries %d)",
+            self._about(trial),
+            trial_error(trial),
+            getattr(trial, "num_failures", 0),
+            getattr(trial, "max_failures", 0),
+        )
+
     def on_trial_error(self, iteration, trials, trial, **info):
+        logger.warning(
+            "%s failed (%s) after %d retries; stored as failed",
+            self._about(trial),
+            trial_error(trial),
+            max(0, getattr(trial, "num_failures", 0) - 1),
+        )
         self._maybe_print(force=True)
 
     def final(self) -> None:
@@ -155,3 +230,4 @@ class ProgressPrinter(SavedEmpty, tune.Callback):
         self._maybe_print(force=True)
         if self.bar is not None:
             self.bar.close()
+        logging.getLogger(TUNE_CONTROLLER).removeFilter(TUNE_TRACEBACKS)

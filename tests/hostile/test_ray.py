@@ -1,15 +1,16 @@
 """Hostile runs end to end on a real local Ray (slow tier): an edited spec under an old name, a
-disk that fills mid-run, a trial whose error repeats."""
+disk that fills mid-run, a trial whose error repeats, an address no cluster answers at."""
 
 import subprocess
+import time
 
 import pytest
 
-from hpstudy.cli import hpstudy_main
+from hpstudy.cli import hpstudy_main, run_edf_main
 from hpstudy.study.sampling import expand
 from hpstudy.study.spec import load_spec
 from hpstudy.study.store_read import load_study, load_trials
-from tests.helpers import run_edf, small_spec, write_spec
+from tests.helpers import free_port, run_edf, small_spec, write_spec
 
 pytestmark = pytest.mark.slow
 
@@ -81,3 +82,22 @@ def test_a_trial_error_that_repeats_is_stored_failed_without_ray_retries(tmp_pat
     # the worker tried it twice and saw the same error: stored at once, not handed to Ray's retries
     assert row["error"].startswith("raised twice in a row, so not retried")
     assert "1/1 done (ok 0, diverged 0, failed 1)" in done.stdout
+
+
+def test_an_address_nothing_answers_at_stops_the_run_in_seconds_in_one_line(tmp_path, capsys):
+    """Issue #37 item 7: ray.init retried such an address for 20 x 41 s, a warning every few seconds."""
+    config = write_spec(tmp_path, small_spec(name="away", samples=1, **ONE_MODEL))
+    address = f"127.0.0.1:{free_port()}"
+    argv = ["--config", config, "--store", str(tmp_path / "store"), "--address", address, "--report", "none"]
+    started = time.monotonic()
+    assert run_edf_main(argv) == 3
+    assert time.monotonic() - started < 30
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert err.startswith(f"error: --address {address}") and "no Ray cluster answers there (Connection" in err
+    assert err.rstrip().endswith(
+        "0 of the study's 1 trials were stored before this run; rerun the same command to resume"
+    )
+    assert run_edf_main(argv + ["--debug"]) == 3
+    err = capsys.readouterr().err
+    assert "Traceback (most recent call last)" in err and err.strip().splitlines()[-1].startswith("error: --address")

@@ -2,14 +2,23 @@
 study; and the status line they print: done, running, pending, ETA."""
 
 import itertools
+import logging
 import sys
 import time
 from types import SimpleNamespace
 
 import pytest
 from ray import cloudpickle
+from ray.exceptions import ActorUnavailableError
 
-from hpstudy.study.progress import ProgressPrinter, Tally, in_notebook, progress_display
+from hpstudy.study.progress import (
+    TUNE_CONTROLLER,
+    ProgressPrinter,
+    Tally,
+    in_notebook,
+    progress_display,
+    trial_error,
+)
 from hpstudy.study.sampling import expand
 from hpstudy.study.spec import SpecError, parse_spec
 from hpstudy.study.tune_stopper import RunStopper
@@ -144,3 +153,105 @@ def test_the_display_is_set_for_the_block_only_and_a_bad_one_is_a_spec_error(mon
     with pytest.raises(SpecError, match=r"^progress: bad value 'bars'; allowed: 'auto', 'bar', 'lines', 'off', True"):
         with progress_display("bars"):
             pass
+
+
+# A trial that fails (issue #37 item 7): one warning line of the progress logger, Tune's traceback of it only
+# with --debug (the `hpstudy` logger at DEBUG).
+
+
+def _failed_trial(tmp_path, error, failures=1, name="group-000001"):
+    """A Tune trial as Tune leaves it after a failure: its error pickled and in its error file (Trial.handle_error)."""
+    pickled, text = tmp_path / "error.pkl", tmp_path / "error.txt"
+    pickled.write_bytes(cloudpickle.dumps(error))
+    text.write_text(f"Failure # {failures} (occurred at 2026-12-03_06-00-00)\n{error}\n")
+    return SimpleNamespace(
+        config={"group": 1},
+        num_failures=failures,
+        max_failures=2,
+        pickled_error_file=str(pickled),
+        error_file=str(text),
+        name=name,
+    )
+
+
+class _Trial(SimpleNamespace):
+    def __str__(self):
+        return self.name
+
+
+UNAVAILABLE = ActorUnavailableError(
+    "The actor is temporarily unavailable: RpcError: RPC error: Socket closed rpc_code: 14.", b"\x01" * 16
+)
+
+
+@pytest.mark.parametrize(
+    "error,line",
+    [
+        (
+            UNAVAILABLE,
+            "ActorUnavailableError: The actor 01010101010101010101010101010101 is unavailable: The actor is "
+            "temporarily unavailable: RpcError: RPC error: Socket closed rpc_code: 14.",
+        ),
+        (
+            RuntimeError("The actor died unexpectedly.\nThe actor died because its node has died. Node Id: 1a2b"),
+            "RuntimeError: The actor died unexpectedly.; its node died",
+        ),
+        (ValueError(""), "ValueError: unknown error"),
+    ],
+)
+def test_a_trials_error_is_one_line_naming_its_type(error, line, tmp_path):
+    assert trial_error(_Trial(**vars(_failed_trial(tmp_path, error)))) == line
+
+
+def test_a_trials_error_falls_back_to_its_error_file_and_then_to_unknown(tmp_path):
+    trial = _Trial(**vars(_failed_trial(tmp_path, RuntimeError("first\nThe actor died because its node has died."))))
+    trial.pickled_error_file = str(tmp_path / "gone.pkl")
+    assert trial_error(trial) == "first; its node died"
+    trial.error_file = None
+    assert trial_error(trial) == "unknown error"
+
+
+def _groups_printer(tmp_path):
+    trials = expand(parse_spec(small_spec(samples=2, models=["cnn_tiny"], optimizers=["adamw"])))
+    groups = [{"keys": [trials[0].key]}, {"keys": [t.key for t in trials]}]
+    return ProgressPrinter(StoreWriter(str(tmp_path), "s", trials, groups), len(trials), interval=3600)
+
+
+def test_a_retried_trial_and_a_failed_one_are_one_warning_line_each(tmp_path, caplog, capsys):
+    printer = _groups_printer(tmp_path)
+    trial = _Trial(**vars(_failed_trial(tmp_path, UNAVAILABLE)))
+    with caplog.at_level(logging.WARNING, logger="hpstudy.study.progress"):
+        printer.on_trial_recover(0, [trial], trial)
+        trial.num_failures = 3
+        printer.on_trial_error(0, [trial], trial)
+    assert [(r.name, r.levelname) for r in caplog.records] == [("hpstudy.study.progress", "WARNING")] * 2
+    retried, failed = (r.getMessage() for r in caplog.records)
+    assert retried == (
+        "group-000001 (2 trials) failed (ActorUnavailableError: The actor 01010101010101010101010101010101 is "
+        "unavailable: The actor is temporarily unavailable: RpcError: RPC error: Socket closed rpc_code: 14.); "
+        "Ray runs it again (failures so far 1, max_retries 2)"
+    )
+    assert failed.startswith("group-000001 (2 trials) failed (ActorUnavailableError: ") and failed.endswith(
+        ") after 2 retries; stored as failed"
+    )
+
+
+@pytest.mark.parametrize("debug", [False, True])
+def test_tunes_traceback_of_a_failed_trial_shows_only_with_debug_while_a_run_goes_on(debug, tmp_path, caplog):
+    tune_logger = logging.getLogger(TUNE_CONTROLLER)
+    hpstudy_logger = logging.getLogger("hpstudy")
+    before = hpstudy_logger.level
+    hpstudy_logger.setLevel(logging.DEBUG if debug else logging.NOTSET)
+    printer = _groups_printer(tmp_path)
+    try:
+        with caplog.at_level(logging.ERROR, logger=TUNE_CONTROLLER):
+            printer.setup()
+            tune_logger.error("Trial task failed for trial group-000001", exc_info=UNAVAILABLE)
+            tune_logger.error("another error of Tune's")
+            printer.final()
+            tune_logger.error("Trial task failed for trial group-000002", exc_info=UNAVAILABLE)  # after the run
+    finally:
+        hpstudy_logger.setLevel(before)
+    shown = [r.getMessage() for r in caplog.records if r.name == TUNE_CONTROLLER]
+    expected = ["another error of Tune's", "Trial task failed for trial group-000002"]
+    assert shown == (["Trial task failed for trial group-000001"] + expected if debug else expected)
