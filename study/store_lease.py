@@ -129,7 +129,8 @@ class Lease:
                 taken, holder = self._attempt()
                 if taken:
                     break
-                if holder is None:  # released between two reads: try again at once
+                if holder is None:  # released between two reads: try again
+                    time.sleep(0.05)
                     continue
                 if not wait and self.settle_s and not confirmed:
                     # an object store: a lease written less than settle_s ago may yet lose to another one;
