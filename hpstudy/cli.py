@@ -8,10 +8,12 @@ SIGINT/SIGTERM; `--debug` prints the traceback of an error too.
 """
 
 import argparse
+import contextlib
+import logging
 import os
 import sys
 import traceback
-from typing import List, NoReturn, Optional
+from typing import Iterator, List, NoReturn, Optional
 
 from hpstudy import __version__
 from hpstudy.analysis.metric_names import DEFAULT_METRIC, METRIC_DOCS, METRICS
@@ -38,8 +40,13 @@ def _parser(prog: str, description: str, example: str, **kwargs) -> argparse.Arg
 
 
 def add_debug_arg(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """--debug: print the traceback of an error too (by default: one `error:` line)."""
-    p.add_argument("--debug", action="store_true", help="print the traceback of an error too")
+    """--debug: print the traceback of an error too (by default: one `error:` line), and what a run keeps out of
+    the way (Ray's own processes' output, Tune's traceback of a failed trial: debug_logging)."""
+    p.add_argument(
+        "--debug",
+        action="store_true",
+        help="print the traceback of an error too, and Ray's and Tune's own output of a failed trial or node",
+    )
     return p
 
 
@@ -251,6 +258,25 @@ def parser() -> argparse.ArgumentParser:
     return main
 
 
+@contextlib.contextmanager
+def debug_logging(on: bool) -> Iterator[None]:
+    """With --debug (`on`), hpstudy's loggers at DEBUG on stderr for the command: what a run otherwise keeps
+    out of the way (Ray's own processes' lines as a node is lost, Tune's traceback of a failed trial, Ray's
+    C++ lines of a cluster it could not join)."""
+    if not on:
+        yield
+        return
+    hpstudy_logger, handler = logging.getLogger("hpstudy"), logging.StreamHandler(sys.stderr)
+    before = hpstudy_logger.level
+    hpstudy_logger.addHandler(handler)
+    hpstudy_logger.setLevel(logging.DEBUG)
+    try:
+        yield
+    finally:
+        hpstudy_logger.removeHandler(handler)
+        hpstudy_logger.setLevel(before)
+
+
 def guarded(args: argparse.Namespace) -> int:
     """Run the parsed command: a store fault prints one `error:` line and returns EXIT_STORE_FAULT (3); a
     user's error goes on to exits_on_user_error (2); with --debug both print their traceback first."""
@@ -258,7 +284,8 @@ def guarded(args: argparse.Namespace) -> int:
     from hpstudy.study.store import StoreFault
 
     try:
-        return COMMANDS[args.command](args)
+        with debug_logging(args.debug):
+            return COMMANDS[args.command](args)
     except HpstudyError as exc:
         if args.debug:
             traceback.print_exc()

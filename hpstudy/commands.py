@@ -28,7 +28,7 @@ from hpstudy.study.store_lease import hold_lease
 from hpstudy.study.store_read import load_study, load_trials, split_by_spec, stored_keys, with_sampled_columns
 from hpstudy.study.store_spec_record import load_spec_record, report_location
 from hpstudy.study.suggest import suggest as suggest_lines
-from hpstudy.study.trackers import trackers_of
+from hpstudy.study.trackers import check_trackers, trackers_of
 from hpstudy.trainers.errors import shown
 from hpstudy.trainers.schema import DIVERGED, FAILED, FINISHED, OK
 
@@ -202,6 +202,7 @@ def run(args: argparse.Namespace) -> int:
     spec = load_spec(path, check_paths=not args.dry_run)
     check_models(spec)
     check_samples(spec)
+    check_trackers(trackers, keep=not args.dry_run)  # folders made and probed (a dry run's removed again)
     if args.dry_run:
         for warning in dry_run_warnings(path, spec, args):
             print(f"warning: {warning} (a run stops here; the dry run's plan does not need it)", flush=True)

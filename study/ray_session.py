@@ -222,6 +222,7 @@ def ray_session(address: Optional[str], num_cpus: Optional[int]) -> Iterator[Non
         else:
             try:
                 ray.init(
+                    address="local",  # a Ray of its own: never join another Ray running on this machine
                     num_cpus=num_cpus,
                     include_dashboard=False,
                     log_to_driver=True,

@@ -27,7 +27,7 @@ from hpstudy.study.store_compaction import compact
 from hpstudy.study.store_lease import Lease, hold_lease
 from hpstudy.study.store_read import load_trials, stored_keys
 from hpstudy.study.store_spec_record import write_spec_record
-from hpstudy.study.trackers import Tracker, close_all, trackers_of
+from hpstudy.study.trackers import Tracker, backfill, check_trackers, close_all, trackers_of
 from hpstudy.study.trainable import run_tune_trial
 from hpstudy.study.tune_scheduler import IdleActorsToNewTrials
 from hpstudy.study.tune_searcher import GroupQueue
@@ -195,6 +195,7 @@ def run_study(
     the signal's number; so does a node that cannot run the trials, with exit code 1. On a local
     Ray (no `address`) at most `local_slots` trials run at once (`max_concurrent` may cap lower)."""
     trackers = trackers_of(trackers)
+    check_trackers(trackers)  # each folder created and probed: a bad target stops the run before any trial
     with close_all(trackers), contextlib.ExitStack() as held:
         trials = expand(spec)
         keys = {t.key for t in trials}
@@ -219,6 +220,9 @@ def run_study(
                     f"{len(pending)} to run; store {store}",
                     flush=True,
                 )
+                # the trials stored before this run, to each tracker that lacks them
+                for line in backfill(trackers, store, spec.name, done & keys):
+                    print(line, flush=True)
                 if pending:
                     resources = {"cpu": spec.resources.cpu, "gpu": spec.resources.gpu}
                     with ray_session(address, num_cpus):
