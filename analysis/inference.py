@@ -7,29 +7,31 @@ Three rules, chosen by the design of the groups compared (`design_of`):
   (Welch-Satterthwaite df, scipy.stats.t). The convention of papers that report mean ± sd over
   seeds; it assumes roughly normal seed noise, which the calibration measures.
 - `best` (groups of random (lr, wd) samples): the difference of best errors, or a contrast of
-  bests, tested by the bootstrap of the minimum made exact and calibrated. Each group's resampled
-  minimum has a closed-form law (P(min* >= v_(i)) = ((n - i + 1) / n)^n), so the bootstrap law of
-  the contrast T is computed, not drawn: it cannot flip with a seed. Its null is "the groups share
-  one distribution": a verdict says the distributions differ, the lower tail favouring one. The raw bootstrap p,
-  2 min(P*(T <= 0), P*(T >= 0)), is too liberal (about 10% false decisions at 5%), so it is
-  calibrated: p = the share of null studies (normal errors, these n, CALIBRATION_STUDIES of them)
-  whose bootstrap p is at most this one (a Monte-Carlo p, (1 + count) / (1 + studies)). For two
-  groups the raw p depends on ranks only, so the calibrated test is exact for any continuous
-  error distribution; a four-group contrast assumes normal-like tails (measured by the
-  calibration). The interval is the bootstrap percentile interval at the calibrated level, so it
-  excludes 0 exactly when p <= alpha. Where
-  even the smallest attainable p exceeds alpha (3 vs 3), the design cannot decide, and says so.
-- `ks` (Δ-EDFs of random samples): the two one-sided KS distances between the Δ-EDFs, each by a
-  permutation test at alpha / 2 of the median-centred errors that recomputes both references
-  (`ks_pair`); p = 2 min. Conservative, measured.
+  bests, by the bootstrap of the minimum made exact and calibrated. Each group's resampled minimum
+  has a closed-form law (P(min* >= v_(i)) = ((n - i + 1) / n)^n), so the bootstrap law of the
+  contrast T is computed, not drawn. The raw bootstrap p, 2 min(P*(T <= 0), P*(T >= 0)), is too
+  liberal (about 10% false decisions at 5%), so it is calibrated: for two groups by its permutation
+  p over splits of the pooled errors (exact under "one distribution" for any errors, ties included);
+  for four (a difference of gaps) by the share of normal null studies at these n whose raw p is at
+  most this one (normal-like tails assumed, measured). Both are Monte-Carlo p-values drawn until the
+  verdict is settled (`montecarlo.sequential`). Its null is "the groups share one distribution": a
+  verdict says that the cells' lowest errors differ, in the direction of their bests; it is not a
+  test of equal expected bests (two cells with one expected best and unequal spreads are decided
+  often, measured). Where even the smallest attainable p exceeds alpha (3 vs 3), the design cannot
+  decide, and says so. No interval.
+- `delta` (Δ-EDFs of random samples): the probability that a random trial of one model lies nearer
+  its own best than a random trial of the other (Mann-Whitney U of Δ = error - own best), by a
+  permutation test of the errors aligned by the Hodges-Lehmann shift (`delta_test`).
 
-`holm` adjusts a family of p-values (Holm 1979); the error rates of every rule, at the n users run,
-are measured in tests/analysis/test_calibration.py and tabled in docs/calibration.md.
+A Monte-Carlo p is drawn until its verdict is the same for any seed with probability 1 -
+montecarlo.RISK, or reported as borderline with its interval. `holm` adjusts a family of p-values
+(Holm 1979); the error rates of every rule, at the n users run and on the errors they have (continuous,
+on a grid of k of N images, with ties and diverged trials), are measured in
+tests/analysis/test_calibration.py and tabled in docs/calibration.md.
 """
 
 import functools
 import hashlib
-import itertools
 import json
 import math
 from dataclasses import dataclass
@@ -40,21 +42,22 @@ from scipy import optimize
 from scipy import stats as sps
 from scipy.special import ndtri
 
+from hpstudy.analysis import permutation
+from hpstudy.analysis.montecarlo import MonteCarloP, sequential
 from hpstudy.analysis.stats import StatsError
 
 ALPHA = 0.05
 POWER = 0.8  # "detectable": the effect found with this probability at ALPHA
-CALIBRATION_STUDIES = 4000  # null studies behind each calibrated p of the `best` rule
-CALIBRATION_SEED = 20211  # fixed: the calibration is a constant of (n, ...), not a draw per report
-MAX_PLANNED = 512  # trials_for_ks searches up to this many trials per model
-N_PERM = 9999  # permutations of the Δ-EDF test (exact enumeration below this many splits)
+CALIBRATION_STUDIES = 4000  # null studies behind a calibrated p of the `best` rule at the first look
+CALIBRATION_BLOCK = 1000  # null studies drawn from one seeded generator (the same whatever the batches)
+CALIBRATION_SEED = 20211  # the calibration is a constant of (n, ...), not a draw per report
 PERMUTATION_SEED = 1979  # mixed with the data: one pair of samples has one p in every report
 DIGITS = 4  # decimals kept in the atoms of a contrast of bests: errors are percentages stored as float32
 TAIL = 40  # atoms of a minimum's bootstrap law kept: the rest carry less than e^-40 of its mass
 RULES = {
     "welch": "Welch t on seed means",
     "best": "exact bootstrap of the best, calibrated",
-    "ks": "Δ-EDF permutation KS test, α/2 per direction",
+    "delta": "permutation test of Δ ranks, aligned",
 }
 
 
@@ -72,6 +75,7 @@ class Test:
     floor: float = 0.0  # the smallest p this design can give; above alpha: it cannot decide
     df: Optional[float] = None  # Welch's degrees of freedom
     why_untestable: str = ""  # where p is None
+    mc: Optional[Tuple[float, float]] = None  # a Monte-Carlo p's interval for the exact p (montecarlo.RISK)
 
     @property
     def decidable(self) -> bool:
@@ -79,9 +83,15 @@ class Test:
         return self.p is not None and self.floor <= self.alpha
 
     @property
+    def borderline(self) -> bool:
+        """Whether the exact p may lie on either side of alpha: a Monte-Carlo p whose interval holds alpha
+        after every draw allowed (montecarlo.sequential); its verdict would depend on the seed."""
+        return self.mc is not None and self.mc[0] < self.alpha < self.mc[1]
+
+    @property
     def significant(self) -> bool:
-        """p <= alpha (never where the design cannot reach alpha)."""
-        return self.decidable and self.p is not None and self.p <= self.alpha
+        """p <= alpha, and so for any seed (never where the design cannot reach alpha or p is borderline)."""
+        return self.decidable and self.p is not None and self.p <= self.alpha and not self.borderline
 
 
 def design_of(lr: np.ndarray, wd: np.ndarray, configs: Optional[Iterable] = None) -> str:
@@ -109,6 +119,13 @@ def _but_seed(config_json: str) -> Optional[str]:
 # ---- welch ---------------------------------------------------------------------------------------
 
 
+def _satterthwaite(parts: np.ndarray, n: Sequence[int]) -> float:
+    """Welch-Satterthwaite degrees of freedom of a sum of variances `parts` (scale-free: computed on the
+    parts over their largest, so tiny variances do not underflow to 0 / 0)."""
+    scaled = parts / parts.max()
+    return float(scaled.sum() ** 2 / np.sum(scaled**2 / (np.array(n) - 1)))
+
+
 def welch(groups: Sequence[np.ndarray], weights: Sequence[float], alpha: float = ALPHA) -> Test:
     """Welch t for the contrast sum_k w_k mean_k (scipy has the two-group case only,
     `ttest_ind(equal_var=False)`, which this equals; a difference of two gaps needs four groups)."""
@@ -124,7 +141,7 @@ def welch(groups: Sequence[np.ndarray], weights: Sequence[float], alpha: float =
     se = float(np.sqrt(parts.sum()))
     if se == 0:
         return Test(**base, ci=None, level=None, p=None, why_untestable="the seeds gave identical errors")
-    df = float(parts.sum() ** 2 / np.sum(parts**2 / (np.array(n) - 1)))
+    df = _satterthwaite(parts, n)
     t_crit = float(sps.t.isf(alpha / 2, df))
     p = float(2 * sps.t.sf(abs(estimate) / se, df))
     ci = (estimate - t_crit * se, estimate + t_crit * se)
@@ -138,13 +155,14 @@ def welch_detectable(sds: Sequence[float], n: Sequence[int], alpha: float = ALPH
     if min(n) < 2 or not np.isfinite(parts).all() or parts.sum() == 0:
         return float("inf")
     se = float(np.sqrt(parts.sum()))
-    df = float(parts.sum() ** 2 / np.sum(parts**2 / (np.array(n) - 1)))
+    df = _satterthwaite(parts, n)
     t_crit = sps.t.isf(alpha / 2, df)
 
     def short(delta: float) -> float:
         nc = delta / se
-        reach = float(sps.nct.sf(t_crit, df, nc) + sps.nct.cdf(-t_crit, df, nc))
-        return (1.0 if np.isnan(reach) else reach) - power  # scipy's nct is NaN far in the tail, where power is 1
+        upper = float(sps.nct.sf(t_crit, df, nc))
+        lower = float(np.nan_to_num(sps.nct.cdf(-t_crit, df, nc)))  # NaN at small df: the far tail, about 0
+        return (1.0 if np.isnan(upper) else upper + lower) - power  # scipy's sf is NaN far out, where power is 1
 
     high = se * (t_crit + 10)
     return float(optimize.brentq(short, 0.0, high)) if short(high) > 0 else float("inf")
@@ -161,103 +179,123 @@ def min_law(errors: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
 
 
 def _law(smallest: np.ndarray, n: int) -> Tuple[np.ndarray, np.ndarray]:
-    """min_law from the sorted smallest errors of a sample of n."""
-    survival = ((n - np.arange(len(smallest))) / n) ** n
-    return smallest, survival - np.append(survival[1:], 0.0)
+    """min_law from the sorted smallest errors of a sample of n (the last axis; rows: studies)."""
+    survival = ((n - np.arange(smallest.shape[-1])) / n) ** n
+    return smallest, np.broadcast_to(survival - np.append(survival[1:], 0.0), smallest.shape)
 
 
-def _null_smallest(rng: np.random.Generator, n: int) -> np.ndarray:
-    """The TAIL + 1 smallest of n standard normal draws, sorted, drawn directly (uniform order
-    statistics as normalized sums of exponentials): O(TAIL), not O(n)."""
+def _null_smallest(rng: np.random.Generator, n: int, studies: int) -> np.ndarray:
+    """Per study (rows), the TAIL + 1 smallest of n standard normal draws, sorted, drawn directly (uniform
+    order statistics as normalized sums of exponentials): O(TAIL), not O(n)."""
     k = min(n, TAIL + 1)
-    sums = np.cumsum(rng.standard_exponential(k))
-    return ndtri(sums / (sums[-1] + rng.standard_gamma(n + 1 - k)))
+    sums = np.cumsum(rng.standard_exponential((studies, k)), axis=1)
+    return ndtri(sums / (sums[:, -1:] + rng.standard_gamma(n + 1 - k, (studies, 1))))
 
 
-def _sum_law(laws, weights) -> Tuple[np.ndarray, np.ndarray]:
-    """The law of sum_k w_k X_k (w = +-1) of independent discrete laws, materialized, sorted."""
-    values, probs = np.zeros(1), np.ones(1)
+Laws = Sequence[Tuple[np.ndarray, np.ndarray]]  # per group: (values, probabilities), each (studies, atoms)
+
+
+def _half_law(laws: Laws, weights: Sequence[float]) -> Tuple[np.ndarray, np.ndarray]:
+    """Per study, the law of sum_k w_k X_k (w = +-1) of independent discrete laws: atoms sorted (rows)."""
+    values, probs = np.zeros((len(laws[0][0]), 1)), np.ones((len(laws[0][0]), 1))
     for (v, p), w in zip(laws, weights):
-        values = np.add.outer(values, w * v).ravel()
-        probs = np.multiply.outer(probs, p).ravel()
+        values = (values[:, :, None] + w * v[:, None, :]).reshape(len(v), -1)
+        probs = (probs[:, :, None] * p[:, None, :]).reshape(len(v), -1)
     values = np.round(values, DIGITS)  # a contrast equal to 0 in decimals is 0, not float32 noise of 1e-6
-    order = np.argsort(values, kind="stable")
-    return values[order], probs[order]
+    order = np.argsort(values, axis=1, kind="stable")
+    return np.take_along_axis(values, order, 1), np.take_along_axis(probs, order, 1)
 
 
-class ContrastLaw:
-    """The exact bootstrap law of T = sum_k w_k min*_k from each minimum's law (`min_law`), held as
-    two halves (T = X + Y): a four-group contrast costs 2 x 41^2 atoms at any n, not 41^4."""
-
-    def __init__(self, laws: Sequence[Tuple[np.ndarray, np.ndarray]], weights: Sequence[float]):
-        half = len(laws) // 2
-        self.x, px = _sum_law(laws[:half], weights[:half])
-        self.cx = np.cumsum(px)
-        self.y, self.py = _sum_law(laws[half:], weights[half:])
-
-    def at_most(self, t: float) -> float:
-        """P(T <= t)."""
-        idx = np.searchsorted(self.x, t - self.y, side="right")
-        return float(np.sum(self.py * np.where(idx > 0, self.cx[np.maximum(idx - 1, 0)], 0.0)))
-
-    def at_least(self, t: float) -> float:
-        """P(T >= t)."""
-        idx = np.searchsorted(self.x, t - self.y, side="left")
-        return float(np.sum(self.py * (1.0 - np.where(idx > 0, self.cx[np.maximum(idx - 1, 0)], 0.0))))
-
-    def raw_p(self) -> float:
-        """The two-sided bootstrap p at 0: 2 min(P(T <= 0), P(T >= 0)), at most 1."""
-        return round(min(1.0, max(0.0, 2 * min(self.at_most(0.0), self.at_least(0.0)))), 12)  # 0 is 0
-
-    def _atom_above(self, t: float) -> float:
-        """The smallest atom of T above `t`."""
-        idx = np.searchsorted(self.x, t - self.y, side="right")
-        ok = idx < len(self.x)
-        return float((self.x[idx[ok]] + self.y[ok]).min())
-
-    def _atom_below(self, t: float) -> float:
-        """The largest atom of T below `t`."""
-        idx = np.searchsorted(self.x, t - self.y, side="left") - 1
-        ok = idx >= 0
-        return float((self.x[idx[ok]] + self.y[ok]).max())
-
-    def lower(self, q: float) -> float:
-        """inf{t: P(T <= t) >= q}: so lower(q) > 0 exactly when P(T <= 0) < q."""
-        lo, hi = self.x[0] + self.y[0] - 1.0, self.x[-1] + self.y[-1]
-        for _ in range(200):
-            mid = (lo + hi) / 2
-            if mid in (lo, hi):
-                break
-            lo, hi = (lo, mid) if self.at_most(mid) >= q else (mid, hi)
-        return self._atom_above(lo)
-
-    def upper(self, q: float) -> float:
-        """sup{t: P(T >= t) >= q}: so upper(q) < 0 exactly when P(T >= 0) < q."""
-        lo, hi = self.x[0] + self.y[0], self.x[-1] + self.y[-1] + 1.0
-        for _ in range(200):
-            mid = (lo + hi) / 2
-            if mid in (lo, hi):
-                break
-            lo, hi = (mid, hi) if self.at_least(mid) >= q else (lo, mid)
-        return self._atom_below(hi)
+def raw_ps(laws: Laws, weights: Sequence[float]) -> np.ndarray:
+    """Per study, the two-sided bootstrap p at 0 of T = sum_k w_k min*_k, 2 min(P(T <= 0), P(T >= 0)) (at
+    most 1), from each minimum's law (`min_law`; rows: studies). T = X + Y is held as two halves: a four-
+    group contrast costs 2 x 41^2 atoms at any n, not 41^4; every study is done at once, its row's atoms
+    offset so that one sorted array serves all rows."""
+    half = len(laws) // 2
+    x, px = _half_law(laws[:half], weights[:half])
+    y, py = _half_law(laws[half:], weights[half:])
+    y, py = y[:, ::-1], py[:, ::-1]  # the queries -y ascending within a row, and so over the whole array
+    studies = len(x)
+    span = 2 * float(max(np.abs(x).max(), np.abs(y).max())) + 1
+    offset = (np.arange(studies) * span)[:, None]
+    flat = (x + offset).ravel()  # rows ascending, each row's atoms above the last row's
+    below = np.concatenate([np.zeros((studies, 1)), np.cumsum(px, axis=1)], axis=1)  # P(X < atom i), per row
+    start = (np.arange(studies) * x.shape[1])[:, None]
+    queries = (offset - y).ravel()
+    at_most_idx = np.searchsorted(flat, queries, side="right").reshape(y.shape) - start  # atoms of X <= -y
+    before_idx = np.searchsorted(flat, queries, side="left").reshape(y.shape) - start  # atoms of X < -y
+    at_most = np.sum(py * np.take_along_axis(below, at_most_idx, 1), axis=1)
+    at_least = np.sum(py * (1.0 - np.take_along_axis(below, before_idx, 1)), axis=1)
+    return np.round(np.clip(2 * np.minimum(at_most, at_least), 0.0, 1.0), 12)  # 0 is 0
 
 
-@functools.lru_cache(maxsize=256)
-def null_raw_ps(n: Tuple[int, ...], weights: Tuple[float, ...], studies: int = CALIBRATION_STUDIES) -> np.ndarray:
-    """The raw bootstrap p of `studies` null studies (every group N(0, 1), these n), sorted."""
-    rng = np.random.default_rng([CALIBRATION_SEED, *n, len(weights)])
-    return np.sort([ContrastLaw([_law(_null_smallest(rng, k), k) for k in n], weights).raw_p() for _ in range(studies)])
+def raw_p(groups: Sequence[np.ndarray], weights: Sequence[float]) -> float:
+    """The raw bootstrap p of one contrast of bests (`raw_ps` of one study)."""
+    laws = [min_law(g) for g in groups]
+    return float(raw_ps([(values[None, :], probs[None, :]) for values, probs in laws], weights)[0])
 
 
-def calibrated_p(raw: float, null: np.ndarray) -> float:
-    """(1 + the null studies whose raw bootstrap p is at most `raw`) / (1 + their number): a Monte-Carlo
-    p-value, never 0, valid at any number of null studies."""
-    return float((np.searchsorted(null, raw, side="right") + 1) / (len(null) + 1))
+@functools.lru_cache(maxsize=1024)
+def null_raw_ps(n: Tuple[int, ...], weights: Tuple[float, ...], block: int, seed: int = CALIBRATION_SEED) -> np.ndarray:
+    """The raw bootstrap p of null studies number block x CALIBRATION_BLOCK onwards (every group N(0, 1),
+    these n), sorted."""
+    rng = np.random.default_rng([seed, *n, len(weights), block])
+    return np.sort(raw_ps([_law(_null_smallest(rng, k, CALIBRATION_BLOCK), k) for k in n], weights))
 
 
-def best_contrast(groups: Sequence[np.ndarray], weights: Sequence[float], alpha: float = ALPHA) -> Test:
-    """The contrast sum_k w_k min_k of best errors (w = +-1), by the exact, calibrated bootstrap of
-    the minimum (module docstring)."""
+def calibrated(
+    raw: float,
+    n: Tuple[int, ...],
+    weights: Tuple[float, ...],
+    thresholds: Sequence[float],
+    seed: int = CALIBRATION_SEED,
+) -> MonteCarloP:
+    """The share of null studies (`null_raw_ps`) whose raw bootstrap p is at most `raw`, as a Monte-Carlo p
+    (1 + count) / (1 + studies): CALIBRATION_STUDIES of them, more until the verdict at `thresholds` is
+    settled (`montecarlo.sequential`)."""
+
+    def count_more(start: int, k: int) -> int:
+        blocks = range(start // CALIBRATION_BLOCK, (start + k) // CALIBRATION_BLOCK)
+        return sum(int(np.searchsorted(null_raw_ps(n, weights, b, seed), raw, side="right")) for b in blocks)
+
+    return sequential(count_more, thresholds, CALIBRATION_STUDIES)
+
+
+def _split_laws(values: np.ndarray, splits: np.ndarray, n_a: int) -> Laws:
+    """Each split's two minimum laws (`min_law`), rows: splits."""
+    a = np.sort(np.where(splits, values, np.inf), axis=1)[:, : min(n_a, TAIL + 1)]
+    n_b = splits.shape[1] - n_a
+    b = np.sort(np.where(splits, np.inf, values), axis=1)[:, : min(n_b, TAIL + 1)]
+    return [_law(a, n_a), _law(b, n_b)]
+
+
+def _permuted_best(
+    groups: Sequence[np.ndarray], weights: Sequence[float], thresholds: Sequence[float], seed: int
+) -> Tuple[MonteCarloP, float]:
+    """Two groups: the raw bootstrap p's permutation p over splits of the pooled errors (exact under
+    "one distribution" for any errors, ties included), and the smallest p the design can give."""
+    x, y, _ = canonical(*groups)  # the raw p is the same for either order; the splits are too
+    values = np.concatenate([x, y])
+    n_a = len(x)
+    raw = raw_p([x, y], weights)
+    extreme = lambda splits: raw_ps(_split_laws(values, splits, n_a), weights) <= raw + 1e-12
+    seed_words = [seed, *data_rng(seed, x, y).integers(0, 2**32, 4).tolist()]
+    mc = permutation.permutation_p(n_a, len(values), extreme, thresholds, seed_words)
+    return mc, permutation.smallest_p(n_a, len(values), 2)  # fully apart, either way
+
+
+def best_contrast(
+    groups: Sequence[np.ndarray],
+    weights: Sequence[float],
+    alpha: float = ALPHA,
+    thresholds: Optional[Sequence[float]] = None,
+    seed: int = CALIBRATION_SEED,
+) -> Test:
+    """The contrast sum_k w_k min_k of best errors (w = +-1), by the exact bootstrap of the minimum
+    (module docstring): for two groups its raw p's permutation p over splits of the pooled errors (the
+    null "one distribution", exact for any errors, ties included); for four, its raw p calibrated on
+    normal null studies. No interval: a bootstrapped minimum puts most of its mass on the observed one,
+    so a percentile interval has an end on the estimate and no stated coverage."""
     groups = [np.asarray(g, float) for g in groups]
     n = tuple(len(g) for g in groups)
     if min(n) < 1:
@@ -265,31 +303,152 @@ def best_contrast(groups: Sequence[np.ndarray], weights: Sequence[float], alpha:
             rule="best", estimate=float("nan"), ci=None, level=None, p=None, n=n, alpha=alpha, why_untestable="no trial"
         )
     estimate = float(sum(w * g.min() for w, g in zip(weights, groups)))
-    null = null_raw_ps(n, tuple(weights))
-    law = ContrastLaw([min_law(g) for g in groups], weights)
-    p = calibrated_p(law.raw_p(), null)
-    floor = calibrated_p(0.0, null)  # a raw p of 0 (samples fully apart) is the smallest there is
-    # p <= alpha exactly when the raw p is below null[k]: the interval at that calibrated level
-    k = int(np.floor(alpha * (len(null) + 1) - 1 + 1e-9))
-    threshold = float(null[k]) if 0 <= k < len(null) else (1.0 if k >= len(null) else 0.0)
-    if floor > alpha:  # no interval: at any level it would decide what this design cannot
-        return Test(rule="best", estimate=estimate, ci=None, level=None, p=p, n=n, alpha=alpha, floor=floor)
-    ci = (law.lower(threshold / 2), law.upper(threshold / 2))
-    return Test(rule="best", estimate=estimate, ci=ci, level=1 - threshold, p=p, n=n, alpha=alpha, floor=floor)
+    at = (alpha,) if thresholds is None else tuple(thresholds)
+    if len(groups) == 2:
+        mc, floor = _permuted_best(groups, weights, at, seed)
+    else:
+        key = tuple(float(w) for w in weights)
+        half = len(n) // 2
+        null_n = min(n, n[half:] + n[:half])  # the two halves swapped give the same null: one order for both
+        mc = calibrated(raw_p(groups, weights), null_n, key, at, seed)
+        floor = calibrated(0.0, null_n, key, at, seed).p  # fully apart is the smallest raw p: settled too
+    return Test(
+        rule="best", estimate=estimate, ci=None, level=None, p=mc.p, n=n, alpha=alpha, floor=floor, mc=mc.interval
+    )
 
 
-# ---- ks (Δ-EDFs) --------------------------------------------------------------------------------
+# ---- delta (Δ-EDFs) ------------------------------------------------------------------------------
+
+
+def _kth_difference(a: np.ndarray, b: np.ndarray, rank: int) -> float:
+    """The rank-th smallest of every difference b_j - a_i (a, b sorted), itself one of those differences:
+    bisection on the count of differences below a value (O(n log n) per step; the n_a x n_b differences
+    themselves would not fit in memory at 100,000 trials a model), then the difference it lands on."""
+
+    def at_most(t: float) -> int:
+        return int(len(a) * len(b) - np.searchsorted(a, b - t, side="left").sum())
+
+    lo, hi = b[0] - a[-1], b[-1] - a[0]  # at_most(hi) = all
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        if mid in (lo, hi):
+            break
+        lo, hi = (lo, mid) if at_most(mid) >= rank else (mid, hi)
+    # per b_j the smallest a_i with b_j - a_i <= hi, up to float noise in b_j - hi
+    tol = 1e-9 * max(float(b[-1] - a[0]) - float(b[0] - a[-1]), float(np.abs(np.concatenate([a, b])).max()), 1e-300)
+    idx = np.searchsorted(a, b - hi - tol, side="left")
+    ok = idx < len(a)
+    return float((b[ok] - a[idx[ok]]).max())
+
+
+def shift_estimate(ea: np.ndarray, eb: np.ndarray) -> float:
+    """The Hodges-Lehmann shift of b against a, kept on the errors' own grid: the lower median of every
+    difference b_j - a_i, itself one of them, so errors of k of N images stay on their grid once b is
+    shifted back; it moves with either sample's location (delta_test orders the samples by their shapes,
+    so that swapping them asks the same question)."""
+    a, b = np.sort(np.asarray(ea, float)), np.sort(np.asarray(eb, float))
+    return _kth_difference(a, b, (len(a) * len(b) + 1) // 2)
+
+
+def _merge_ties(values: np.ndarray, tol: float) -> np.ndarray:
+    """Per row, each run of values within `tol` of their sorted neighbour replaced by the run's first: a
+    difference of two stored errors leaves equal errors equal only up to float noise, which must not
+    split the ties the test is exact under."""
+    order = np.argsort(values, axis=-1, kind="stable")
+    ordered = np.take_along_axis(values, order, -1)
+    starts = np.ones(ordered.shape, bool)
+    starts[..., 1:] = np.diff(ordered, axis=-1) > tol
+    first = np.maximum.accumulate(np.where(starts, np.arange(ordered.shape[-1]), 0), axis=-1)
+    out = np.empty_like(ordered)
+    np.put_along_axis(out, order, np.take_along_axis(ordered, first, -1), -1)
+    return out
+
+
+def nearer_prob(values: np.ndarray, is_a: np.ndarray, n_a: int) -> np.ndarray:
+    """For each labelling `is_a` of `values` (rows: splits; n_a True per row), the probability that a
+    random trial of group a lies nearer its own group's best than a random trial of b (Δ = error - the
+    group's best; Δs within a millionth of the errors' range of each other are ties, which count half):
+    the Mann-Whitney U of the Δs over n_a n_b."""
+    v = np.broadcast_to(values, is_a.shape)
+    best_a = np.where(is_a, v, np.inf).min(-1, keepdims=True)
+    best_b = np.where(is_a, np.inf, v).min(-1, keepdims=True)
+    span = float(np.max(values) - np.min(values))
+    ranks = sps.rankdata(_merge_ties(v - np.where(is_a, best_a, best_b), 1e-6 * span), axis=-1)
+    n_b = is_a.shape[-1] - n_a
+    u_b = np.where(is_a, 0.0, ranks).sum(-1) - n_b * (n_b + 1) / 2  # pairs with Δ_b above Δ_a, ties half
+    return u_b / (n_a * n_b)
+
+
+class DeltaTest(NamedTuple):
+    """The Δ-EDF test's result: the Test (estimate: P(a nearer its best)) and what it is read with."""
+
+    test: Test
+    shift: float  # b's errors minus a's, by Hodges-Lehmann: the pooled errors are aligned by it
+    d_a_above: float  # descriptive: sup (F_a - F_b) of the Δ-EDFs
+    d_b_above: float
+
+
+def delta_test(
+    ea: np.ndarray,
+    eb: np.ndarray,
+    alpha: float = ALPHA,
+    thresholds: Optional[Sequence[float]] = None,
+    seed: int = PERMUTATION_SEED,
+    draws: int = permutation.FIRST,
+) -> DeltaTest:
+    """Whether one model's trials lie nearer their own best than the other's: the probability that a
+    random trial of a is nearer a's best than a random trial of b is of b's (Δ = error - own best, ties
+    half; 1/2 when the Δ-EDFs agree), tested two-sided by permuting the pooled errors, b's shifted back by
+    the Hodges-Lehmann shift (`shift_estimate`), every split recomputing both bests. Under "one shape,
+    any location" the aligned errors are exchangeable up to the shift's noise: on errors with ties (k of
+    N images) the shift is exact as a rule and the test keeps its size; on continuous errors the noise
+    makes it conservative at small n (docs/calibration.md). Every split is enumerated up to
+    permutation.EXACT_SPLITS, else `draws` random splits seeded by the data, and more until the verdict at
+    `thresholds` (default alpha; () for none) is the same for any seed with probability 1 - montecarlo.RISK
+    (`montecarlo.sequential`), or borderline."""
+    ea, eb = np.asarray(ea, float), np.asarray(eb, float)
+    # one order of the two samples, by their Δs (which no location moves), so that neither swapping them nor
+    # moving either changes the shift's side of a tie, the pooled values' order or the seed
+    shapes = [np.sort(e - e.min()) for e in (ea, eb)]
+    dx, dy, swapped = canonical(*shapes)
+    x, y = (eb, ea) if swapped else (ea, eb)
+    shift = shift_estimate(x, y)
+    values = np.concatenate([x, y - shift])
+    observed_split = (np.arange(len(values)) < len(x))[None, :]
+    observed = float(nearer_prob(values, observed_split, len(x))[0])
+    d_x, d_y = (float(d[0]) for d in delta_ks(values, observed_split, len(x)))
+    extreme = lambda splits: np.abs(nearer_prob(values, splits, len(x)) - 0.5) >= abs(observed - 0.5) - 1e-9
+    seed_words = [seed, *data_rng(seed, dx, dy).integers(0, 2**32, 4).tolist()]
+    mc = permutation.permutation_p(
+        len(x), len(values), extreme, (alpha,) if thresholds is None else tuple(thresholds), seed_words, draws
+    )
+    floor = permutation.smallest_p(len(x), len(values), 2, draws)  # the two splits that separate the Δs most
+    estimate = 1 - observed if swapped else observed
+    test = Test(
+        rule="delta",
+        estimate=estimate,
+        ci=None,
+        level=None,
+        p=mc.p,
+        n=(len(ea), len(eb)),
+        alpha=alpha,
+        floor=floor,
+        mc=mc.interval,
+    )
+    return DeltaTest(test, -shift if swapped else shift, *((d_y, d_x) if swapped else (d_x, d_y)))
 
 
 def delta_ks(values: np.ndarray, is_a: np.ndarray, n_a: int) -> Tuple[np.ndarray, np.ndarray]:
     """One-sided KS distances between Δ-EDFs (Δ = error - its own group's best) for each labelling
     `is_a` (True: group a; the last axis runs over the pooled values, both arrays broadcast):
-    sup (F_a - F_b) and sup (F_b - F_a), taken at the ends of ties."""
+    sup (F_a - F_b) and sup (F_b - F_a), taken at the ends of ties (Δs a millionth of the errors' range
+    apart are one)."""
     shape = np.broadcast_shapes(np.shape(values), np.shape(is_a))
     v, is_a = np.broadcast_to(values, shape), np.broadcast_to(is_a, shape)
     n_b = shape[-1] - n_a
     min_a = np.where(is_a, v, np.inf).min(-1, keepdims=True)
     delta = v - np.where(is_a, min_a, np.where(is_a, np.inf, v).min(-1, keepdims=True))
+    delta = _merge_ties(delta, 1e-6 * float(np.max(values) - np.min(values)))  # as nearer_prob reads them
     # any sort will do (quicksort is ~5x faster than a stable one here): the distances are read at the
     # ends of ties, where the counts do not depend on the order within a tie
     order = np.argsort(delta, axis=-1)
@@ -304,119 +463,37 @@ def delta_ks(values: np.ndarray, is_a: np.ndarray, n_a: int) -> Tuple[np.ndarray
     return a_above, b_above
 
 
-def _centred(ea: np.ndarray, eb: np.ndarray) -> np.ndarray:
-    """Both models' errors, each centred on its median: a difference in location is not a difference
-    of Δ-EDFs, and pooled uncentred errors would make one (measured: 25-35% false decisions)."""
-    return np.concatenate([ea - np.median(ea), eb - np.median(eb)])
+def delta_power(effect: float, n: Sequence[int], alpha: float = ALPHA) -> float:
+    """Approximate power of the Δ-EDF test against a nearer-probability `effect` (Noether 1987, the
+    Mann-Whitney test's normal approximation); the aligned test's measured power is lower at small n
+    (docs/calibration.md), so this is an upper bound at n below ~24."""
+    n_a, n_b = n
+    z = abs(effect - 0.5) * math.sqrt(12 * n_a * n_b / (n_a + n_b + 1)) - float(sps.norm.isf(alpha / 2))
+    return float(sps.norm.cdf(z))
 
 
-def _labelings(n_a: int, n_b: int, rng: np.random.Generator, n_perm: int) -> Tuple[np.ndarray, bool]:
-    """Every split of n_a + n_b values into groups of n_a and n_b where there are at most n_perm of
-    them (exact), else n_perm random ones; and whether they are exhaustive."""
-    total = n_a + n_b
-    if math.comb(total, n_a) <= n_perm:
-        splits = np.zeros((math.comb(total, n_a), total), bool)
-        for row, chosen in enumerate(itertools.combinations(range(total), n_a)):
-            splits[row, list(chosen)] = True
-        return splits, True
-    return np.argsort(rng.random((n_perm, total)), axis=1) < n_a, False
+def delta_detectable(n: Sequence[int], alpha: float = ALPHA, power: float = POWER) -> float:
+    """The nearer-probability (above 1/2) the Δ-EDF test finds with probability `power` at these n
+    (`delta_power`); inf where even 1 is not."""
+    n_a, n_b = n
+    distance = (float(sps.norm.isf(alpha / 2)) + float(sps.norm.isf(1 - power))) / math.sqrt(
+        12 * n_a * n_b / (n_a + n_b + 1)
+    )
+    return 0.5 + distance if distance <= 0.5 else float("inf")
 
 
-class DeltaKS(NamedTuple):
-    """The Δ-EDF test's result: the Test and each direction's distance and permutation p."""
-
-    test: Test
-    d_a_better: float  # sup (F_a - F_b) of the Δ-EDFs: how far a's lies above b's
-    d_b_better: float
-    p_a_better: float
-    p_b_better: float
-
-
-def ks_pair(
-    ea: np.ndarray, eb: np.ndarray, alpha: float = ALPHA, n_perm: int = N_PERM, seed: int = PERMUTATION_SEED
-) -> DeltaKS:
-    """The Δ-EDF test of two models' errors: one-sided KS distances between their Δ-EDFs (H1: a's Δ
-    stochastically smaller, its trials nearer its best; and b's), each judged by a permutation test
-    at alpha / 2. The errors of each model are centred on its median and pooled; every split
-    recomputes both references (a plain KS test takes them as known and decides about a third of
-    null studies at n = 24). Under "one shape, any location" the centred errors are exchangeable
-    up to the medians' noise, which makes the test conservative (docs/calibration.md). Exact
-    enumeration up to n_perm splits, else n_perm random ones seeded by the data. The Test's
-    estimate is the larger D, its p = 2 min of the one-sided p."""
-    ea, eb = np.asarray(ea, float), np.asarray(eb, float)
-    values = _centred(ea, eb)
-    observed = np.arange(len(values)) < len(ea)
-    d_a, d_b = (float(d[0]) for d in delta_ks(values, observed[None, :], len(ea)))
-    splits, exact = _labelings(len(ea), len(eb), data_rng(seed, ea, eb), n_perm)
-    perm_a, perm_b = delta_ks(values, splits, len(ea))
-    tol = 1e-12
-
-    def p_of(perm: np.ndarray, d: float) -> float:
-        at_least = int(np.sum(perm >= d - tol))
-        return at_least / len(perm) if exact else (at_least + 1) / (len(perm) + 1)
-
-    p_a, p_b = p_of(perm_a, d_a), p_of(perm_b, d_b)
-    total = math.comb(len(values), len(ea))
-    floor = min(1.0, 2 * (1 / total if exact else max(1 / total, 1 / (n_perm + 1))))
-    n = (len(ea), len(eb))
-    p = min(1.0, 2 * min(p_a, p_b))
-    test = Test(rule="ks", estimate=max(d_a, d_b), ci=None, level=None, p=p, n=n, alpha=alpha, floor=floor)
-    return DeltaKS(test, d_a, d_b, p_a, p_b)
-
-
-def ks_power(d: float, n: Tuple[int, int], alpha: float = ALPHA, n_sim: int = 200, seed: int = 0) -> float:
-    """Simulated power of the Δ-EDF test (one direction, at alpha / 2, 199 permutations) when a's
-    errors are U(0, 1) and b's U(0, 1 / (1 - d)): both start at their best, and their Δ-EDFs are
-    D = d apart (b's errors spread 1 / (1 - d) times wider). Studies run in batches, all against
-    one set of random splits (each study's test stays exact)."""
-    rng = np.random.default_rng([seed, *n])
-    width = 1 / (1 - d) if d < 1 else 1e6
-    total = n[0] + n[1]
-    splits, exact = _labelings(n[0], n[1], rng, 199)
-    observed = np.arange(total) < n[0]
-    hits = 0
-    batch = max(1, 4_000_000 // (len(splits) * total))
-    for start in range(0, n_sim, batch):
-        k = min(batch, n_sim - start)
-        a, b = rng.random((k, n[0])), rng.random((k, n[1])) * width
-        a, b = a - np.median(a, axis=1, keepdims=True), b - np.median(b, axis=1, keepdims=True)
-        values = np.concatenate([a, b], axis=1)[:, None, :]
-        d_obs = delta_ks(values, observed, n[0])[0]  # (k, 1)
-        at_least = np.sum(delta_ks(values, splits, n[0])[0] >= d_obs - 1e-12, axis=1)
-        p = at_least / len(splits) if exact else (at_least + 1) / (len(splits) + 1)
-        hits += int(np.sum(p <= alpha / 2))
-    return hits / n_sim
-
-
-@functools.lru_cache(maxsize=256)
-def ks_detectable(n: Tuple[int, int], alpha: float = ALPHA, power: float = POWER) -> float:
-    """The Δ-EDF distance D found with probability `power` at these n (`ks_power`, to 0.01); inf
-    where even D = 0.99 is not (n too small)."""
-    if ks_power(0.99, n, alpha) < power:
-        return float("inf")
-    lo, hi = 0, 99  # in hundredths
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if ks_power(mid / 100, n, alpha) >= power else (mid, hi)
-    return hi / 100
-
-
-@functools.lru_cache(maxsize=256)
-def trials_for_ks(d: float, alpha: float = ALPHA, power: float = POWER) -> int:
-    """Trials per model (equal n) for the Δ-EDF test to find a distance d with probability `power`
-    (`ks_power`); MAX_PLANNED + 1 where even MAX_PLANNED would not; StatsError outside 0 < d < 1."""
-    if not 0 < d < 1:
-        raise StatsError(f"trials_for_ks: d: bad value {d!r}; allowed: 0 < d < 1 (a KS distance)")
-    hi = 4
-    while ks_power(d, (hi, hi), alpha) < power:
-        if hi >= MAX_PLANNED:
-            return MAX_PLANNED + 1  # more than MAX_PLANNED: not worth simulating further
-        hi *= 2
-    lo = hi // 2
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if ks_power(d, (mid, mid), alpha) >= power else (mid, hi)
-    return hi
+def trials_for_delta(effect: float, alpha: float = ALPHA, power: float = POWER) -> int:
+    """Trials per model (equal n) for the Δ-EDF test to find a nearer-probability `effect` with
+    probability `power` (`delta_power`); StatsError outside 0 <= effect <= 1 or at 1/2."""
+    if not (0 <= effect <= 1) or effect == 0.5:
+        raise StatsError(
+            f"trials_for_delta: effect: bad value {effect!r}; allowed: 0 <= effect <= 1, not 1/2 (a probability)"
+        )
+    z = float(sps.norm.isf(alpha / 2)) + float(sps.norm.isf(1 - power))
+    n = 2
+    while delta_power(effect, (n, n), alpha) < power:  # 12 n^2 / (2n + 1) grows like 6 n: a few steps from the root
+        n = max(n + 1, int(z**2 / (6 * (effect - 0.5) ** 2)))
+    return n
 
 
 # ---- families ---------------------------------------------------------------------------------------
@@ -434,10 +511,25 @@ def holm(ps: Sequence[float]) -> np.ndarray:
     return out
 
 
+def holm_interval(intervals: Sequence[Tuple[float, float]]) -> Tuple[np.ndarray, np.ndarray]:
+    """Bounds on Holm's adjusted p-values from an interval per p (a Monte-Carlo p's, or (p, p) where it
+    is exact): each adjusted p never decreases as any p grows, so the adjusted lower ends bound it below
+    and the adjusted upper ends above."""
+    lows, highs = zip(*intervals) if intervals else ((), ())
+    return holm(lows), holm(highs)
+
+
 def data_rng(seed: int, *arrays: np.ndarray) -> np.random.Generator:
     """A generator seeded by `seed` and the data: one quantity gets one interval in every report."""
     digest = hashlib.sha256(b"".join(np.ascontiguousarray(a, float).tobytes() for a in arrays)).digest()
     return np.random.default_rng([seed, *np.frombuffer(digest[:16], dtype=np.uint32).tolist()])
+
+
+def canonical(a: np.ndarray, b: np.ndarray) -> Tuple[np.ndarray, np.ndarray, bool]:
+    """Two samples in one order whichever way they are given (by their bytes), and whether they were
+    swapped: a two-sample test run on them draws the same splits for (a, b) and (b, a)."""
+    swap = np.ascontiguousarray(b, float).tobytes() < np.ascontiguousarray(a, float).tobytes()
+    return (b, a, True) if swap else (a, b, False)
 
 
 def area_interval(ea: np.ndarray, eb: np.ndarray, seed: int = 0, n_boot: int = 4000) -> Tuple[float, float]:

@@ -249,15 +249,18 @@ COLUMN_LABELS = {
     "bootstrap_eps_95": "bootstrap band ± (95%)",
     "rule": "test",
     "estimate": "estimate (pts) [CI]",
-    "ci_level": "CI level (%)",
     "p": "p",
+    "p_mc_lo": "exact p from (Monte-Carlo)",
+    "p_mc_hi": "exact p to (Monte-Carlo)",
     "p_holm": "p, Holm",
     "verdict": "verdict",
     "verdict_holm": "verdict, Holm",
     "area": "signed area, a's favour (pts) [95% CI]",
     "within2_a": "a within 2 pts of best (%)",
     "within2_b": "b within 2 pts of best (%)",
-    "detectable_d": "D detectable at 80% power",
+    "detectable": "probability detectable at 80% power",
+    "d_a_above": "D, a's Δ-EDF above",
+    "d_b_above": "D, b's Δ-EDF above",
     "log10_lr": "log10 lr",
     "log10_wd": "log10 wd",
     "log10_lr_wd": "log10 lr·wd",
@@ -271,12 +274,12 @@ COLUMN_LABELS = {
     "no_finite_error": "no finite error",
 }
 TABLE_LABELS = {
-    "edf_pair": {"estimate": "one-sided KS D", "diverged": "diverged a/b"},
+    "edf_pair": {"estimate": "P(a trial of a nearer its best than one of b)", "diverged": "diverged a/b"},
     "length_gap": {"epochs": "shortest (epochs)"},
     "length_gap_pair": {"epochs": "shortest (epochs)"},
 }
-SHARES = ("diverged_share", "within2_a", "within2_b", "ci_level")  # fractions shown in percent
-P_VALUES = ("p", "p_holm")
+SHARES = ("diverged_share", "within2_a", "within2_b")  # fractions shown in percent
+P_VALUES = ("p", "p_holm", "p_mc_lo", "p_mc_hi")
 
 
 def _with_ci(value: float, lo: float, hi: float) -> str:

@@ -16,7 +16,7 @@ from hpstudy.analysis.metric_names import DEFAULT_METRIC
 from hpstudy.analysis.stats import good_ranges
 from hpstudy.study.sampling import check_samples
 from hpstudy.study.spec import SpecError, StudySpec, check_models, load_spec, parse_spec, resolve_config
-from hpstudy.study.store_read import load_study
+from hpstudy.study.store_read import API, load_study
 from hpstudy.study.suggest import suggestion
 from hpstudy.study.trackers import trackers_of
 from hpstudy.trainers.errors import shown
@@ -98,20 +98,20 @@ def run(
                 lease=lease,
             )
             if report:
-                write_report(store, study.name, None)
+                write_report(store, study.name, None, fields=API)
     return load(store, study.name)
 
 
 def load(store: PathLike, study: str) -> pd.DataFrame:
     """The study's stored trials (rows of the spec it last ran with, every column), as `hpstudy report` reads them."""
-    return load_study(os.fspath(store), study)[0]
+    return load_study(os.fspath(store), study, API)[0]
 
 
 def report(store: PathLike, study: str, out: Optional[PathLike] = None, metric: str = DEFAULT_METRIC) -> str:
     """Write the study's report as `hpstudy report` does (into the store, or `out`); returns its folder."""
     from hpstudy.commands import write_report  # loads the analysis' figures (matplotlib)
 
-    page = write_report(os.fspath(store), study, None if out is None else os.fspath(out), metric)
+    page = write_report(os.fspath(store), study, None if out is None else os.fspath(out), metric, API)
     return page.rsplit("/", 1)[0]
 
 
@@ -123,7 +123,7 @@ def suggest(
     optimizers: Optional[Sequence[str]] = None,
 ) -> Dict:
     """What `hpstudy suggest` computes, as data: {"points": one dict per (model, optimizer), "space": the YAML}."""
-    return suggestion(os.fspath(store), study, good_ranges, metric, _listed(models), _listed(optimizers))
+    return suggestion(os.fspath(store), study, good_ranges, metric, _listed(models), _listed(optimizers), API)
 
 
 def _listed(values: Optional[Union[str, Sequence]]) -> Optional[Sequence]:

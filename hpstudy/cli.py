@@ -189,6 +189,20 @@ def parser() -> argparse.ArgumentParser:
     )
     report.add_argument("--out", default=None, help="report folder (default: <store>/reports/<study>/, in the store)")
     add_metric_arg(report, "every number is")
+    findings = add_debug_arg(
+        command(
+            "findings",
+            "print the findings of one study, or of one family declared over several (one Holm family; "
+            "studies that share trials counted once)",
+            "hpstudy findings --store ./results --study repro_digits_lr_wd --study repro_digits_optimizer",
+        )
+    )
+    findings.add_argument("--store", default="./results", help="store root: a path or a URI (default: ./results)")
+    findings.add_argument(
+        "--study", action="append", required=True, help="a study of the family (repeatable: the family's studies)"
+    )
+    findings.add_argument("--json", action="store_true", help="print JSON: every finding and the claims table")
+    add_metric_arg(findings, "every number is")
     query = add_store_args(
         command(
             "query",

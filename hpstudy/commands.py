@@ -25,7 +25,18 @@ from hpstudy.study.spec import SpecError, StudySpec, check_models, load_spec, re
 from hpstudy.study.store import StoreError, StoreFault, check_study_name, open_root, store_io
 from hpstudy.study.store_compaction import compact
 from hpstudy.study.store_lease import hold_lease
-from hpstudy.study.store_read import load_study, load_trials, split_by_spec, stored_keys, with_sampled_columns
+from hpstudy.study.store_read import (
+    CLI,
+    Fields,
+    load_study,
+    load_trials,
+    require_rows,
+    require_store,
+    require_study,
+    split_by_spec,
+    stored_keys,
+    with_sampled_columns,
+)
 from hpstudy.study.store_spec_record import load_spec_record, report_location
 from hpstudy.study.suggest import suggest as suggest_lines
 from hpstudy.study.trackers import check_trackers, trackers_of
@@ -152,6 +163,9 @@ def print_plan(spec: StudySpec, store: str, assume_tflops: Optional[float]) -> N
     )
 
 
+SUMMARY_COLUMNS = ["model", "status", "top1_err"]  # what print_summary reads (and the keys)
+
+
 def print_summary(trials_frame) -> None:
     """Per model: n, ok/diverged/failed, best and median top-1 error."""
     if trials_frame.empty:
@@ -272,19 +286,22 @@ def run_exit_code(stored, total: int) -> int:
 STORE_REPORT = "report folder in the store"  # how errors name <store>/reports/<study>/
 
 
-def write_report(store: str, study: str, out: Optional[str], metric: str = DEFAULT_METRIC) -> str:
+def write_report(store: str, study: str, out: Optional[str], metric: str = DEFAULT_METRIC, fields: Fields = CLI) -> str:
     """Load a study from the store and write its analysis report (figures, tables, HTML) on the
     `metric` error into the folder `out`, or by default into the store (<store>/reports/<study>/,
     through its filesystem, so the report lives as long as the rows); prints the full location of
     its index.html, and which metric was used (naming any fallback). Returns that location. Either
-    folder is written only if it is new, empty or an earlier report (hpstudy.analysis.report_folder)."""
+    folder is written only if it is new, empty or an earlier report (hpstudy.analysis.report_folder).
+    A missing store or study is named as `fields` say (the flags, or the API's arguments)."""
+    open_root(store, fields.store)
+    check_study_name(study, fields.study)
     if out:
         check_report_dir(out, "--out")
     else:
         check_store_report_dir(store, study)
     from hpstudy.analysis.report import build_report  # matplotlib: only when a report is written
 
-    trials, epochs, record = load_study(store, study)
+    trials, epochs, record = load_study(store, study, fields)
     if out:
         page = os.path.abspath(build_report(trials, epochs, record, out, metric))
     else:
@@ -326,9 +343,14 @@ def status(args: argparse.Namespace) -> int:
         spec = load_spec(resolve_config(args.config), check_paths=False)
         args.study = args.study or spec.name
         record = {"trial_keys": [t.key for t in expand_for_store(spec, args.store)]}
-    elif args.study:
+    if args.study:
+        check_study_name(args.study)  # a bad name is named before the store
+    require_store(args.store)
+    if args.study and not args.config:
         record = load_spec_record(args.store, args.study)
-    current, earlier = split_by_spec(load_trials(args.store, args.study), record)
+    current, earlier = split_by_spec(load_trials(args.store, args.study, columns=SUMMARY_COLUMNS), record)
+    if args.study and not record and current.empty and earlier.empty:
+        require_study(args.store, args.study)  # a study neither run nor stored: its name is mistyped
     if record and "trial_keys" in record:
         finished = int(current["status"].isin(FINISHED).sum())
         print(f"{finished}/{len(record['trial_keys'])} trials of the spec stored as ok/diverged")
@@ -402,14 +424,11 @@ def check_store_exists(store: str, folder: str = "trials") -> None:
 
 def stored_trials(store: str, study: Optional[str]) -> pd.DataFrame:
     """The store's trials (of `study` when given); StoreError if there is no store, or no row of the study."""
-    check_store_exists(store)
+    if study is not None:
+        check_study_name(study)  # a bad name is named before the store
+    require_store(store)
     trials = load_trials(store, study)
-    if study is not None and trials.empty:
-        studies = sorted(set(load_trials(store, columns=["study"])["study"]))
-        raise StoreError(
-            f"--study: no trials of study {shown(study)} in store {shown(store)}; studies stored: {shown(studies)}"
-        )
-    return trials
+    return trials if study is None else require_rows(trials, store, study)
 
 
 def _sampled_fields(store: str, study: str) -> List[str]:
@@ -444,11 +463,31 @@ def suggest(args: argparse.Namespace) -> int:
     return 0
 
 
+def family_findings(args: argparse.Namespace) -> int:
+    """`hpstudy findings`: the findings of the studies named, one Holm family over all of them
+    (hpstudy.analysis.findings.findings_across), as sentences and the paper's claims table, or as JSON."""
+    from hpstudy.analysis.findings import claims_table, findings_across  # scipy and the model catalogue
+
+    studies = list(dict.fromkeys(args.study))
+    found = findings_across({study: load_study(args.store, study)[0] for study in studies}, args.metric)
+    claims = claims_table(found)
+    if args.json:
+        print(json.dumps({"findings": [f.as_dict() for f in found], "claims": claims.to_dict(orient="records")}))
+        return 0
+    print("\n".join(f"- {f.sentence}" for f in found))
+    if len(claims):
+        with pd.option_context("display.max_rows", 200, "display.width", 250, "display.max_colwidth", 90):
+            print(f"\nthe paper's claims (verdicts after Holm over the {found[0].family} tests):")
+            print(claims.drop(columns="paper").to_string(index=False))
+    return 0
+
+
 COMMANDS: Dict[str, Callable[[argparse.Namespace], int]] = {
     "run": run,
     "status": status,
     "report": lambda a: write_report(a.store, a.study, a.out, a.metric) and 0,
     "query": lambda a: print(query(a.store, a.study, a.expr, a.columns)) or 0,
+    "findings": family_findings,
     "compact": compact_study,
     "prepare": prepare_data,
     "suggest": suggest,

@@ -7,10 +7,11 @@ import contextlib
 import contextvars
 import logging
 import os
+import re
 import sys
 import time
 from collections import Counter
-from typing import Dict, Iterator, List, Optional, Set, Union
+from typing import Dict, Iterator, List, Set, Union
 
 from ray import tune
 from tqdm.auto import tqdm
@@ -35,32 +36,26 @@ class TuneTracebacks(logging.Filter):
 TUNE_TRACEBACKS = TuneTracebacks()
 
 
-def trial_error(trial) -> str:
-    """The error that ended a Tune trial's last attempt, on one line: its type and the first line of its
-    message, and `its node died` when the message says so (read from the trial's pickled error, else its
-    error file's last entry); "unknown error" when there is neither."""
-    error: Optional[BaseException] = None
-    with contextlib.suppress(Exception):
-        from ray import cloudpickle
+TYPED = re.compile(r"[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)(: |$)")
 
-        with open(trial.pickled_error_file, "rb") as f:
-            error = cloudpickle.load(f)
-    if error is not None:
-        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-        name = type(error).__name__
-    else:
-        text = ""
-        with contextlib.suppress(Exception):
-            if trial.error_file and os.path.exists(trial.error_file):
-                with open(trial.error_file) as f:
-                    text = f.read().rsplit("Failure # ", 1)[-1]
-        lines = [line.strip() for line in text.splitlines()[1:] if line.strip()]
-        name = ""
-    first = lines[0] if lines else "unknown error"
+
+def trial_error(trial) -> str:
+    """The error that ended a Tune trial's last attempt, on one line: the last `Type: message` line of its
+    traceback, else the first line of its message, and `its node died` when the message says so (read as
+    text from the last entry of the trial's error file: the pickled error beside it is never unpickled);
+    "unknown error" when there is none."""
+    text = ""
+    with contextlib.suppress(Exception):
+        if trial.error_file and os.path.exists(trial.error_file):
+            with open(trial.error_file, errors="replace") as f:
+                text = f.read().rsplit("Failure # ", 1)[-1]
+    lines = [line.strip() for line in text.splitlines()[1:] if line.strip()]
+    typed = [line for line in lines if TYPED.match(line)]  # a task's traceback ends with "SomeError: message"
+    first = typed[-1] if typed else lines[0] if lines else "unknown error"
     sentence = first.split(". ")[0]  # Ray's messages run on: "... rpc_code: 14. The task may or may not ..."
     first = sentence if len(sentence) >= 20 else first
     node = "; its node died" if any("node has died" in line or "node was terminated" in line for line in lines) else ""
-    return f"{name + ': ' if name else ''}{first}{node}"
+    return f"{first}{node}"
 
 
 # how a run shows its progress: "auto" = a bar in an IPython kernel (Jupyter, VS Code, Colab), else lines

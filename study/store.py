@@ -72,7 +72,11 @@ def check_study_name(study: str, field: str = "--study") -> str:
 
 def open_root(root: str, field: str = "--store") -> Tuple[pafs.FileSystem, str]:
     """(filesystem, base path) for a local path or a pyarrow filesystem URI; StoreError naming `field`
-    for a URI pyarrow cannot open."""
+    for a URI pyarrow cannot open, or a path that is not UTF-8 text (Arrow's filesystems take no other)."""
+    try:
+        root.encode("utf-8")
+    except UnicodeEncodeError:  # a command line's byte that is not UTF-8, read as a lone surrogate
+        raise StoreError(f"{field}: bad value {shown(root)}; allowed: a path or URI of UTF-8 text") from None
     if "://" in root:
         try:
             with store_io(f"open {root}"):

@@ -37,7 +37,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence
 
 import pandas as pd
 
-from hpstudy.study.store_read import load_study
+from hpstudy.study.store_read import CLI, Fields, load_study
 from hpstudy.trainers.errors import ConfigError
 from hpstudy.trainers.schema import FAILED
 from hpstudy.trainers.zoo import list_models
@@ -200,10 +200,11 @@ def suggestion(
     metric: str = "paper",
     models: Optional[Sequence[str]] = None,
     optimizers: Optional[Sequence[str]] = None,
+    fields: Fields = CLI,
 ) -> Dict:
     """A stored study's fixed points as data: {"points": one dict per (model, optimizer), "space": the
     spec lines `suggest` prints}; the recipe fields the spec record says it sampled are fixed too."""
-    trials, _, record = load_study(store, study)
+    trials, _, record = load_study(store, study, fields)
     sampled = (record or {}).get("sampled", {})
     points = fixed_points(trials, ranges_fn, metric, models, optimizers, sampled)
     return {"points": points, "space": "\n".join(space_lines(points, study, store))}

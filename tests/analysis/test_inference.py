@@ -1,7 +1,8 @@
 """Known answers for the tests behind the report's verdicts (`hpstudy.analysis.inference`): Welch t
-against scipy and a hand computation, Holm by hand, the exact bootstrap law of a contrast of minima
-against brute-force enumeration, the calibrated test's interval against its p, the Δ-EDF test's
-permutation counts, and the seeded helpers."""
+against scipy and a hand computation, Holm by hand, the raw bootstrap p of a contrast of minima
+against brute-force enumeration, the calibrated p against its null studies, the Δ-EDF test against a
+plain loop over every split, the Monte-Carlo p's interval and the seeds that decide, and the seeded
+helpers."""
 
 import itertools
 import json
@@ -11,24 +12,30 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from hpstudy.analysis import inference
+from hpstudy.analysis import inference, montecarlo
 from hpstudy.analysis.inference import (
     ALPHA,
+    CALIBRATION_BLOCK,
     CALIBRATION_STUDIES,
-    ContrastLaw,
     area_interval,
     best_contrast,
-    calibrated_p,
+    calibrated,
     data_rng,
+    delta_detectable,
+    delta_power,
+    delta_test,
     design_of,
     holm,
-    ks_pair,
-    ks_power,
-    min_law,
+    holm_interval,
+    nearer_prob,
     null_raw_ps,
+    raw_p,
+    shift_estimate,
+    trials_for_delta,
     welch,
     welch_detectable,
 )
+from hpstudy.analysis.montecarlo import MonteCarloP, sequential
 
 SINGLE, PAIR = (1.0, -1.0), (1.0, -1.0, -1.0, 1.0)
 
@@ -119,15 +126,53 @@ def test_design_is_seeds_only_for_one_configuration():
     assert design_of(lr, wd, [seeds[0], None, "[1, 2", "[]", seeds[1]]) == "seeds"  # configs unread say nothing
 
 
-def test_a_test_decides_only_where_its_design_reaches_alpha():
-    result = lambda p, floor=0.0: inference.Test("best", 1.0, (0.5, 1.5), 0.95, p, (3, 3), floor=floor)
+def test_a_test_decides_only_where_its_design_reaches_alpha_and_its_p_is_settled():
+    result = lambda p, floor=0.0, mc=None: inference.Test("best", 1.0, None, None, p, (3, 3), floor=floor, mc=mc)
     assert result(0.04, floor=0.01).significant and result(0.06, floor=0.01).decidable
     assert not result(0.06, floor=0.01).significant
     assert not result(0.04, floor=0.09).decidable and not result(0.04, floor=0.09).significant
     assert not result(None).decidable and not result(None).significant
+    # a Monte-Carlo p whose interval holds alpha is borderline, decided neither way
+    assert result(0.049, mc=(0.045, 0.053)).borderline and not result(0.049, mc=(0.045, 0.053)).significant
+    assert result(0.049, mc=(0.045, 0.0499)).significant and not result(0.049, mc=(0.045, 0.0499)).borderline
+    assert not result(0.06, mc=(0.0501, 0.07)).borderline and not result(0.06, mc=(0.0501, 0.07)).significant
 
 
-# ---- best: the exact bootstrap law of a contrast of minima ---------------------------------------
+# ---- Monte-Carlo p-values ---------------------------------------------------------------------------
+
+
+def test_a_monte_carlo_p_and_its_interval():
+    mc = MonteCarloP(hits=4, draws=999)
+    assert mc.p == 5 / 1000 and not mc.exact
+    lo, hi = mc.interval
+    ci = stats.binomtest(4, 999).proportion_ci(0.999, method="exact")
+    assert (lo, hi) == pytest.approx((ci.low, ci.high)) and lo < 4 / 999 < hi
+    assert mc.settled([0.05]) and not mc.settled([0.005])
+    exact = MonteCarloP(hits=3, draws=70, exact=True)
+    assert exact.p == 3 / 70 and exact.interval is None and exact.settled([3 / 70, 0.05])
+
+
+@pytest.mark.parametrize("true_p", [0.01, 0.03, 0.0499, 0.05, 0.07, 0.3])
+def test_sequential_draws_until_the_threshold_is_outside_the_interval_or_the_cap(true_p):
+    """Draws from a known p: the same draws for the same start (whatever the batches), the total doubles,
+    and it stops once alpha is outside the interval, or at the cap (then borderline)."""
+    calls = []
+
+    def count_more(start, k):
+        calls.append((start, k))
+        return int(np.sum(np.random.default_rng([7, start, k]).random(k) < true_p))
+
+    mc = sequential(count_more, [0.05], 1000)
+    assert calls[0] == (0, 1000) and all(start == sum(k for _, k in calls[:i]) for i, (start, _) in enumerate(calls))
+    assert [k for _, k in calls] == [1000 * 2 ** max(0, i - 1) for i in range(len(calls))]  # 1000, 1000, 2000, ...
+    capped = mc.draws == 1000 << montecarlo.DOUBLINGS
+    assert mc.settled([0.05]) or capped
+    assert mc.settled([0.05]) or mc.interval[0] < 0.05 < mc.interval[1]
+    if abs(true_p - 0.05) > 0.015:
+        assert mc.draws <= 4000  # far from alpha: a few thousand draws settle it
+
+
+# ---- best: the exact bootstrap of the minimum, calibrated --------------------------------------------
 
 
 def _resampled_minima(sample):
@@ -135,39 +180,22 @@ def _resampled_minima(sample):
     return np.array([min(draw) for draw in itertools.product(sample, repeat=len(sample))])
 
 
-def _atoms(values, probs):
-    """A discrete law as {value: probability}, equal values merged."""
-    out = {}
-    for v, p in zip(values, probs):
-        out[float(v)] = out.get(float(v), 0.0) + float(p)
-    return out
-
-
-def test_contrast_law_matches_enumerating_every_resample_of_four_groups():
+def test_the_raw_p_of_four_groups_matches_enumerating_every_resample():
     """Four groups of 3 (ties within and across groups): T = min*_1 - min*_2 - min*_3 + min*_4 over
-    all 27^4 equally likely resamples."""
+    all 27^4 equally likely resamples; the raw p is 2 min(P(T <= 0), P(T >= 0))."""
     groups = [
         np.array([3.0, 1.0, 2.0]),
         np.array([2.0, 2.0, 5.0]),
         np.array([0.5, 4.0, 1.0]),
         np.array([1.0, 3.0, 3.0]),
     ]
-    law = ContrastLaw([min_law(g) for g in groups], PAIR)
     minima = [w * _resampled_minima(g) for g, w in zip(groups, PAIR)]
     t = np.add.outer(np.add.outer(minima[0], minima[1]), np.add.outer(minima[2], minima[3])).ravel()
-    atoms = np.unique(t)
-    assert len(atoms) > 10
-    points = np.concatenate([atoms, atoms[:-1] + np.diff(atoms) / 2, [atoms[0] - 1, atoms[-1] + 1]])
-    for point in points:
-        assert law.at_most(point) == pytest.approx(np.mean(t <= point), abs=1e-12)
-        assert law.at_least(point) == pytest.approx(np.mean(t >= point), abs=1e-12)
-    # 27^4 is odd: no q below lands exactly on a cumulative probability
-    cumulative = np.array([np.mean(t <= a) for a in atoms])
-    survival = np.array([np.mean(t >= a) for a in atoms])
-    for q in (0.001, 0.01, 0.025, 0.1, 0.5, 0.9):
-        assert law.lower(q) == atoms[np.argmax(cumulative >= q)]
-        assert law.upper(q) == atoms[np.nonzero(survival >= q)[0][-1]]
-    assert law.raw_p() == pytest.approx(min(1.0, 2 * min(np.mean(t <= 0), np.mean(t >= 0))), abs=1e-12)
+    assert len(np.unique(t)) > 10
+    assert raw_p(groups, PAIR) == pytest.approx(min(1.0, 2 * min(np.mean(t <= 0), np.mean(t >= 0))), abs=1e-12)
+    for shift in (-2.0, -0.5, 0.5, 1.0):  # other contrasts: the 4th group moved
+        moved, tm = [*groups[:3], groups[3] + shift], t + shift
+        assert raw_p(moved, PAIR) == pytest.approx(min(1.0, 2 * min(np.mean(tm <= 0), np.mean(tm >= 0))), abs=1e-12)
 
 
 def test_best_contrast_of_3_vs_3_cannot_decide():
@@ -181,109 +209,197 @@ def test_best_contrast_of_3_vs_3_cannot_decide():
         assert test.floor > 0.05 and test.p >= test.floor and not test.significant
 
 
-def test_best_contrast_of_24_vs_24_apart_is_significant():
+def test_best_contrast_of_24_vs_24_apart_is_significant_and_has_no_interval():
     rng = np.random.default_rng(4)
     sgd, adamw = rng.normal(30.0, 1.0, 24), rng.normal(20.0, 1.0, 24)
     test = best_contrast([sgd, adamw], SINGLE)
     assert test.estimate == pytest.approx(sgd.min() - adamw.min())
     assert test.significant and test.p <= 2 / (CALIBRATION_STUDIES + 1)
-    assert 0 < test.ci[0] <= test.estimate <= test.ci[1] and test.level > 0.95
+    assert test.ci is None and test.level is None  # a bootstrapped minimum's interval ends on the estimate
     flipped = best_contrast([adamw, sgd], SINGLE)
-    assert flipped.ci == pytest.approx((-test.ci[1], -test.ci[0])) and flipped.p == test.p
+    assert flipped.estimate == -test.estimate and flipped.p == test.p
 
 
-def test_best_interval_at_an_alpha_the_calibration_hits_exactly():
-    """At alpha = 200/4001, p = (1 + null raw ps at most raw) / 4001 is at most alpha exactly when at
-    most 199 of the 4,000 null raw ps are at most the raw p, i.e. the raw p is below the 200th
-    smallest, null[199]: the interval is at level 1 - null[199] (24 vs 24: null[198] < null[199])."""
-    rng = np.random.default_rng(8)
-    groups = [rng.standard_normal(24) + 1.0, rng.standard_normal(24)]
-    null = null_raw_ps((24, 24), SINGLE)
-    alpha = 200 / (CALIBRATION_STUDIES + 1)
-    assert null[198] < null[199]
-    test = best_contrast(groups, SINGLE, alpha=alpha)
-    assert test.level == pytest.approx(1 - null[199], abs=1e-15)
-    assert best_contrast(groups, SINGLE).level == test.level  # alpha = 0.05 falls between 200/4001 and 201/4001
+def test_the_calibrated_p_counts_the_null_studies_at_most_as_extreme():
+    """Four groups: p = (1 + null studies whose raw p is at most the observed one) / (1 + null studies),
+    over blocks of seeded null studies that are the same however they are batched."""
+    n = (5, 5, 5, 5)
+    blocks = [null_raw_ps(n, PAIR, b) for b in range(CALIBRATION_STUDIES // CALIBRATION_BLOCK)]
+    null = np.concatenate(blocks)
+    assert all(len(b) == CALIBRATION_BLOCK and (np.diff(b) >= 0).all() for b in blocks)
+    assert 0 <= null.min() and null.max() <= 1
+    assert np.array_equal(blocks[0], null_raw_ps.__wrapped__(n, PAIR, 0))  # a constant, not a draw
+    assert not np.array_equal(blocks[0], blocks[1])
+    for raw in (0.0, 0.01, 0.1, 0.5, 1.0):
+        got = calibrated(raw, n, PAIR, ())  # no threshold: the first look only
+        assert got.draws == CALIBRATION_STUDIES and got.p == (1 + np.sum(null <= raw)) / (1 + len(null))
+    groups = [np.arange(5.0) + 30, np.arange(5.0), np.arange(5.0) + 10, np.arange(5.0) + 20]
+    test = best_contrast(groups, PAIR)
+    assert (
+        test.p == calibrated(raw_p(groups, PAIR), n, PAIR, (ALPHA,)).p and test.floor == calibrated(0.0, n, PAIR, ()).p
+    )
 
 
-@pytest.mark.parametrize("rule", [best_contrast, welch], ids=["best", "welch"])
-@pytest.mark.parametrize("weights", [SINGLE, PAIR], ids=["two groups", "four groups"])
-@pytest.mark.parametrize("n", [5, pytest.param(8, marks=pytest.mark.slow), pytest.param(24, marks=pytest.mark.slow)])
-def test_the_interval_excludes_0_exactly_when_p_is_at_most_alpha(rule, weights, n):
-    rng = np.random.default_rng([5, n, len(weights)])
-    decided = 0
-    for _ in range(200):
-        shift = rng.uniform(0, 2.5)
-        groups = [rng.standard_normal(n) + (shift if k == 0 else 0.0) for k in range(len(weights))]
-        test = rule(groups, weights)
-        excludes = test.ci[0] > 0 or test.ci[1] < 0
-        assert excludes == (test.p <= ALPHA), (test, groups)
-        assert test.ci[0] <= test.estimate <= test.ci[1]
-        decided += excludes
-    assert 10 < decided < 190  # both outcomes occur
-
-
-def test_calibrated_p_counts_the_null_studies_at_most_as_extreme():
-    null = np.array([0.0, 0.1, 0.2, 0.2, 0.5])
-    assert calibrated_p(0.2, null) == pytest.approx(5 / 6)  # 4 at most 0.2, plus the study itself
-    assert calibrated_p(0.0, null) == pytest.approx(2 / 6)
-    assert calibrated_p(-1.0, null) == pytest.approx(1 / 6) and calibrated_p(1.0, null) == 1.0
-    ps = null_raw_ps((5, 5), SINGLE)
-    assert len(ps) == CALIBRATION_STUDIES and (np.diff(ps) >= 0).all() and 0 <= ps[0] and ps[-1] <= 1
-    assert np.array_equal(ps, null_raw_ps.__wrapped__((5, 5), SINGLE))  # a constant, not a draw
-    # two samples of 5 fall fully apart in 2 of 252 orders: then the raw p is 0
-    assert np.mean(ps == 0) == pytest.approx(2 / 252, abs=0.005)
-    test = best_contrast([np.arange(5.0), np.arange(5.0) + 10], SINGLE)
-    assert test.p == calibrated_p(0.0, ps) == test.floor
-
-
-# ---- ks: the Δ-EDF permutation test ----------------------------------------------------------------
-
-
-def _brute_delta_p(a, b):
-    """The one-sided permutation p of the Δ-EDF test by a plain loop: centre each sample on its median,
-    pool, and over every split compare sup (F_first - F_second) of the re-referenced Δ-EDFs."""
-    pooled = np.concatenate([a - np.median(a), b - np.median(b)])
-
-    def above(x, y):
-        dx, dy = x - x.min(), y - y.min()
-        return max(np.mean(dx <= t) - np.mean(dy <= t) for t in np.concatenate([dx, dy]))
-
-    observed, hits, total = above(a, b), 0, 0
+def _brute_best_p(a, b):
+    """The two-group best rule's permutation p by a plain loop: the share of splits of the pooled errors
+    whose raw bootstrap p is at most the data's."""
+    pooled, observed = np.concatenate([a, b]), raw_p([a, b], SINGLE)
+    hits = total = 0
     for chosen in itertools.combinations(range(len(pooled)), len(a)):
         mask = np.zeros(len(pooled), bool)
         mask[list(chosen)] = True
-        hits += above(pooled[mask], pooled[~mask]) >= observed - 1e-12
+        hits += raw_p([pooled[mask], pooled[~mask]], SINGLE) <= observed + 1e-12
         total += 1
     return hits / total
 
 
-def test_delta_edf_test_counts_permutations_exactly():
-    """4 vs 4 (70 splits, enumerated): each one-sided p is the share of splits at least as extreme,
-    computed here by a plain loop."""
-    a, b = np.array([0.0, 1.0, 2.0, 3.0]), np.array([0.0, 4.0, 8.0, 12.0])
-    result = ks_pair(a, b)
-    assert (result.d_a_better, result.d_b_better) == (0.75, 0.0)
-    assert result.p_a_better == pytest.approx(_brute_delta_p(a, b)) and result.p_b_better == 1.0
-    assert result.test.p == pytest.approx(min(1.0, 2 * result.p_a_better)) and result.test.estimate == 0.75
-    assert result.test.floor == pytest.approx(2 / 70)
+def test_two_groups_of_bests_are_a_permutation_test_exact_under_ties():
+    """Every split enumerated (5 vs 5: 252): the share whose raw p is at most the data's, continuous or
+    tied errors alike; fully apart (2 of 252 splits either way) is the smallest p."""
+    rng = np.random.default_rng(12)
+    for ties in (False, True):
+        for _ in range(3):
+            a, b = rng.normal(0, 1, 5), rng.normal(0.8, 1, 5)
+            a, b = (np.round(a * 2) / 2, np.round(b * 2) / 2) if ties else (a, b)
+            test = best_contrast([a, b], SINGLE)
+            assert test.p == pytest.approx(_brute_best_p(a, b)) and test.mc is None
+    apart = best_contrast([np.arange(5.0), np.arange(5.0) + 10], SINGLE)
+    assert apart.p == pytest.approx(2 / 252) == apart.floor and apart.estimate == -10.0
+
+
+def test_a_calibrated_p_near_alpha_draws_more_null_studies_until_settled():
+    """Raw ps whose calibrated p lands near alpha: more null studies are drawn until alpha is outside the
+    interval, or the verdict is borderline with its interval around alpha."""
+    n = (24, 24, 24, 24)
+    null = np.sort(np.concatenate([null_raw_ps(n, PAIR, b) for b in range(4)]))
+    raw = float(null[int(0.05 * len(null))])  # the first look's p is right at alpha
+    got = calibrated(raw, n, PAIR, (ALPHA,))
+    assert got.draws > CALIBRATION_STUDIES
+    assert got.settled((ALPHA,)) or got.draws == CALIBRATION_STUDIES << montecarlo.DOUBLINGS
+
+
+# ---- delta: the Δ-EDF test --------------------------------------------------------------------------
+
+
+def _brute_shift(a, b):
+    differences = np.sort([y - x for x in a for y in b])
+    return differences[(len(differences) - 1) // 2]
+
+
+def _brute_nearer(a, b):
+    """P(a random trial of a is nearer a's best than one of b is of b's), ties half, by a plain loop."""
+    da, db = a - a.min(), b - b.min()
+    return np.mean([(x < y) + 0.5 * (x == y) for x in da for y in db])
+
+
+def _ordered(a, b):
+    """The two samples in the test's order: the one whose sorted Δs come first in bytes leads."""
+    shape = lambda e: np.sort(np.asarray(e, float) - np.min(e)).tobytes()
+    return (b, a) if shape(b) < shape(a) else (a, b)
+
+
+def _brute_delta_p(a, b):
+    """The two-sided permutation p of the Δ-EDF test by a plain loop over every split of the errors,
+    the second sample shifted back by the Hodges-Lehmann shift."""
+    a, b = _ordered(a, b)
+    pooled = np.round(np.concatenate([a, b - _brute_shift(a, b)]), 9)
+    observed = abs(_brute_nearer(pooled[: len(a)], pooled[len(a) :]) - 0.5)
+    hits = total = 0
+    for chosen in itertools.combinations(range(len(pooled)), len(a)):
+        mask = np.zeros(len(pooled), bool)
+        mask[list(chosen)] = True
+        hits += abs(_brute_nearer(pooled[mask], pooled[~mask]) - 0.5) >= observed - 1e-9
+        total += 1
+    return hits / total
+
+
+def test_the_shift_is_the_lower_median_of_every_difference_and_moves_with_either_sample():
+    rng = np.random.default_rng(9)
+    step = 100 / 360  # samples of one value each, whose difference b - (b - a) is not a in floating point
+    for k in range(1, 50):
+        a, b = np.full(3, 3 * step), np.full(3, (3 + k) * step)
+        assert shift_estimate(a, b) == _brute_shift(a, b)
+    for _ in range(200):
+        na, nb = rng.integers(1, 30, 2)
+        grid = rng.random() < 0.5
+        a, b = rng.normal(0, 2, na), rng.normal(1, 3, nb)
+        a, b = (np.round(a), np.round(b)) if grid else (a, b)
+        assert shift_estimate(a, b) == _brute_shift(a, b)
+        assert shift_estimate(a + 4.0, b) == pytest.approx(_brute_shift(a, b) - 4.0, abs=1e-9)
+
+
+def test_the_delta_test_counts_every_split_like_a_plain_loop():
+    """4 vs 4 (70 splits) and 4 vs 5 (126), enumerated: the share of splits at least as far from 1/2."""
     rng = np.random.default_rng(4)
-    for _ in range(3):
-        x, y = rng.normal(0, 1, 4), rng.normal(3, 2, 5)
-        got = ks_pair(x, y)
-        assert (got.p_a_better, got.p_b_better) == pytest.approx((_brute_delta_p(x, y), _brute_delta_p(y, x)))
-    # a shift leaves the Δ-EDFs (errors minus their own best) the same: nothing to find
-    shifted = ks_pair(np.array([1.0, 2.0, 3.0, 4.0]), np.array([5.0, 6.0, 7.0, 8.0]))
-    assert shifted.test.estimate == 0.0 and shifted.test.p == 1.0
-    # 3 vs 3: 2 of C(6, 3) = 20 splits at best, both directions: the design cannot reach 5%
-    assert ks_pair(np.arange(3.0), np.arange(3.0) * 5).test.floor == pytest.approx(0.1)
+    for _ in range(4):
+        a, b = rng.normal(0, 1, 4), rng.normal(3, 2, 5)
+        got = delta_test(a, b)
+        assert got.test.estimate == pytest.approx(_brute_nearer(a, b))
+        assert got.test.p == pytest.approx(_brute_delta_p(a, b)) and got.test.mc is None
+        x, _ = _ordered(a, b)
+        assert got.shift == (_brute_shift(a, b) if x is a else -_brute_shift(b, a))
+    grid_a, grid_b = np.array([1.0, 1.0, 2.0, 3.0]), np.array([4.0, 5.0, 5.0, 9.0])  # ties within and across
+    assert delta_test(grid_a, grid_b).test.p == pytest.approx(_brute_delta_p(grid_a, grid_b))
+    # a shift leaves the Δs (errors minus their own best) the same: nothing to find
+    same = delta_test(np.array([1.0, 2.0, 3.0, 4.0]), np.array([5.0, 6.0, 7.0, 8.0]))
+    assert same.test.estimate == 0.5 and same.test.p == 1.0 and same.shift == 4.0
+    # 3 vs 3: at best 2 of C(6, 3) = 20 splits: the design cannot reach 5%
+    assert delta_test(np.arange(3.0), np.arange(3.0) * 5).test.floor == pytest.approx(0.1)
 
 
-def test_ks_power_is_the_share_of_simulated_studies_decided():
-    """A power is a probability: b's errors 20 times as spread as a's (D = 0.95) at 10 vs 10 are
-    decided in most of 100 studies, and in no more than all of them."""
-    power = ks_power(0.95, (10, 10), n_sim=100)
-    assert 0.5 < power <= 1.0 and power * 100 == round(power * 100)
+def test_errors_on_a_grid_keep_their_ties_after_the_shift():
+    """k of 360 images stored as float32 percentages: b shifted back by a difference of two stored errors
+    lands on a's values exactly, so tied errors stay tied across the models."""
+    step = np.float32(100 / 360)
+    a = (np.array([2, 2, 3, 4, 4, 4, 5, 7]) * step).astype(np.float32).astype(float)
+    b = (np.array([9, 9, 10, 11, 11, 11, 12, 14]) * step).astype(np.float32).astype(float)
+    got = delta_test(a, b)
+    assert got.test.estimate == 0.5 and got.test.p == 1.0 and got.d_a_above == got.d_b_above == 0.0
+    values = np.concatenate([a, b - got.shift])
+    assert nearer_prob(values, (np.arange(16) < 8)[None, :], 8)[0] == 0.5
+
+
+def test_random_splits_are_seeded_by_the_data_and_the_same_however_batched():
+    """The first k splits are the same whatever the total drawn: the hits among 1,000, 2,000 and 4,000
+    splits never decrease, and a copy of the data (or a re-run) draws the same splits."""
+    rng = np.random.default_rng(2)
+    other_seed = []
+    for _ in range(5):
+        a, b = rng.normal(0, 1, 20), rng.normal(0, 1.2, 20)  # ps far from 0: the splits matter
+        hits = [
+            round(delta_test(a, b, thresholds=(), draws=draws).test.p * (draws + 1)) - 1 for draws in (1000, 2000, 4000)
+        ]
+        assert hits[0] <= hits[1] <= hits[2] and hits[2] - hits[0] <= 3000
+        first = delta_test(a, b, thresholds=())
+        assert first.test.mc is not None and first.test.p == delta_test(a.copy(), b.copy(), thresholds=()).test.p
+        other_seed.append(delta_test(a, b, thresholds=(), seed=7).test.p != first.test.p)
+    assert any(other_seed)  # another seed, other splits
+
+
+def test_the_delta_planners_agree_with_each_other_and_never_plan_fewer_than_needed():
+    for n in (8, 24, 64):
+        detectable = delta_detectable((n, n))
+        assert delta_power(detectable, (n, n)) == pytest.approx(0.8, abs=1e-9)
+        assert delta_power(detectable + 0.01, (n, n)) > 0.8
+    for effect in (0.6, 0.7, 0.9, 0.2):
+        n = trials_for_delta(effect)
+        assert delta_power(effect, (n, n)) >= 0.8 > delta_power(effect, (n - 1, n - 1))
+    assert not np.isfinite(delta_detectable((2, 2)))
+    for bad in (0.5, -0.1, 1.2):
+        with pytest.raises(inference.StatsError, match="trials_for_delta: effect: bad value"):
+            trials_for_delta(bad)
+
+
+def test_holm_interval_bounds_holm_for_every_p_inside_the_intervals():
+    rng = np.random.default_rng(11)
+    for _ in range(200):
+        m = int(rng.integers(1, 8))
+        centre = rng.random(m) * 0.1
+        width = rng.random(m) * 0.02
+        intervals = list(zip(np.clip(centre - width, 0, 1), np.clip(centre + width, 0, 1)))
+        low, high = holm_interval(intervals)
+        inside = [lo + rng.random() * (hi - lo) for lo, hi in intervals]
+        assert np.all(low <= holm(inside) + 1e-15) and np.all(holm(inside) <= high + 1e-15)
 
 
 # ---- the seeded helpers ----------------------------------------------------------------------------

@@ -269,7 +269,7 @@ def test_cli_names_an_unknown_column_and_lists_the_columns(store, capsys):
 def test_cli_refuses_a_store_that_does_not_exist(make, tmp_path, capsys):
     make(tmp_path / "nowhere")
     assert hpstudy_main(["query", "--store", str(tmp_path / "nowhere"), "top1_err < 5"]) == 2
-    assert f"error: --store: no store at '{tmp_path / 'nowhere'}'" in _error_line(capsys)
+    assert f"error: --store: no hpstudy store at '{tmp_path / 'nowhere'}'" in _error_line(capsys)
 
 
 def test_cli_refuses_a_study_with_no_rows_and_lists_the_stored_ones(store, capsys):

@@ -138,14 +138,18 @@ def test_load_returns_every_column_of_the_rows_of_the_recorded_spec(store):
     assert trials.set_index("trial_key").loc["cnn_tiny-2", "top1_err"] == 10.0
 
 
-def test_an_unknown_study_raises_the_error_the_command_line_prints(store, capsys):
+@pytest.mark.parametrize("where,study", [("store", "nope"), ("store", "S"), ("nowhere", "s")])
+def test_a_missing_store_or_study_raises_the_command_lines_error_naming_the_argument(store, capsys, where, study):
     root, _ = store
-    argv = ["--store", root, "--study", "nope"]
+    root = root if where == "store" else os.path.join(root, "nowhere")
+    argv = ["--store", root, "--study", study]
     for call, command in ((hpstudy.load, "report"), (hpstudy.report, "report"), (hpstudy.suggest, "suggest")):
         expected = _cli_error(capsys, [command, *argv])
         with pytest.raises(StoreError) as caught:
-            call(root, "nope")
-        assert str(caught.value) == expected == f"--study: no trials of study 'nope' in store {root!r}"
+            call(root, study)
+        assert expected.startswith("--") and str(caught.value) == expected[2:]  # `study:`, not `--study:`
+    assert _cli_error(capsys, ["query", *argv, "top1_err < 5"]) == expected
+    assert _cli_error(capsys, ["status", *argv]) == expected
 
 
 def test_suggest_returns_the_points_and_the_lines_hpstudy_suggest_prints(store, capsys):

@@ -66,9 +66,10 @@ def test_the_help_of_a_flag_reads(name, flag, text):
 
 @pytest.mark.parametrize("name", sorted(COMMANDS))
 def test_the_commands_that_act_on_one_study_require_it(name):
-    """report, compact and suggest act on one study: without --study they stop at parsing (exit 2)."""
+    """report, compact and suggest act on one study, findings on one or more: without --study they stop at
+    parsing (exit 2)."""
     study = next((a for a in _flags(name) if "--study" in a.option_strings), None)
-    assert (study is not None and study.required) == (name in {"report", "compact", "suggest"})
+    assert (study is not None and study.required) == (name in {"report", "compact", "suggest", "findings"})
 
 
 @pytest.mark.parametrize(

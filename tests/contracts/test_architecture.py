@@ -166,8 +166,9 @@ def _store_without_study(tmp_path):
 @pytest.mark.parametrize(
     "entry,argv,message",
     [
-        (hpstudy_main, ["report", "--study", "nope"], "--study: no trials of study 'nope'"),
-        (hpstudy_main, ["query", "no_such_column > 1"], "--store: no store at"),
+        (hpstudy_main, ["report", "--study", "nope"], "--store: no hpstudy store at"),
+        (hpstudy_main, ["status", "--study", "nope"], "--store: no hpstudy store at"),
+        (hpstudy_main, ["query", "no_such_column > 1"], "--store: no hpstudy store at"),
         (hpstudy_main, ["run", "--config", "/no/such.yaml"], "--config: '/no/such.yaml' is not a file"),
         (run_edf_main, ["--max-concurrent", "0", "--dry-run"], "--max-concurrent: bad value 0"),
         (

@@ -10,6 +10,8 @@ import fractions
 import logging
 import math
 import os
+import subprocess
+import sys
 import tempfile
 
 import numpy as np
@@ -341,3 +343,15 @@ def test_a_non_utf8_filter_is_a_query_error():
     with pytest.raises(QueryError) as refused:
         filter_rows(QUERY_FRAME, "model == '\udcff'")
     assert _one_line(refused.value, "query \"model == '\\udcff'\": not UTF-8 text (character 11")
+
+
+@pytest.mark.parametrize("command", ["status", "query"])
+def test_a_store_path_that_is_not_utf8_is_one_error_line(command, tmp_path):
+    """A store named by bytes that are not UTF-8 (a surrogate once decoded): exit 2, one line naming --store."""
+    argv = [sys.executable, "-m", "hpstudy", command, "--store", os.fsencode(str(tmp_path)) + b"/\xff"]
+    if command == "query":
+        argv.append(b"lr > 0")
+    done = subprocess.run(argv, capture_output=True, timeout=120)
+    err = done.stderr.decode("utf-8", "backslashreplace").strip()
+    assert done.returncode == 2 and len(err.splitlines()) == 1, err
+    assert err.startswith("error: --store: bad value") and "UTF-8" in err

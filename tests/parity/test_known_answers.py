@@ -12,14 +12,18 @@ import pytest
 from hpstudy.analysis.edf import bootstrap_band, edf_table, normalized_weights, weighted_edf_at
 from hpstudy.analysis.gaps import ema_gain, length_gap, optimizer_gap, peak_table
 from hpstudy.analysis.inference import (
-    ContrastLaw,
+    CALIBRATION_SEED,
+    PERMUTATION_SEED,
     area_interval,
     best_contrast,
-    ks_power,
+    delta_power,
+    delta_test,
     min_law,
-    trials_for_ks,
+    raw_p,
+    trials_for_delta,
 )
 from hpstudy.analysis.metric import usable
+from hpstudy.analysis.permutation import FIRST
 from hpstudy.analysis.stats import expected_best_band, good_ranges, hp_importance, trials_for_dkw
 from tests.helpers import make_trials
 
@@ -129,26 +133,22 @@ GAP = _frame(
 ).assign(status="ok", epochs=10)
 
 
-def test_optimizer_gap_is_sgd_minus_adamw_with_its_own_ci():
+def test_optimizer_gap_is_sgd_minus_adamw_with_the_best_rules_p():
     gap = optimizer_gap(GAP, metric="final").set_index("model")
     assert gap.loc["m", ["best_sgd", "best_adamw", "gap"]].tolist() == [30.0, 20.0, 10.0]
     assert gap.loc["n", ["best_sgd", "best_adamw", "gap"]].tolist() == [40.0, 42.0, -2.0]
-    # every bootstrap difference of minima lies in [min sgd - max adamw, max sgd - min adamw]
-    assert 30 - 29 <= gap.loc["m", "gap_lo"] <= 10.0 <= gap.loc["m", "gap_hi"] <= 33 - 20
-    # 3 vs 2 fall fully apart in 2 of 10 orders: no p below 0.2, so no interval that could decide
-    assert gap.loc["n", ["gap_lo", "gap_hi", "gap_level"]].isna().all()
-    # clear-cut: every resampled SGD best is worse; 4 vs 4 fall fully apart in 2 of 70 orders, and
-    # the calibrated p is the share of null studies that did (about 2/70)
-    assert gap.loc["m", "gap_lo"] > 0 and gap.loc["m", "gap_p"] == pytest.approx(2 / 70, abs=0.01)
-    assert gap.loc["n", "gap_p"] > 0.05
-    # the interval and p are best_contrast's, at its calibrated level
+    # the best rule gives no interval: a bootstrapped minimum sits on the observed one
+    assert not {"gap_lo", "gap_hi", "gap_level"} & set(gap.columns)
+    # clear-cut: 4 vs 4 fall fully apart in 2 of the 70 splits of the pooled errors (one way or the other),
+    # and the p is the share of splits whose raw bootstrap p is at most the data's (0): exactly 2/70
+    assert gap.loc["m", "gap_p"] == pytest.approx(2 / 70, rel=1e-12)
+    # 3 vs 2 fall fully apart in 2 of 10 splits: no p below 0.2
+    assert gap.loc["n", "gap_p"] >= 0.2
+    # the p is best_contrast's
     for model, group in GAP.groupby("model"):
         sgd, adamw = (group.loc[group["optimizer"] == o, "top1_err"].to_numpy() for o in ("sgd", "adamw"))
         test = best_contrast([sgd, adamw], (1.0, -1.0))
-        interval = [*test.ci, test.level] if test.ci else [np.nan] * 3
-        assert gap.loc[model, ["gap_lo", "gap_hi", "gap_level", "gap_p"]].tolist() == pytest.approx(
-            [*interval, test.p], nan_ok=True
-        )
+        assert test.ci is None and gap.loc[model, "gap_p"] == test.p
     assert gap.loc["m", ["n_sgd", "n_adamw", "budget_k"]].tolist() == [4, 4, 4]
     assert gap.loc["n", ["n_sgd", "n_adamw", "budget_k"]].tolist() == [3, 2, 2]
 
@@ -301,11 +301,10 @@ def test_bootstrap_min_of_two_errors_is_the_larger_a_quarter_of_the_time():
     assert values.tolist() == [1.0, 2.0] and probs.tolist() == [0.75, 0.25]
 
 
-def test_optimizer_gap_ci_resamples_both_optimizers():
-    """One SGD trial and two AdamW trials (or the other way round): the gap resamples to the two
-    possible differences (the worse AdamW best comes up a quarter of the time). 1 vs 2 cannot
-    decide: in 2 of the 3 orders of a null study the raw bootstrap p is 0, so the calibrated p is
-    about 2/3 whatever the errors, and there is no interval (at any level it would decide)."""
+def test_optimizer_gap_of_one_against_two_trials_cannot_decide():
+    """One SGD trial and two AdamW trials (or the other way round): of the 3 splits of the pooled errors,
+    2 put the single trial beyond both others (raw bootstrap p 0, as the data's), so p = 2/3 whatever
+    the errors: the design cannot decide."""
     frame = _frame(
         [
             ("p", "sgd", 30.0),
@@ -318,12 +317,18 @@ def test_optimizer_gap_ci_resamples_both_optimizers():
         ["model", "optimizer", "top1_err"],
     ).assign(status="ok", epochs=10)
     gap = optimizer_gap(frame, metric="final", budget=3).set_index("model")
-    assert gap["gap"].tolist() == [10.0, 10.0] and gap[["gap_lo", "gap_hi", "gap_level"]].isna().all().all()
-    assert gap["gap_p"].tolist() == pytest.approx([2 / 3] * 2, abs=0.03)
-    law = ContrastLaw([min_law(np.array([30.0])), min_law(np.array([20.0, 29.0]))], (1.0, -1.0))
-    assert law.lower(0.2) == 1.0 and law.upper(0.2) == 10.0  # the two differences, 29 a quarter of the time
-    assert law.at_most(1.0) == pytest.approx(0.25)
+    assert gap["gap"].tolist() == [10.0, 10.0] and gap["gap_p"].tolist() == pytest.approx([2 / 3] * 2, rel=1e-12)
     assert gap["budget_k"].tolist() == [1, 1]  # the budget is capped by the smaller sample
+
+
+def test_raw_bootstrap_p_of_a_best_against_two():
+    """30 against the bests of (20, 29): the resampled AdamW best is 20 three times in four, 29 once, so
+    the difference is 10 or 1, never at or below 0: raw p 0. 25 against them: 5 (3/4) or -4 (1/4): raw p
+    2 min(1/4, 3/4) = 1/2."""
+    adamw = np.array([20.0, 29.0])
+    assert raw_p([np.array([30.0]), adamw], (1.0, -1.0)) == 0.0
+    assert raw_p([np.array([25.0]), adamw], (1.0, -1.0)) == pytest.approx(0.5, rel=1e-12)
+    assert raw_p([adamw, np.array([25.0])], (1.0, -1.0)) == pytest.approx(0.5, rel=1e-12)  # either way round
 
 
 def test_length_gap_falls_back_to_the_one_shorter_schedule_left():
@@ -374,14 +379,13 @@ def test_expected_best_band_is_the_pointwise_95_percent_band():
     assert (low[0], high[0]) == (pytest.approx(0.5), pytest.approx(2.5))
 
 
-@pytest.mark.slow  # power simulations at growing n
 def test_planners_and_power_at_their_defaults():
     assert trials_for_dkw(0.1) == 185  # ceil(ln(40) / (2 * 0.01)) = ceil(184.4)
-    n = trials_for_ks(0.5)  # 80% power at alpha = 0.05
-    assert ks_power(0.5, (n, n)) >= 0.8 > ks_power(0.5, (n - 1, n - 1))
-    assert trials_for_ks(0.5) == trials_for_ks(0.5, alpha=0.05, power=0.8)
-    assert ks_power(0.0, (20, 20)) <= 0.05 / 2 + 0.02  # no effect: one direction decides at about alpha / 2
-    assert ks_power(0.99, (20, 20), n_sim=50) == 1.0 and ks_power(0.3, (20, 20)) == ks_power(0.3, (20, 20))
+    # Noether: power = Phi(|P - 1/2| sqrt(12 n^2 / (2n + 1)) - z_0.975); at P = 0.75, 80% needs
+    # 12 n^2 / (2n + 1) >= (2.8016 / 0.25)^2 = 125.6: n = 22 (129.1; n = 21 gives 123.1)
+    assert trials_for_delta(0.75) == 22 == trials_for_delta(0.75, alpha=0.05, power=0.8)
+    assert delta_power(0.75, (22, 22)) >= 0.8 > delta_power(0.75, (21, 21))
+    assert delta_power(0.5, (20, 20)) == pytest.approx(0.025, rel=1e-3)  # no effect: one tail, alpha / 2
 
 
 def _same(a, b) -> bool:
@@ -404,7 +408,9 @@ SEEDED = {
         lambda x, y, t, **kw: area_interval(x, y, **kw),
         {"seed": 0, "n_boot": 4000},
     ),
-    "ks_power": (lambda x, y, t, **kw: ks_power(0.3, (len(x), len(y)), **kw), {"alpha": 0.05, "n_sim": 200, "seed": 0}),
+    # 12 + 12 values have 2.7 million splits: random splits, seeded by the data and this seed
+    "delta_test": (lambda x, y, t, **kw: delta_test(x, y, **kw).test.p, {"seed": PERMUTATION_SEED, "draws": FIRST}),
+    "best_contrast": (lambda x, y, t, **kw: best_contrast([x, y], (1.0, -1.0), **kw).p, {"seed": CALIBRATION_SEED}),
     "expected_best_band": (lambda x, y, t, **kw: expected_best_band(x, [1, 3], **kw), {"n_boot": 500, "seed": 0}),
     "good_ranges": (lambda x, y, t, **kw: good_ranges(t, **kw), {"n_boot": 2500, "frac": 0.25, "seed": 0}),
     "hp_importance": (lambda x, y, t, **kw: hp_importance(t[t["optimizer"] == "adamw"], **kw), {"seed": 0}),
@@ -421,15 +427,15 @@ def test_resampling_estimators_keep_their_defaults_and_use_their_seed(name):
     assert not _same(default, call(*SAMPLES, **dict(defaults, seed=1)))
 
 
-def test_optimizer_gap_interval_has_no_seed():
-    """The bootstrap law of the best is computed, not drawn: no seed or number of draws to choose,
-    and the global generator's state reaches nothing."""
+def test_optimizer_gap_has_no_seed_to_choose():
+    """The bootstrap law of the best is computed, not drawn, and its p's draws are seeded by the data: no
+    seed or number of draws to choose, and the global generator's state reaches nothing."""
     assert not {"seed", "n_boot"} & set(inspect.signature(optimizer_gap).parameters)
     np.random.seed(0)
     first = optimizer_gap(SAMPLES[2], metric="final")
     np.random.seed(1)
     pd.testing.assert_frame_equal(first, optimizer_gap(SAMPLES[2], metric="final"))
-    assert first["gap_lo"].notna().all() and (first["gap_lo"] < first["gap_hi"]).all()
+    assert first["gap_p"].between(0, 1, inclusive="right").all()
 
 
 def test_bootstrap_band_keeps_its_defaults():

@@ -184,23 +184,33 @@ UNAVAILABLE = ActorUnavailableError(
 )
 
 
+TASK_ERROR = RuntimeError(
+    "ray::ImplicitFunc.train() (pid=4242, ip=127.0.0.1)\nTraceback (most recent call last):\n"
+    '  File "trial.py", line 3, in fit\nValueError: lr: bad value -1.0'
+)
+
+
 @pytest.mark.parametrize(
     "error,line",
     [
         (
             UNAVAILABLE,
-            "ActorUnavailableError: The actor 01010101010101010101010101010101 is unavailable: The actor is "
+            "The actor 01010101010101010101010101010101 is unavailable: The actor is "
             "temporarily unavailable: RpcError: RPC error: Socket closed rpc_code: 14.",
         ),
         (
             RuntimeError("The actor died unexpectedly.\nThe actor died because its node has died. Node Id: 1a2b"),
-            "RuntimeError: The actor died unexpectedly.; its node died",
+            "The actor died unexpectedly.; its node died",
         ),
-        (ValueError(""), "ValueError: unknown error"),
+        (TASK_ERROR, "ValueError: lr: bad value -1.0"),
+        (ValueError(""), "unknown error"),
     ],
 )
-def test_a_trials_error_is_one_line_naming_its_type(error, line, tmp_path):
-    assert trial_error(_Trial(**vars(_failed_trial(tmp_path, error)))) == line
+def test_a_trials_error_is_one_line_read_as_text(error, line, tmp_path):
+    """Read from the error file's last entry (Tune writes str(error) there); the pickled error is never read."""
+    trial = _Trial(**vars(_failed_trial(tmp_path, error)))
+    trial.pickled_error_file = "/nonexistent/never-read.pkl"
+    assert trial_error(trial) == line
 
 
 def test_a_trials_error_falls_back_to_its_error_file_and_then_to_unknown(tmp_path):
@@ -227,11 +237,11 @@ def test_a_retried_trial_and_a_failed_one_are_one_warning_line_each(tmp_path, ca
     assert [(r.name, r.levelname) for r in caplog.records] == [("hpstudy.study.progress", "WARNING")] * 2
     retried, failed = (r.getMessage() for r in caplog.records)
     assert retried == (
-        "group-000001 (2 trials) failed (ActorUnavailableError: The actor 01010101010101010101010101010101 is "
+        "group-000001 (2 trials) failed (The actor 01010101010101010101010101010101 is "
         "unavailable: The actor is temporarily unavailable: RpcError: RPC error: Socket closed rpc_code: 14.); "
         "Ray runs it again (failures so far 1, max_retries 2)"
     )
-    assert failed.startswith("group-000001 (2 trials) failed (ActorUnavailableError: ") and failed.endswith(
+    assert failed.startswith("group-000001 (2 trials) failed (The actor ") and failed.endswith(
         ") after 2 retries; stored as failed"
     )
 

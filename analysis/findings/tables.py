@@ -1,0 +1,144 @@
+"""Findings as tables, from the same objects the sentences are rendered from: the paper's claims
+against this study (`claims_table`) and the findings of one kind (`findings_table`)."""
+
+from typing import Dict, Optional, Sequence, Tuple
+
+import numpy as np
+import pandas as pd
+
+from hpstudy.analysis.catalogue import model_family, model_label
+from hpstudy.analysis.findings.model import DeltaDetail, Finding, GapDetail
+from hpstudy.analysis.findings.text import WITHIN, cell_text, p_holm_text, sig3
+from hpstudy.analysis.inference import RULES
+
+# The paper's claims (Xiao et al. 2021) each pair kind tests, for a ViT-P / ViT-C pair: (claim, statement).
+CLAIMS = {
+    "edf_pair": (
+        "1. lr/wd stability (Figs 5-6)",
+        "ViT-C's Δ-EDF lies above ViT-P's: more of its random lr/wd trials are near its own best",
+    ),
+    "optimizer_gap_pair": (
+        "2. optimizer stability (Fig 3)",
+        "ViT-P loses much more than ViT-C when SGD replaces AdamW",
+    ),
+    "length_gap_pair": (
+        "3. convergence (Fig 2)",
+        "at a short schedule ViT-C is closer to its long-schedule error than ViT-P",
+    ),
+    "peak": ("4. peak performance (Fig 7)", "at matched FLOPs ViT-C reaches a lower error than ViT-P"),
+}
+NOT_TESTED = {
+    # claim 4 is about the error a model reaches; the best rule's null (one distribution) tests the lower tails
+    (
+        "peak",
+        "best",
+    ): "not tested: bests of random samples compare lowest errors (seed means of one configuration test it)",
+}
+
+
+def _interval(ci: Optional[Tuple[float, float]], sign: float = 1.0) -> str:
+    """' [lo, hi]' of sign x the interval, low end first."""
+    if ci is None:
+        return ""
+    low, high = sorted((sign * ci[0], sign * ci[1]))
+    return f" [{sig3(low)}, {sig3(high)}]"
+
+
+def claim_number(f: Finding) -> str:
+    """The finding's number as the claims table states it, named by the quantity it is (a - b as the
+    finding's own quantity names it, so a sign can only mean what its name says)."""
+    assert f.test is not None
+    d = f.detail
+    if isinstance(d, DeltaDetail):
+        a, b = (g.label for g in d.groups)
+        return (
+            f"P({a} trial nearer its best than {b}'s) = {sig3(f.test.estimate)}; mean Δ {a} − {b} = "
+            f"{sig3(-d.area)} pts{_interval(d.area_ci, -1.0)}"
+        )
+    assert isinstance(d, GapDetail)
+    return f"{d.quantity} = {sig3(f.test.estimate)} pts{_interval(f.test.ci)}"
+
+
+def _claim_verdict(f: Finding) -> str:
+    """reproduced (ViT-C better after Holm), contradicted (ViT-P better), not decided, borderline, or not tested."""
+    assert f.test is not None
+    untested = NOT_TESTED.get((f.kind, f.test.rule))
+    if untested:
+        return untested
+    better = {"a_better": f.models[0], "b_better": f.models[1]}.get(f.verdict_holm)
+    if better is None:
+        return "borderline" if f.verdict_holm == "borderline" else "not decided"
+    return "reproduced" if model_family(better) == "vit_c" else "contradicted"
+
+
+def claims_table(found: Sequence[Finding]) -> pd.DataFrame:
+    """The paper's claims against this study: per ViT-P / ViT-C pair finding of a claim's kind, the claim,
+    the paper's statement, the cell, this study's number with its interval, p after Holm and the verdict
+    after Holm (reproduced: ViT-C better; contradicted: ViT-P better; a claim its test does not test:
+    not tested)."""
+    rows = []
+    for f in found:
+        if f.kind not in CLAIMS or f.test is None or {model_family(m) for m in f.models} != {"vit_p", "vit_c"}:
+            continue
+        claim, statement = CLAIMS[f.kind]
+        rows.append(
+            {
+                **({"studies": " + ".join(f.studies)} if f.studies else {}),
+                "claim": claim,
+                "paper": statement,
+                "models": " vs ".join(model_label(m) for m in f.models),
+                "cell": cell_text(f.cell.get("optimizer"), f.cell.get("epochs")),
+                "this study": claim_number(f),
+                "p, Holm": p_holm_text(f) if f.p_holm is not None else "–",
+                "n": "/".join(map(str, f.n)),
+                "verdict": _claim_verdict(f),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def findings_table(found: Sequence[Finding], kind: str) -> pd.DataFrame:
+    """The findings of one kind as a table: the same objects the sentences are rendered from."""
+    rows = []
+    for f in found:
+        if f.kind != kind or f.test is None:
+            continue
+        t, d = f.test, f.detail
+        groups = getattr(d, "groups", ())
+        rows.append(
+            {
+                **{f"model {'ab'[i]}" if len(f.models) > 1 else "model": m for i, m in enumerate(f.models)},
+                **f.cell,
+                "rule": RULES[t.rule],
+                "estimate": f.statistic,
+                "estimate_lo": t.ci[0] if t.ci else np.nan,
+                "estimate_hi": t.ci[1] if t.ci else np.nan,
+                "p": f.p if f.p is not None else np.nan,
+                "p_mc_lo": t.mc[0] if t.mc else np.nan,
+                "p_mc_hi": t.mc[1] if t.mc else np.nan,
+                "p_holm": f.p_holm if f.p_holm is not None else np.nan,
+                "verdict": f.verdict,
+                "verdict_holm": f.verdict_holm,
+                "n": "/".join(str(g.n) for g in groups),
+                "diverged": "/".join(str(g.diverged) for g in groups),
+                "n_left_out": int(sum(f.n_left_out)),
+                **_effect_columns(d),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def _effect_columns(d) -> Dict:
+    """A Δ-EDF finding's effect sizes, as its sentence quotes them."""
+    if not isinstance(d, DeltaDetail):
+        return {}
+    return {
+        "area": d.area,
+        "area_lo": d.area_ci[0],
+        "area_hi": d.area_ci[1],
+        f"within{WITHIN}_a": d.within[0],
+        f"within{WITHIN}_b": d.within[1],
+        "d_a_above": d.d_a_above,
+        "d_b_above": d.d_b_above,
+        "detectable": d.detectable,
+    }
