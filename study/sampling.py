@@ -9,7 +9,7 @@ import dataclasses
 import hashlib
 import json
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Dict, List, Tuple
 
 import numpy as np
@@ -148,11 +148,12 @@ def _planned(
             optimizer=optimizer,
             epochs=epochs,
             seed=seed,
-            dataset=asdict(spec.dataset),
+            dataset=spec.dataset,  # a DataSpec, validated with the spec
         ),
         check_model=False,
     )
-    return PlannedTrial(cfg.key, model, optimizer, epochs, sample, seed, cfg.to_dict())
+    config = cfg.to_dict()
+    return PlannedTrial(cfg.key, model, optimizer, epochs, sample, seed, config)
 
 
 def expand_cell(spec: StudySpec, model: str, optimizer: str, epochs: int) -> List[PlannedTrial]:
