@@ -9,7 +9,7 @@ import os
 import urllib.parse
 import warnings
 from difflib import get_close_matches
-from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 import pandas as pd
 import pyarrow as pa
@@ -66,14 +66,26 @@ def _read_groups(
     return pa.concat_tables(groups) if groups else _empty_table(table, columns)
 
 
+def _skip(path: str, exc: Exception) -> None:
+    """What the readers do with a file they cannot read: skip it, with a warning naming it."""
+    warnings.warn(f"hpstudy store: skipping unreadable file {path}: {_first_line(exc)}")
+
+
 def _read_group(
-    fs: pafs.FileSystem, table_dir: str, files: List[str], table: str, columns: Optional[List[str]]
+    fs: pafs.FileSystem,
+    table_dir: str,
+    files: List[str],
+    table: str,
+    columns: Optional[List[str]],
+    with_file: bool = False,
+    unreadable: Callable[[str, Exception], None] = _skip,
 ) -> pa.Table:
     """Some of a table's files read as one dataset scan, or file by file if one is corrupt or may lack
     a column of REQUIRED (the scan reads a missing column as nulls; _read_files checks each file's
-    own columns); one chunk, only `columns` (and the study)."""
+    own columns); one chunk, only `columns` (and the study), and FILE for epochs or `with_file`. A file
+    that cannot be read goes to `unreadable(path, error)` (_read_files)."""
     schema = _schema(table)
-    read = list(dict.fromkeys([*(schema.names if columns is None else columns), *REQUIRED[table]]))
+    names = [*(schema.names if columns is None else columns), *([FILE] if with_file or table == "epochs" else [])]
     try:
         dataset = pads.dataset(
             files,
@@ -83,23 +95,29 @@ def _read_group(
             partitioning=PARTITIONING,
             partition_base_dir=table_dir,
         )
-        arrow = dataset.to_table(columns=_with_file(read, table), **SCAN_ONCE)
+        arrow = dataset.to_table(columns=list(dict.fromkeys([*names, *REQUIRED[table]])), **SCAN_ONCE)
         if any(arrow[c].null_count for c in REQUIRED[table]):
-            arrow = _read_files(fs, table_dir, files, table)
+            arrow = _read_files(fs, table_dir, files, table, unreadable)
     except (pa.ArrowException, OSError):
-        arrow = _read_files(fs, table_dir, files, table)
-    return arrow.select(_with_file(columns or schema.names, table)).combine_chunks()
+        arrow = _read_files(fs, table_dir, files, table, unreadable)
+    return arrow.select(names).combine_chunks()
 
 
-def _read_files(fs: pafs.FileSystem, table_dir: str, files: List[str], table: str) -> pa.Table:
-    """Read files (under `table_dir`) one by one, skipping (with a warning naming it) any that is
-    corrupt or incomplete; every column, the study and the file."""
+def _read_files(
+    fs: pafs.FileSystem,
+    table_dir: str,
+    files: List[str],
+    table: str,
+    unreadable: Callable[[str, Exception], None] = _skip,
+) -> pa.Table:
+    """Read files (under `table_dir`) one by one, passing any that is corrupt or incomplete to
+    `unreadable(path, error)`; every column, the study and the file."""
     tables = []
     for path in files:
         try:
             arrow = _read_file(fs, path, table)
         except (pa.ArrowException, OSError) as exc:
-            warnings.warn(f"hpstudy store: skipping unreadable file {path}: {_first_line(exc)}")
+            unreadable(path, exc)
             continue
         arrow = arrow.append_column("study", pa.array([_study_of(path, table_dir)] * len(arrow), pa.string()))
         tables.append(arrow.append_column(FILE, pa.array([path] * len(arrow), pa.string())))
@@ -133,11 +151,6 @@ def _empty(schema: pa.Schema, columns: Optional[List[str]] = None) -> pd.DataFra
     """An empty frame of `schema` and a `study` column (only `columns`, if given)."""
     frame = schema.append(pa.field("study", pa.string())).empty_table().to_pandas()
     return frame[columns] if columns else frame
-
-
-def _with_file(columns: List[str], table: str) -> List[str]:
-    """`columns`, and for epochs the file each row comes from (which of a trial's files is newest)."""
-    return [*columns, FILE] if table == "epochs" else columns
 
 
 # the columns that decide which of a trial's stored rows counts (see _load)

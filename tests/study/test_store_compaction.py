@@ -104,7 +104,15 @@ _KILLER = textwrap.dedent("""
             os.kill(os.getpid(), signal.SIGKILL)
         return real_write(table, where, **kw)
 
-    compaction.store_io, pq.write_table = store_io, write_table
+    real_rows = compaction._write_rows
+
+    def write_rows(out, schema, tables):  # the merged file, streamed: half written, then killed
+        if point == "write":
+            out.write(b"PAR1" + b"x" * 100)
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real_rows(out, schema, tables)
+
+    compaction.store_io, pq.write_table, compaction._write_rows = store_io, write_table, write_rows
     compaction.compact(sys.argv[1], "s")
 """)
 
@@ -257,3 +265,20 @@ def test_compactions_started_at_once_never_fail_nor_leave_a_row_twice(where, tri
         keys = _raw_keys(root)
         assert len(keys) == len(set(keys)) and set(keys) == written  # every row once, on disk
     assert sorted(load_trials(root, "s")["trial_key"]) == sorted(written)
+
+
+@pytest.mark.parametrize("group", [1, 2, 5, 1000])
+def test_compaction_in_groups_of_any_size_keeps_the_same_rows(group, tmp_path, monkeypatch):
+    """It reads GROUP_FILES files per scan in both passes: a trial's rows split over groups (a failed row in one
+    group, its rerun in another) are merged as from one read."""
+    from hpstudy.study import store_read
+
+    root = str(tmp_path / "store")
+    _store(root)
+    before = _readers(root)
+    monkeypatch.setattr(store_read, "GROUP_FILES", group)
+    counts = compact(root, "s")
+    assert counts["trials"]["merged_rows"] == 10 and counts["trials"]["unfinished"] == 2
+    after = _readers(root)
+    for reader in ("load_trials", "load_epochs", "pandas"):
+        _same(after[reader], before[reader])
