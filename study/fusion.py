@@ -1,19 +1,24 @@
 """Fusion planning: which models of a study train K trials of a cell as one fused computation.
 
 Fused members share everything but PER_MEMBER (lr, wd, seed), so a cell whose box samples a recipe field
-fuses only trials of one sample (its seeds). Ray is imported where it is used: the dry run's plan
-(`fusion_notes`) needs none."""
+fuses only trials of one sample (its seeds). `fuse: auto` measures what fusion gains once per machine
+(study/fusion_cache.py keeps it). Ray is imported where it is used: the dry run's plan (`fusion_notes`) needs none."""
 
 import json
+import logging
+import socket
 from collections import Counter
-from typing import Any, Dict, List
+from datetime import datetime, timezone
+from typing import Any, Dict, List, Optional, Tuple
 
+from hpstudy.study.fusion_cache import Probe, cache_key, cache_path, lookup, machine, store
 from hpstudy.study.sampling import PlannedTrial
 from hpstudy.study.spec import SpecError, StudySpec
 from hpstudy.trainers.config import TrialConfig
 from hpstudy.trainers.errors import ConfigError
 from hpstudy.trainers.fused import PER_MEMBER, UNSUPPORTED, check_fusable, measure_fusion
 
+logger = logging.getLogger(__name__)
 AUTO_FUSE_K = 8
 AUTO_FUSE_MIN_SPEEDUP = 1.2
 
@@ -61,7 +66,8 @@ def fusion_sizes(spec: StudySpec, pending: List[PlannedTrial], resources: Dict[s
     """Members per fused group for each model: `fuse: K` as given, `off` 1, `auto` by measurement.
 
     `auto` times K = 8 members fused against one alone on a worker with the trial's resources
-    (so on the device the trials will use) and fuses where that is at least 1.2x faster.
+    (so on the device the trials will use) and fuses where that is at least 1.2x faster; each probe is
+    measured once per machine and read back from then on (hpstudy.study.fusion_cache).
     """
     if spec.fuse == "off" or not pending:
         return {}
@@ -77,7 +83,8 @@ def fusion_sizes(spec: StudySpec, pending: List[PlannedTrial], resources: Dict[s
         return {}
     import ray
 
-    measure = ray.remote(num_cpus=resources["cpu"], num_gpus=resources["gpu"])(_measure_fusion)
+    measure = ray.remote(num_cpus=resources["cpu"], num_gpus=resources["gpu"])(_probe_on_worker)
+    here = _workers_are_here()
     sizes = {}
     for model in sorted({t.model for t in pending}):
         cells = Counter((t.optimizer, t.epochs, _shared(t.config)) for t in pending if t.model == model)
@@ -85,24 +92,81 @@ def fusion_sizes(spec: StudySpec, pending: List[PlannedTrial], resources: Dict[s
         if k < 2:
             continue
         cfg = next(t for t in pending if t.model == model).config
+        # timed as the trials will run: their device, dtype and compile mode, threads and GPU share
+        probe = Probe(
+            model=model,
+            optimizer=cfg["optimizer"],
+            batch_size=cfg["batch_size"],
+            image_size=spec.dataset.size,
+            k=k,
+            device=cfg["device"],
+            dtype=cfg["dtype"],
+            compile=cfg.get("compile", "off"),
+            cpus=max(1, int(resources["cpu"])),
+            gpu=float(resources["gpu"]),
+        )
         try:
-            # timed as the trials will run: compiled when the recipe compiles the step
-            compile_mode = cfg.get("compile", "off")
-            result = ray.get(
-                measure.remote(model, cfg["optimizer"], cfg["batch_size"], spec.dataset.size, k, compile=compile_mode)
-            )
+            entry, where = _probe(probe, measure, here)
         except ray.exceptions.RayError as exc:  # e.g. out of memory: K members do not fit
-            print(f"fuse auto: {model}: no fusion: measuring {k} fused failed ({_first_line(exc)})", flush=True)
+            logger.warning("fuse auto: %s: no fusion: measuring %d fused failed (%s)", model, k, _first_line(exc))
             continue
-        fuse = result["speedup"] >= AUTO_FUSE_MIN_SPEEDUP
+        speedup = entry["result"]["speedup"]
+        fuse = speedup >= AUTO_FUSE_MIN_SPEEDUP
         print(
-            f"fuse auto: {model}: {k} fused run {result['speedup']:.2f}x the speed of {k} alone "
-            f"-> {'fuse ' + str(k) if fuse else 'no fusion'}",
+            f"fuse auto: {model}: {k} fused run {speedup:.2f}x the speed of {k} alone "
+            f"-> {'fuse ' + str(k) if fuse else 'no fusion'} ({where})",
             flush=True,
         )
         if fuse:
             sizes[model] = k
     return sizes
+
+
+def _workers_are_here() -> bool:
+    """Whether every node of the connected Ray is this machine (a local Ray): then the driver keeps the cache."""
+    import ray
+
+    host = socket.gethostname()
+    return ray.is_initialized() and all(node["NodeManagerHostname"] == host for node in ray.nodes() if node["Alive"])
+
+
+def _probe(probe: Probe, measure: Any, here: bool) -> Tuple[Dict[str, Any], str]:
+    """The probe's cache entry and where it came from. A local Ray's workers are this machine: the driver reads this
+    user's cache, and on a miss measures on a worker and writes it; a cluster's worker does both on its machine."""
+    import ray
+
+    if not here:
+        entry, cached = ray.get(measure.remote(probe, cached=True))
+        host = entry["key"]["machine"]["host"]
+        return entry, f"measured {entry['measured']}, cached on {host}" if cached else f"measured now, kept on {host}"
+    path, key = cache_path(), cache_key(probe, machine(probe))
+    entry = lookup(path, key)
+    if entry:
+        return entry, f"measured {entry['measured']} on this machine, read from {path}: delete it to measure again"
+    measured, _ = ray.get(measure.remote(probe, cached=False))
+    return store(path, key, measured["result"]), f"measured now, kept in {path}"
+
+
+def probed(probe: Probe, path: Optional[str]) -> Tuple[Dict[str, Any], bool]:
+    """The probe's entry on this machine ({key, result, measured}) and whether it was cached: read from the cache
+    file `path`, else measured now (hpstudy.trainers.fused.measure_fusion) and written there (path None: neither)."""
+    key = cache_key(probe, machine(probe))
+    entry = lookup(path, key) if path else None
+    if entry:
+        return entry, True
+    result = measure_fusion(
+        probe.model,
+        probe.optimizer,
+        probe.batch_size,
+        probe.image_size,
+        probe.k,
+        device=probe.device,
+        dtype=probe.dtype,
+        compile=probe.compile,
+    )
+    if path:
+        return store(path, key, result), False
+    return {"key": key, "result": result, "measured": datetime.now(timezone.utc).isoformat(timespec="seconds")}, False
 
 
 def _unfusable_reason(spec: StudySpec, pending: List[PlannedTrial]) -> str:
@@ -125,10 +189,11 @@ def _first_line(exc: Exception) -> str:
     return lines[-1][:200] if lines else type(exc).__name__
 
 
-def _measure_fusion(*args, **kwargs) -> Dict[str, float]:
-    """hpstudy.trainers.fused.measure_fusion on a Ray worker, with as many torch threads as a trial would have."""
+def _probe_on_worker(probe: Probe, cached: bool) -> Tuple[Dict[str, Any], bool]:
+    """`probed` on a Ray worker, with as many torch threads as a trial would have and its GPUs, reading and writing
+    the worker's own cache when `cached`."""
     from hpstudy.study.trainable import use_assigned_cpus, use_assigned_gpus
 
     use_assigned_cpus()
     use_assigned_gpus()
-    return measure_fusion(*args, **kwargs)
+    return probed(probe, cache_path() if cached else None)
