@@ -1,21 +1,26 @@
 """Paper figures (Xiao et al. 2021 layouts), saved as PDF/SVG/PNG with their numbers as CSV/JSON.
 
-Every figure is a pair: `<name>_table(trials, ..., metric)` computes the numbers it plots (one
-definition; the table saved beside it), and `<name>_figure(table, ...)` draws from that table only,
-on a new figure of a preset width (`size`: SIZES; by default column for one panel, text for more)
-or into the caller's `fig` (`ax` for a one-panel figure), and returns a `Plot`: the figure and the
-rows it drew. Every figure is drawn on the error of
-a stated metric (`hpstudy.analysis.metric`; failed rows and non-finite errors left out) and says which
-in its title, its CSV (a `metric` column) and its JSON; models are shown by their catalogue names
+Every figure is a triple: `<name>_table(trials, ..., metric)` computes the numbers it plots (one
+definition; the table saved beside it), `<name>_figure(table, ...)` draws from that table only, on a
+new figure of a preset width (`size`: SIZES; by default column for one panel, text for more) or into
+the caller's `fig` (`ax` for a one-panel figure), and returns a `Plot`: the figure, the rows it drew
+and its caption; `<name>_caption(table)` says in words what the figure shows, on which metric, of how
+many trials and against which reference. A figure carries no title (a paper sets the caption under
+it): `title=True` draws the caption above it. Every figure is drawn on the error of a stated metric
+(`hpstudy.analysis.metric`; failed rows and non-finite errors left out), which its caption, its CSV
+(a `metric` column) and its JSON state; models are shown by their catalogue names
 (`catalogue.model_label`; a model the catalogue does not know by its own name), the CSV/JSON keep
 the identifiers.
 
-Figures are built on `matplotlib.figure.Figure` (no pyplot, no global backend or rcParams change)
-and drawn with the caller's rcParams; the house style is the style file STYLE, which the report
-applies (`matplotlib.style.context(STYLE)`) and a user can (`plt.style.use(STYLE)`). Every series of
-an axes differs in line style or marker (fill: the optimizer), so a figure reads in grayscale. Output
-is byte-for-byte reproducible: PDF/SVG dates are omitted unless SOURCE_DATE_EPOCH is set (then
-matplotlib uses it), and SVG ids are salted.
+A figure compares all its models in one panel; only where every model has a size class (from the
+catalogue, or `sizes`: a spec's) and there are several does it draw a panel per size class, as the
+paper does. Bands are shaded, with one legend entry per kind of band; each series has one legend entry;
+each axis one tick format (plain numbers, `Plain`). Figures are built on `matplotlib.figure.Figure` (no
+pyplot, no global backend or rcParams change) and drawn with the caller's rcParams; the house style is
+the style file STYLE, which the report applies (`matplotlib.style.context(STYLE)`) and a user can
+(`plt.style.use(STYLE)`). Every series of an axes differs in line style or marker (fill: the
+optimizer), so a figure reads in grayscale. Output is byte-for-byte reproducible: PDF/SVG dates are
+omitted unless SOURCE_DATE_EPOCH is set (then matplotlib uses it), and SVG ids are salted.
 """
 
 import json
@@ -29,7 +34,8 @@ import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
-from matplotlib.ticker import FixedLocator, LogFormatter, NullFormatter, NullLocator, StrMethodFormatter
+from matplotlib.patches import Patch
+from matplotlib.ticker import FixedFormatter, FixedLocator, Formatter, NullFormatter, NullLocator
 
 from hpstudy.analysis.catalogue import catalogue_order, known, model_label, model_size
 from hpstudy.analysis.edf import edf_table
@@ -88,6 +94,10 @@ OTHER_COLOURS = tuple(PALETTE[c] for c in ("blue", "vermillion", "green", "orang
 OTHER_LINES: Tuple[LineStyle, ...] = ((0, (1, 1)), (0, (6, 2)), (0, (3, 1, 1, 1)), (0, (8, 2, 2, 2)), (0, (2, 3)))
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "p", "h", "*")  # by a model's place in its size class
 OPTIMIZERS = {"adamw": "AdamW", "sgd": "SGD"}
+SYMLOG_LINEAR = 1.0  # points: a symlog Δ axis is linear up to here (a trial within a point of its best)
+SYMLOG_SPREAD = 5  # delta_scale: symlog where one model's Δs span this many times another's
+BAND_ALPHA = 0.18  # a band's shade: the series' colour, light enough that every line over it reads
+BAND_GREY = "0.45"  # a band kind's legend swatch: neutral, as every series' band is of that kind
 
 
 class ModelStyle(TypedDict):
@@ -100,10 +110,11 @@ class ModelStyle(TypedDict):
 
 @dataclass(frozen=True)
 class Plot:
-    """A drawn figure and the rows it drew."""
+    """A drawn figure, the rows it drew and its caption (`<name>_caption` of those rows)."""
 
     fig: Figure
     data: pd.DataFrame
+    caption: str = ""
 
 
 def model_style(model: str, drawn: Sequence[str] = ()) -> ModelStyle:
@@ -138,34 +149,46 @@ def _opt(optimizer: str) -> str:
     return OPTIMIZERS.get(optimizer, optimizer)
 
 
+def _columns(n_panels: int, most: int) -> int:
+    """Columns for n_panels, at most `most`: the fewest empty grid slots, then the most columns."""
+    return min(range(1, min(most, n_panels) + 1), key=lambda c: (-n_panels % c, -c))
+
+
 def _grid(
     n_panels: int, size: Optional[str], fig: Optional[Figure], columns: Optional[int] = None
 ) -> Tuple[Figure, np.ndarray]:
     """n_panels axes on `fig`, or on a new figure of the preset width `size` (None: column for one
     panel, else text), in `columns` columns (by default up to 3 at text width, at column width 1 for
-    up to two panels, else 2), hidden where unused."""
+    up to two panels, else 2, leaving the fewest slots empty), hidden where unused."""
     size = size or ("column" if n_panels == 1 else "text")
     if size not in SIZES:
         raise ValueError(f"figure size {size!r}: allowed: {', '.join(SIZES)}")
-    cols = columns or (min(3, n_panels) if size == "text" or fig is not None else 1 if n_panels <= 2 else 2)
+    wide = size == "text" or fig is not None
+    cols = columns or (_columns(n_panels, 3) if wide else 1 if n_panels <= 2 else 2)
     rows = int(np.ceil(n_panels / cols))
     if fig is None:
         width = SIZES[size]
-        fig = Figure(figsize=(width, rows * min(width / cols * 0.75, 2.6) + 1.0), layout="constrained")
+        fig = Figure(figsize=(width, rows * min(width / cols * 0.75, 2.6) + 0.8), layout="constrained")
     axes = fig.subplots(rows, cols, squeeze=False).ravel()
     for ax in axes[n_panels:]:
         ax.set_visible(False)
     return fig, axes[:n_panels]
 
 
-def _sizes(models: Sequence[str]) -> List[str]:
-    """The size classes of `models`, one panel each, in order; "" (last) holds models without one."""
-    present = {model_size(m) for m in models}
-    return [s for s in (*SIZE_ORDER, "") if s in present]
+def size_classes(models: Sequence[str], sizes: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
+    """Each model's size class: `sizes` (a spec's `models:`) where it gives one, else the catalogue's
+    ("" for a model neither knows)."""
+    return {m: (sizes or {}).get(m) or model_size(m) for m in models}
 
 
-def _size_title(size: str, sizes: Sequence[str]) -> str:
-    return size or ("other models" if len(sizes) > 1 else "")
+def _panels(models: Sequence[str], sizes: Optional[Mapping[str, str]] = None) -> List[List[str]]:
+    """The models of each panel: one panel per size class where every model has one and there are
+    several (in SIZE_ORDER), else all models in one panel."""
+    classes = size_classes(models, sizes)
+    present = set(classes.values())
+    if "" in present or len(present) < 2:
+        return [list(models)]
+    return [[m for m in models if classes[m] == s] for s in SIZE_ORDER if s in present]
 
 
 def _by_model(table: pd.DataFrame, by: Sequence[str] = ("model",)) -> List[Tuple[Any, pd.DataFrame]]:
@@ -177,33 +200,99 @@ def _by_model(table: pd.DataFrame, by: Sequence[str] = ("model",)) -> List[Tuple
     return [(k if len(by) > 1 else k[0], g) for k, g in groups]
 
 
-def _cell(table: pd.DataFrame) -> str:
-    """The optimizers and epochs a table holds, as a title says them: `AdamW, SGD, 6, 16 epochs, `."""
-    parts = [", ".join(_opt(o) for o in sorted(table["optimizer"].unique()))] if "optimizer" in table else []
-    if "epochs" in table:
+def _cell(table: pd.DataFrame, columns: Sequence[str] = ("optimizer", "epochs")) -> str:
+    """The optimizers and epochs a table holds, as a caption says them: `AdamW, SGD; 6, 16 epochs`."""
+    parts = []
+    if "optimizer" in columns and "optimizer" in table:
+        parts.append(", ".join(_opt(o) for o in sorted(table["optimizer"].unique())))
+    if "epochs" in columns and "epochs" in table:
         parts.append(", ".join(f"{e:g}" for e in sorted(table["epochs"].unique())) + " epochs")
-    return "".join(f"{part}, " for part in parts)
+    return "; ".join(parts)
 
 
-def _n_range(counts: Sequence[int]) -> str:
-    low, high = int(min(counts)), int(max(counts))
+def _n_range(counts: Iterable[int]) -> str:
+    counts = [int(c) for c in counts]
+    low, high = min(counts), max(counts)
     return f"{low}" if low == high else f"{low}-{high}"
 
 
-def _title(fig: Figure, table: pd.DataFrame, *lines: str) -> None:
-    """The figure's title: `lines` (what it shows, for which optimizer, epochs and n), then the metric of
-    its `table`, wrapped to the figure's width."""
-    width = int(fig.get_figwidth() * 15)  # characters of the title font per inch, about
-    lines += (f"metric: {table['metric'].iloc[0]}",)
-    fig.suptitle("\n".join(textwrap.fill(line, width) for line in lines))
+def _metric(table: pd.DataFrame) -> str:
+    return f"Metric: {table['metric'].iloc[0]}."
 
 
-def _legend(fig: Figure, axes: Iterable[Axes]) -> None:
-    """One legend for the figure, outside every axes (below them), each label once."""
+def plain_number(value: float) -> str:
+    """A tick's number as a reader writes it: up to 3 significant figures, no exponent (0.001, 2.5, 40)."""
+    if value == 0:
+        return "0"
+    return np.format_float_positional(float(value), precision=3, unique=True, fractional=False, trim="-")
+
+
+class Plain(Formatter):
+    """The one tick format of every figure's axes: plain_number."""
+
+    def __call__(self, x, pos=None) -> str:
+        return plain_number(x)
+
+
+def fixed_ticks(axis, values: Iterable[float]) -> None:
+    """Ticks at the given numbers only, in the one tick format, no minor ticks."""
+    axis.set_major_locator(FixedLocator(sorted({float(v) for v in values})))
+    axis.set_minor_locator(NullLocator())
+
+
+def integer_ticks(ax, values: Sequence[int]) -> None:
+    """Label a log-scaled x axis at the given whole numbers only (no 10^k, no minor labels)."""
+    fixed_ticks(ax.xaxis, [int(v) for v in values])
+
+
+def nice_ticks(low: float, high: float, most: int = 7) -> List[float]:
+    """Ticks of a log axis on [low, high] (low > 0): the 1-2-5 steps in it, thinned to at most `most`;
+    1-1.5-2-3-5-7 where 1-2-5 leaves fewer than 3."""
+    decades = range(int(np.floor(np.log10(low))), int(np.ceil(np.log10(high))) + 1)
+    for steps in ((1, 2, 5), (1, 1.5, 2, 3, 5, 7)):
+        ticks = [m * 10.0**k for k in decades for m in steps if low <= m * 10.0**k <= high]
+        if len(ticks) >= 3:
+            break
+    return ticks[:: int(np.ceil(len(ticks) / most))] if ticks else ticks
+
+
+def log_ticks(axis, values: Iterable[float]) -> None:
+    """A log axis over `values`, ticked at nice_ticks (plain numbers, no 10^k)."""
+    finite = np.asarray([v for v in values if np.isfinite(v) and v > 0], dtype=float)
+    if len(finite):
+        fixed_ticks(axis, nice_ticks(finite.min() / 1.1, finite.max() * 1.1))
+
+
+def _plain_ticks(axes: Iterable[Axes]) -> None:
+    """One tick format on every axis of numbers: Plain for major labels, none for minor ones (an axis of
+    categories, a FixedFormatter, keeps its names)."""
+    for ax in axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            if not isinstance(axis.get_major_formatter(), FixedFormatter):
+                axis.set_major_formatter(Plain())
+            axis.set_minor_formatter(NullFormatter())
+
+
+def _finish(fig: Figure, axes: Iterable[Axes], caption: str, title: bool, bands: Sequence[str] = ()) -> None:
+    """One tick format on `axes`, one legend (each series once, each kind of band in `bands` once), and
+    the caption drawn above the figure where `title` asks for it."""
+    axes = list(axes)
+    _plain_ticks(axes)
+    _legend(fig, axes, bands)
+    if title:
+        width = int(fig.get_figwidth() * 15)  # characters of the title font per inch, about
+        fig.suptitle(textwrap.fill(caption, width))
+
+
+def _legend(fig: Figure, axes: Iterable[Axes], bands: Sequence[str] = ()) -> None:
+    """One legend for the figure, outside every axes (below them): each label once, then a grey swatch
+    per kind of band."""
     handles: Dict[str, Any] = {}
     for ax in axes:
         for handle, label in zip(*ax.get_legend_handles_labels()):
             handles.setdefault(label, handle)
+    for band in bands:
+        handles[band] = Patch(facecolor=BAND_GREY, alpha=BAND_ALPHA * 2, linewidth=0)
     if handles:
         longest = max(len(label) for label in handles) + 5  # characters, with the line sample
         cols = max(1, min(len(handles), int(fig.get_figwidth() * 14 // longest)))  # 7 pt: ~14 per inch
@@ -253,20 +342,6 @@ def save_figure(fig: Union[Figure, Plot], out_dir: str, name: str, data: pd.Data
     return paths
 
 
-def integer_ticks(ax, values: Sequence[int]) -> None:
-    """Label a log-scaled x axis at the given whole numbers only (no 10^k, no minor labels)."""
-    ax.xaxis.set_major_locator(FixedLocator(sorted({int(v) for v in values})))
-    ax.xaxis.set_major_formatter(StrMethodFormatter("{x:.0f}"))
-    ax.xaxis.set_minor_locator(NullLocator())
-    ax.xaxis.set_minor_formatter(NullFormatter())
-
-
-def plain_log(axis) -> None:
-    """Label a log-scaled axis in plain numbers (0.5, 2, 10), no 10^k: its exponents print below 7 pt."""
-    axis.set_major_formatter(LogFormatter())
-    axis.set_minor_formatter(LogFormatter(labelOnlyBase=False))
-
-
 def trial_count_ticks(n: int) -> List[int]:
     """1, 2, 4, 8, ... up to n, and n itself (a power of two too close to n left out): ticks for a
     number-of-trials axis."""
@@ -290,56 +365,92 @@ def delta_edf_table(trials: pd.DataFrame, metric: str = DEFAULT_METRIC) -> pd.Da
 
 
 def _band(ax: Axes, x, lo, hi, style: Mapping[str, Any], step: bool) -> None:
-    """A band as its two outlines, thin, in the series' colour and line style (grayscale-safe)."""
-    for edge in (lo, hi):
-        ax.plot(
-            x,
-            edge,
-            drawstyle="steps-post" if step else "default",
-            color=style["color"],
-            linestyle=style["linestyle"],
-            linewidth=0.5,
-            alpha=0.6,
-            label="_band",
-        )
+    """A band shaded in the series' colour, without an outline (its legend entry is its kind's: _legend)."""
+    ax.fill_between(
+        x, lo, hi, step="post" if step else None, color=style["color"], alpha=BAND_ALPHA, linewidth=0, label="_band"
+    )
+
+
+def _diverged(group: pd.DataFrame) -> Tuple[int, int]:
+    """(diverged, n) of one model's Δ-EDF rows."""
+    n = int(group["n"].iloc[0])
+    return int(round(group["diverged_share"].iloc[0] * n)), n
+
+
+def delta_scale(table: pd.DataFrame) -> str:
+    """The Δ axis a Δ-EDF table reads best on: symlog where one model's trials that did not diverge spread
+    over SYMLOG_SPREAD times the range of another's (on a linear axis its curve would press against
+    Δ = 0), else linear."""
+    spans = []
+    for _, group in table.groupby("model"):
+        diverged, n = _diverged(group)
+        if diverged < n:
+            spans.append(float(group["delta"].iloc[n - diverged - 1]))
+    spans = [s for s in spans if s > 0]
+    return "symlog" if len(spans) > 1 and max(spans) > SYMLOG_SPREAD * min(spans) else "linear"
+
+
+def delta_edf_caption(table: pd.DataFrame, band: bool = True) -> str:
+    """What delta_edf_figure draws, on which metric, of how many trials and against which reference."""
+    n = table.groupby("model")["n"].first()
+    diverged = {model_label(m): _diverged(g) for m, g in _by_model(table)}
+    gone = [f"{label} {d}/{k}" for label, (d, k) in diverged.items() if d]
+    return (
+        f"Δ-EDF of the random lr/wd trials ({_cell(table)}): for each model, the share of its trials (y) whose "
+        f"top-1 error lies within Δ points (x) of the model's own best trial (the reference); n = {_n_range(n)} "
+        "trials per model"
+        + ("; shaded: DKW 95% simultaneous bands" if band else "")
+        + ". Diverged trials count at chance error, beyond the axis: a curve ends below 1 by their share"
+        + (f" (diverged: {', '.join(gone)})" if gone else " (none diverged)")
+        + f". {_metric(table)}"
+    )
 
 
 def delta_edf_figure(
-    table: pd.DataFrame, band: bool = True, size: Optional[str] = None, fig: Optional[Figure] = None
+    table: pd.DataFrame,
+    band: bool = True,
+    size: Optional[str] = None,
+    fig: Optional[Figure] = None,
+    sizes: Optional[Mapping[str, str]] = None,
+    xscale: str = "linear",
+    title: bool = False,
 ) -> Plot:
-    """Δ-EDF panels, one per model size, one line per model (Figs 5-6), DKW bands as outlines; the x
-    axis ends at the last trial that did not diverge, the diverged (at chance) counted in the legend."""
-    sizes = _sizes(table["model"].unique())
-    fig, axes = _grid(len(sizes), size, fig)
-    for ax, size_class in zip(axes, sizes):
-        here = table[table["model"].map(model_size) == size_class]
+    """Δ-EDFs, one line per model (Figs 5-6), all models in one panel (a panel per size class where
+    every model has one: `sizes`, else the catalogue's), DKW bands shaded; the x axis (`xscale`: linear
+    or symlog, see delta_scale) ends at the last trial that did not diverge, the diverged (at chance)
+    counted in the legend."""
+    if xscale not in ("linear", "symlog"):
+        raise ValueError(f"xscale {xscale!r}: allowed: linear, symlog")
+    panels = _panels(catalogue_order(table["model"]), sizes)
+    classes = size_classes(table["model"].unique(), sizes)
+    fig, axes = _grid(len(panels), size, fig)
+    drawn = table["model"].unique()
+    for ax, models in zip(axes, panels):
         right = 0.0
-        for model, group in _by_model(here):
+        for model, group in _by_model(table[table["model"].isin(models)]):
             x, f = _edf_steps(group["delta"].to_numpy(), group["F"].to_numpy())
-            n = int(group["n"].iloc[0])
-            diverged = int(round(group["diverged_share"].iloc[0] * n))
+            diverged, n = _diverged(group)
             right = max(right, float(group["delta"].iloc[n - diverged - 1]) if diverged < n else 0.0)
             label = f"{model_label(model)} (n = {n}" + (f"; diverged: {diverged}/{n} at chance)" if diverged else ")")
-            st = model_style(model, table["model"].unique())
+            st = model_style(model, drawn)
             ax.step(x, f, where="post", label=label, markevery=0.1, **st)
             if band:
                 eps = group["dkw_eps"].iloc[0]
                 _band(ax, x, np.clip(f - eps, 0, 1), np.clip(f + eps, 0, 1), st, step=True)
         ax.set(
-            title=_size_title(size_class, sizes),
+            title=classes[models[0]] if len(panels) > 1 else "",
             xlabel="Δ top-1 error to own best (points)",
             ylabel="share of trials",
             ylim=(0, 1),
         )
-        ax.set_xlim(left=0, right=max(1.05 * right, 1.0))
-    n = table.groupby("model")["n"].first()
-    _title(
-        fig,
-        table,
-        f"Δ-EDF of lr/wd trials, {_cell(table)}n = {_n_range(n)} per model" + (", DKW 95% bands" if band else ""),
-    )
-    _legend(fig, axes)
-    return Plot(fig, table)
+        right = max(1.05 * right, 1.0)
+        if xscale == "symlog":
+            ax.set_xscale("symlog", linthresh=SYMLOG_LINEAR, linscale=0.5)
+            fixed_ticks(ax.xaxis, [0.0, *nice_ticks(SYMLOG_LINEAR, right)])
+        ax.set_xlim(left=0, right=right)
+    caption = delta_edf_caption(table, band)
+    _finish(fig, axes, caption, title, ["DKW 95% band"] if band else [])
+    return Plot(fig, table, caption)
 
 
 def hp_panels(keys: Keys = ("lr", "wd")) -> List[Tuple[str, str, str]]:
@@ -357,7 +468,7 @@ def hp_panels(keys: Keys = ("lr", "wd")) -> List[Tuple[str, str, str]]:
 
 
 def hp_names(keys: Keys = ("lr", "wd")) -> str:
-    """What hp_scatter_figure plots the error against, as its title says it: `lr, wd and lr·wd`."""
+    """What hp_scatter_figure plots the error against, as its caption says it: `lr, wd and lr·wd`."""
     names = [label.removeprefix("log10 ") for _, label, _ in hp_panels(keys)]
     return " and ".join(filter(None, [", ".join(names[:-1]), names[-1]]))
 
@@ -373,12 +484,24 @@ def hp_scatter_table(trials: pd.DataFrame, metric: str = DEFAULT_METRIC, keys: K
     )
 
 
+def hp_scatter_caption(table: pd.DataFrame, keys: Keys = ("lr", "wd"), ranges: bool = True) -> str:
+    """What hp_scatter_figure draws, on which metric, of how many trials (absolute errors: no reference)."""
+    n = table.groupby("model").size()
+    return (
+        f"Top-1 error of every trial against {hp_names(keys)} ({_cell(table)}), a row of panels per model; "
+        f"n = {_n_range(n)} trials per model; AdamW filled, SGD open"
+        + ("; shaded: each model's good range (2.5-97.5% of the bootstrapped best trial's value)" if ranges else "")
+        + f". Absolute errors (no reference). {_metric(table)}"
+    )
+
+
 def hp_scatter_figure(
     table: pd.DataFrame,
     ranges: Dict[str, pd.DataFrame],
     size: Optional[str] = None,
     fig: Optional[Figure] = None,
     keys: Keys = ("lr", "wd"),
+    title: bool = False,
 ) -> Plot:
     """Error against each sampled hyperparameter per model (Fig 4: log10 lr, log10 wd and log10 lr·wd; see
     hp_panels), each model's good ranges (`ranges`: good_ranges per model) shaded; a choice's values are
@@ -401,7 +524,8 @@ def hp_scatter_figure(
                 values = np.log10(group[x.removeprefix("log10_")].astype(float))
             elif kind == "choice":
                 values = group[x].map(value_label).map(categories[x])
-                ax.set_xticks(list(categories[x].values()), list(categories[x]))
+                ax.xaxis.set_major_locator(FixedLocator(list(categories[x].values())))
+                ax.xaxis.set_major_formatter(FixedFormatter(list(categories[x])))
             else:
                 values = group[x].astype(float)
             for opt, cell in group.groupby("optimizer"):
@@ -410,21 +534,17 @@ def hp_scatter_figure(
                     cell["error"],
                     linestyle="none",
                     markersize=2.5,
-                    label=f"{_opt(opt)}",
+                    label=f"{model_label(model)} ({_opt(opt)})",
                     **{k: v for k, v in series_style(model, opt, models).items() if k != "linestyle"},
                 )
             if model in ranges and x in ranges[model] and kind != "choice":
                 lo, hi = ranges[model].loc["p2.5", x], ranges[model].loc["p97.5", x]
-                ax.axvspan(lo, hi, color=st["color"], alpha=0.12, linewidth=0)
+                ax.axvspan(lo, hi, color=st["color"], alpha=BAND_ALPHA, linewidth=0)
             ax.set(xlabel=label, ylabel=f"{model_label(model)}\ntop-1 error (%)" if i == 0 else "")
-    n = table.groupby("model").size()
-    _title(
-        fig,
-        table,
-        f"Top-1 error against {hp_names(keys)}, {_cell(table)}n = {_n_range(n)} trials per model; shaded: good ranges",
-    )
-    _legend(fig, axes)
-    return Plot(fig, table)
+    shaded = any(m in ranges for m in models)
+    caption = hp_scatter_caption(table, keys, shaded)
+    _finish(fig, axes, caption, title, ["good range (bootstrap 95%)"] if shaded else [])
+    return Plot(fig, table, caption)
 
 
 def error_vs_epochs_table(trials: pd.DataFrame, metric: str = DEFAULT_METRIC) -> pd.DataFrame:
@@ -446,49 +566,92 @@ def error_vs_epochs_table(trials: pd.DataFrame, metric: str = DEFAULT_METRIC) ->
     )
 
 
-def error_vs_epochs_figure(table: pd.DataFrame, size: Optional[str] = None, fig: Optional[Figure] = None) -> Plot:
-    """Best error against training epochs per model, AdamW filled and SGD open, each point's range up to
-    its worst trial that did not diverge, cells where all diverged as crosses, both axes log (Fig 3)."""
-    sizes = _sizes(table["model"].unique())
-    fig, axes = _grid(len(sizes), size, fig)
-    for ax, size_class in zip(axes, sizes):
-        here = table[table["model"].map(model_size) == size_class]
-        for (model, opt), group in _by_model(here, ("model", "optimizer")):
-            st = series_style(model, opt, table["model"].unique())
+def error_vs_epochs_caption(table: pd.DataFrame) -> str:
+    """What error_vs_epochs_figure draws, on which metric, of how many trials (absolute errors)."""
+    return (
+        f"Best top-1 error against training length ({_cell(table, ['optimizer'])}), per model and optimizer: each "
+        f"point the best of its cell's n = {_n_range(table['n'])} trials, its bar up to the worst trial that did "
+        "not diverge; the series of one length are set side by side; AdamW filled, SGD open; a cross: every "
+        f"trial of the cell diverged. Absolute errors (no reference). {_metric(table)}"
+    )
+
+
+def _dodge(epochs: Sequence[float], k: int) -> np.ndarray:
+    """Multipliers of an epoch count that set k series side by side on a log axis, centred on it, at most
+    half the gap between neighbouring lengths wide."""
+    lengths = np.log10(sorted(set(float(e) for e in epochs)))
+    gap = float(np.diff(lengths).min()) if len(lengths) > 1 else 0.3
+    step = min(0.02, 0.5 * gap / max(k, 1))
+    return 10 ** ((np.arange(k) - (k - 1) / 2) * step)
+
+
+def error_vs_epochs_figure(
+    table: pd.DataFrame,
+    size: Optional[str] = None,
+    fig: Optional[Figure] = None,
+    sizes: Optional[Mapping[str, str]] = None,
+    title: bool = False,
+) -> Plot:
+    """Best error against training epochs per model and optimizer, all models in one panel (a panel per
+    size class where every model has one), AdamW filled and SGD open, each point's bar up to its worst
+    trial that did not diverge, the series of one length side by side, cells where all diverged as
+    crosses, both axes log (Fig 3)."""
+    panels = _panels(catalogue_order(table["model"]), sizes)
+    classes = size_classes(table["model"].unique(), sizes)
+    fig, axes = _grid(len(panels), size, fig)
+    drawn = table["model"].unique()
+    for ax, models in zip(axes, panels):
+        series = _by_model(table[table["model"].isin(models)], ("model", "optimizer"))
+        for ((model, opt), group), shift in zip(series, _dodge(table["epochs"], len(series))):
+            st = series_style(model, opt, drawn)
             ok = group[~group["diverged"]]
-            ax.plot(ok["epochs"], ok["error"], label=f"{model_label(model)} ({_opt(opt)})", **st)
-            ax.vlines(ok["epochs"], ok["error"], ok["worst"], color=st["color"], linewidth=0.5, alpha=0.6)
+            ax.plot(ok["epochs"] * shift, ok["error"], label=f"{model_label(model)} ({_opt(opt)})", **st)
+            ax.vlines(ok["epochs"] * shift, ok["error"], ok["worst"], color=st["color"], linewidth=0.6)
             gone = group[group["diverged"]]
             if len(gone):
-                ax.plot(
-                    gone["epochs"],
-                    gone["error"],
-                    linestyle="none",
-                    marker="x",
-                    color=st["color"],
-                    label="all runs diverged",
-                )
+                ax.plot(gone["epochs"] * shift, gone["error"], linestyle="none", marker="x", color=st["color"])
+        if table["diverged"].any():
+            ax.plot([], [], linestyle="none", marker="x", color="black", label="all trials diverged")
         ax.set(
-            title=_size_title(size_class, sizes), xscale="log", yscale="log", xlabel="epochs", ylabel="top-1 error (%)"
+            title=classes[models[0]] if len(panels) > 1 else "",
+            xscale="log",
+            yscale="log",
+            xlabel="epochs",
+            ylabel="top-1 error (%)",
         )
         integer_ticks(ax, table["epochs"].unique())
-        plain_log(ax.yaxis)
-    _title(
-        fig,
-        table,
-        f"Best top-1 error against training length, {_cell(table.drop(columns='epochs'))}each point the best of "
-        f"n = {_n_range(table['n'])} trials, its bar up to the worst that did not diverge",
-    )
-    _legend(fig, axes)
-    return Plot(fig, table)
+        log_ticks(ax.yaxis, pd.concat([table["error"], table["worst"]]))
+    caption = error_vs_epochs_caption(table)
+    _finish(fig, axes, caption, title)
+    return Plot(fig, table, caption)
 
 
 def delta_error_vs_epochs_table(trials: pd.DataFrame, metric: str = DEFAULT_METRIC) -> pd.DataFrame:
-    """The training-length gap error(E) - error(E_max) per model, optimizer and epochs (length_gap)."""
-    return length_gap(trials, metric=metric)
+    """The training-length gap error(E) - error(E_max) per model, optimizer and epochs (length_gap), with
+    each cell's counted trials `n`."""
+    gaps = length_gap(trials, metric=metric)
+    counted = usable(trials, metric).kept.groupby(["model", "optimizer", "epochs"]).size().rename("n")
+    return gaps.join(counted, on=["model", "optimizer", "epochs"]) if len(gaps) else gaps
 
 
-def delta_error_vs_epochs_figure(table: pd.DataFrame, size: Optional[str] = None, ax: Optional[Axes] = None) -> Plot:
+def delta_error_vs_epochs_caption(table: pd.DataFrame) -> str:
+    """What delta_error_vs_epochs_figure draws, on which metric, of how many trials, against which reference."""
+    references = ", ".join(f"{e:g}" for e in sorted(table["reference_epochs"].unique()))
+    fallback = (
+        "; where every trial of the longest schedule diverged, the reference is the best shorter schedule"
+        if table["reference_fallback"].any()
+        else ""
+    )
+    return (
+        f"Training-length gap ({_cell(table, ['optimizer'])}): the best top-1 error at E epochs minus the best at the "
+        f"longest schedule (the reference: {references} epochs), per model and optimizer; n = {_n_range(table['n'])} "
+        f"trials per cell{fallback}. {_metric(table)}"
+    )
+
+
+def delta_error_vs_epochs_figure(
+    table: pd.DataFrame, size: Optional[str] = None, ax: Optional[Axes] = None, title: bool = False
+) -> Plot:
     """Training-length gap error(E) - error(E_max) against epochs per model and optimizer (Fig 2)."""
     if ax is None:
         fig, axes = _grid(1, size, None)
@@ -505,13 +668,9 @@ def delta_error_vs_epochs_figure(table: pd.DataFrame, size: Optional[str] = None
     ax.axhline(0, color="0.6", linewidth=0.5)
     ax.set(xscale="log", xlabel="epochs", ylabel="Δ top-1 error to longest (points)")
     integer_ticks(ax, table["epochs"].unique())
-    _title(
-        fig,
-        table,
-        f"Training-length gap: best error(E) - best error(longest), {_cell(table)}".rstrip(", "),
-    )
-    _legend(fig, [ax])
-    return Plot(fig, table)
+    caption = delta_error_vs_epochs_caption(table)
+    _finish(fig, [ax], caption, title)
+    return Plot(fig, table, caption)
 
 
 def expected_best_table(
@@ -533,9 +692,21 @@ def expected_best_table(
     return pd.DataFrame(rows).assign(metric=used.metric)
 
 
-def expected_best_figure(table: pd.DataFrame, size: Optional[str] = None, fig: Optional[Figure] = None) -> Plot:
+def expected_best_caption(table: pd.DataFrame) -> str:
+    """What expected_best_figure draws, on which metric, of how many trials (absolute errors)."""
+    n = table.groupby(["model", "optimizer"])["k"].max()
+    return (
+        f"Expected best top-1 error after k random lr/wd trials (unbiased estimator, Tang et al. 2020), a panel per "
+        f"optimizer ({_cell(table, ['optimizer'])}), a line per model, from n = {_n_range(n)} trials per model and "
+        f"optimizer; shaded: bootstrap 95% pointwise bands. Absolute errors (no reference). {_metric(table)}"
+    )
+
+
+def expected_best_figure(
+    table: pd.DataFrame, size: Optional[str] = None, fig: Optional[Figure] = None, title: bool = False
+) -> Plot:
     """Expected best error against the number of random trials k, a panel per optimizer, a line and its
-    bootstrap band (outlines) per model."""
+    shaded bootstrap band per model."""
     optimizers = sorted(table["optimizer"].unique())
     fig, axes = _grid(len(optimizers), size, fig)
     for ax, opt in zip(axes, optimizers):
@@ -544,17 +715,16 @@ def expected_best_figure(table: pd.DataFrame, size: Optional[str] = None, fig: O
             st = model_style(model, table["model"].unique())
             ax.plot(curve["k"], curve["expected_best"], label=model_label(model), markevery=0.15, **st)
             _band(ax, curve["k"], curve["lo"], curve["hi"], st, step=False)
-        ax.set(title=_opt(opt), xscale="log", xlabel="trials k", ylabel="expected best top-1 error (%)")
+        ax.set(
+            title=_opt(opt) if len(optimizers) > 1 else "",
+            xscale="log",
+            xlabel="trials k",
+            ylabel="expected best top-1 error (%)",
+        )
         integer_ticks(ax, trial_count_ticks(int(panel["k"].max())))
-    n = table.groupby(["model", "optimizer"])["k"].max()
-    _title(
-        fig,
-        table,
-        f"Expected best top-1 error after k random lr/wd trials, {_cell(table)}n = {_n_range(n)} trials per "
-        "model; bootstrap 95% bands",
-    )
-    _legend(fig, axes)
-    return Plot(fig, table)
+    caption = expected_best_caption(table)
+    _finish(fig, axes, caption, title, ["bootstrap 95% band"])
+    return Plot(fig, table, caption)
 
 
 def generalization_table(trials: pd.DataFrame, metric: str = DEFAULT_METRIC) -> pd.DataFrame:
@@ -582,7 +752,21 @@ def generalization_table(trials: pd.DataFrame, metric: str = DEFAULT_METRIC) -> 
     )
 
 
-def generalization_figure(table: pd.DataFrame, size: Optional[str] = None, fig: Optional[Figure] = None) -> Plot:
+def generalization_caption(table: pd.DataFrame) -> str:
+    """What generalization_figure draws, on which metric, of how many trials (absolute errors)."""
+    n = table.groupby(["model", "optimizer", "epochs"]).size()
+    return (
+        f"Validation top-1 error against final train loss ({_cell(table)}), a panel per optimizer and length: a "
+        f"small marker per trial, a large one the median per model; n = {_n_range(n)} trained trials per model "
+        f"and panel ({int(table['n_left_out'].iloc[0])} left out: diverged, failed or without a finite error). Lower "
+        f"error at the same loss: better generalization; lower loss: more capacity. Absolute errors (no reference). "
+        f"{_metric(table)}"
+    )
+
+
+def generalization_figure(
+    table: pd.DataFrame, size: Optional[str] = None, fig: Optional[Figure] = None, title: bool = False
+) -> Plot:
     """Validation error against final train loss, a point per trial and each model's median marked, one
     panel per (optimizer, epochs): CoAtNet's split of generalization (lower error at the same train loss)
     from capacity (lower train loss)."""
@@ -602,7 +786,7 @@ def generalization_figure(table: pd.DataFrame, size: Optional[str] = None, fig: 
                 markersize=6,
                 markeredgecolor="black",
                 markeredgewidth=0.6,
-                label=f"{model_label(model)} (n = {len(group)})",
+                label=model_label(model),
                 **st,
             )
         ax.set(
@@ -611,11 +795,7 @@ def generalization_figure(table: pd.DataFrame, size: Optional[str] = None, fig: 
             xlabel="final train loss",
             ylabel="validation top-1 error (%)",
         )
-        plain_log(ax.xaxis)
-    _title(
-        fig,
-        table,
-        "Generalization vs capacity: small markers trials, large the median per model; diverged trials left out",
-    )
-    _legend(fig, axes)
-    return Plot(fig, table)
+        log_ticks(ax.xaxis, table["train_loss"])
+    caption = generalization_caption(table)
+    _finish(fig, axes, caption, title)
+    return Plot(fig, table, caption)

@@ -1,5 +1,6 @@
-"""Every figure is a pair (analysis/figures.py): `<name>_table(trials, ..., metric)` computes the numbers
-it plots, `<name>_figure(table, ...)` draws them from that table only. The tables are checked against
+"""Every figure is a triple (analysis/figures.py): `<name>_table(trials, ..., metric)` computes the numbers
+it plots, `<name>_figure(table, ...)` draws them from that table only, `<name>_caption(table)` says what
+it draws. The tables are checked against
 plain pandas on a small hand-made study; the renderers against an edited table. For a paper (issue
 #27): every figure at its preset width has no text below 7 pt (read from the saved PDF), reads in
 grayscale (no two series of an axes share a colour-less style), composes into a user's figure and
@@ -98,23 +99,29 @@ FIGURES = {
 }
 
 
-def _pairs():
-    """{name: (table function, renderer)} of every `<name>_table` analysis/figures.py defines."""
+def _triples():
+    """{name: (table function, renderer, caption)} of every `<name>_table` analysis/figures.py defines."""
     tables = {
         name[: -len("_table")]: fn
         for name, fn in vars(figures).items()
         if name.endswith("_table") and callable(fn) and fn.__module__ == figures.__name__
     }
-    return {name: (fn, getattr(figures, f"{name}_figure")) for name, fn in tables.items()}
+    return {
+        name: (fn, getattr(figures, f"{name}_figure"), getattr(figures, f"{name}_caption"))
+        for name, fn in tables.items()
+    }
 
 
-def test_every_figure_is_a_table_function_and_a_renderer_of_that_table():
-    pairs = _pairs()
-    assert set(pairs) == set(FIGURES)
-    for name, (table, figure) in pairs.items():
+def test_every_figure_is_a_table_function_a_renderer_and_a_caption_of_that_table():
+    triples = _triples()
+    assert set(triples) == set(FIGURES)
+    for name, (table, figure, caption) in triples.items():
         computes, draws = inspect.signature(table).parameters, inspect.signature(figure).parameters
+        says = inspect.signature(caption).parameters
         assert list(computes)[0] == "trials" and "metric" in computes, name
         assert list(draws)[0] == "table" and not {"trials", "metric"} & set(draws), name
+        assert list(says)[0] == "table" and not {"trials", "metric"} & set(says), name
+        assert draws["title"].default is False, name  # no title unless asked
 
 
 def _drawn(fig) -> np.ndarray:
@@ -137,7 +144,8 @@ def test_a_renderer_draws_the_numbers_and_the_metric_of_its_table(name):
     new = edited[column].iloc[0]
     assert not np.isclose(_drawn(figure(table).fig), new).any()
     assert np.isclose(_drawn(figure(edited).fig), new).any()
-    assert figure(table.assign(metric="as the table says")).fig.get_suptitle().endswith("metric: as the table says")
+    stated = figure(table.assign(metric="as the table says"))
+    assert stated.caption.endswith("Metric: as the table says.") and not stated.fig.get_suptitle()
 
 
 def _sorted(frame: pd.DataFrame, by) -> pd.DataFrame:
@@ -277,49 +285,52 @@ def test_a_delta_edf_ends_its_x_axis_before_the_diverged_and_counts_them():
     ax = plot.fig.axes[0]
     kept = table[table["error"] < 90]
     assert kept["delta"].max() <= ax.get_xlim()[1] < table["delta"].max()
-    labels = [t.get_text() for t in plot.fig.legends[0].get_texts()]
+    *labels, band = [t.get_text() for t in plot.fig.legends[0].get_texts()]
     assert all("diverged: 1/4 at chance" in label for label in labels) and "ViT-C tiny" in labels[0] + labels[1]
+    assert band == "DKW 95% band"
 
 
 def _words(text: str) -> str:
-    """A title without its whitespace: the words as written, wherever the figure's width wrapped them."""
+    """A caption without its whitespace: the words as written, wherever a title wrapped them."""
     return "".join(text.split())
 
 
 @pytest.mark.parametrize(
     "name, says",
     [
-        ("delta_edf", "Δ-EDF of lr/wd trials, AdamW, 10 epochs, n = 4 per model, DKW 95% bands"),
+        (
+            "delta_edf",
+            "(AdamW; 10 epochs): for each model, the share of its trials (y) whose top-1 error lies within Δ points "
+            "(x) of the model's own best trial (the reference); n = 4 trials per model; shaded: DKW 95% "
+            "simultaneous bands",
+        ),
         (  # vit_c_tiny lost its failed trial: 15 counted, cnn_tiny 16
             "hp_scatter",
-            "Top-1 error against lr, wd and lr·wd, AdamW, SGD, 5, 10 epochs, n = 15-16 trials per model; "
-            "shaded: good ranges",
+            "against lr, wd and lr·wd (AdamW, SGD; 5, 10 epochs), a row of panels per model; "
+            "n = 15-16 trials per model",
         ),
     ],
     ids=["equal_n", "n_range"],
 )
-def test_a_title_names_the_optimizers_epochs_and_the_range_of_trials_per_model(name, says):
-    assert _words(_draw(name, "text").get_suptitle()) == _words(f"{says} metric: final")
+def test_a_caption_names_the_optimizers_epochs_the_range_of_trials_per_model_and_the_metric(name, says):
+    plot = FIGURES[name][1](TABLES[name], size="text")
+    assert says in plot.caption and plot.caption.endswith("Metric: final.")
+    titled = FIGURES[name][1](TABLES[name], size="text", title=True).fig.get_suptitle()
+    assert _words(titled) == _words(plot.caption)  # title=True: the caption above the figure
 
 
-def test_a_band_is_drawn_over_the_same_x_as_its_line():
-    """Each band outline (label `_band`) follows the line drawn before it: the Δs of a Δ-EDF, the k of an
-    expected best (1..n, twice per model: its two outlines)."""
-    drawn = {name: _draw(name, "text") for name in ("delta_edf", "expected_best")}
-    for name, fig in drawn.items():
-        for ax in fig.axes:
-            line = None
-            for artist in ax.get_lines():
-                if artist.get_label() != "_band":
-                    line = artist
-                    continue
-                np.testing.assert_array_equal(artist.get_xdata(), line.get_xdata(), err_msg=name)
-    curves = TABLES["expected_best"]
-    for ax in drawn["expected_best"].axes:
-        bands = [line.get_xdata() for line in ax.get_lines() if line.get_label() == "_band"]
-        counts = curves[curves["optimizer"] == ax.get_title().lower()].groupby("model")["k"].max()
-        assert sorted(len(x) for x in bands) == sorted(2 * list(counts))
-        assert all(list(x) == list(range(1, len(x) + 1)) for x in bands)
+def test_a_band_is_shaded_over_the_same_x_as_its_line():
+    """Each band (a filled area labelled `_band`, no outline) spans the x of the line drawn before it: the
+    Δs of a Δ-EDF, the k of an expected best (1..n per model)."""
+    for name in ("delta_edf", "expected_best"):
+        for ax in _draw(name, "text").axes:
+            lines = [line for line in ax.get_lines() if not line.get_label().startswith("_")]
+            bands = [c for c in ax.collections if c.get_label() == "_band"]
+            assert len(bands) == len(lines) > 0, name
+            for line, band in zip(lines, bands):
+                x = band.get_paths()[0].vertices[:, 0]
+                assert (x.min(), x.max()) == (min(line.get_xdata()), max(line.get_xdata())), name
+                assert band.get_linewidth().max() == 0 and band.get_alpha() < 0.5, name
 
 
 # ---- which models a figure or a sentence shows, by what name and in what order (analysis/catalogue.py):
@@ -392,13 +403,11 @@ def test_models_the_catalogue_does_not_know_are_drawn_by_name_each_in_a_style_of
     assert len(styles) == 3
 
 
-def test_known_and_unknown_models_share_a_figure_in_their_own_panels():
+def test_known_and_unknown_models_share_one_panel():
     study = STUDY.assign(model=STUDY["model"].replace({"cnn_tiny": "mine"}))
     fig = FIGURES["delta_edf"][1](_table("delta_edf", study)).fig
-    assert [ax.get_title() for ax in fig.axes] == ["tiny", "other models"]
-    only_mine = STUDY.assign(model="mine")
-    fig = FIGURES["delta_edf"][1](_table("delta_edf", only_mine)).fig
     assert [ax.get_title() for ax in fig.axes] == [""]
+    assert [label.split(" (")[0] for label in _series(fig)] == ["ViT-C tiny", "mine"]
 
 
 def test_sentences_name_models_by_their_catalogue_names_and_others_by_theirs():

@@ -89,7 +89,7 @@ def test_every_figure_renders_with_its_numbers_and_states_the_metric(tmp_path):
         "best": (curves_fig, curves),
     }
     for name, (fig, data) in figures.items():
-        assert "metric: paper = ema_best" in fig.fig.get_suptitle(), name
+        assert fig.caption.endswith("Metric: paper = ema_best."), name
         paths = save_figure(fig, str(tmp_path), name, data, {"n": len(data), "reference": "min", "metric": "paper"})
         for ext in ("pdf", "svg", "png", "csv", "json"):
             assert os.path.getsize(paths[ext]) > 200, (name, ext)
