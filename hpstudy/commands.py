@@ -10,8 +10,9 @@ import os
 import socket
 import sys
 import tempfile
+import time
 from collections import Counter
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 import pandas as pd
 import pyarrow.fs as pafs
@@ -21,10 +22,10 @@ from hpstudy.analysis.query import QueryError, filter_rows
 from hpstudy.analysis.report_folder import check_report_dir, owned, publish
 from hpstudy.analysis.stats import good_ranges
 from hpstudy.study.sampling import cells, check_samples, expand_for_store
-from hpstudy.study.spec import SpecError, StudySpec, check_models, load_spec, resolve_config
+from hpstudy.study.spec import SpecError, StudySpec, check_models, load_spec, parse_spec, resolve_config
 from hpstudy.study.store import StoreError, StoreFault, check_study_name, open_root, store_io
 from hpstudy.study.store_compaction import compact
-from hpstudy.study.store_lease import hold_lease
+from hpstudy.study.store_lease import ForeignLease, Lease, describe, hold_lease
 from hpstudy.study.store_read import (
     CLI,
     Fields,
@@ -37,6 +38,7 @@ from hpstudy.study.store_read import (
     stored_keys,
     with_sampled_columns,
 )
+from hpstudy.study.store_running import read_running
 from hpstudy.study.store_spec_record import load_spec_record, report_location
 from hpstudy.study.suggest import suggest as suggest_lines
 from hpstudy.study.trackers import check_trackers, trackers_of
@@ -163,7 +165,7 @@ def print_plan(spec: StudySpec, store: str, assume_tflops: Optional[float]) -> N
     )
 
 
-SUMMARY_COLUMNS = ["model", "status", "top1_err"]  # what print_summary reads (and the keys)
+SUMMARY_COLUMNS = ["model", "status", "top1_err"]  # what print_summary and print_cells read (and the keys)
 
 
 def print_summary(trials_frame) -> None:
@@ -336,31 +338,89 @@ def fetch_hint(page: str) -> str:
 
 
 def status(args: argparse.Namespace) -> int:
-    """Counts per model and status of the rows of a study's spec (--config's, else the recorded one)
-    and how much of it is done; rows of earlier versions of the spec are counted apart."""
-    record = None
+    """Whether a driver is running the study (its lease), counts per model and status of the rows of the study's
+    spec (--config's, else the recorded one), how much of it is done and, per cell, its trials stored, running
+    and pending; rows of earlier versions of the spec are counted apart. Reads the store only (no Ray)."""
+    record, spec = None, None
     if args.config:
         spec = load_spec(resolve_config(args.config), check_paths=False)
         args.study = args.study or spec.name
-        record = {"trial_keys": [t.key for t in expand_for_store(spec, args.store)]}
     if args.study:
         check_study_name(args.study)  # a bad name is named before the store
     require_store(args.store)
     if args.study and not args.config:
         record = load_spec_record(args.store, args.study)
+        spec = _recorded_spec(record)
+    planned = expand_for_store(spec, args.store) if spec else None
+    if planned is not None:
+        record = {"trial_keys": [t.key for t in planned]}
     current, earlier = split_by_spec(load_trials(args.store, args.study, columns=SUMMARY_COLUMNS), record)
     if args.study and not record and current.empty and earlier.empty:
         require_study(args.store, args.study)  # a study neither run nor stored: its name is mistyped
+    holder = None
+    if args.study:
+        holder, line = read_lease(args.store, args.study)
+        print(line)
     if record and "trial_keys" in record:
         finished = int(current["status"].isin(FINISHED).sum())
         print(f"{finished}/{len(record['trial_keys'])} trials of the spec stored as ok/diverged")
     print_summary(current)
+    if planned:
+        running = read_running(args.store, args.study, holder["host"], holder["pid"]) if holder else {}
+        print_cells(planned, current, running)
     if len(earlier):
         print(
             f"{len(earlier)} rows from an earlier spec of study {args.study!r} (not counted above, not in the report):"
         )
         print_summary(earlier)
     return 0
+
+
+def _recorded_spec(record: Optional[Dict]) -> Optional[StudySpec]:
+    """The spec a study's record holds, or None when there is none or it is no longer a valid spec here (a
+    model since removed, an older spec format): status then counts per model only."""
+    with contextlib.suppress(SpecError, TypeError, KeyError):
+        return parse_spec(record["spec"], check_paths=False) if record else None
+    return None
+
+
+def read_lease(store: str, study: str) -> Tuple[Optional[Dict], str]:
+    """The lease of the driver running `study` now (hpstudy.study.store_lease) or None when there is none or it is
+    stale (its driver died), and one line saying which."""
+    try:
+        lease = Lease(store, study, "hpstudy status")._read()
+    except ForeignLease as exc:
+        return None, f"driver: unknown ({exc})"
+    if not lease:
+        return None, "driver: none (no run of this study holds its lease)"
+    ago = time.time() - lease["heartbeat_at"]
+    if ago > lease["stale_after_s"]:
+        return None, (
+            f"driver: none live; the lease of {describe(lease)} is stale (no heartbeat for {ago:.0f} s): "
+            f"its driver died, and the next run takes the lease over"
+        )
+    return lease, f"driver: live, {describe(lease)}, heartbeat {max(0.0, ago):.0f} s ago"
+
+
+def print_cells(planned, current: pd.DataFrame, running: Dict) -> None:
+    """Per (model, optimizer, epochs) cell of the spec: its trials, stored per status, running and pending."""
+    statuses = current.set_index("trial_key")["status"].to_dict() if len(current) else {}
+    rows: Dict = {}
+    for t in planned:
+        row = rows.setdefault((t.model, t.optimizer, t.epochs), Counter())
+        row["trials"] += 1
+        row[statuses.get(t.key, "not stored")] += 1
+    w = max(14, *(len(m) for m, _, _ in rows))
+    print(
+        f"{'model':<{w}} {'optimizer':<9} {'epochs':>6} {'trials':>6} {'ok':>5} {'div':>5} {'fail':>5} "
+        f"{'running':>7} {'pending':>7}"
+    )
+    for (model, optimizer, epochs), row in rows.items():
+        now = min(running.get((model, optimizer, epochs), 0), row["not stored"])
+        print(
+            f"{model:<{w}} {optimizer:<9} {epochs:>6} {row['trials']:>6} {row[OK]:>5} {row[DIVERGED]:>5} "
+            f"{row[FAILED]:>5} {now:>7} {row['not stored'] - now:>7}"
+        )
 
 
 def compact_study(args: argparse.Namespace) -> int:

@@ -1,7 +1,8 @@
-"""Live progress of a study on the driver: done / running / pending, ETA, best error per model; as a
-line every few seconds (a terminal), a tqdm bar (a notebook) or not at all. A trial that fails (a lost
-node, a killed worker) is one warning line of this module's logger, whether Ray retries it or it is
-stored failed; Tune's traceback of it is kept for --debug (this logger at DEBUG)."""
+"""Live progress of a study on the driver: done / running / pending (a fused group's members each count),
+ETA, best error per model; as a line every few seconds (a terminal), a tqdm bar (a notebook) or not at all;
+the trials running per cell are recorded in the store for `hpstudy status` (study/store_running.py). A
+trial that fails (a lost node, a killed worker) is one warning line of this module's logger, whether Ray
+retries it or it is stored failed; Tune's traceback of it is kept for --debug (this logger at DEBUG)."""
 
 import contextlib
 import contextvars
@@ -17,6 +18,7 @@ from ray import tune
 from tqdm.auto import tqdm
 
 from hpstudy.study.spec import SpecError
+from hpstudy.study.store_running import clear_running, write_running
 from hpstudy.trainers.errors import shown
 from hpstudy.trainers.schema import FAILED, STATUSES
 
@@ -133,6 +135,7 @@ class ProgressPrinter(SavedEmpty, tune.Callback):
         self.started = time.time()
         self.last_print = 0.0
         self.running = 0
+        self.cells: Counter = Counter()  # the running trials per (model, optimizer, epochs) last recorded
         display = _DISPLAY.get()
         self.display = ("bar" if in_notebook() else "lines") if display == "auto" else display
         self.drawn = None  # what the bar shows now: (done, postfix)
@@ -182,8 +185,26 @@ class ProgressPrinter(SavedEmpty, tune.Callback):
             self.last_print = time.time()
             print(self.line(), flush=True)
 
+    def _members(self, trial) -> List[str]:
+        """The study's trial keys a Tune trial trains: a fused group's members (one unknown key when it is not
+        one of the writer's groups)."""
+        with contextlib.suppress(AttributeError, KeyError, IndexError, TypeError):
+            return list(self.writer.groups[trial.config["group"]]["keys"])
+        return [""]
+
     def on_step_begin(self, iteration, trials, **info):
-        self.running = sum(t.status == "RUNNING" for t in trials)
+        """Count the study's trials running now (each member of a fused group is one) and record them per cell
+        in the store when that changed (hpstudy status reads it)."""
+        keys = [key for t in trials if t.status == "RUNNING" for key in self._members(t)]
+        self.running = len(keys)
+        cells = Counter()
+        for key in keys:
+            with contextlib.suppress(AttributeError, KeyError):
+                t = self.writer.by_key[key]
+                cells[(t.model, t.optimizer, t.epochs)] += 1
+        if cells != self.cells:
+            self.cells = cells
+            write_running(self.writer.store, self.writer.study, dict(cells))
         self._maybe_print()
 
     def on_trial_complete(self, iteration, trials, trial, **info):
@@ -222,6 +243,8 @@ class ProgressPrinter(SavedEmpty, tune.Callback):
     def final(self) -> None:
         """The last status (a line, or the bar's last state, closed), once the run ends (or is interrupted)."""
         self.running = 0
+        if self.cells:
+            clear_running(self.writer.store, self.writer.study)
         self._maybe_print(force=True)
         if self.bar is not None:
             self.bar.close()
