@@ -1,4 +1,5 @@
-"""End to end on a real local Ray: no mocks."""
+"""End to end on a real local Ray: no mocks. The first test, a study run and resumed, is in the default
+tier (`pytest`); the others are slow."""
 
 import os
 import re
@@ -19,8 +20,6 @@ from hpstudy.study.spec import parse_spec
 from hpstudy.study.store_read import load_epochs, load_trials
 from hpstudy.trainers.schema import TRIAL_SCHEMA
 from tests.helpers import REPO, run_edf, run_edf_command, small_spec, stored_row, write_spec
-
-pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
@@ -82,6 +81,7 @@ def _listening_addresses(root_pid):
     return {c.laddr.ip for c in psutil.net_connections(kind="tcp") if c.status == psutil.CONN_LISTEN and c.pid in pids}
 
 
+@pytest.mark.slow
 def test_driver_sigkill_then_restart_stores_each_trial_once(tmp_path):
     spec = small_spec(name="kill", samples=3, epochs=[2])
     config, store = write_spec(tmp_path, spec), str(tmp_path / "store")
@@ -118,6 +118,7 @@ def test_driver_sigkill_then_restart_stores_each_trial_once(tmp_path):
     assert [f.name.startswith("compact-") for f in trial_dir.glob("*.parquet")] == [True, True]
 
 
+@pytest.mark.slow
 def test_worker_crash_is_retried_then_failed_trials_rerun(tmp_path):
     spec = small_spec(name="crash", models=["cnn_tiny"], samples=1, max_retries=1)
     config, store = write_spec(tmp_path, spec), str(tmp_path / "store")
@@ -139,6 +140,7 @@ def test_worker_crash_is_retried_then_failed_trials_rerun(tmp_path):
     assert load_trials(store, "crash")["status"].tolist() == ["ok", "ok"]
 
 
+@pytest.mark.slow
 def test_fused_groups_store_k_rows_and_resume_per_member(local_ray, tmp_path, capsys):
     from hpstudy.study.fusion import AUTO_FUSE_MIN_SPEEDUP, fusion_groups, fusion_sizes
     from hpstudy.study.store import write_trial
@@ -174,6 +176,7 @@ def test_fused_groups_store_k_rows_and_resume_per_member(local_ray, tmp_path, ca
     assert (decision == "fuse 2") == (speedup >= AUTO_FUSE_MIN_SPEEDUP) or abs(speedup - AUTO_FUSE_MIN_SPEEDUP) < 0.01
 
 
+@pytest.mark.slow
 def test_a_study_longer_than_one_tune_run_stores_each_trial_once_and_compacts_as_it_goes(
     local_ray, tmp_path, monkeypatch
 ):
@@ -214,6 +217,7 @@ def test_a_study_longer_than_one_tune_run_stores_each_trial_once_and_compacts_as
     assert not [key for key in _logged if key.startswith("tune_func_encode:")]
 
 
+@pytest.mark.slow
 def test_a_local_ray_runs_as_many_trials_at_once_as_it_holds(local_ray, tmp_path, monkeypatch):
     """On a local Ray (here 2 CPUs) the run is capped at what it holds, --max-concurrent lower; and
     Tune's scheduler picks no trial to start first (its pick took idle actors from trials whose own
