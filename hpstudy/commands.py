@@ -341,17 +341,20 @@ def status(args: argparse.Namespace) -> int:
     """Whether a driver is running the study (its lease), counts per model and status of the rows of the study's
     spec (--config's, else the recorded one), how much of it is done and, per cell, its trials stored, running
     and pending; rows of earlier versions of the spec are counted apart. Reads the store only (no Ray)."""
-    record, spec = None, None
+    record, planned = None, None
     if args.config:
         spec = load_spec(resolve_config(args.config), check_paths=False)
         args.study = args.study or spec.name
+        planned = expand_for_store(spec, args.store)
     if args.study:
         check_study_name(args.study)  # a bad name is named before the store
     require_store(args.store)
     if args.study and not args.config:
         record = load_spec_record(args.store, args.study)
         spec = _recorded_spec(record)
-    planned = expand_for_store(spec, args.store) if spec else None
+        planned = expand_for_store(spec, args.store) if spec else None
+        if planned and "trial_keys" in record and set(record["trial_keys"]) != {t.key for t in planned}:
+            planned = None  # the spec expands here to other keys than it did when recorded: per model only
     if planned is not None:
         record = {"trial_keys": [t.key for t in planned]}
     current, earlier = split_by_spec(load_trials(args.store, args.study, columns=SUMMARY_COLUMNS), record)
