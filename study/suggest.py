@@ -97,12 +97,13 @@ def fixed_points(
         }
         with_recipe = {"keys": {"lr": "log_uniform", "wd": "log_uniform", **recipe}} if recipe else {}
         ranges = ranges_fn(cell, metric, **with_recipe)
-        log_lr, log_wd = ranges.loc["p50", "log10_lr"], ranges.loc["p50", "log10_wd"]
-        lo_prod, hi_prod = ranges.loc["p2.5", "log10_lr_wd"], ranges.loc["p97.5", "log10_lr_wd"]
+        # plain floats (a notebook shows np.float64(0.00195...) for numpy's): the points are the API's data
+        log_lr, log_wd = float(ranges.loc["p50", "log10_lr"]), float(ranges.loc["p50", "log10_wd"])
+        lo_prod, hi_prod = float(ranges.loc["p2.5", "log10_lr_wd"]), float(ranges.loc["p97.5", "log10_lr_wd"])
         out.append(
             {
                 "model": model,
-                "family": cell["family"].iloc[0],  # as stored: a timm: model's as its spec gave it
+                "family": str(cell["family"].iloc[0]),  # as stored: a timm: model's as its spec gave it
                 "optimizer": opt,
                 "epochs": epochs,
                 "lr": 10**log_lr,
@@ -110,8 +111,8 @@ def fixed_points(
                 "n": int(ranges["n"].iloc[0]),
                 "n_left_out": int(ranges["n_left_out"].iloc[0]),
                 "metric": str(ranges["metric"].iloc[0]),
-                "lr_range": (10 ** ranges.loc["p2.5", "log10_lr"], 10 ** ranges.loc["p97.5", "log10_lr"]),
-                "wd_range": (10 ** ranges.loc["p2.5", "log10_wd"], 10 ** ranges.loc["p97.5", "log10_wd"]),
+                "lr_range": (_power10(ranges, "p2.5", "log10_lr"), _power10(ranges, "p97.5", "log10_lr")),
+                "wd_range": (_power10(ranges, "p2.5", "log10_wd"), _power10(ranges, "p97.5", "log10_wd")),
                 "product_in_range": bool(lo_prod - 1e-9 <= log_lr + log_wd <= hi_prod + 1e-9),
                 "recipe": {name: _fixed_field(ranges, name, kind) for name, kind in recipe.items()},
             }
@@ -119,6 +120,11 @@ def fixed_points(
     if not out:
         raise ConfigError("--model/--optimizer: no (model, optimizer) of the study matches")
     return out
+
+
+def _power10(ranges: pd.DataFrame, quantile: str, column: str) -> float:
+    """10 ** a good-range quantile of a log10 column, as a plain float."""
+    return float(10 ** ranges.loc[quantile, column])
 
 
 def _fixed_field(ranges: pd.DataFrame, name: str, kind: str) -> Dict[str, str]:
