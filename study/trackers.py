@@ -196,21 +196,25 @@ class MlflowTracker(FolderTracker):
 
 
 class TensorBoardTracker(FolderTracker):
-    """One TensorBoard run folder per trial, `<folder>/<study>/<trial key>`: the epoch curves as
-    scalars (step = epoch), the final metrics and the hyperparameters for the HParams tab (tensorboardX,
-    which Ray Tune installs). Each event file's name ends in `.<status>` (events.out.tfevents.<time>.<host>.ok)."""
+    """One TensorBoard run folder per trial, named for a reader: `<folder>/<study>/<model>/<optimizer>-<epochs>ep-<the
+    key's first 8 digits>` (run_folder): the epoch curves as scalars (step = epoch), the final metrics and the
+    hyperparameters for the HParams tab (tensorboardX, which Ray Tune installs). Each event file's name ends in
+    the trial's key and status (events.out.tfevents.<time>.<host>.<key>.ok), which logged_keys reads."""
 
     kind = "tensorboard"
 
     def logged_keys(self, study: str) -> Set[str]:
-        """The trial folders of the study holding an event file that is not a failed trial's (one named
-        by an hpstudy that did not end it in its status counts as held)."""
+        """The keys of the study's trials whose event file is not a failed trial's; a folder of an earlier
+        hpstudy (`<study>/<key>/`, its event file named by the status alone, or by nothing) is that key's."""
         root = os.path.join(self.folder, study)
-        if not os.path.isdir(root):
-            return set()
-        with os.scandir(root) as entries:
-            folders = [entry.name for entry in entries if entry.is_dir()]
-        return {key for key in folders if any(_held_event_file(name) for name in os.listdir(os.path.join(root, key)))}
+        keys = set()
+        for folder, _, files in os.walk(root):
+            for name in files:
+                if _held_event_file(name):
+                    parts = name.rsplit(".", 2)
+                    nested = os.path.dirname(os.path.relpath(folder, root)) != ""
+                    keys.add(parts[1] if nested and len(parts) == 3 else os.path.basename(folder))
+        return keys
 
     def log_trial(self, row: Mapping[str, Any], epochs: Sequence[Mapping[str, Any]]) -> None:
         """Write the trial's event file: curves, final metrics and its hparams session."""
@@ -218,8 +222,9 @@ class TensorBoardTracker(FolderTracker):
         from tensorboardX.summary import hparams
 
         finals = final_metrics(row)
-        logdir = os.path.join(self.folder, row["study"], row["trial_key"])
-        with SummaryWriter(logdir=logdir, filename_suffix=f".{row['status']}") as writer:
+        logdir = os.path.join(self.folder, row["study"], run_folder(row))
+        suffix = f".{row['trial_key']}.{row['status']}"
+        with SummaryWriter(logdir=logdir, filename_suffix=suffix) as writer:
             for epoch, values in curves(epochs):
                 for name, value in values.items():
                     writer.add_scalar(name, value, epoch)
@@ -232,6 +237,13 @@ class TensorBoardTracker(FolderTracker):
 
     def close(self) -> None:
         """Nothing to release: each trial's writer is closed when it is written."""
+
+
+def run_folder(row: Mapping[str, Any]) -> str:
+    """A trial's TensorBoard run, below its study: `<model>/<optimizer>-<epochs>ep-<the key's first 8 digits>`
+    (a timm: model's colon or slash kept out of the path: timm-resnet18)."""
+    model = str(row["model"]).replace(":", "-").replace("/", "-")
+    return os.path.join(model, f"{row['optimizer']}-{row['epochs']}ep-{str(row['trial_key'])[:8]}")
 
 
 def _held_event_file(name: str) -> bool:
