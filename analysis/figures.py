@@ -216,6 +216,11 @@ def _n_range(counts: Iterable[int]) -> str:
     return f"{low}" if low == high else f"{low}-{high}"
 
 
+def _fill(table: pd.DataFrame) -> str:
+    """'; AdamW filled, SGD open' where a table holds both optimizers."""
+    return "; AdamW filled, SGD open" if {"adamw", "sgd"} <= set(table["optimizer"]) else ""
+
+
 def _metric(table: pd.DataFrame) -> str:
     return f"Metric: {table['metric'].iloc[0]}."
 
@@ -489,7 +494,7 @@ def hp_scatter_caption(table: pd.DataFrame, keys: Keys = ("lr", "wd"), ranges: b
     n = table.groupby("model").size()
     return (
         f"Top-1 error of every trial against {hp_names(keys)} ({_cell(table)}), a row of panels per model; "
-        f"n = {_n_range(n)} trials per model; AdamW filled, SGD open"
+        f"n = {_n_range(n)} trials per model{_fill(table)}"
         + ("; shaded: each model's good range (2.5-97.5% of the bootstrapped best trial's value)" if ranges else "")
         + f". Absolute errors (no reference). {_metric(table)}"
     )
@@ -571,7 +576,7 @@ def error_vs_epochs_caption(table: pd.DataFrame) -> str:
     return (
         f"Best top-1 error against training length ({_cell(table, ['optimizer'])}), per model and optimizer: each "
         f"point the best of its cell's n = {_n_range(table['n'])} trials, its bar up to the worst trial that did "
-        "not diverge; the series of one length are set side by side; AdamW filled, SGD open; a cross: every "
+        f"not diverge; the series of one length are set side by side{_fill(table)}; a cross: every "
         f"trial of the cell diverged. Absolute errors (no reference). {_metric(table)}"
     )
 

@@ -1,9 +1,7 @@
 """One-command report of a study: figures, tables and a self-contained HTML page."""
 
-import html
 import json
 import os
-import re
 import tempfile
 import warnings
 from typing import Dict, List, Optional, Tuple
@@ -12,8 +10,8 @@ import matplotlib.style
 import numpy as np
 import pandas as pd
 import pyarrow.fs as pafs
-import yaml
 
+from hpstudy.analysis.captions import write_captions
 from hpstudy.analysis.edf import EDF_CONVENTION, bootstrap_band, dkw_epsilon
 from hpstudy.analysis.figures import (
     STYLE,
@@ -21,23 +19,24 @@ from hpstudy.analysis.figures import (
     delta_edf_table,
     delta_error_vs_epochs_figure,
     delta_error_vs_epochs_table,
+    delta_scale,
     error_vs_epochs_figure,
     error_vs_epochs_table,
     expected_best_figure,
     expected_best_table,
     generalization_figure,
     generalization_table,
-    hp_names,
     hp_scatter_figure,
     hp_scatter_table,
     save_figure,
 )
-from hpstudy.analysis.findings import CALIBRATION_DOC, KINDS, Finding, claims_table, findings_table, fmt_p, sig3
+from hpstudy.analysis.findings import CALIBRATION_DOC, KINDS, findings_table
 from hpstudy.analysis.findings import findings as make_findings
 from hpstudy.analysis.gaps import ema_gain
 from hpstudy.analysis.inference import ALPHA, design_of
 from hpstudy.analysis.metric import DEFAULT_METRIC, ERR, METRIC_DOCS, LeftOutWarning, Rows, usable
 from hpstudy.analysis.report_folder import FOLDER_RULE, ReportError, check_report_dir, publish
+from hpstudy.analysis.report_page import Drawn, Page, render
 from hpstudy.analysis.stats import Keys, good_ranges, hp_importance, hp_kinds
 from hpstudy.trainers.schema import DIVERGED, FAILED, FINISHED, OK, STATUSES
 
@@ -144,47 +143,75 @@ def _sampled(frame: pd.DataFrame) -> pd.DataFrame:
     return frame[[designs[key] == "samples" for key in frame[CELL].itertuples(index=False, name=None)]]
 
 
+def spec_sizes(record: Optional[Dict]) -> Dict[str, str]:
+    """The size classes a spec's `models:` gives (a timm: model's {name, family, size})."""
+    models = ((record or {}).get("spec") or {}).get("models") or []
+    return {m["name"]: m["size"] for m in models if isinstance(m, dict) and m.get("size")}
+
+
+def _main_cell(cells: List[Tuple[str, int, int]]) -> Optional[Tuple[str, int]]:
+    """The (optimizer, epochs) of the main Δ-EDF among (optimizer, epochs, n per model): the most trials,
+    then the longest schedule, then AdamW."""
+    if not cells:
+        return None
+    opt, epochs, _ = max(cells, key=lambda c: (c[2], c[1], c[0] == "adamw"))
+    return opt, epochs
+
+
 def _figures(
-    trials: pd.DataFrame, rows: Rows, ranges: Dict, out: str, metric: str, keys: Keys = ("lr", "wd")
-) -> List[Tuple[str, str, Dict]]:
+    trials: pd.DataFrame,
+    rows: Rows,
+    ranges: Dict,
+    out: str,
+    metric: str,
+    keys: Keys = ("lr", "wd"),
+    sizes: Optional[Dict[str, str]] = None,
+) -> List[Drawn]:
     """Render every figure the data supports in the house style, each from its table, saved beside it
-    (the scatter against each sampled hyperparameter of `keys`); returns (name, caption, paths)."""
-    made = []
+    (the scatter against each sampled hyperparameter of `keys`), each placed in the section of the
+    comparison it shows; the main Δ-EDF (_main_cell) opens the page."""
+    made: List[Drawn] = []
     stated = {"metric": rows.metric, "metric_definition": METRIC_DOCS[metric]}
 
-    def draw(name: str, caption: str, table: pd.DataFrame, figure, **meta) -> None:
+    def draw(name: str, section: str, table: pd.DataFrame, figure, **meta) -> None:
         with matplotlib.style.context(STYLE):
-            paths = save_figure(figure(table), out, name, table, {**stated, **meta})
-        made.append((name, caption, paths))
+            plot = figure(table)
+            paths = save_figure(plot, out, name, table, {**stated, "caption": plot.caption, **meta})
+        made.append(Drawn(name, section, plot.caption, paths))
 
     usable_rows = rows.kept
-    sampled, sampled_rows = (
-        _sampled(trials),
-        _sampled(usable_rows),
-    )  # lr/wd figures: seed-only cells are not lr/wd studies
+    # lr/wd figures: seed-only cells are not lr/wd studies
+    sampled, sampled_rows = _sampled(trials), _sampled(usable_rows)
+    several = usable_rows["model"].nunique() > 1
+    edfs = []
     for (opt, epochs), cell in sampled_rows.groupby(["optimizer", "epochs"], sort=True, observed=True):
         if cell.groupby("model").size().min() < 2:
             continue
         whole = sampled[(sampled["optimizer"] == opt) & (sampled["epochs"] == epochs)]
         table = delta_edf_table(equalize_counts(whole, ["model"], metric), metric)
+        edfs.append((opt, int(epochs), table))
+    main = _main_cell([(opt, epochs, int(t.groupby("model")["n"].first().min())) for opt, epochs, t in edfs])
+    for opt, epochs, table in edfs:
+        xscale = delta_scale(table)
         draw(
             f"delta_edf_{opt}_{epochs}ep",
-            f"Δ-EDF of top-1 error ({rows.metric}), {opt}, {epochs} epochs (equal n per model)",
+            "main" if (opt, epochs) == main else "models" if several else "sampled",
             table,
-            delta_edf_figure,
+            lambda t: delta_edf_figure(t, sizes=sizes, xscale=xscale),
             n_per_model=int(table.groupby("model")["n"].first().min()),
-            reference="group minimum",
+            reference="each model's best trial",
             edf_convention=EDF_CONVENTION,
             band="DKW 95% simultaneous",
             optimizer=opt,
-            epochs=int(epochs),
+            epochs=epochs,
+            xscale=xscale,
         )
     for opt in sorted(usable_rows["optimizer"].unique()):
         by_model = {m: r for (m, o), r in ranges.items() if o == opt}
         if (sampled_rows["optimizer"] == opt).any():
             draw(
                 f"hp_scatter_{opt}",
-                f"Top-1 error ({rows.metric}) against {hp_names(keys)} ({opt}); shaded: good ranges",
+                "sampled",
                 hp_scatter_table(sampled[sampled["optimizer"] == opt], metric, keys),
                 lambda table: hp_scatter_figure(table, by_model, keys=keys),
                 good_ranges="bootstrap (2500 x max(1, int(25% n))) of the best trial's log10 values, 2.5-97.5%"
@@ -194,14 +221,14 @@ def _figures(
     if usable_rows["epochs"].nunique() > 1:
         draw(
             "error_vs_epochs",
-            f"Best top-1 error ({rows.metric}) against training length (diverged runs dashed)",
+            "lengths",
             error_vs_epochs_table(trials, metric),
-            error_vs_epochs_figure,
+            lambda table: error_vs_epochs_figure(table, sizes=sizes),
             aggregate="best trial per (model, optimizer, epochs)",
         )
         draw(
             "delta_error_vs_epochs",
-            f"Training-length gap: error(E) - error(E_max), {rows.metric}",
+            "lengths",
             delta_error_vs_epochs_table(trials, metric),
             delta_error_vs_epochs_figure,
             rule="E_max all diverged -> best shorter schedule, flagged",
@@ -211,9 +238,7 @@ def _figures(
     if usable_rows["family"].nunique() > 1 and trained:
         draw(
             "generalization",
-            f"Generalization vs capacity (CoAtNet's Fig. 1 from the stored rows): validation "
-            f"top-1 error ({rows.metric}) against final train loss per trial, medians per model "
-            f"large; diverged trials left out",
+            "models",
             generalization_table(trials, metric),
             generalization_figure,
             aggregate="median per model",
@@ -222,175 +247,13 @@ def _figures(
     if len(sampled_rows) and sampled_rows.groupby(["model", "optimizer"]).size().max() >= 2:
         draw(
             "expected_best",
-            f"Expected best top-1 error ({rows.metric}) after k random trials (unbiased estimator)",
+            "sampled",
             expected_best_table(sampled, metric),
             expected_best_figure,
             estimator="unbiased, Tang et al. 2020",
             band="bootstrap 95% pointwise",
         )
     return made
-
-
-# Readable column names with units for the HTML tables (report.json keeps the field names).
-# "%" = top-1 error in percent; "pts" = a difference of errors in percentage points.
-COLUMN_LABELS = {
-    "design": "design",
-    "n": "trials counted",
-    "n_left_out": "left out",
-    "ok": "ok",
-    "diverged": "diverged",
-    "failed": "failed",
-    "diverged_share": "diverged (%)",
-    "best": "best error (%)",
-    "median": "median error (%)",
-    "mean": "mean error (%)",
-    "sd": "sd (pts)",
-    "dkw_eps_95": "DKW band ± (95%)",
-    "bootstrap_eps_95": "bootstrap band ± (95%)",
-    "rule": "test",
-    "estimate": "estimate (pts) [CI]",
-    "p": "p",
-    "p_mc_lo": "exact p from (Monte-Carlo)",
-    "p_mc_hi": "exact p to (Monte-Carlo)",
-    "p_holm": "p, Holm",
-    "verdict": "verdict",
-    "verdict_holm": "verdict, Holm",
-    "area": "signed area, a's favour (pts) [95% CI]",
-    "within2_a": "a within 2 pts of best (%)",
-    "within2_b": "b within 2 pts of best (%)",
-    "detectable": "probability detectable at 80% power",
-    "d_a_above": "D, a's Δ-EDF above",
-    "d_b_above": "D, b's Δ-EDF above",
-    "log10_lr": "log10 lr",
-    "log10_wd": "log10 wd",
-    "log10_lr_wd": "log10 lr·wd",
-    "sample_size": "bootstrap sample size",
-    "importance_lr": "fANOVA importance lr",
-    "importance_wd": "fANOVA importance wd",
-    "gain_mean": "mean gain (pts)",
-    "gain_median": "median gain (pts)",
-    "best_ema": "best EMA error (%)",
-    "gain_of_best": "gain of the bests (pts)",
-    "no_finite_error": "no finite error",
-}
-TABLE_LABELS = {
-    "edf_pair": {"estimate": "P(a trial of a nearer its best than one of b)", "diverged": "diverged a/b"},
-    "length_gap": {"epochs": "shortest (epochs)"},
-    "length_gap_pair": {"epochs": "shortest (epochs)"},
-}
-SHARES = ("diverged_share", "within2_a", "within2_b")  # fractions shown in percent
-P_VALUES = ("p", "p_holm", "p_mc_lo", "p_mc_hi")
-
-
-def _with_ci(value: float, lo: float, hi: float) -> str:
-    return sig3(value) + (f" [{sig3(lo)}, {sig3(hi)}]" if np.isfinite(lo) and np.isfinite(hi) else "")
-
-
-def readable(frame: pd.DataFrame, key: str = "") -> pd.DataFrame:
-    """A table for reading: estimates with their CI in one column, p as `< 0.001`, shares in percent,
-    readable column names with units, without the `metric` column (the page states the metric once)."""
-    frame = frame.drop(columns=[c for c in ("metric",) if c in frame])
-    for stat in ("area", "estimate"):
-        if {stat, f"{stat}_lo", f"{stat}_hi"} <= set(frame):
-            frame = frame.assign(
-                **{stat: [_with_ci(*v) for v in zip(frame[stat], frame[f"{stat}_lo"], frame[f"{stat}_hi"])]}
-            )
-            frame = frame.drop(columns=[f"{stat}_lo", f"{stat}_hi"])
-    frame = frame.assign(
-        **{
-            c: [
-                fmt_p(p).removeprefix("p = ").removeprefix("p ") if np.isfinite(p) else "–"
-                for p in frame[c].astype(float)
-            ]
-            for c in P_VALUES
-            if c in frame
-        }
-    )
-    frame = frame.assign(**{c: 100 * frame[c].astype(float) for c in SHARES if c in frame})
-    return frame.rename(columns={**COLUMN_LABELS, **TABLE_LABELS.get(key, {})})
-
-
-def _table_html(frame: pd.DataFrame, empty: str, key: str = "") -> str:
-    if frame is None or frame.empty:
-        return f"<p><em>{html.escape(empty)}</em></p>"
-    table = readable(frame, key).to_html(index=False, float_format=sig3, border=0, classes="t", na_rep="–")
-    return f'<div class="wide">{table}</div>'
-
-
-class _SpecDumper(yaml.SafeDumper):
-    """YAML as a spec is written by hand: lists of plain values on one line ([low, high])."""
-
-
-_SpecDumper.add_representer(
-    list,
-    lambda dumper, value: dumper.represent_sequence(
-        "tag:yaml.org,2002:seq", value, flow_style=not any(isinstance(v, (dict, list)) for v in value)
-    ),
-)
-
-
-def spec_yaml(spec: Dict) -> str:
-    """The spec record as YAML (lists of numbers or names in flow style)."""
-    return yaml.dump(spec, Dumper=_SpecDumper, sort_keys=False, allow_unicode=True, width=100)
-
-
-FINDING_TITLES = {
-    "scope": "Scope: the tests and the trials",
-    "edf_pair": "Δ-EDFs, pairs of models (lr/wd stability; Figs 5-6)",
-    "optimizer_gap": "Optimizer gap per model (Fig 3)",
-    "optimizer_gap_pair": "Optimizer gap, pairs of models",
-    "length_gap": "Training-length gap per model (Fig 2)",
-    "length_gap_pair": "Training-length gap, pairs of models",
-    "peak": "Peak error over seeds, best configurations (Fig 7)",
-}
-
-
-def _claims_html(found: List[Finding]) -> str:
-    """The paper's claims against this study (findings.claims_table), or why there are none."""
-    claims = claims_table(found)
-    if claims.empty:
-        return "<p><em>no ViT-P / ViT-C pair was compared: the paper's claims are not tested here</em></p>"
-    return (
-        "<p>Each row is a finding below on a ViT-P / ViT-C pair: its number with its interval, and its verdict "
-        "after Holm's adjustment over the report's tests.</p>"
-        + claims.to_html(index=False, border=0, classes="t claims")
-    )
-
-
-def _findings_html(found: List[Finding]) -> str:
-    parts = [
-        f"<p>Each sentence is one test on the trials below, at α = {ALPHA:g}, and names its test and interval; "
-        f"the tables below are the same findings. A finding the data cannot decide says "
-        f"<em>inconclusive</em> (or that the design cannot reach α) and what 80% power would need. Each "
-        f"rule's measured error rate and power: <code>{CALIBRATION_DOC}</code>; tests: "
-        f"<code>analysis/inference.py</code>.</p>"
-    ]
-    for kind, title in FINDING_TITLES.items():
-        items = [f for f in found if f.kind == kind]
-        if not items:
-            continue
-        lis = "".join(f"<li>{html.escape(f.sentence)}</li>" for f in items)
-        parts.append(
-            f"<details><summary>{html.escape(title)} ({len(items)})</summary><ul class='findings'>{lis}</ul></details>"
-        )
-    return "".join(parts)
-
-
-SVG_SCALE = 2.0  # inline figures at twice their print size (7 pt type reads as about 19 px)
-
-
-def _inline_svg(svg: str) -> str:
-    """The figure's <svg> element, drawn at SVG_SCALE times its size in points (as CSS px), at most
-    the page's width."""
-    svg = svg[svg.index("<svg") :]
-    head_end = svg.index(">")
-    head = svg[:head_end]
-    width = re.search(r'width="([0-9.]+)pt"', head)
-    if not width:
-        return svg
-    px = float(width.group(1)) * 4 / 3 * SVG_SCALE
-    head = re.sub(r'\s(width|height)="[0-9.]+pt"', "", head)
-    return f'{head} style="width:{px:.0f}px">' + svg[head_end + 1 :]
 
 
 def build_report(
@@ -434,7 +297,7 @@ def _write_report(trials: pd.DataFrame, epochs: pd.DataFrame, record: Optional[D
             "ema_gain": ema_gain(trials),
             "left_out": left_out_table(rows),
         }
-        figures = _figures(trials, rows, ranges, out, metric, keys)
+        figures = _figures(trials, rows, ranges, out, metric, keys, spec_sizes(record))
     completeness = (
         f"{finished} of {expected} trials stored as ok/diverged ({100 * finished / expected:.0f}%)"
         if expected
@@ -460,76 +323,13 @@ def _write_report(trials: pd.DataFrame, epochs: pd.DataFrame, record: Optional[D
                 "calibration": CALIBRATION_DOC,
                 "tables": {k: json.loads(v.to_json(orient="records")) for k, v in tables.items()},
                 "spec": record["spec"] if record else None,
+                "figures": {d.name: {"caption": d.caption, "section": d.section} for d in figures},
             },
             f,
             indent=1,
             sort_keys=True,
         )
+    write_captions(out, study, [(d.name, d.caption) for d in figures])
+    page = Page(study, completeness, stated, tables, figures, record, found, tuple(keys))
     with open(os.path.join(out, "index.html"), "w") as f:
-        f.write(_html(study, completeness, stated, tables, figures, record, found))
-
-
-def _html(
-    study: str,
-    completeness: str,
-    metric: Dict[str, str],
-    tables: Dict[str, pd.DataFrame],
-    figures,
-    record,
-    found: List[Finding],
-) -> str:
-    status = (
-        f"<p>{html.escape(completeness)}. Metric: <b>{html.escape(metric['used'])}</b> "
-        f"(requested {html.escape(metric['requested'])}: {html.escape(metric['definition'])}); every "
-        f"number, table and figure below is on this error. {html.escape(EDF_CONVENTION)}; failed trials "
-        f"and trials without a finite error are left out of every number and counted below.</p>"
-    )
-    if not tables["summary"].empty and (tables["summary"]["design"] == "seeds").all():
-        status += (
-            "<p>Every cell ran one lr/wd over seeds: these are seed statistics (mean ± sd, Welch t), so "
-            "no Δ-EDF, good range or expected-best output is shown (they describe lr/wd robustness).</p>"
-        )
-    sections = [
-        ("claims", "The paper's claims", _claims_html(found)),
-        ("status", "Status", status),
-        ("findings", "Findings", _findings_html(found)),
-    ]
-    drawn = []
-    for name, caption, paths in figures:
-        with open(paths["svg"]) as f:
-            svg = _inline_svg(f.read())
-        links = " ".join(f'<a href="{os.path.basename(p)}">{ext}</a>' for ext, p in paths.items())
-        drawn.append(f'<figure id="{name}">{svg}<figcaption>{html.escape(caption)} ({links})</figcaption></figure>')
-    sections.append(("figures", "Figures", "".join(drawn)))
-    titles = {
-        "summary": "Summary per cell",
-        **{kind: title for kind, title in FINDING_TITLES.items() if kind != "scope"},
-        "good_ranges": "Good lr/wd ranges and fANOVA importance",
-        "ema_gain": "EMA gain (best - EMA best, per trial as pycls, and of the bests)",
-        "left_out": "Trials left out (failed, or no finite error under the metric)",
-    }
-    empty = {
-        "ema_gain": "no trial has an EMA error: EMA was off (or the store predates best_ema_top1_err)",
-        "left_out": "none",
-    }
-    for key, title in titles.items():
-        sections.append(
-            (key, title, _table_html(tables[key], empty.get(key, "not enough trials for this table yet"), key))
-        )
-    spec_text = spec_yaml(record["spec"]) if record else "(no spec record in the store)"
-    sections.append(("spec", "Spec", f"<pre>{html.escape(spec_text)}</pre>"))
-    toc = "".join(f'<li><a href="#{k}">{html.escape(t)}</a></li>' for k, t, _ in sections)
-    body = "".join(f'<section id="{k}"><h2>{html.escape(t)}</h2>{c}</section>' for k, t, c in sections)
-    return (
-        f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>hpstudy: {html.escape(study)}</title>"
-        "<style>body{font-family:sans-serif;max-width:1200px;margin:auto;padding:0 1em}"
-        "table.t{border-collapse:collapse;font-size:13px}table.t td,table.t th{padding:3px 8px;"
-        "border-bottom:1px solid #ddd;white-space:nowrap}"
-        "table.t th{text-align:left;vertical-align:bottom;max-width:9em;white-space:normal}"
-        # the claims table wraps its sentences so its verdict column stays on the page
-        "table.claims td{white-space:normal;vertical-align:top}table.claims td:nth-child(2){min-width:16em}"
-        "figure{margin:1em 0}figure svg{max-width:100%;height:auto;display:block}"
-        "ul.findings li{margin:0.35em 0;line-height:1.35}summary{cursor:pointer;margin:0.4em 0}"
-        "pre{background:#f6f6f6;padding:0.6em}div.wide{overflow-x:auto}</style></head><body>"
-        f"<h1>hpstudy report: {html.escape(study)}</h1><nav><ol>{toc}</ol></nav>{body}</body></html>"
-    )
+        f.write(render(page))

@@ -203,7 +203,7 @@ def test_the_generalization_figure_is_drawn_only_across_families(tmp_path, model
     Drawn, it is on the requested metric (`final`: top1_err 20, 21; the default would be best_top1_err)."""
     build_report(_one_trial_each(models), pd.DataFrame(), None, str(tmp_path), metric="final")
     assert os.path.exists(tmp_path / "generalization.svg") == drawn
-    assert ("Generalization vs capacity" in open(tmp_path / "index.html").read()) == drawn
+    assert ('<figure id="generalization">' in open(tmp_path / "index.html").read()) == drawn
     if drawn:
         trained = pd.read_csv(tmp_path / "generalization.csv")
         assert trained["error"].tolist() == [20.0, 21.0] and set(trained["metric"]) == {"final"}
@@ -244,10 +244,10 @@ def test_a_report_draws_lr_wd_figures_of_sampled_cells_only_each_stating_its_cel
     monkeypatch.setattr(report_module, "save_figure", lambda fig, *args: save_figure(Figure(figsize=(1, 1)), *args))
     page = open(build_report(_two_lengths(), pd.DataFrame(), None, str(tmp_path), metric="final")).read()
     assert re.findall(r'<figure id="([^"]+)">', page) == [
-        "delta_edf_adamw_1ep",  # the sampled cell only: 2 epochs ran one lr/wd
-        "hp_scatter_adamw",
-        "error_vs_epochs",
+        "delta_edf_adamw_1ep",  # the sampled cell only (2 epochs ran one lr/wd), first: the main figure
+        "error_vs_epochs",  # the lengths compared
         "delta_error_vs_epochs",
+        "hp_scatter_adamw",  # the sampled fields
         "expected_best",
     ]
     assert "Every cell ran one lr/wd over seeds" not in page  # one of the two sampled lr/wd

@@ -1,7 +1,8 @@
-"""The report's numbers (analysis/report.py) on a hand-made study, built in-process (no figure: one
-family, one lr/wd per cell, one length): the completeness line, the counts and the diverged share with
-failed and diverged rows, the left-out table, and the findings' tables and sentences, against counts
-by hand and Welch t from scipy.stats."""
+"""The report's numbers (analysis/report.py, analysis/report_page.py) on a hand-made study, built
+in-process (no figure: one family, one lr/wd per cell, one length): the status line, the counts and the
+diverged share with failed and diverged rows, the left-out table, and the findings' tables and sentences,
+against counts by hand and Welch t from scipy.stats; a seeds-only study of ViT-P and ViT-C has the
+sections its design holds, then the paper's claims."""
 
 import html
 import json
@@ -13,6 +14,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
+from hpstudy.analysis.inference import RULES
 from hpstudy.analysis.report import build_report, ranges_and_importance
 
 NAN, INF = float("nan"), float("inf")
@@ -22,6 +24,7 @@ ERRORS = {  # (model, optimizer): (error, status) per seed, one lr/wd, 2 epochs
     ("vit_c_tiny", "adamw"): [(20.0, "ok"), (22.0, "ok"), (90.0, "diverged"), (NAN, "failed")],
     ("vit_c_tiny", "sgd"): [(21.0, "ok"), (23.0, "ok"), (25.0, "ok"), (INF, "ok")],  # ok, no finite error
 }
+WELCH = RULES["welch"]
 RECORD = {"n_trials": 16, "spec": {"name": "r"}, "earlier_spec_rows": 3}
 # 15 rows stored: 13 ok or diverged (finished), 2 failed; 12 counted (the inf row left out too)
 COMPLETENESS = (
@@ -65,10 +68,20 @@ def _shown_p(p: float) -> str:
     return "< 0.001" if p < 0.001 else f"{p:.2g}" if p < 0.1 else f"{p:.2f}"
 
 
-def _cells(page: str, section: str):
-    """The body rows of the table in one section of the page, as the strings it shows."""
-    body = page.split(f'<section id="{section}">', 1)[1].split("</section>", 1)[0]
-    return [re.findall(r"<td>(.*?)</td>", row) for row in re.findall(r"<tr>(.*?)</tr>", body, re.S)]
+def _rows(fragment: str):
+    """The body rows of the first table in an HTML fragment, as the strings it shows."""
+    table = fragment.split("<table", 1)[1].split("</table>", 1)[0]
+    return [re.findall(r"<td>(.*?)</td>", row) for row in re.findall(r"<tr>(.*?)</tr>", table, re.S) if "<td>" in row]
+
+
+def _table(page: str, title: str):
+    """The body rows of the table under the heading `title`."""
+    return _rows(page.split(f"<h3>{html.escape(title)}</h3>", 1)[1])
+
+
+def _section(page: str, section: str) -> str:
+    """What one section of the page holds below its heading."""
+    return page.split(f'<section id="{section}">', 1)[1].split("</section>", 1)[0].split("</h2>", 1)[1]
 
 
 def _counted(model, opt):
@@ -77,7 +90,8 @@ def _counted(model, opt):
 
 def test_the_completeness_line_counts_stored_ok_and_diverged_trials_of_those_expected(report):
     page, data = report
-    assert data["completeness"] == COMPLETENESS and f"<p>{COMPLETENESS}. Metric: <b>final</b>" in page
+    assert data["completeness"] == COMPLETENESS and f"Status: {COMPLETENESS}.</p>" in _section(page, "study")
+    assert "Every number is on the <b>final</b> error" in _section(page, "study")
     assert (data["n_finished"], data["n_expected"], data["earlier_spec_rows"]) == (13, 16, 3)
     assert (data["n_failed"], data["n_left_out"]) == (2, 3)
 
@@ -86,20 +100,21 @@ def test_the_summary_counts_by_status_and_the_diverged_share_is_of_the_counted_t
     """vit_c_tiny AdamW: 2 ok, 1 diverged, 1 failed: 3 counted, 1 of them diverged (33.33%, not 1 of 4);
     errors 20, 22, 90: median 22, mean 44, sd sqrt(((-24)^2 + (-22)^2 + 46^2) / 2) = sqrt(1588)."""
     page, data = report
-    sd = f"{math.sqrt(1588):.3g}"  # 3 significant figures
-    assert _cells(page, "summary") == [
-        ["vit_c_tiny", "adamw", "2", "seeds", "3", "1", "2", "1", "1", "33.3", "20", "22", "44", sd, "–", "–"],
-        ["vit_c_tiny", "sgd", "2", "seeds", "3", "1", "4", "0", "0", "0", "21", "23", "23", "2", "–", "–"],
-        ["vit_p_tiny", "adamw", "2", "seeds", "3", "1", "3", "0", "1", "0", "10", "11", "11", "1", "–", "–"],
-        ["vit_p_tiny", "sgd", "2", "seeds", "3", "0", "3", "0", "0", "0", "12.5", "13.5", "13.5", "1", "–", "–"],
+    sd = f"{math.sqrt(1588):.2f}"  # two decimals
+    seeds = "one lr/wd over seeds"
+    assert _rows(_section(page, "cells")) == [  # catalogue order: ViT-P before ViT-C
+        ["ViT-P tiny", "AdamW, 2 ep", seeds, "3", "0", "1", "1", "10.00", "11.00", "11.00 ± 1.00", "–"],
+        ["ViT-P tiny", "SGD, 2 ep", seeds, "3", "0", "0", "0", "12.50", "13.50", "13.50 ± 1.00", "–"],
+        ["ViT-C tiny", "AdamW, 2 ep", seeds, "3", "1", "1", "1", "20.00", "22.00", f"44.00 ± {sd}", "–"],
+        ["ViT-C tiny", "SGD, 2 ep", seeds, "3", "0", "0", "1", "21.00", "23.00", "23.00 ± 2.00", "–"],
     ]
     summary = data["tables"]["summary"]  # report.json keeps 10 significant digits
     assert [row["diverged_share"] for row in summary] == pytest.approx([1 / 3, 0, 0, 0], rel=1e-9, abs=0)
     assert [row["sd"] for row in summary] == pytest.approx([math.sqrt(1588), 2, 1, 1], rel=1e-9)
-    assert _cells(page, "left_out") == [
-        ["vit_c_tiny", "adamw", "2", "1", "0"],
-        ["vit_c_tiny", "sgd", "2", "0", "1"],
-        ["vit_p_tiny", "adamw", "2", "1", "0"],
+    assert _table(page, "Trials left out (failed, or no finite error under the metric)") == [
+        ["ViT-P tiny", "AdamW, 2 ep", "1", "0"],
+        ["ViT-C tiny", "AdamW, 2 ep", "1", "0"],
+        ["ViT-C tiny", "SGD, 2 ep", "0", "1"],
     ]
 
 
@@ -138,21 +153,28 @@ def test_the_findings_tables_show_welch_t_from_scipy_and_holm_over_the_five_test
     holm = dict(zip(p, _holm(np.array(list(p.values())))))
     assert 0.025 < p["gap p"] < 0.05 < holm["gap p"] and holm["peak sgd"] < 0.05 < holm["gap c"]
 
-    def row(name, estimate, verdict, verdict_holm, diverged, left_out):
+    def row(name, quantity, estimate, verdict):
         ci = tests[name].confidence_interval(0.95)
-        # Welch's p is exact: no Monte-Carlo interval (–, –)
-        numbers = [f"{estimate:.3g} [{ci.low:.3g}, {ci.high:.3g}]", _shown_p(p[name]), "–", "–", _shown_p(holm[name])]
-        return [*numbers, verdict, verdict_holm, "3/3", diverged, left_out]
+        shown = f"{quantity} = {estimate:+.2f} [{ci.low:+.2f}, {ci.high:+.2f}]"
+        return [shown, _shown_p(p[name]), _shown_p(holm[name]), verdict, "3/3"]  # one test: said in the note
 
-    assert _cells(page, "optimizer_gap") == [
-        ["vit_c_tiny", "2", "Welch t on seed means", *row("gap c", -21, "inconclusive", "inconclusive", "0/1", "2")],
-        ["vit_p_tiny", "2", "Welch t on seed means", *row("gap p", 2.5, "adamw_better", "inconclusive", "0/0", "1")],
+    assert f"Test: {WELCH}. Intervals are 95% confidence intervals" in page
+    gaps = _table(page, "Optimizer gap per model")
+    assert sorted(gaps) == [
+        ["ViT-C tiny", "2 ep", *row("gap c", "mean SGD − mean AdamW", -21, "not decided")],
+        ["ViT-P tiny", "2 ep", *row("gap p", "mean SGD − mean AdamW", 2.5, "not decided")],  # decided, not after Holm
     ]
-    assert _cells(page, "peak") == [
-        ["vit_p_tiny", "vit_c_tiny", "adamw", "2", "Welch t on seed means"]
-        + row("peak adamw", -33, "inconclusive", "inconclusive", "0/1", "2"),
-        ["vit_p_tiny", "vit_c_tiny", "sgd", "2", "Welch t on seed means"]
-        + row("peak sgd", -9.5, "a_better", "a_better", "0/0", "1"),
+    assert _table(page, "Peak error, pairs of models (longest schedule)") == [
+        [
+            "ViT-P tiny vs ViT-C tiny",
+            "AdamW, 2 ep",
+            *row("peak adamw", "mean ViT-P tiny − mean ViT-C tiny", -33, "not decided"),
+        ],
+        [
+            "ViT-P tiny vs ViT-C tiny",
+            "SGD, 2 ep",
+            *row("peak sgd", "mean ViT-P tiny − mean ViT-C tiny", -9.5, "ViT-P tiny lower"),
+        ],
     ]
     (pair,) = data["tables"]["optimizer_gap_pair"]
     assert pair["estimate"] == 23.5 and pair["p"] == pytest.approx(p["pair"], rel=1e-9)
@@ -182,72 +204,43 @@ def test_the_findings_tables_show_welch_t_from_scipy_and_holm_over_the_five_test
         assert html.escape(f["sentence"]) in page
 
 
-def test_the_page_opens_with_the_claims_and_folds_the_findings_unbolded(report):
-    page, _ = report
-    assert page.index('id="claims"') < page.index('id="findings"') < page.index('id="figures"')
-    claims = _cells(page, "claims")
-    assert claims and all(row[0].startswith(("1.", "2.", "3.", "4.")) for row in claims)
-    assert all(
-        row[-1] in ("reproduced", "contradicted", "not decided", "borderline") or row[-1].startswith("not tested")
-        for row in claims
-    )
-    findings = page.split('<section id="findings">', 1)[1].split("</section>", 1)[0]
-    assert findings.count("<details>") >= 2 and "font-weight" not in page and "<b>" not in findings
-
-
-SECTIONS = [  # (id, title) of every section of a report page, in order
-    ("claims", "The paper's claims"),
-    ("status", "Status"),
-    ("findings", "Findings"),
-    ("figures", "Figures"),
-    ("summary", "Summary per cell"),
-    ("edf_pair", "Δ-EDFs, pairs of models (lr/wd stability; Figs 5-6)"),
-    ("optimizer_gap", "Optimizer gap per model (Fig 3)"),
-    ("optimizer_gap_pair", "Optimizer gap, pairs of models"),
-    ("length_gap", "Training-length gap per model (Fig 2)"),
-    ("length_gap_pair", "Training-length gap, pairs of models"),
-    ("peak", "Peak error over seeds, best configurations (Fig 7)"),
-    ("good_ranges", "Good lr/wd ranges and fANOVA importance"),
-    ("ema_gain", "EMA gain (best - EMA best, per trial as pycls, and of the bests)"),
-    ("left_out", "Trials left out (failed, or no finite error under the metric)"),
+SECTIONS = [  # (id, title) of every section of this study's page, in order: one length, no lr/wd samples
+    ("study", "The study: ViT-P tiny vs ViT-C tiny"),
+    ("models", "Models: ViT-P tiny vs ViT-C tiny"),
+    ("optimizers", "Optimizers: AdamW vs SGD"),
+    ("claims", "The paper's claims (Xiao et al. 2021)"),  # a ViT-P / ViT-C study: after its own results
+    ("cells", "Every cell"),
     ("spec", "Spec"),
 ]
 
 
-def _section(page: str, section: str) -> str:
-    """What one section of the page holds below its heading."""
-    return page.split(f'<section id="{section}">', 1)[1].split("</section>", 1)[0].split("</h2>", 1)[1]
-
-
-def test_the_contents_list_links_every_section_in_page_order(report):
+def test_the_page_has_a_section_per_comparison_the_design_holds_and_a_contents_list(report):
     page, _ = report
     headings = re.findall(r'<section id="([^"]+)"><h2>(.*?)</h2>', page)
     assert headings == [(key, html.escape(title)) for key, title in SECTIONS]
     links = "".join(f'<li><a href="#{key}">{html.escape(title)}</a></li>' for key, title in SECTIONS)
     assert f"<nav><ol>{links}</ol></nav>" in page
+    assert "not enough trials" not in page and "<details>" not in page and "<figure" not in page
 
 
-def test_a_table_without_rows_says_why_and_seed_only_cells_draw_no_figure(report):
-    """One lr/wd per cell, one length, no EMA: no Δ-EDF pair, length gap, good range or EMA table, and
-    no figure; the status says these are seed statistics."""
+def test_a_seeds_only_study_says_so_and_shows_no_lr_wd_output(report):
     page, _ = report
-    for key in ("edf_pair", "length_gap", "length_gap_pair", "good_ranges"):
-        assert _section(page, key) == "<p><em>not enough trials for this table yet</em></p>", key
-    assert _section(page, "ema_gain") == (
-        "<p><em>no trial has an EMA error: EMA was off (or the store predates best_ema_top1_err)</em></p>"
-    )
-    assert _section(page, "figures") == ""
     assert (
         "<p>Every cell ran one lr/wd over seeds: these are seed statistics (mean ± sd, Welch t), so no Δ-EDF, "
         "good range or expected-best output is shown (they describe lr/wd robustness).</p>"
-    ) in _section(page, "status")
+    ) in _section(page, "study")
+    assert "Good ranges" not in page and "EMA gain" not in page  # nor a table of what did not run
 
 
-def test_the_claims_say_their_verdicts_are_after_holm(report):
+def test_the_claims_come_after_the_study_and_say_their_verdicts_are_after_holm(report):
     page, _ = report
-    assert _section(page, "claims").startswith(
-        "<p>Each row is a finding below on a ViT-P / ViT-C pair: its number with its interval, and its verdict "
-        "after Holm's adjustment over the report's tests.</p>"
+    claims = _section(page, "claims")
+    assert "its verdict after Holm's adjustment over the report's tests" in claims
+    rows = _rows(claims)
+    assert rows and all(row[0].startswith(("1.", "2.", "3.", "4.")) for row in rows)
+    assert all(
+        row[-1] in ("reproduced", "contradicted", "not decided", "borderline") or row[-1].startswith("not tested")
+        for row in rows
     )
 
 
