@@ -1,13 +1,12 @@
-"""Shared test settings: CPU only, few threads, deterministic."""
+"""Shared test settings: CPU only, one thread, deterministic."""
 
 import os
 
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
-os.environ.setdefault("OMP_NUM_THREADS", "2")
-
-import torch  # noqa: E402
-
-torch.set_num_threads(2)
+# One torch thread (read when torch is first imported, so no import here: collection stays light). The
+# tiny models gain little from a second thread, and a second one spin-waits whenever the machine is
+# busy: a 2-epoch CNN trial took 66-85 s with 2 threads on a loaded 2-core machine, 2.5-6.6 s with 1.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 # A local Ray started by the tests binds to loopback only, as run_edf.py's does (ray reads this
 # when first imported).
