@@ -258,6 +258,31 @@ def parser() -> argparse.ArgumentParser:
         help="reuse --out only after hashing every source image (by default: when their "
         "names, labels, sizes and modification times match)",
     )
+    train = add_debug_arg(
+        command(
+            "train",
+            "train one trial without Ray: a stored trial again (--store, --key), or a trial of a spec (--config, "
+            "whose recipe and dataset fill every field not given)",
+            "hpstudy train --store ./results --key e86a8740",
+        )
+    )
+    replay = train.add_argument_group("replay a stored trial (its row's config_json, exactly)")
+    replay.add_argument("--store", default=None, help="store root: a path or a URI")
+    replay.add_argument("--study", default=None, help="the study of the trial (default: any study of the store)")
+    replay.add_argument("--key", default=None, help="the trial's key, or a prefix of it that only it starts with")
+    one = train.add_argument_group("a trial of a spec (every flag not given: the spec's first)")
+    one.add_argument(
+        "--config", default=None, help=f"study spec: a YAML path or a bundled name (default: {DEFAULT_CONFIG})"
+    )
+    train.set_defaults(default_config=DEFAULT_CONFIG)
+    one.add_argument("--model", default=None, help="a model of the spec")
+    one.add_argument("--optimizer", default=None, help="an optimizer of the spec")
+    one.add_argument("--epochs", type=int, default=None, help="a training length of the spec")
+    one.add_argument("--lr", type=float, default=None, help="learning rate (default: the cell's first sample)")
+    one.add_argument("--wd", type=float, default=None, help="weight decay (default: the cell's first sample)")
+    one.add_argument("--seed", type=int, default=None, help="seed (default: the spec's first)")
+    train.add_argument("--device", default=None, help="train on this device instead: auto, cpu, cuda or cuda:N")
+    train.add_argument("--json", action="store_true", help="print only the result row as JSON")
     suggest = add_store_args(
         command(
             "suggest",

@@ -1,5 +1,5 @@
 """What each `hpstudy` command does (hpstudy.cli parses the flags and calls these): run, status, report,
-query, compact, prepare and suggest. This layer sits above study/ and analysis/: it reads the store
+query, compact, prepare, suggest and train. This layer sits above study/ and analysis/: it reads the store
 (hpstudy.study.store) and hands DataFrames to the analysis library, which never reads a store."""
 
 import argparse
@@ -42,8 +42,9 @@ from hpstudy.study.store_running import read_running
 from hpstudy.study.store_spec_record import load_spec_record, report_location
 from hpstudy.study.suggest import suggest as suggest_lines
 from hpstudy.study.trackers import check_trackers, trackers_of
-from hpstudy.trainers.errors import shown
+from hpstudy.trainers.errors import ConfigError, shown
 from hpstudy.trainers.schema import DIVERGED, FAILED, FINISHED, OK
+from hpstudy.trainers.zoo import did_you_mean
 
 # Nominal training-set sizes for the dry-run estimate (image folders: ImageNet-1k is assumed).
 TRAIN_SIZES = {"digits": 1437, "cifar10": 50000, "cifar100": 50000, "imagefolder": 1281167, "prepared": 1281167}
@@ -545,6 +546,100 @@ def family_findings(args: argparse.Namespace) -> int:
     return 0
 
 
+SPEC_FLAGS = ("config", "model", "optimizer", "epochs", "lr", "wd", "seed")  # `hpstudy train` of a spec's trial
+STORED_COLUMNS = ["config_json", "status", "top1_err", "best_top1_err", "top5_err", "wall_s", "device"]
+
+
+def train(args: argparse.Namespace) -> int:
+    """`hpstudy train`: one trial without Ray, a stored one again (--store, --key: its row's config_json) or one of
+    a spec (--config: its recipe and dataset, and its first model, optimizer, length, sample and seed for each
+    flag not given); --device trains it elsewhere. Prints the epochs and the result (and the stored row's)."""
+    from hpstudy.trainers.train import result_line, train_and_show  # torch
+
+    given = [f"--{name}" for name in SPEC_FLAGS if getattr(args, name) is not None]
+    if args.key is not None:
+        if given:
+            raise SpecError(
+                f"{given[0]}: not allowed with --key (a stored trial is replayed with its whole stored config); "
+                f"allowed with --key: --store, --study, --device, --json"
+            )
+        config, stored = stored_trial(args.store or "./results", args.study, args.key)
+        if not args.json:
+            print(f"replaying trial {stored['trial_key']} of study {stored['study']!r}; stored {result_line(stored)}")
+    else:
+        for flag, value in (("--store", args.store), ("--study", args.study)):
+            if value is not None:
+                raise SpecError(f"{flag}: given without --key; allowed: --key KEY with it (the stored trial to replay)")
+        config = spec_trial(args)
+    train_and_show(dict(config, device=args.device) if args.device else config, args.json)
+    return 0
+
+
+def stored_trial(store: str, study: Optional[str], key: str) -> tuple:
+    """(the config, the row) of the stored trial whose key is `key` or starts with it (in `study`, or any study
+    of the store); SpecError naming --key for no such trial (with the nearest key) or several."""
+    if study is not None:
+        check_study_name(study)
+    require_store(store)
+    rows = load_trials(store, study, columns=STORED_COLUMNS)
+    if study is not None and rows.empty:
+        require_study(store, study)
+    where = f"study {study!r}" if study is not None else "the store"
+    if not (isinstance(key, str) and key):
+        raise SpecError(f"--key: bad value {shown(key)}; allowed: a trial key of {where}, or a prefix of one")
+    found = rows[rows["trial_key"].str.startswith(key)]
+    keys = sorted(set(found["trial_key"]))
+    if not keys:
+        prefixes = {k[: len(key)] for k in rows["trial_key"]}
+        raise SpecError(
+            f"--key: bad value {shown(key)}; allowed: the key of one of the {len(rows)} trials of {where} in "
+            f"{store}, or a prefix of one{did_you_mean(key, prefixes)}"
+        )
+    if len(keys) > 1:
+        raise SpecError(
+            f"--key: {shown(key)} begins {len(keys)} trial keys ({', '.join(keys[:3])}{', ...' * (len(keys) > 3)}); "
+            f"allowed: a longer prefix that only one of them begins with"
+        )
+    row = found[found["trial_key"] == keys[0]].iloc[0].to_dict()
+    if not isinstance(row.get("config_json"), str):
+        raise SpecError(
+            f"--key: trial {keys[0]} has no stored config (its config_json is empty); it cannot be replayed"
+        )
+    return json.loads(row["config_json"]), row
+
+
+def spec_trial(args: argparse.Namespace) -> Dict:
+    """The config of one trial of --config's spec (the default spec when none): the cell of --model, --optimizer
+    and --epochs (each the spec's first when not given), at its first sample's values, with --lr, --wd, --seed."""
+    from hpstudy.study.sampling import expand_cell
+    from hpstudy.trainers.config import TrialConfig
+
+    spec = load_spec(resolve_config(args.config or args.default_config))
+    model = _one_of(spec, "--model", args.model, spec.models)
+    optimizer = _one_of(spec, "--optimizer", args.optimizer, spec.optimizers)
+    epochs = _one_of(spec, "--epochs", args.epochs, spec.epochs)
+    first = expand_cell(spec, model, optimizer, epochs)[0].config
+    given = {name: getattr(args, name) for name in ("lr", "wd", "seed") if getattr(args, name) is not None}
+    try:
+        return TrialConfig.from_dict(dict(first, **given)).to_dict()
+    except ConfigError as exc:  # about a flag given: named as the flag
+        if str(exc).split(":")[0] in given:
+            raise SpecError(f"--{exc}") from None
+        raise
+
+
+def _one_of(spec: StudySpec, flag: str, value, allowed):
+    """`value`, or the spec's first when None; SpecError naming `flag` for one the spec does not hold."""
+    if value is None:
+        return allowed[0]
+    if value not in allowed:
+        raise SpecError(
+            f"{flag}: bad value {shown(value)}; allowed (in spec {spec.name!r}): {', '.join(map(str, allowed))}"
+            f"{did_you_mean(value, allowed)}"
+        )
+    return value
+
+
 COMMANDS: Dict[str, Callable[[argparse.Namespace], int]] = {
     "run": run,
     "status": status,
@@ -554,4 +649,5 @@ COMMANDS: Dict[str, Callable[[argparse.Namespace], int]] = {
     "compact": compact_study,
     "prepare": prepare_data,
     "suggest": suggest,
+    "train": train,
 }

@@ -4,7 +4,9 @@
         --optimizer adamw --lr 1e-3 --wd 0.05
 
 Every flag comes from a field of `TrialConfig` (and `DataSpec`, as --data-*): same names, same
-defaults, help from the field's doc. Flags left out take the config's default.
+defaults, help from the field's doc. Flags left out take the config's default: TrialConfig's, which a
+spec's recipe may change (the demo trains at batch 64, this at 128). `hpstudy train --config SPEC` is one
+trial with a spec's recipe and dataset, and `hpstudy train --store S --key KEY` replays a stored trial.
 """
 
 import argparse
@@ -94,20 +96,29 @@ def _print_epoch(epochs: int) -> Callable[[Dict[str, Any]], None]:
     return show
 
 
+def train_and_show(config: Dict[str, Any], as_json: bool = False) -> Dict[str, Any]:
+    """Train one trial of `config` showing each epoch and the result (or, `as_json`, the result row alone as
+    JSON); returns the row without its epoch log."""
+    row = train_trial(config, on_epoch=None if as_json else _print_epoch(config["epochs"]))
+    row.pop("epoch_log")
+    print(json.dumps(row) if as_json else result_line(row), flush=True)
+    return row
+
+
+def result_line(row: Dict[str, Any]) -> str:
+    """A trial row in one line: status, final and best top-1, top-5, wall time and device."""
+    best = "-" if row.get("best_top1_err") is None else f"{row['best_top1_err']:.2f}%"
+    return (
+        f"{row['status']}: top-1 {row['top1_err']:.2f}% (best {best}), "
+        f"top-5 {row['top5_err']:.2f}%, {row['wall_s']:.1f}s on {row['device']}"
+    )
+
+
 @exits_on_user_error
 def main(argv: Optional[list] = None) -> int:
     """Run one trial; exit 2 on a bad config or data path."""
     args = build_parser().parse_args(argv)
-    config = config_from_args(args)
-    row = train_trial(config, on_epoch=None if args.json else _print_epoch(args.epochs))
-    row.pop("epoch_log")
-    if args.json:
-        print(json.dumps(row))
-    else:
-        print(
-            f"{row['status']}: top-1 {row['top1_err']:.2f}% (best {row['best_top1_err']:.2f}%), "
-            f"top-5 {row['top5_err']:.2f}%, {row['wall_s']:.1f}s on {row['device']}"
-        )
+    train_and_show(config_from_args(args), args.json)
     return 0
 
 
