@@ -7,19 +7,23 @@ one-line message the command line prints before exiting with code 2.
 """
 
 import argparse
+import numbers
 import os
-from typing import Dict, Optional, Sequence, Union
+import sys
+from typing import Dict, List, Optional, Sequence, Type, Union
 
+import numpy as np
 import pandas as pd
 
 from hpstudy.analysis.metric_names import DEFAULT_METRIC
 from hpstudy.analysis.stats import good_ranges
 from hpstudy.study.sampling import check_samples
 from hpstudy.study.spec import SpecError, StudySpec, check_models, load_spec, parse_spec, resolve_config
+from hpstudy.study.store import StoreError
 from hpstudy.study.store_read import API, load_study
 from hpstudy.study.suggest import suggestion
 from hpstudy.study.trackers import trackers_of
-from hpstudy.trainers.errors import shown
+from hpstudy.trainers.errors import ConfigError, HpstudyError, shown
 
 PathLike = Union[str, os.PathLike]
 PROGRESS_INTERVAL = 10.0  # seconds between status lines in a terminal (`hpstudy run --progress-interval`)
@@ -32,6 +36,27 @@ def _spec(spec: Union[PathLike, Dict]) -> StudySpec:
     if isinstance(spec, (str, os.PathLike)):
         return load_spec(resolve_config(os.fspath(spec)))
     raise SpecError(f"spec: bad value {shown(spec)}; allowed: a YAML path, a bundled spec's name or a dict")
+
+
+def _path(name: str, value, error: Type[HpstudyError] = StoreError) -> str:
+    """A path argument as text, or `error` naming it: a str or os.PathLike of one, non-empty, without NUL,
+    that the filesystem's encoding can write (the checks a filesystem would fail late, with another error)."""
+    path = os.fspath(value) if isinstance(value, (str, os.PathLike)) else None
+    if isinstance(path, str) and path and "\x00" not in path:
+        try:
+            path.encode(sys.getfilesystemencoding(), "surrogateescape")
+            return path
+        except UnicodeEncodeError:
+            pass
+    raise error(f"{name}: bad value {shown(value)}; allowed: a folder path or URI as text (a str or os.PathLike)")
+
+
+def _count(name: str, value) -> Optional[int]:
+    """None or a whole number (an int or a numpy integer, not a bool) as an int, its range checked as the
+    command line's (check_run_args); SpecError naming it otherwise."""
+    if value is None or (isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))):
+        return None if value is None else int(value)
+    raise SpecError(f"{name}: bad value {shown(value)}; allowed: None or an integer >= 1")
 
 
 def _flag(name: str, value) -> None:
@@ -55,10 +80,11 @@ def run(
 ) -> pd.DataFrame:
     """Run a study as `hpstudy run` does; returns its stored trial table (every column, one row per trial).
     While another driver writes the study, StudyBusy names it; with `wait`, it runs once that one ends."""
+    max_concurrent, num_cpus = _count("max_concurrent", max_concurrent), _count("num_cpus", num_cpus)
     _flag("resume", resume)
     _flag("report", report)
     _flag("wait", wait)
-    trackers = trackers_of(_listed(trackers) or ())  # a bad KIND:DIR fails now, naming `trackers`
+    trackers = trackers_of(_trackers(trackers))  # a bad KIND:DIR fails now, naming `trackers`
     if not address:
         # A local Ray binds to loopback only (read when ray is first imported: below, or by the user before).
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
@@ -68,7 +94,7 @@ def run(
     from hpstudy.study.runner import COMPACT_EVERY, check_store_writable, run_study
     from hpstudy.study.store_lease import hold_lease
 
-    store = os.fspath(store)
+    store = _path("store", store)
     with progress_display(progress):
         check_run_args(
             argparse.Namespace(
@@ -104,14 +130,16 @@ def run(
 
 def load(store: PathLike, study: str) -> pd.DataFrame:
     """The study's stored trials (rows of the spec it last ran with, every column), as `hpstudy report` reads them."""
-    return load_study(os.fspath(store), study, API)[0]
+    return load_study(_path("store", store), study, API)[0]
 
 
 def report(store: PathLike, study: str, out: Optional[PathLike] = None, metric: str = DEFAULT_METRIC) -> str:
     """Write the study's report as `hpstudy report` does (into the store, or `out`); returns its folder."""
+    from hpstudy.analysis.report_folder import ReportError
     from hpstudy.commands import write_report  # loads the analysis' figures (matplotlib)
 
-    page = write_report(os.fspath(store), study, None if out is None else os.fspath(out), metric, API)
+    folder = None if out is None else _path("out", out, ReportError)
+    page = write_report(_path("store", store), study, folder, metric, API)
     return page.rsplit("/", 1)[0]
 
 
@@ -123,9 +151,24 @@ def suggest(
     optimizers: Optional[Sequence[str]] = None,
 ) -> Dict:
     """What `hpstudy suggest` computes, as data: {"points": one dict per (model, optimizer), "space": the YAML}."""
-    return suggestion(os.fspath(store), study, good_ranges, metric, _listed(models), _listed(optimizers), API)
+    models, optimizers = _names("models", models), _names("optimizers", optimizers)
+    return suggestion(_path("store", store), study, good_ranges, metric, models, optimizers, API)
 
 
-def _listed(values: Optional[Union[str, Sequence]]) -> Optional[Sequence]:
-    """A single text as a list of one (a string is not a list of its letters)."""
-    return [values] if isinstance(values, str) else values
+def _trackers(values) -> Sequence:
+    """`trackers` as a list: a KIND:DIR text, a tracker object or a list/tuple of them; ConfigError otherwise."""
+    listed = [values] if isinstance(values, str) else values
+    if not isinstance(listed, (list, tuple)):
+        raise ConfigError(f"trackers: bad value {shown(values)}; allowed: a KIND:DIR text, a tracker or a list of them")
+    return listed
+
+
+def _names(name: str, values: Optional[Union[str, Sequence[str]]]) -> Optional[List[str]]:
+    """None, or a name or a list/tuple of names as a list (a string is not a list of its letters); ConfigError
+    naming the argument otherwise."""
+    if values is None:
+        return None
+    listed = [values] if isinstance(values, str) else values
+    if not isinstance(listed, (list, tuple)) or not all(isinstance(value, str) for value in listed):
+        raise ConfigError(f"{name}: bad value {shown(values)}; allowed: a name or a list of names")
+    return list(listed)
