@@ -8,10 +8,9 @@ import json
 import logging
 import socket
 from collections import Counter
-from datetime import datetime, timezone
 from typing import Any, Dict, List, Optional, Tuple
 
-from hpstudy.study.fusion_cache import Probe, cache_key, cache_path, lookup, machine, store
+from hpstudy.study.fusion_cache import Probe, cache_key, cache_path, lookup, machine, new_entry, store
 from hpstudy.study.sampling import PlannedTrial
 from hpstudy.study.spec import SpecError, StudySpec
 from hpstudy.trainers.config import TrialConfig
@@ -164,9 +163,7 @@ def probed(probe: Probe, path: Optional[str]) -> Tuple[Dict[str, Any], bool]:
         dtype=probe.dtype,
         compile=probe.compile,
     )
-    if path:
-        return store(path, key, result), False
-    return {"key": key, "result": result, "measured": datetime.now(timezone.utc).isoformat(timespec="seconds")}, False
+    return (store(path, key, result) if path else new_entry(key, result)), False
 
 
 def _unfusable_reason(spec: StudySpec, pending: List[PlannedTrial]) -> str:

@@ -105,10 +105,15 @@ def lookup(path: str, key: Dict[str, Any]) -> Optional[Dict[str, Any]]:
     return next((entry for entry in _entries(path) if entry["key"] == key), None)
 
 
+def new_entry(key: Dict[str, Any], result: Dict[str, float]) -> Dict[str, Any]:
+    """An entry of `key` measured now: {key, result, measured (UTC, ISO 8601)}."""
+    return {"key": key, "result": dict(result), "measured": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+
+
 def store(path: str, key: Dict[str, Any], result: Dict[str, float]) -> Dict[str, Any]:
     """Record `result` under `key` (replacing an earlier entry of it) by replacing the file whole; returns the
     entry. A cache that cannot be written is a warning: the study goes on, and measures again next time."""
-    entry = {"key": key, "result": dict(result), "measured": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    entry = new_entry(key, result)
     entries = [e for e in _entries(path) if e["key"] != key] + [entry]
     folder = os.path.dirname(path) or "."
     temp = None
