@@ -158,7 +158,7 @@ def test_bf16_autocast_under_vmap_runs_each_member_as_its_bf16_trial_alone(model
     assert set(seen) == {torch.float32}
 
 
-def test_fuse_auto_takes_an_out_of_memory_while_measuring_as_no_fusion(monkeypatch, capsys):
+def test_fuse_auto_takes_an_out_of_memory_while_measuring_as_no_fusion(monkeypatch, capsys, caplog):
     """A model whose K fused members do not fit the GPU trains alone; the study goes on (no Ray
     started here: the measuring task and its RayTaskError are stand-ins)."""
     import ray
@@ -170,27 +170,32 @@ def test_fuse_auto_takes_an_out_of_memory_while_measuring_as_no_fusion(monkeypat
 
     oom = torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
     error = ray.exceptions.RayTaskError(
-        "_measure_fusion", f"Traceback (most recent call last):\n  ...\ntorch.OutOfMemoryError: {oom}", oom
+        "_probe_on_worker", f"Traceback (most recent call last):\n  ...\ntorch.OutOfMemoryError: {oom}", oom
     ).as_instanceof_cause()
-    asked, modes = [], []
+    asked, probes = [], []
 
     def remote(**resources):
         asked.append(resources)
-        return lambda fn: SimpleNamespace(remote=lambda *args, **kwargs: modes.append(kwargs) or args)
+        return lambda fn: SimpleNamespace(remote=lambda probe, cached: probes.append(probe) or probe)
 
-    def get(args):
-        if args[0] == "vit_c_tiny":
+    def get(probe):
+        if probe.model == "vit_c_tiny":
             raise error
-        return {"speedup": 2.0}
+        key = {"machine": {"host": "worker-1"}}
+        return {"key": key, "result": {"speedup": 2.0}, "measured": "2026-12-03T10:00:00+00:00"}, True
 
     monkeypatch.setattr(ray, "remote", remote)
     monkeypatch.setattr(ray, "get", get)
     spec = parse_spec(small_spec(fuse="auto", recipe=dict(SMALL["recipe"], compile="inductor")))
-    assert fusion_sizes(spec, expand(spec), {"cpu": 1, "gpu": 1}) == {"cnn_tiny": 3}
+    with caplog.at_level("WARNING", logger="hpstudy.study.fusion"):
+        assert fusion_sizes(spec, expand(spec), {"cpu": 1, "gpu": 1}) == {"cnn_tiny": 3}
     assert asked == [{"num_cpus": 1, "num_gpus": 1}]
-    assert modes == [{"compile": "inductor"}] * 2  # timed in the trials' compile mode
+    assert [p.compile for p in probes] == ["inductor"] * 2  # timed in the trials' compile mode
     assert capsys.readouterr().out.splitlines() == [
-        "fuse auto: cnn_tiny: 3 fused run 2.00x the speed of 3 alone -> fuse 3",
+        "fuse auto: cnn_tiny: 3 fused run 2.00x the speed of 3 alone -> fuse 3 "
+        "(measured 2026-12-03T10:00:00+00:00, cached on worker-1)",
+    ]
+    assert [r.getMessage() for r in caplog.records] == [
         "fuse auto: vit_c_tiny: no fusion: measuring 3 fused failed (torch.OutOfMemoryError: CUDA out of memory. "
-        "Tried to allocate 2.00 GiB)",
+        "Tried to allocate 2.00 GiB)"
     ]
