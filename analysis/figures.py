@@ -576,8 +576,9 @@ def error_vs_epochs_caption(table: pd.DataFrame) -> str:
     return (
         f"Best top-1 error against training length ({_cell(table, ['optimizer'])}), per model and optimizer: each "
         f"point the best of its cell's n = {_n_range(table['n'])} trials, its bar up to the worst trial that did "
-        f"not diverge; the series of one length are set side by side{_fill(table)}; a cross: every "
-        f"trial of the cell diverged. Absolute errors (no reference). {_metric(table)}"
+        f"not diverge; the series of one length are set side by side{_fill(table)}"
+        + ("; a cross: every trial of the cell diverged" if table["diverged"].any() else "")
+        + f". Absolute errors (no reference). {_metric(table)}"
     )
 
 

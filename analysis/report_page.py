@@ -142,7 +142,7 @@ def findings_rows(found: Sequence[Finding], kind: str) -> pd.DataFrame:
             row["P(first's trial nearer its best)"] = _estimate(f)
             row["mean Δ, second − first (pts) [95% CI]"] = points(f.detail.area, True) + interval(f.detail.area_ci)
         else:
-            row["estimate (pts) [95% CI]"] = _estimate(f)
+            row["estimate (pts)"] = _estimate(f)
         row.update(
             {
                 "p": p_shown(f.p),
@@ -152,25 +152,28 @@ def findings_rows(found: Sequence[Finding], kind: str) -> pd.DataFrame:
             }
         )
         rows.append(row)
-    return pd.DataFrame(rows)
+    with_ci = any(f.test.ci for f in found if f.kind == kind and f.test is not None)
+    return pd.DataFrame(rows).rename(columns={"estimate (pts)": "estimate (pts) [95% CI]"} if with_ci else {})
 
 
-INTERVALS = {
-    "edf_pair": (
+INTERVALS = {  # what a findings table's intervals are, by the test of its rows
+    "delta": (
         "The probability is the test's estimate (1/2: no difference); it has no interval. The mean Δ difference "
         "is the signed area between the Δ-EDFs, with a bootstrap 95% interval in which each resample's best is "
         "recomputed."
     ),
-    "gap": (
-        "Intervals are 95% confidence intervals of the difference (Welch t, for one lr/wd over seeds); the "
-        "bootstrap of the best, for random samples, gives none (its resampled minimum sits on the observed one)."
+    "welch": "Intervals are 95% confidence intervals of the difference of seed means (Welch t).",
+    "best": (
+        "The bootstrap of the best gives no interval (its resampled minimum sits on the observed one, so a "
+        "percentile interval would end on the estimate)."
     ),
 }
 
 
-def _interval_note(kind: str, test: str = "") -> str:
-    """What a findings table's intervals are, and its test where every row has the same one."""
-    note = test + INTERVALS["edf_pair" if kind == "edf_pair" else "gap"]
+def _interval_note(rules: Sequence[str], test: str = "") -> str:
+    """What a findings table's intervals are (by the `rules` of its rows), and its test where every row has
+    the same one."""
+    note = test + " ".join(INTERVALS[r] for r in sorted(set(rules)))
     return (
         f"<p class='note'>{html.escape(note)} p after Holm: adjusted over every test of this report at α = "
         f"{ALPHA:g}; each rule's measured error rate and power: <code>{CALIBRATION_DOC}</code>.</p>"
@@ -352,7 +355,7 @@ def study_section(page: Page) -> str:
     names = _and([model_label(m) + (f" ({m})" if model_label(m) != m else "") for m in models])
     intro = (
         f"<p>This study trains {html.escape(names)} in {len(cells)} cell{'s' * (len(cells) != 1)} "
-        f"({html.escape(', '.join(cell_text(o, e) for o, e in cells))}): "
+        f"({html.escape('; '.join(cell_text(o, e) for o, e in cells))}): "
         f"{html.escape(_design_words(summary, page.sampled))}. Status: {html.escape(page.completeness)}.</p>"
         f"<p>Every number is on the <b>{html.escape(page.metric['used'])}</b> error (requested "
         f"{html.escape(page.metric['requested'])}: {html.escape(page.metric['definition'])}). "
@@ -389,7 +392,9 @@ def comparison_section(page: Page, comparison: Comparison) -> str:
             tests = sorted(rows["test"].unique())
             one = f"Test: {tests[0]}. " if len(tests) == 1 else ""  # said once, not in a column of one value
             shown = rows.drop(columns="test") if one else rows
-            parts.append(f"<h3>{html.escape(TABLE_TITLES[kind])}</h3>{table_html(shown)}{_interval_note(kind, one)}")
+            rules = [f.test.rule for f in found if f.kind == kind and f.test is not None]
+            note = _interval_note(rules, one)
+            parts.append(f"<h3>{html.escape(TABLE_TITLES[kind])}</h3>{table_html(shown)}{note}")
     if "good_ranges" in comparison.tables and not page.tables["good_ranges"].empty:
         parts.append(
             "<h3>Good ranges</h3>"

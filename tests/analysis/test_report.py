@@ -158,7 +158,7 @@ def test_the_findings_tables_show_welch_t_from_scipy_and_holm_over_the_five_test
         shown = f"{quantity} = {estimate:+.2f} [{ci.low:+.2f}, {ci.high:+.2f}]"
         return [shown, _shown_p(p[name]), _shown_p(holm[name]), verdict, "3/3"]  # one test: said in the note
 
-    assert f"Test: {WELCH}. Intervals are 95% confidence intervals" in page
+    assert f"Test: {WELCH}. Intervals are 95% confidence intervals of the difference of seed means" in page
     gaps = _table(page, "Optimizer gap per model")
     assert sorted(gaps) == [
         ["ViT-C tiny", "2 ep", *row("gap c", "mean SGD − mean AdamW", -21, "not decided")],

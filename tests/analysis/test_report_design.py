@@ -85,7 +85,7 @@ def test_the_first_screen_is_the_users_study_its_best_errors_main_figure_and_dec
     assert page.index('<section id="study">') < page.index("<section", page.index('<section id="study">') + 1)
     assert "<h2>The study: ViT-C tiny vs timm:resnet10t</h2>" in first
     assert (
-        "This study trains ViT-C tiny (vit_c_tiny) and timm:resnet10t in 2 cells (AdamW, 6 ep, AdamW, 16 ep): "
+        "This study trains ViT-C tiny (vit_c_tiny) and timm:resnet10t in 2 cells (AdamW, 6 ep; AdamW, 16 ep): "
         "random samples of lr, wd and label_smoothing (8 trials counted per cell)."
     ) in html.unescape(first)
     assert f"Status: {data['completeness']}." in first and "ViT-P" not in first and "paper" not in first
