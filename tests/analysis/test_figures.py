@@ -127,15 +127,15 @@ def test_report_is_complete_reproducible_and_says_how_complete(tmp_path, monkeyp
     assert f"{finished} of {len(trials) + 20} trials stored" in html
     for section in (
         "Δ-EDF",
-        "Optimizer gap",
+        "Optimizers: AdamW vs SGD",
         "Training-length gap",
-        "Good lr/wd ranges",
-        "Δ-EDFs, pairs of models",
+        "Good ranges",
+        "Δ-EDF tests, pairs of models",
         "Trials left out",
         "EMA gain",
         "Spec",
         "<svg",
-        "Metric: <b>paper = ema_best</b>",
+        "on the <b>paper = ema_best</b> error",
     ):
         assert section in html, section
     files = sorted(f for f in os.listdir(tmp_path / "r1") if f.endswith((".pdf", ".svg")))
