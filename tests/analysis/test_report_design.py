@@ -177,3 +177,23 @@ def test_latex_escapes_every_special_character_and_writes_ascii(text):
     assert escaped.isascii()
     bare = re.sub(r"\\[a-zA-Z]+\{\}|\\[%&$#_{}]|\$\\[a-zA-Z]+\$|\$-\$", "", escaped)
     assert not set(bare) & set("%&$#_{}~^\\")
+
+
+def test_a_spec_that_gives_a_timm_model_a_size_class_gets_the_papers_size_panels(tmp_path, monkeypatch):
+    """vit_c_1gf beside timm:resnet10t: one panel; the spec's `models:` giving the timm model the size
+    class tiny: a panel per size class, as the paper draws them."""
+    from hpstudy.analysis.report import spec_sizes
+
+    models = [{"name": "timm:resnet10t", "family": "resnet", "size": "tiny"}, "vit_c_1gf", {"name": "timm:x"}]
+    assert spec_sizes({"spec": {"models": models}}) == {"timm:resnet10t": "tiny"} and spec_sizes(None) == {}
+    panels = {}
+
+    def titles(plot, out, name, data, meta):
+        panels[name] = [ax.get_title() for ax in plot.fig.axes if ax.get_visible()]
+        return _svg_only(plot, out, name, data, meta)
+
+    monkeypatch.setattr(report_module, "save_figure", titles)
+    trials = TRIALS[TRIALS["epochs"] == 16].replace({"vit_c_tiny": "vit_c_1gf"})
+    for spec, drawn in (({"models": ["vit_c_1gf", "timm:resnet10t"]}, [""]), ({"models": models[:2]}, ["tiny", "1gf"])):
+        build_report(trials, trials.iloc[:0], {"n_trials": 1, "spec": spec}, str(tmp_path / str(len(drawn))), "final")
+        assert panels["delta_edf_adamw_16ep"] == drawn
