@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from hpstudy.analysis.metric_names import DEFAULT_METRIC, METRIC_COLUMNS, METRIC_DOCS, METRICS
-from hpstudy.trainers.errors import HpstudyError
+from hpstudy.trainers.errors import HpstudyError, shown
 from hpstudy.trainers.schema import FAILED
 
 ERR = "metric_err"  # the column `usable` adds to the rows it keeps: their error under the metric
@@ -121,8 +121,8 @@ def usable(frame: pd.DataFrame, metric: str = DEFAULT_METRIC, what: str = "", by
 
     MetricError for an unknown metric, or one with no value in any row that is not failed.
     """
-    if metric not in METRICS:
-        raise MetricError(f"metric: bad value {metric!r}; allowed: {', '.join(METRICS)}")
+    if not isinstance(metric, str) or metric not in METRICS:
+        raise MetricError(f"metric: bad value {shown(metric)}; allowed: {', '.join(METRICS)}")
     finished = (frame["status"] != FAILED).to_numpy()
     if metric == "paper":
         values, from_ema, unrecorded, base = _paper_values(frame, finished)

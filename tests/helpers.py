@@ -282,3 +282,57 @@ def in_terminal(argv):
     reader.start()
     proc.master, proc.reader = master, reader
     return proc, output
+
+
+def hostile_values():
+    """Hypothesis strategies of values of every wrong type and size (and some right ones: a call may succeed),
+    for the hostile tests of the API: (TEXT: any code point, NUMBERS: huge, exact, non-finite, numpy, complex,
+    decimal, ODD: None, bools, bytes, containers, frames, odd text)."""
+    import decimal
+    import fractions
+
+    from hypothesis import strategies as st
+
+    text = st.text(st.characters(codec=None), max_size=12)  # any code point: surrogates, line breaks, NUL
+    numbers = st.one_of(
+        st.integers(min_value=-(10**400), max_value=10**400),
+        st.sampled_from([0, 1, 2, 2**53 + 1, 2**63 - 1, 2**63, 2**64, 10**30, 10**400, -(10**400)]),
+        st.floats(allow_nan=True, allow_infinity=True),
+        st.sampled_from([np.int64(3), np.uint64(2**64 - 1), np.float32(0.5), np.float64("nan"), np.complex128(1 + 0j)]),
+        st.complex_numbers(max_magnitude=1e3),
+        st.sampled_from(
+            [decimal.Decimal("1e400"), decimal.Decimal("2.5"), decimal.Decimal("NaN"), fractions.Fraction(1, 3)]
+        ),
+    )
+    odd = st.sampled_from(
+        [
+            None,
+            True,
+            False,
+            np.bool_(True),
+            b"\xff",
+            b"lr",
+            bytearray(b"x"),
+            [],
+            [1, 2],
+            ("lr",),
+            {"a": 1},
+            {1, 2},
+            object(),
+            pd.NA,
+            pd.NaT,
+            pd.Timestamp("2024-01-01"),
+            np.array([1.0, 2.0]),
+            pd.Series([1.0]),
+            pd.DataFrame({"a": [1]}),
+            "\udcff",
+            "a\nb",
+            "",
+            "\x00",
+            "e",
+            "lr",
+            "model",
+            "x" * 10_000,
+        ]
+    )
+    return text, numbers, odd

@@ -10,7 +10,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 from hpstudy.trainers.data_spec import MAX_SEED, SHA256, DataSpec, finite_in, raise_first_bad, whole_in
 from hpstudy.trainers.errors import ConfigError, shown
@@ -85,26 +85,34 @@ def _doc(text: str, default: Any = dataclasses.MISSING, **kwargs) -> Any:
     return field(default=default, metadata={"doc": text}, **kwargs)
 
 
-@lru_cache(maxsize=None)
+_FIELD_NAMES: Dict[type, Tuple[str, ...]] = {}
+_REQUIRED: Dict[type, Tuple[str, ...]] = {}
+_VALID_DATASETS: Set[DataSpec] = set()  # every trial of a study shares one (frozen, hashable) DataSpec
+
+
 def _field_names(cls: type) -> Tuple[str, ...]:
     """A dataclass's field names, in order (dataclasses.fields, once per class)."""
-    return tuple(f.name for f in dataclasses.fields(cls))
+    if cls not in _FIELD_NAMES:
+        _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls))
+    return _FIELD_NAMES[cls]
 
 
-@lru_cache(maxsize=None)
 def _required(cls: type) -> Tuple[str, ...]:
     """A dataclass's fields without a default, in order."""
-    return tuple(
-        f.name
-        for f in dataclasses.fields(cls)
-        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-    )
+    if cls not in _REQUIRED:
+        _REQUIRED[cls] = tuple(
+            f.name
+            for f in dataclasses.fields(cls)
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        )
+    return _REQUIRED[cls]
 
 
-@lru_cache(maxsize=256)
 def _validate_dataset(dataset: DataSpec) -> None:
-    """DataSpec.validate, once per distinct (frozen, hashable) dataset: every trial of a study shares one."""
-    dataset.validate()
+    """DataSpec.validate, once per distinct dataset (expanding a spec validates one per trial)."""
+    if dataset not in _VALID_DATASETS:
+        dataset.validate()
+        _VALID_DATASETS.add(dataset)
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ complex, bytes, NaN, containers, text that is not UTF-8, spans lines or holds NU
 what it should or raises an HpstudyError whose message is one printable line naming the argument; `run`
 never gets as far as a trial (nor starts Ray) on a bad argument."""
 
+import contextlib
 import os
 from unittest import mock
 
@@ -14,9 +15,9 @@ from hypothesis import strategies as st
 import hpstudy
 from hpstudy.study.store import write_trial
 from hpstudy.trainers.errors import HpstudyError
-from tests.helpers import epoch_row, row, small_spec
-from tests.hostile.test_api_inputs import HOSTILE
+from tests.helpers import epoch_row, hostile_values, row, small_spec
 
+HOSTILE = st.one_of(*hostile_values())
 PATHS = st.one_of(HOSTILE, st.sampled_from(["", "a\x00b", "\ud800", b"/tmp", bytearray(b"x")]))
 FUNCTION_SCOPED = [HealthCheck.function_scoped_fixture]
 
@@ -109,7 +110,8 @@ def test_every_argument_of_run_is_accepted_or_refused_in_one_line_naming_it_befo
     validation); any other is one line naming the argument, and nothing was stored."""
     store = tmp_path / "store"
     arguments = {"spec": small_spec(), "store": str(store), field: value}
-    with mock.patch("hpstudy.study.runner.run_study", _start):
+    # a relative store text is a folder here: in the test's own folder, never the checkout
+    with contextlib.chdir(tmp_path), mock.patch("hpstudy.study.runner.run_study", _start):
         try:
             hpstudy.run(**arguments)
         except Started:

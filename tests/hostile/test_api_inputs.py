@@ -27,53 +27,11 @@ from hpstudy.analysis.query import QueryError, filter_rows
 from hpstudy.analysis.table import TableError, from_table, from_tune, table_report
 from hpstudy.trainers.errors import HpstudyError
 from hpstudy.trainers.schema import STATUSES
-from tests.helpers import make_trials
+from tests.helpers import hostile_values, make_trials
 
 optuna.logging.set_verbosity(logging.WARNING)
 
-# values of every wrong type and size (and some right ones: a call may succeed)
-TEXT = st.text(st.characters(codec=None), max_size=12)  # any code point: surrogates, line breaks, NUL
-NUMBERS = st.one_of(
-    st.integers(min_value=-(10**400), max_value=10**400),
-    st.sampled_from([0, 1, 2, 2**53 + 1, 2**63 - 1, 2**63, 2**64, 10**30, 10**400, -(10**400)]),
-    st.floats(allow_nan=True, allow_infinity=True),
-    st.sampled_from([np.int64(3), np.uint64(2**64 - 1), np.float32(0.5), np.float64("nan"), np.complex128(1 + 0j)]),
-    st.complex_numbers(max_magnitude=1e3),
-    st.sampled_from(
-        [decimal.Decimal("1e400"), decimal.Decimal("2.5"), decimal.Decimal("NaN"), fractions.Fraction(1, 3)]
-    ),
-)
-ODD = st.sampled_from(
-    [
-        None,
-        True,
-        False,
-        np.bool_(True),
-        b"\xff",
-        b"lr",
-        bytearray(b"x"),
-        [],
-        [1, 2],
-        ("lr",),
-        {"a": 1},
-        {1, 2},
-        object(),
-        pd.NA,
-        pd.NaT,
-        pd.Timestamp("2024-01-01"),
-        np.array([1.0, 2.0]),
-        pd.Series([1.0]),
-        pd.DataFrame({"a": [1]}),
-        "\udcff",
-        "a\nb",
-        "",
-        "\x00",
-        "e",
-        "lr",
-        "model",
-        "x" * 10_000,
-    ]
-)
+TEXT, NUMBERS, ODD = hostile_values()
 HOSTILE = st.one_of(NUMBERS, TEXT, ODD)
 
 
