@@ -82,6 +82,7 @@ def tmpfs(tmp_path):
 def aot_eager(monkeypatch):
     """`compile: inductor` on torch.compile's aot_eager backend (the same graphs, no code generation), with
     Dynamo and its counters reset before and after."""
+    import torch
     from torch._dynamo.utils import counters
 
     from hpstudy.trainers import trial

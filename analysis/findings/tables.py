@@ -8,7 +8,7 @@ import pandas as pd
 
 from hpstudy.analysis.catalogue import model_family, model_label
 from hpstudy.analysis.findings.model import DeltaDetail, Finding, GapDetail
-from hpstudy.analysis.findings.text import WITHIN, cell_text, p_holm_text, sig3
+from hpstudy.analysis.findings.text import WITHIN, cell_text, p_holm_text
 from hpstudy.analysis.inference import RULES
 
 # The paper's claims (Xiao et al. 2021) each pair kind tests, for a ViT-P / ViT-C pair: (claim, statement).
@@ -36,12 +36,17 @@ NOT_TESTED = {
 }
 
 
+def _two(value: float) -> str:
+    """Points or a probability to two decimals (0.00, never 0.000000795)."""
+    return f"{value:.2f}".replace("-0.00", "0.00")
+
+
 def _interval(ci: Optional[Tuple[float, float]], sign: float = 1.0) -> str:
     """' [lo, hi]' of sign x the interval, low end first."""
     if ci is None:
         return ""
     low, high = sorted((sign * ci[0], sign * ci[1]))
-    return f" [{sig3(low)}, {sig3(high)}]"
+    return f" [{_two(low)}, {_two(high)}]"
 
 
 def claim_number(f: Finding) -> str:
@@ -52,11 +57,11 @@ def claim_number(f: Finding) -> str:
     if isinstance(d, DeltaDetail):
         a, b = (g.label for g in d.groups)
         return (
-            f"P({a} trial nearer its best than {b}'s) = {sig3(f.test.estimate)}; mean Δ {a} − {b} = "
-            f"{sig3(-d.area)} pts{_interval(d.area_ci, -1.0)}"
+            f"P({a} trial nearer its best than {b}'s) = {_two(f.test.estimate)}; mean Δ {a} − {b} = "
+            f"{_two(-d.area)} pts{_interval(d.area_ci, -1.0)}"
         )
     assert isinstance(d, GapDetail)
-    return f"{d.quantity} = {sig3(f.test.estimate)} pts{_interval(f.test.ci)}"
+    return f"{d.quantity} = {_two(f.test.estimate)} pts{_interval(f.test.ci)}"
 
 
 def _claim_verdict(f: Finding) -> str:

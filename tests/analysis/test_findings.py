@@ -430,7 +430,7 @@ def test_best_rule_sentences_say_what_the_test_showed_with_image_counts_on_a_gri
     # claim 4 is about the error a model reaches: a test of the lowest errors does not test it
     claim = claims_table(found).set_index("claim").loc["4. peak performance (Fig 7)"]
     assert claim["verdict"].startswith("not tested") and claim["this study"] == (
-        f"best ViT-P tiny − best ViT-C tiny = {sig3(peak.statistic)} pts"
+        f"best ViT-P tiny − best ViT-C tiny = {peak.statistic:.2f} pts"
     )
 
 
@@ -441,7 +441,7 @@ def _store(root, trials):
 
 
 @pytest.mark.slow
-def test_report_opens_with_the_claims_then_findings_and_report_json_carries_them(tmp_path):
+def test_report_opens_with_the_study_then_its_comparisons_then_the_claims_and_report_json_carries_them(tmp_path):
     from hpstudy.analysis.report import build_report
 
     store = str(tmp_path / "store")
@@ -451,17 +451,22 @@ def test_report_opens_with_the_claims_then_findings_and_report_json_carries_them
         warnings.simplefilter("ignore")
         page = build_report(*load_study(store, "gen"), str(tmp_path / "rep"))
     html = open(page).read()
-    order = ["<h2>The paper&#x27;s claims</h2>", "<h2>Status</h2>", "<h2>Findings</h2>", "<h2>Summary per cell"]
+    order = [
+        "<h2>The study: ViT-P tiny vs ViT-C tiny</h2>",
+        "<h2>Models: ViT-P tiny vs ViT-C tiny</h2>",
+        "<h2>The paper&#x27;s claims (Xiao et al. 2021)</h2>",
+        "<h2>Every cell</h2>",
+    ]
     assert [html.index(heading) for heading in order] == sorted(html.index(heading) for heading in order)
     report = json.load(open(tmp_path / "rep" / "report.json"))
     kinds = [f["kind"] for f in report["findings"]]
     assert kinds[0] == "scope" and "edf_pair" in kinds and "peak" in kinds
     for f in report["findings"]:
         assert f["sentence"].replace("'", "&#x27;") in html or f["sentence"] in html
-    tables = html.split("<h2>Spec")[0].split("<h2>Summary per cell")[1]
-    assert "p_holm" not in tables and "verdict_holm" not in tables  # readable names
+    tables = html.split("<h2>Spec")[0].split("<h2>Models")[1]
+    assert "p_holm" not in tables and "verdict_holm" not in tables and "a_better" not in tables  # words
     assert (
-        "p, Holm" in tables and "P(a trial of a nearer its best than one of b)" in tables and "samples: 40" in html
+        "p after Holm" in tables and "P(first's trial nearer its best)" in tables and "samples: 40" in html
     )  # spec as YAML
 
 
@@ -567,7 +572,7 @@ def test_the_claims_table_states_each_pair_finding_of_vit_p_and_vit_c_by_its_qua
     row = claims.loc[("2. optimizer stability (Fig 3)", "6 ep")]
     assert row["models"] == "ViT-P tiny vs ViT-C tiny" and row["n"] == "32/32/32/32"
     # the number is named by its quantity: gap ViT-P - gap ViT-C, positive where ViT-P loses more
-    assert row["this study"] == f"gap ViT-P tiny − gap ViT-C tiny (of bests) = {sig3(gap.statistic)} pts"
+    assert row["this study"] == f"gap ViT-P tiny − gap ViT-C tiny (of bests) = {gap.statistic:.2f} pts"
     assert gap.statistic > 0 and row["verdict"] == ("reproduced" if gap.verdict_holm == "b_better" else "not decided")
     # the four-group bests' calibrated p is at its Monte-Carlo floor here: Holm's p is then an upper bound too
     assert gap.test.mc[0] == 0 and gap.test.p == pytest.approx(1 / (CALIBRATION_STUDIES + 1), rel=0.5)
@@ -578,8 +583,8 @@ def test_the_claims_table_states_each_pair_finding_of_vit_p_and_vit_c_by_its_qua
     row = claims.loc[("1. lr/wd stability (Figs 5-6)", "AdamW, 6 ep")]
     mean_p, mean_c = pair.detail.mean_delta
     assert mean_p > mean_c and row["this study"].startswith(
-        f"P(ViT-P tiny trial nearer its best than ViT-C tiny's) = {sig3(pair.statistic)}; mean Δ ViT-P tiny − ViT-C "
-        f"tiny = {sig3(mean_p - mean_c)} pts ["
+        f"P(ViT-P tiny trial nearer its best than ViT-C tiny's) = {pair.statistic:.2f}; mean Δ ViT-P tiny − ViT-C "
+        f"tiny = {mean_p - mean_c:.2f} pts ["
     )
     assert row["verdict"] == "reproduced" == ("reproduced" if pair.verdict_holm == "b_better" else "")
     assert set(claims.index.get_level_values("claim")) >= {
@@ -596,10 +601,7 @@ def test_the_claims_table_judges_claim_4_from_a_welch_test_of_seed_means():
     (peak,) = _of(found, "peak", "vit_p_tiny", "vit_c_tiny")
     row = claims_table(found).set_index("claim").loc["4. peak performance (Fig 7)"]
     low, high = peak.test.ci
-    assert (
-        row["this study"]
-        == f"mean ViT-P tiny − mean ViT-C tiny = {sig3(peak.statistic)} pts [{sig3(low)}, {sig3(high)}]"
-    )
+    assert row["this study"] == f"mean ViT-P tiny − mean ViT-C tiny = {peak.statistic:.2f} pts [{low:.2f}, {high:.2f}]"
     assert (
         peak.statistic > 0
         and row["verdict"] == {"b_better": "reproduced", "inconclusive": "not decided"}[peak.verdict_holm]

@@ -132,4 +132,4 @@ def test_a_report_of_a_study_with_a_sampled_field_ranges_and_plots_it(tmp_path):
     assert {"label_smoothing", "importance_label_smoothing"} <= set(report["tables"]["good_ranges"][0])
     scatter = json.load(open(tmp_path / "hp_scatter_adamw.json"))
     assert "label_smoothing" in scatter["columns"]
-    assert "against lr, wd, lr·wd and label_smoothing (adamw)" in open(page).read()
+    assert "against lr, wd, lr·wd and label_smoothing (AdamW; 10 epochs)" in open(page).read()

@@ -67,7 +67,7 @@ def test_the_paper_spec_plans_without_imagenet(capsys):
 
 def test_bundled_default_dry_run(capsys):
     assert run_edf_main(["--dry-run", "--store", "/nonexistent-hpstudy-store"]) == 0
-    assert "study demo_digits: 48 trials" in capsys.readouterr().out
+    assert "study demo_digits: 32 trials" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(
@@ -108,6 +108,7 @@ def test_hpstudy_status_and_compact(tmp_path, capsys):
     assert hpstudy_main(["status", "--store", store, "--study", "s"]) == 0
     # 4 rows, 2 ok, 1 diverged, 1 failed; best 10, median of 10, 11, 12 (the failed row has no error)
     assert capsys.readouterr().out.splitlines() == [
+        NO_DRIVER,
         SUMMARY_HEADER,
         "cnn_tiny           4     2     1     1    10.00    11.00",
     ]
@@ -122,6 +123,7 @@ def test_hpstudy_status_and_compact(tmp_path, capsys):
 
 
 SUMMARY_HEADER = "model              n    ok   div  fail     best   median"
+NO_DRIVER = "driver: none (no run of this study holds its lease)"
 
 
 def test_status_counts_the_specs_rows_stored_ok_or_diverged_and_the_earlier_specs_apart(tmp_path, capsys):
@@ -140,6 +142,7 @@ def test_status_counts_the_specs_rows_stored_ok_or_diverged_and_the_earlier_spec
     write_spec_record(store, "s", {"name": "s"}, 5, [f"k{i}" for i in range(5)])
     assert hpstudy_main(["status", "--store", store, "--study", "s"]) == 0
     assert capsys.readouterr().out.splitlines() == [
+        NO_DRIVER,
         "3/5 trials of the spec stored as ok/diverged",
         SUMMARY_HEADER,
         "cnn_tiny           4     2     1     1    10.00    11.00",
@@ -173,6 +176,7 @@ def test_status_of_a_study_counts_only_that_studys_rows(tmp_path, capsys):
         )
     assert hpstudy_main(["status", "--store", store, "--study", "s"]) == 0
     assert capsys.readouterr().out.splitlines() == [
+        NO_DRIVER,
         SUMMARY_HEADER,
         "cnn_tiny           1     1     0     0    10.00    10.00",
     ]

@@ -399,4 +399,4 @@ def test_a_users_own_study_and_analysis_modules_do_not_shadow_hpstudys(tmp_path,
         timeout=120,
     )
     assert out.returncode == 0, out.stderr[-2000:]
-    assert "study demo_digits: 48 trials, 48 to run" in out.stdout
+    assert "study demo_digits: 32 trials, 32 to run" in out.stdout

@@ -324,7 +324,7 @@ def test_the_readme_has_commands_of_every_kind():
     keys = {key for path, _, _, key, _ in COMMANDS if path == README}
     for key in [
         ("run_edf",),
-        ("train",),
+        ("hpstudy", "train"),
         ("hpstudy", "run"),
         ("hpstudy", "report"),
         ("hpstudy", "query"),

@@ -21,6 +21,7 @@ from hpstudy.study.trackers import (
     backfill,
     check_trackers,
     parse_track,
+    run_folder,
     trackers_of,
 )
 from hpstudy.study.tune_store_writer import StoreWriter
@@ -55,6 +56,12 @@ class Raising(Recording):
 
     def close(self):
         raise OSError("cannot flush")
+
+
+def _run(folder, trial) -> str:
+    """The TensorBoard run folder of a planned trial (run_folder: model/optimizer-epochs-key prefix)."""
+    row = {"model": trial.model, "optimizer": trial.optimizer, "epochs": trial.epochs, "trial_key": trial.key}
+    return str(folder / STUDY / run_folder(row))
 
 
 def _trials(n=4):
@@ -290,9 +297,12 @@ def test_tensorboard_holds_one_run_folder_per_trial_with_curves_and_hparams(tmp_
     trials = _trials()
     tracker = parse_track(f"tensorboard:{tmp_path / 'tb'}")
     members = _feed(_writer(tmp_path, trials, [tracker]), trials)
-    assert sorted(os.listdir(tmp_path / "tb" / STUDY)) == sorted(t.key for t in trials)
+    by_key = {t.key: t for t in trials}
+    assert sorted(os.listdir(tmp_path / "tb" / STUDY / "cnn_tiny")) == sorted(
+        f"adamw-{t.epochs}ep-{t.key[:8]}" for t in trials
+    )
     for key, member in members.items():
-        scalars, hparams = _tensorboard(str(tmp_path / "tb" / STUDY / key))
+        scalars, hparams = _tensorboard(_run(tmp_path / "tb", by_key[key]))
         curve = scalars["epoch/top1_err"]  # TensorBoard keeps float32
         assert [step for step, _ in curve] == [e["epoch"] for e in member["epoch_log"]]
         assert [value for _, value in curve] == pytest.approx([e["top1_err"] for e in member["epoch_log"]], rel=1e-6)
@@ -300,7 +310,7 @@ def test_tensorboard_holds_one_run_folder_per_trial_with_curves_and_hparams(tmp_
         assert hparams["status"] == member["status"]
         for name, value in _hyperparameters(member).items():
             assert hparams[name] == pytest.approx(value) if not isinstance(value, str) else hparams[name] == value
-    scalars, hparams = _tensorboard(str(tmp_path / "tb" / STUDY / trials[3].key))
+    scalars, hparams = _tensorboard(_run(tmp_path / "tb", trials[3]))
     assert scalars == {} and hparams["status"] == "failed" and hparams["lr"] == pytest.approx(trials[3].config["lr"])
 
 
@@ -339,9 +349,10 @@ def test_a_study_on_ray_logs_every_trial_of_its_fused_groups_to_mlflow_and_tenso
         assert run.data.metrics["top1_err"] == row["top1_err"]
         history = client.get_metric_history(run.info.run_id, "epoch/top1_err")
         assert [(m.step, m.value) for m in history] == [(1, row["top1_err"])]
-    assert sorted(os.listdir(tmp_path / "tb" / STUDY)) == sorted(stored.index)
+    assert TensorBoardTracker(str(tmp_path / "tb")).logged_keys(STUDY) == set(stored.index)
     for key, row in stored.iterrows():
-        scalars, hparams = _tensorboard(str(tmp_path / "tb" / STUDY / key))
+        run = {"model": row["model"], "optimizer": row["optimizer"], "epochs": row["epochs"], "trial_key": key}
+        scalars, hparams = _tensorboard(str(tmp_path / "tb" / STUDY / run_folder(run)))
         assert scalars["top1_err"] == [(1, pytest.approx(row["top1_err"], rel=1e-6))]
         assert hparams["lr"] == pytest.approx(row["lr"])
 
@@ -357,10 +368,11 @@ def _held(kind, folder):
         return {r.info.run_name: r.data.metrics["top1_err"] for r in runs if r.info.status == "FINISHED"}
     if kind == "tensorboard":
         held = {}
-        for key in os.listdir(folder / STUDY):
-            scalars, hparams = _tensorboard(str(folder / STUDY / key))
-            if hparams["status"] != "failed":
-                held[key] = pytest.approx(scalars["top1_err"][-1][1], rel=1e-6)
+        for trial in _trials():
+            if os.path.isdir(_run(folder, trial)):
+                scalars, hparams = _tensorboard(_run(folder, trial))
+                if hparams["status"] != "failed":
+                    held[trial.key] = pytest.approx(scalars["top1_err"][-1][1], rel=1e-6)
         return held
     return {name.split("-")[3]: None for name in os.listdir(folder / "wandb") if name.startswith("offline-run-")}
 
@@ -395,7 +407,7 @@ def test_a_tracker_added_later_is_sent_the_stored_trials_it_lacks_once(kind, tmp
     else:
         assert held == {key: member["top1_err"] for key, member in members.items()}
     if kind == "tensorboard":  # the curves came from the stored epochs
-        scalars, _ = _tensorboard(str(tmp_path / kind / STUDY / trials[0].key))
+        scalars, _ = _tensorboard(_run(tmp_path / kind, trials[0]))
         assert [step for step, _ in scalars["epoch/top1_err"]] == list(EPOCHS)
 
 
