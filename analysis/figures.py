@@ -149,6 +149,23 @@ def _opt(optimizer: str) -> str:
     return OPTIMIZERS.get(optimizer, optimizer)
 
 
+def cell_name(figure: str, optimizer: str, epochs: float) -> str:
+    """The file name of a figure of one (optimizer, epochs) cell: `<figure>_<optimizer>_<epochs>ep`."""
+    return f"{figure}_{optimizer}_{epochs:g}ep"
+
+
+def one_cell(table: pd.DataFrame, figure: str) -> None:
+    """ValueError unless `table` holds one (optimizer, epochs) cell: a figure that compares models within a
+    cell never pools what the design separates (good ranges of 6 and 16 epochs differ)."""
+    cells = sorted(table.groupby(["optimizer", "epochs"], observed=True).groups)
+    if len(cells) > 1:
+        shown = ", ".join(f"{_opt(o)} {e:g} ep" for o, e in cells)
+        raise ValueError(
+            f"{figure}: table: bad value, {len(cells)} (optimizer, epochs) cells ({shown}); allowed: one cell "
+            f"per figure (filter the table to one optimizer and length)"
+        )
+
+
 def _columns(n_panels: int, most: int) -> int:
     """Columns for n_panels, at most `most`: the fewest empty grid slots, then the most columns."""
     return min(range(1, min(most, n_panels) + 1), key=lambda c: (-n_panels % c, -c))
@@ -480,18 +497,17 @@ def hp_names(keys: Keys = ("lr", "wd")) -> str:
 
 def hp_scatter_table(trials: pd.DataFrame, metric: str = DEFAULT_METRIC, keys: Keys = ("lr", "wd")) -> pd.DataFrame:
     """Every counted trial's model, optimizer, epochs, sampled hyperparameters (`keys`, see
-    hpstudy.analysis.stats.hp_kinds), error and status (Fig 4's points)."""
+    hpstudy.analysis.stats.hp_kinds), error and status (Fig 4's points), with `n`, the counted trials of
+    its (model, optimizer, epochs) cell."""
     rows = usable(trials, metric, "hp_scatter_table")
-    return (
-        rows.kept[["model", "optimizer", "epochs", *hp_kinds(keys), ERR, "status"]]
-        .rename(columns={ERR: "error"})
-        .assign(metric=rows.metric)
-    )
+    table = rows.kept[["model", "optimizer", "epochs", *hp_kinds(keys), ERR, "status"]].rename(columns={ERR: "error"})
+    n = table.groupby(["model", "optimizer", "epochs"], observed=True)["error"].transform("size")
+    return table.assign(n=n.astype(int), metric=rows.metric)
 
 
 def hp_scatter_caption(table: pd.DataFrame, keys: Keys = ("lr", "wd"), ranges: bool = True) -> str:
     """What hp_scatter_figure draws, on which metric, of how many trials (absolute errors: no reference)."""
-    n = table.groupby("model").size()
+    n = table.groupby("model")["n"].first()
     return (
         f"Top-1 error of every trial against {hp_names(keys)} ({_cell(table)}), a row of panels per model; "
         f"n = {_n_range(n)} trials per model{_fill(table)}"
@@ -510,7 +526,8 @@ def hp_scatter_figure(
 ) -> Plot:
     """Error against each sampled hyperparameter per model (Fig 4: log10 lr, log10 wd and log10 lr·wd; see
     hp_panels), each model's good ranges (`ranges`: good_ranges per model) shaded; a choice's values are
-    evenly spaced categories, unshaded."""
+    evenly spaced categories, unshaded. One (optimizer, epochs) cell per figure (`one_cell`)."""
+    one_cell(table, "hp_scatter_figure")
     models = catalogue_order(table["model"])
     panels = hp_panels(keys)
     categories = {
@@ -682,17 +699,18 @@ def delta_error_vs_epochs_figure(
 def expected_best_table(
     trials: pd.DataFrame, metric: str = DEFAULT_METRIC, estimator: str = "unbiased", n_boot: int = 200
 ) -> pd.DataFrame:
-    """The expected best error after k = 1..n random trials per model and optimizer, with its bootstrap
-    band (`lo`, `hi`)."""
+    """The expected best error after k = 1..n random trials per (model, optimizer, epochs) cell, never
+    pooled across cells, with its bootstrap band (`lo`, `hi`) and the cell's counted trials `n`."""
     used = usable(trials, metric, "expected_best_table")
     rows = []
-    for (opt, model), group in used.kept.groupby(["optimizer", "model"]):
+    for (opt, epochs, model), group in used.kept.groupby(["optimizer", "epochs", "model"], observed=True):
         errors = group[ERR].to_numpy(float)
         ks = np.arange(1, len(errors) + 1)
         curve = expected_best(errors, ks, estimator)
         lo, hi = expected_best_band(errors, ks, estimator, n_boot=n_boot)
+        cell = {"model": model, "optimizer": opt, "epochs": epochs, "n": len(errors)}
         rows += [
-            {"model": model, "optimizer": opt, "k": int(k), "expected_best": c, "lo": low, "hi": high}
+            {**cell, "k": int(k), "expected_best": c, "lo": low, "hi": high}
             for k, c, low, high in zip(ks, curve, lo, hi)
         ]
     return pd.DataFrame(rows).assign(metric=used.metric)
@@ -700,29 +718,30 @@ def expected_best_table(
 
 def expected_best_caption(table: pd.DataFrame) -> str:
     """What expected_best_figure draws, on which metric, of how many trials (absolute errors)."""
-    n = table.groupby(["model", "optimizer"])["k"].max()
+    n = table.groupby(["model", "optimizer", "epochs"])["n"].first()
+    panels = "" if table.groupby(["optimizer", "epochs"]).ngroups == 1 else "a panel per optimizer and length, "
     return (
-        f"Expected best top-1 error after k random lr/wd trials (unbiased estimator, Tang et al. 2020), a panel per "
-        f"optimizer ({_cell(table, ['optimizer'])}), a line per model, from n = {_n_range(n)} trials per model and "
-        f"optimizer; shaded: bootstrap 95% pointwise bands. Absolute errors (no reference). {_metric(table)}"
+        f"Expected best top-1 error after k random lr/wd trials (unbiased estimator, Tang et al. 2020; "
+        f"{_cell(table)}), {panels}a line per model, from n = {_n_range(n)} trials per model and cell; shaded: "
+        f"bootstrap 95% pointwise bands. Absolute errors (no reference). {_metric(table)}"
     )
 
 
 def expected_best_figure(
     table: pd.DataFrame, size: Optional[str] = None, fig: Optional[Figure] = None, title: bool = False
 ) -> Plot:
-    """Expected best error against the number of random trials k, a panel per optimizer, a line and its
-    shaded bootstrap band per model."""
-    optimizers = sorted(table["optimizer"].unique())
-    fig, axes = _grid(len(optimizers), size, fig)
-    for ax, opt in zip(axes, optimizers):
-        panel = table[table["optimizer"] == opt]
+    """Expected best error against the number of random trials k, a panel per (optimizer, epochs) cell, a
+    line and its shaded bootstrap band per model."""
+    cells = sorted(table.groupby(["optimizer", "epochs"]).groups)
+    fig, axes = _grid(len(cells), size, fig)
+    for ax, (opt, epochs) in zip(axes, cells):
+        panel = table[(table["optimizer"] == opt) & (table["epochs"] == epochs)]
         for model, curve in _by_model(panel):
             st = model_style(model, table["model"].unique())
             ax.plot(curve["k"], curve["expected_best"], label=model_label(model), markevery=0.15, **st)
             _band(ax, curve["k"], curve["lo"], curve["hi"], st, step=False)
         ax.set(
-            title=_opt(opt) if len(optimizers) > 1 else "",
+            title=f"{_opt(opt)}, {epochs:g} epochs" if len(cells) > 1 else "",
             xscale="log",
             xlabel="trials k",
             ylabel="expected best top-1 error (%)",

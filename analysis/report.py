@@ -15,6 +15,7 @@ from hpstudy.analysis.captions import write_captions
 from hpstudy.analysis.edf import EDF_CONVENTION, bootstrap_band, dkw_epsilon
 from hpstudy.analysis.figures import (
     STYLE,
+    cell_name,
     delta_edf_figure,
     delta_edf_table,
     delta_error_vs_epochs_figure,
@@ -106,24 +107,25 @@ def hp_keys(trials: pd.DataFrame, record: Optional[Dict]) -> Dict[str, str]:
 def ranges_and_importance(
     trials: pd.DataFrame, metric: str = DEFAULT_METRIC, keys: Keys = ("lr", "wd")
 ) -> Tuple[pd.DataFrame, Dict]:
-    """Good ranges and fANOVA importance per (model, optimizer) with >= 8 counted trials, of each sampled
-    hyperparameter (`keys`, see hpstudy.analysis.stats.hp_kinds) that takes two values or more there."""
+    """Good ranges and fANOVA importance per (model, optimizer, epochs) cell with >= 8 counted trials, of
+    each sampled hyperparameter (`keys`, see hpstudy.analysis.stats.hp_kinds) that takes two values or more
+    there; never pooled across cells (the good lr of a 6- and a 16-epoch schedule differ). The table has a
+    row per cell and percentile with the cell's `n`; the ranges are keyed by (model, optimizer, epochs)."""
     counted = usable(trials, metric, "ranges_and_importance").kept
     kinds = hp_kinds(keys)
     out, ranges = [], {}
-    for (model, opt), group in counted.groupby(["model", "optimizer"], sort=True, observed=True):
+    for key, group in counted.groupby(CELL, sort=True, observed=True):
         varied = {name: kind for name, kind in kinds.items() if group[name].nunique(dropna=False) >= 2}
         if len(group) < 8 or not varied:
             continue
-        cell = trials[(trials["model"] == model) & (trials["optimizer"] == opt)]
+        cell = trials[(trials[CELL] == pd.Series(key, index=CELL)).all(axis=1)]
         r = good_ranges(cell, metric, keys=varied)
-        ranges[(model, opt)] = r
+        ranges[key] = r
         importance = hp_importance(cell, metric, keys=varied)
         for q in r.index:
             out.append(
                 {
-                    "model": model,
-                    "optimizer": opt,
+                    **dict(zip(CELL, key)),
                     "percentile": q,
                     **r.loc[q].to_dict(),
                     **{f"importance_{name}": importance.get(name) for name in kinds},
@@ -194,7 +196,7 @@ def _figures(
     for opt, epochs, table in edfs:
         xscale = delta_scale(table)
         draw(
-            f"delta_edf_{opt}_{epochs}ep",
+            cell_name("delta_edf", opt, epochs),
             "main" if (opt, epochs) == main else "models" if several else "sampled",
             table,
             lambda t: delta_edf_figure(t, sizes=sizes, xscale=xscale),
@@ -206,17 +208,35 @@ def _figures(
             epochs=epochs,
             xscale=xscale,
         )
-    for opt in sorted(usable_rows["optimizer"].unique()):
-        by_model = {m: r for (m, o), r in ranges.items() if o == opt}
-        if (sampled_rows["optimizer"] == opt).any():
+    # per (optimizer, epochs) cell, never pooled across lengths: a good lr of 6 epochs is not one of 16
+    for (opt, epochs), cell in sampled_rows.groupby(["optimizer", "epochs"], sort=True, observed=True):
+        whole = sampled[(sampled["optimizer"] == opt) & (sampled["epochs"] == epochs)]
+        by_model = {m: r for (m, o, e), r in ranges.items() if (o, e) == (opt, epochs)}
+        scatter = hp_scatter_table(whole, metric, keys)
+        draw(
+            cell_name("hp_scatter", opt, epochs),
+            "sampled",
+            scatter,
+            lambda table: hp_scatter_figure(table, by_model, keys=keys),
+            good_ranges="bootstrap (2500 x max(1, int(25% n))) of the best trial's log10 values, 2.5-97.5%"
+            + ("" if set(hp_kinds(keys).values()) == {"log_uniform"} else RANGES_BEYOND_LOG),
+            ranges={m: r.to_dict() for m, r in by_model.items()},
+            n_per_model=scatter.groupby("model").size().to_dict(),
+            optimizer=opt,
+            epochs=int(epochs),
+        )
+        if cell.groupby("model").size().max() >= 2:
+            best = expected_best_table(whole, metric)
             draw(
-                f"hp_scatter_{opt}",
+                cell_name("expected_best", opt, epochs),
                 "sampled",
-                hp_scatter_table(sampled[sampled["optimizer"] == opt], metric, keys),
-                lambda table: hp_scatter_figure(table, by_model, keys=keys),
-                good_ranges="bootstrap (2500 x max(1, int(25% n))) of the best trial's log10 values, 2.5-97.5%"
-                + ("" if set(hp_kinds(keys).values()) == {"log_uniform"} else RANGES_BEYOND_LOG),
-                ranges={m: r.to_dict() for m, r in by_model.items()},
+                best,
+                expected_best_figure,
+                estimator="unbiased, Tang et al. 2020",
+                band="bootstrap 95% pointwise",
+                n_per_model=best.groupby("model")["n"].first().to_dict(),
+                optimizer=opt,
+                epochs=int(epochs),
             )
     if usable_rows["epochs"].nunique() > 1:
         draw(
@@ -243,15 +263,6 @@ def _figures(
             generalization_figure,
             aggregate="median per model",
             left_out="failed, no finite error, diverged",
-        )
-    if len(sampled_rows) and sampled_rows.groupby(["model", "optimizer"]).size().max() >= 2:
-        draw(
-            "expected_best",
-            "sampled",
-            expected_best_table(sampled, metric),
-            expected_best_figure,
-            estimator="unbiased, Tang et al. 2020",
-            band="bootstrap 95% pointwise",
         )
     return made
 

@@ -238,16 +238,16 @@ def best_table(summary: pd.DataFrame) -> pd.DataFrame:
 
 
 def ranges_table(ranges: pd.DataFrame, importance: bool = False) -> pd.DataFrame:
-    """Good ranges for reading: a row per model and optimizer, each field's median best value with its
-    2.5-97.5% range; or (`importance`) each field's fANOVA importance."""
-    fields = [c for c in ranges if c not in ("model", "optimizer", "percentile", "n", "sample_size", "n_left_out")]
-    fields = [c for c in fields if not c.startswith("importance_") and c != "metric"]
+    """Good ranges for reading: a row per (model, optimizer, epochs) cell with its trials, each field's
+    median best value with its 2.5-97.5% range; or (`importance`) each field's fANOVA importance."""
+    cell_columns = ("model", "optimizer", "epochs", "percentile", "n", "sample_size", "n_left_out", "metric")
+    fields = [c for c in ranges if c not in cell_columns and not c.startswith("importance_")]
     rows = []
     for model in catalogue_order(ranges["model"]):
-        for opt, cell in ranges[ranges["model"] == model].groupby("optimizer", sort=True):
+        for (opt, epochs), cell in ranges[ranges["model"] == model].groupby(["optimizer", "epochs"], sort=True):
             at = cell.set_index("percentile")
             row: Dict[str, object] = {
-                "model, optimizer": f"{model_label(model)}, {OPTIMIZERS.get(opt, opt)}",
+                "model, cell": f"{model_label(model)}, {cell_text(opt, epochs)}",
                 "trials": int(at["n"].iloc[0]),
             }
             if importance:
@@ -400,12 +400,13 @@ def comparison_section(page: Page, comparison: Comparison) -> str:
             "<h3>Good ranges</h3>"
             + table_html(ranges_table(page.tables["good_ranges"]))
             + "<p class='note'>Good ranges (pycls): the median of the best trial's value (log10 for a log-uniform "
-            "field) over 2,500 bootstrap samples of a quarter of the trials, and in brackets its 2.5 and 97.5 "
-            "percentiles (a 95% interval of where the best trial lies).</p>"
+            "field) over 2,500 bootstrap samples of a quarter of a cell's trials, and in brackets its 2.5 and 97.5 "
+            "percentiles (a 95% interval of where the best trial lies); per (optimizer, epochs) cell, never "
+            "pooled across lengths.</p>"
             "<h3>fANOVA importance</h3>"
             + table_html(ranges_table(page.tables["good_ranges"], importance=True))
             + "<p class='note'>The share of the error's variance each field explains (fANOVA, Optuna), summing "
-            "to 1 per model and optimizer; – where the field took one value in that cell.</p>"
+            "to 1 per model and cell; – where the field took one value in that cell.</p>"
         )
     return "".join(parts)
 

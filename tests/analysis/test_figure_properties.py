@@ -32,7 +32,7 @@ STUDY = _study()
 CELL = STUDY[(STUDY["optimizer"] == "adamw") & (STUDY["epochs"] == 16)]
 TABLES = {
     "delta_edf": figures.delta_edf_table(CELL, "final"),
-    "hp_scatter": figures.hp_scatter_table(STUDY[STUDY["epochs"] == 16], "final"),
+    "hp_scatter": figures.hp_scatter_table(CELL, "final"),
     "error_vs_epochs": figures.error_vs_epochs_table(STUDY, "final"),
     "delta_error_vs_epochs": figures.delta_error_vs_epochs_table(STUDY, "final"),
     "expected_best": figures.expected_best_table(STUDY[STUDY["epochs"] == 16], "final", n_boot=20),

@@ -73,11 +73,12 @@ def test_model_styles_are_fixed_distinct_and_grayscale_safe():
 def test_every_figure_renders_with_its_numbers_and_states_the_metric(tmp_path):
     trials = make_trials(epochs=(5, 10, 20), n=12, ema=True)
     trials.loc[(trials["model"] == "vit_p_tiny") & (trials["epochs"] == 20), "status"] = "diverged"
-    ranges = {m: good_ranges(g) for m, g in trials[trials["optimizer"] == "adamw"].groupby("model")}
+    adamw_10 = trials[(trials["optimizer"] == "adamw") & (trials["epochs"] == 10)]  # the scatter's one cell
+    ranges = {m: good_ranges(g) for m, g in adamw_10.groupby("model")}
     curves = expected_best_table(trials, n_boot=20)
     curves_fig = expected_best_figure(curves)
     scatter, epochs, gaps = (
-        hp_scatter_table(trials[trials["optimizer"] == "adamw"]),
+        hp_scatter_table(adamw_10),
         error_vs_epochs_table(trials),
         delta_error_vs_epochs_table(trials),
     )
@@ -103,7 +104,9 @@ def test_every_figure_renders_with_its_numbers_and_states_the_metric(tmp_path):
         assert list(csv.columns) == meta["columns"] and set(csv["metric"]) == set(data.get("metric", ["paper"]))
         assert b"/FontType /Type3" not in open(paths["pdf"], "rb").read()  # Type-42, not Type-3
     assert set(curves["model"]) == {"vit_p_tiny", "vit_c_tiny", "cnn_tiny"}
-    assert (curves.groupby(["model", "optimizer"])["expected_best"].apply(lambda s: s.is_monotonic_decreasing)).all()
+    assert (
+        curves.groupby(["model", "optimizer", "epochs"])["expected_best"].apply(lambda s: s.is_monotonic_decreasing)
+    ).all()
     with pytest.raises(ValueError, match="meta must state the metric"):
         save_figure(curves_fig, str(tmp_path), "unstated", curves, {})
 
@@ -247,15 +250,19 @@ def test_a_report_draws_lr_wd_figures_of_sampled_cells_only_each_stating_its_cel
         "delta_edf_adamw_1ep",  # the sampled cell only (2 epochs ran one lr/wd), first: the main figure
         "error_vs_epochs",  # the lengths compared
         "delta_error_vs_epochs",
-        "hp_scatter_adamw",  # the sampled fields
-        "expected_best",
+        "hp_scatter_adamw_1ep",  # the sampled fields, per (optimizer, epochs) cell
+        "expected_best_adamw_1ep",
     ]
     assert "Every cell ran one lr/wd over seeds" not in page  # one of the two sampled lr/wd
-    meta = {name: json.load(open(tmp_path / f"{name}.json")) for name in ("delta_edf_adamw_1ep", "hp_scatter_adamw")}
+    names = ("delta_edf_adamw_1ep", "hp_scatter_adamw_1ep", "expected_best_adamw_1ep")
+    meta = {name: json.load(open(tmp_path / f"{name}.json")) for name in names}
     edf = meta["delta_edf_adamw_1ep"]
     assert (edf["optimizer"], edf["epochs"], edf["n_per_model"]) == ("adamw", 1, 2)
     assert edf["band"] == "DKW 95% simultaneous" and edf["metric"] == "final"
-    assert [row["error"] for row in meta["hp_scatter_adamw"]["data"]] == TWO_LENGTHS[1]
+    assert [row["error"] for row in meta["hp_scatter_adamw_1ep"]["data"]] == TWO_LENGTHS[1]
+    for name in names[1:]:  # the cell and its n per model, in the figure's JSON
+        stated = (meta[name]["optimizer"], meta[name]["epochs"], meta[name]["n_per_model"])
+        assert stated == ("adamw", 1, {"vit_p_tiny": 2})
     best = pd.read_csv(tmp_path / "error_vs_epochs.csv")  # the best of each cell's two errors
     assert best[["epochs", "error"]].values.tolist() == [[1, 30], [2, 25]] and set(best["metric"]) == {"final"}
 

@@ -87,6 +87,7 @@ def test_the_scatter_has_a_panel_per_sampled_field_a_choice_as_categories_and_sh
         "c",
         "error",
         "status",
+        "n",
         "metric",
     ]
     ranges = {"cnn_tiny": good_ranges(trials, keys=keys)}
@@ -111,14 +112,15 @@ def test_the_report_analyses_the_recorded_fields_that_vary_in_each_cell():
     assert keys == {**LR_WD, "label_smoothing": "uniform"}  # warmup_epochs is no column of these trials
     assert hp_keys(trials, None) == hp_keys(trials, {"n_trials": 1}) == LR_WD
     table, ranges = ranges_and_importance(trials, keys=keys)
+    assert set(table["epochs"]) == {10}  # one length: a cell per model
     by_model = table.set_index(["model", "percentile"])
     assert (
         by_model.loc[("cnn_tiny", "p50"), "label_smoothing"]
-        == ranges[("cnn_tiny", "adamw")].loc["p50", "label_smoothing"]
+        == ranges[("cnn_tiny", "adamw", 10)].loc["p50", "label_smoothing"]
     )
     assert by_model.loc[("cnn_tiny", "p50"), "importance_label_smoothing"] > 0
     # fixed in vit_c_tiny's cell: neither ranged nor weighed there, lr and wd still are
-    assert "label_smoothing" not in ranges[("vit_c_tiny", "adamw")]
+    assert "label_smoothing" not in ranges[("vit_c_tiny", "adamw", 10)]
     assert np.isnan(by_model.loc[("vit_c_tiny", "p50"), "importance_label_smoothing"])
     assert by_model.loc[("vit_c_tiny", "p50"), ["importance_lr", "importance_wd"]].sum() == pytest.approx(1.0)
 
@@ -130,6 +132,6 @@ def test_a_report_of_a_study_with_a_sampled_field_ranges_and_plots_it(tmp_path):
     page = build_report(trials, pd.DataFrame(), record, str(tmp_path))
     report = json.load(open(tmp_path / "report.json"))
     assert {"label_smoothing", "importance_label_smoothing"} <= set(report["tables"]["good_ranges"][0])
-    scatter = json.load(open(tmp_path / "hp_scatter_adamw.json"))
+    scatter = json.load(open(tmp_path / "hp_scatter_adamw_10ep.json"))
     assert "label_smoothing" in scatter["columns"]
     assert "against lr, wd, lr·wd and label_smoothing (AdamW; 10 epochs)" in open(page).read()

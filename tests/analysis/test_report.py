@@ -262,7 +262,7 @@ def test_fanova_importance_of_the_good_ranges_goes_to_the_hyperparameter_the_err
         }
     )
     table, ranges = ranges_and_importance(trials, "final")
-    assert list(ranges) == [("vit_p_tiny", "adamw")] and len(table) == len(ranges[("vit_p_tiny", "adamw")])
+    assert list(ranges) == [("vit_p_tiny", "adamw", 2)] and len(table) == len(ranges[("vit_p_tiny", "adamw", 2)])
     importance = table[["importance_lr", "importance_wd"]].drop_duplicates()
     assert len(importance) == 1
     lr, wd = importance.iloc[0]
