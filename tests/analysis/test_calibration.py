@@ -46,7 +46,7 @@ def test_a_rule_detects_a_real_effect_at_24(rule, effect):
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "rule,null", (("naive_best", "normal"), ("plain_ks", "normal"), ("median_ks", "grid360_between"))
+    "rule,null", (("naive_best", "normal"), ("plain_ks", "normal"), ("median_ks", "grid360_narrow"))
 )
 def test_the_rules_replaced_decided_too_often(rule, null):
     assert measure(rule, 24, 2000, null=null, seed=7)["rate"] > limit(2000)
