@@ -15,8 +15,12 @@ of [p2.5, p97.5] follows the range's tails, which a few trials at the box's edge
 over bootstrap winners is where the best trial usually falls: a single lucky trial moves it little,
 and it lies inside the good range by construction.
 lr and wd are taken each at its own median; the comment line says whether their product lies in
-the good range of lr·wd (the product the paper finds matters most). Each (model, optimizer) is read
-at the study's longest schedule (the lr/wd study usually has one).
+the good range of lr·wd (the product the paper finds matters most).
+
+Each (model, optimizer, epochs) cell is its own point, never pooled across training lengths: the good
+lr of a 6-epoch and a 16-epoch schedule are different things. A study of one length (an lr/wd study
+usually has one) prints one `space:` block; a study of several prints one block per length, as YAML
+documents (`---`) headed by the length, and says so: paste the block of the length your spec trains.
 
 A recipe field the study sampled (the spec record's `sampled`) that varies in a cell is fixed the same
 way, beside lr and wd in the cell's box (a box fixes a recipe field with a single value): a log-uniform
@@ -59,9 +63,9 @@ def fixed_points(
     optimizers: Optional[Sequence[str]] = None,
     sampled: Mapping[str, str] = {},
 ) -> List[Dict]:
-    """Per (model, optimizer) of the trials (filtered to `models` / `optimizers`): the suggested
-    fixed lr and wd, and each recipe field of `sampled` (field -> distribution, columns of `trials`) that
-    varies in the cell, and what they come from (n, left out, good ranges)."""
+    """Per (model, optimizer, epochs) cell of the trials (filtered to `models` / `optimizers`), never pooled
+    across lengths: the suggested fixed lr and wd, and each recipe field of `sampled` (field -> distribution,
+    columns of `trials`) that varies in the cell, and what they come from (n, left out, good ranges)."""
     for name, wanted, column in (("--model", models, "model"), ("--optimizer", optimizers, "optimizer")):
         missing = sorted(set(wanted or ()) - set(trials[column]))
         if missing:
@@ -70,56 +74,49 @@ def fixed_points(
             )
     catalogue = list_models()
     out = []
-    for (model, opt), cell in sorted(  # catalogue order, then models it does not list (timm:) by name
-        trials.groupby(["model", "optimizer"], observed=True),
+    for (model, opt, epochs), cell in sorted(  # catalogue order, then models it does not list (timm:) by name
+        trials.groupby(["model", "optimizer", "epochs"], observed=True),
         key=lambda kv: (catalogue.index(kv[0][0]) if kv[0][0] in catalogue else len(catalogue), kv[0]),
     ):
         if (models and model not in models) or (optimizers and opt not in optimizers):
             continue
-        epochs = int(cell["epochs"].max())
-        cell = cell[cell["epochs"] == epochs]
-        if not (cell["status"] != FAILED).any():
-            out.append(
-                {
-                    "model": model,
-                    "optimizer": opt,
-                    "epochs": epochs,
-                    "lr": None,
-                    "wd": None,
-                    "why": "every trial failed",
-                }
-            )
-            continue
-        recipe = {
-            name: kind
-            for name, kind in sampled.items()
-            if name not in ("lr", "wd") and name in cell and cell[name].nunique(dropna=False) > 1
-        }
-        with_recipe = {"keys": {"lr": "log_uniform", "wd": "log_uniform", **recipe}} if recipe else {}
-        ranges = ranges_fn(cell, metric, **with_recipe)
-        # plain floats (a notebook shows np.float64(0.00195...) for numpy's): the points are the API's data
-        log_lr, log_wd = float(ranges.loc["p50", "log10_lr"]), float(ranges.loc["p50", "log10_wd"])
-        lo_prod, hi_prod = float(ranges.loc["p2.5", "log10_lr_wd"]), float(ranges.loc["p97.5", "log10_lr_wd"])
-        out.append(
-            {
-                "model": model,
-                "family": str(cell["family"].iloc[0]),  # as stored: a timm: model's as its spec gave it
-                "optimizer": opt,
-                "epochs": epochs,
-                "lr": 10**log_lr,
-                "wd": 10**log_wd,
-                "n": int(ranges["n"].iloc[0]),
-                "n_left_out": int(ranges["n_left_out"].iloc[0]),
-                "metric": str(ranges["metric"].iloc[0]),
-                "lr_range": (_power10(ranges, "p2.5", "log10_lr"), _power10(ranges, "p97.5", "log10_lr")),
-                "wd_range": (_power10(ranges, "p2.5", "log10_wd"), _power10(ranges, "p97.5", "log10_wd")),
-                "product_in_range": bool(lo_prod - 1e-9 <= log_lr + log_wd <= hi_prod + 1e-9),
-                "recipe": {name: _fixed_field(ranges, name, kind) for name, kind in recipe.items()},
-            }
-        )
+        out.append(_point(cell, model, opt, int(epochs), ranges_fn, metric, sampled))
     if not out:
         raise ConfigError("--model/--optimizer: no (model, optimizer) of the study matches")
     return out
+
+
+def _point(
+    cell: pd.DataFrame, model: str, opt: str, epochs: int, ranges_fn: RangesFn, metric: str, sampled: Mapping[str, str]
+) -> Dict:
+    """The fixed point of one (model, optimizer, epochs) cell (see fixed_points)."""
+    if not (cell["status"] != FAILED).any():
+        return {"model": model, "optimizer": opt, "epochs": epochs, "lr": None, "wd": None, "why": "every trial failed"}
+    recipe = {
+        name: kind
+        for name, kind in sampled.items()
+        if name not in ("lr", "wd") and name in cell and cell[name].nunique(dropna=False) > 1
+    }
+    with_recipe = {"keys": {"lr": "log_uniform", "wd": "log_uniform", **recipe}} if recipe else {}
+    ranges = ranges_fn(cell, metric, **with_recipe)
+    # plain floats (a notebook shows np.float64(0.00195...) for numpy's): the points are the API's data
+    log_lr, log_wd = float(ranges.loc["p50", "log10_lr"]), float(ranges.loc["p50", "log10_wd"])
+    lo_prod, hi_prod = float(ranges.loc["p2.5", "log10_lr_wd"]), float(ranges.loc["p97.5", "log10_lr_wd"])
+    return {
+        "model": model,
+        "family": str(cell["family"].iloc[0]),  # as stored: a timm: model's as its spec gave it
+        "optimizer": opt,
+        "epochs": epochs,
+        "lr": 10**log_lr,
+        "wd": 10**log_wd,
+        "n": int(ranges["n"].iloc[0]),
+        "n_left_out": int(ranges["n_left_out"].iloc[0]),
+        "metric": str(ranges["metric"].iloc[0]),
+        "lr_range": (_power10(ranges, "p2.5", "log10_lr"), _power10(ranges, "p97.5", "log10_lr")),
+        "wd_range": (_power10(ranges, "p2.5", "log10_wd"), _power10(ranges, "p97.5", "log10_wd")),
+        "product_in_range": bool(lo_prod - 1e-9 <= log_lr + log_wd <= hi_prod + 1e-9),
+        "recipe": {name: _fixed_field(ranges, name, kind) for name, kind in recipe.items()},
+    }
 
 
 def _power10(ranges: pd.DataFrame, quantile: str, column: str) -> float:
@@ -160,19 +157,36 @@ def _source(point: Dict) -> str:
 
 
 def space_lines(points: List[Dict], study: str, store: str) -> List[str]:
-    """The `space:` block (YAML with comments) of the fixed points."""
+    """The `space:` block (YAML with comments) of the fixed points; one block (a YAML document) per
+    training length where the points span several, never pooled."""
     usable_points = [p for p in points if p["lr"] is not None]
     metric = usable_points[0]["metric"] if usable_points else "?"
+    lengths = sorted({p["epochs"] for p in points})
     lines = [
         f"# hpstudy suggest --store {store} --study {study}   (metric: {metric})",
         "# lr, wd = 10^p50 of the good ranges (hpstudy.analysis.stats.good_ranges): the median best trial over",
         "# 2500 bootstrap subsets of 25% of the trials (study/suggest.py says why). A single number fixes",
         "# the value. Paste under a length or optimizer spec's `space:` (replacing its boxes).",
-        "space:",
     ]
+    if len(lengths) > 1:
+        lines += [
+            f"# The study ran {len(lengths)} lengths ({', '.join(map(str, lengths))} epochs): each length is its own",
+            "# point, never pooled; one block (YAML document) per length below: paste the one your spec trains.",
+        ]
+    for epochs in lengths:
+        if len(lengths) > 1:
+            lines += ["---", f"# from the {epochs}-epoch trials"]
+        lines += _space_block([p for p in points if p["epochs"] == epochs])
+    return lines
+
+
+def _space_block(points: List[Dict]) -> List[str]:
+    """One `space:` block of the fixed points of one training length."""
+    lines = ["space:"]
     first = {}
-    for p in usable_points:
-        first.setdefault(p["optimizer"], p)
+    for p in points:
+        if p["lr"] is not None:
+            first.setdefault(p["optimizer"], p)
     for opt, p in first.items():
         lines.append(f"  {opt}: {_box(p)}   # = {p['model']}'s; required per optimizer, used by no model below")
     by_model: Dict[str, List[Dict]] = {}
@@ -208,7 +222,7 @@ def suggestion(
     optimizers: Optional[Sequence[str]] = None,
     fields: Fields = CLI,
 ) -> Dict:
-    """A stored study's fixed points as data: {"points": one dict per (model, optimizer), "space": the
+    """A stored study's fixed points as data: {"points": one dict per (model, optimizer, epochs), "space": the
     spec lines `suggest` prints}; the recipe fields the spec record says it sampled are fixed too."""
     trials, _, record = load_study(store, study, fields)
     sampled = (record or {}).get("sampled", {})
