@@ -286,7 +286,7 @@ def parser() -> argparse.ArgumentParser:
     suggest = add_store_args(
         command(
             "suggest",
-            "spec lines (YAML) of a fixed lr/wd per model, from a stored lr/wd study's good ranges",
+            "spec lines (YAML) of a fixed lr/wd per model and length, from a stored lr/wd study's good ranges",
             "hpstudy suggest --store ./results --study repro_digits_lr_wd",
         ),
         study_required=True,

@@ -15,9 +15,9 @@ from hpstudy.study.suggest import suggest, yaml_number
 from hpstudy.trainers.errors import ConfigError
 from tests.helpers import small_spec, stored_row
 
-# (model, optimizer, epochs, log10 lr, log10 wd, status): 2-epoch rows that would move every point
-# if read, a cell whose longest schedule failed throughout, and a cell whose medians' product lies
-# outside its good lr·wd range
+# (model, optimizer, epochs, log10 lr, log10 wd, status): 2-epoch rows that would move every 5-epoch
+# point if pooled with it, a cell whose 5-epoch trials failed throughout, and a cell whose medians'
+# product lies outside its good lr·wd range
 ROWS = [
     *[("cnn_tiny", "sgd", 2, 0, -4, "ok")] * 3,
     ("cnn_tiny", "sgd", 5, -3, -4, "ok"),
@@ -33,7 +33,7 @@ ROWS = [
 
 def quartile_ranges(cell, metric):
     """A stand-in for good_ranges that a hand can follow: quartiles of the ok rows' log10 lr, wd and lr·wd."""
-    assert set(cell["epochs"]) == {5}, "suggest reads the longest schedule only"
+    assert cell["epochs"].nunique() == 1, "suggest never pools training lengths"
     ok = cell[cell["status"] == "ok"]
     logs = {"log10_lr": np.log10(ok["lr"]), "log10_wd": np.log10(ok["wd"])}
     logs["log10_lr_wd"] = logs["log10_lr"] + logs["log10_wd"]
@@ -51,12 +51,31 @@ def store(tmp_path):
     return str(tmp_path)
 
 
-def test_suggest_prints_each_cells_medians_at_its_longest_schedule_in_catalogue_order(store):
-    """cnn_tiny sgd: ok lr 1e-3, 1e-2 -> median 10^-2.5 = 0.00316, quartiles 10^-2.75, 10^-2.25;
-    cnn_tiny adamw: median lr = wd = 1e-4, lr·wd 1e-8 below its quartiles 10^-7.5 .. 10^-7."""
+def test_suggest_prints_a_block_per_length_each_cells_medians_in_catalogue_order(store):
+    """5 epochs: cnn_tiny sgd: ok lr 1e-3, 1e-2 -> median 10^-2.5 = 0.00316, quartiles 10^-2.75, 10^-2.25;
+    cnn_tiny adamw: median lr = wd = 1e-4, lr·wd 1e-8 below its quartiles 10^-7.5 .. 10^-7. 2 epochs: each
+    cell its own point (cnn_tiny sgd at lr 1, never blended with its 5-epoch trials)."""
     lines = suggest(store, "s", quartile_ranges).splitlines()
     assert lines[0] == f"# hpstudy suggest --store {store} --study s   (metric: paper)"
-    assert lines[lines.index("space:") + 1 :] == [
+    assert lines[4:6] == [
+        "# The study ran 2 lengths (2, 5 epochs): each length is its own",
+        "# point, never pooled; one block (YAML document) per length below: paste the one your spec trains.",
+    ]
+    assert lines[6:] == [
+        "---",
+        "# from the 2-epoch trials",
+        "space:",
+        "  adamw: {lr: 0.001, wd: 0.01}   # = vit_p_tiny's; required per optimizer, used by no model below",
+        "  sgd: {lr: 1, wd: 0.0001}   # = cnn_tiny's; required per optimizer, used by no model below",
+        "  vit_p_tiny:",
+        "    # vit_p_tiny, adamw, 2 epochs: n = 1 counted (0 left out); good lr [0.001, 0.001], wd [0.01, 0.01]",
+        "    adamw: {lr: 0.001, wd: 0.01}",
+        "  cnn_tiny:",
+        "    # cnn_tiny, sgd, 2 epochs: n = 3 counted (0 left out); good lr [1, 1], wd [0.0001, 0.0001]",
+        "    sgd: {lr: 1, wd: 0.0001}",
+        "---",
+        "# from the 5-epoch trials",
+        "space:",
         "  adamw: {lr: 0.0001, wd: 0.0001}   # = cnn_tiny's; required per optimizer, used by no model below",
         "  sgd: {lr: 0.00316, wd: 0.0001}   # = cnn_tiny's; required per optimizer, used by no model below",
         "  vit_p_tiny:",
@@ -68,14 +87,25 @@ def test_suggest_prints_each_cells_medians_at_its_longest_schedule_in_catalogue_
         "    # cnn_tiny, sgd, 5 epochs: n = 2 counted (1 left out); good lr [0.00178, 0.00562], wd [0.0001, 0.0001]",
         "    sgd: {lr: 0.00316, wd: 0.0001}",
     ]
-    space = yaml.safe_load("\n".join(lines))["space"]
-    assert space["cnn_tiny"] == {"adamw": {"lr": 1e-4, "wd": 1e-4}, "sgd": {"lr": 0.00316, "wd": 1e-4}}
-    assert space["vit_p_tiny"] is None  # a comment only: no box for a cell that has none
+    short, long = (doc["space"] for doc in yaml.safe_load_all("\n".join(lines)) if doc)
+    assert short["cnn_tiny"] == {"sgd": {"lr": 1, "wd": 1e-4}}
+    assert long["cnn_tiny"] == {"adamw": {"lr": 1e-4, "wd": 1e-4}, "sgd": {"lr": 0.00316, "wd": 1e-4}}
+    assert long["vit_p_tiny"] is None  # a comment only: no box for a cell that has none
 
 
 def test_suggest_filters_by_model_and_optimizer_and_names_a_bad_filter(store):
     only = suggest(store, "s", quartile_ranges, models=["cnn_tiny"], optimizers=["sgd"]).splitlines()
-    assert only[only.index("space:") + 1 :] == [
+    assert only[6:] == [
+        "---",
+        "# from the 2-epoch trials",
+        "space:",
+        "  sgd: {lr: 1, wd: 0.0001}   # = cnn_tiny's; required per optimizer, used by no model below",
+        "  cnn_tiny:",
+        "    # cnn_tiny, sgd, 2 epochs: n = 3 counted (0 left out); good lr [1, 1], wd [0.0001, 0.0001]",
+        "    sgd: {lr: 1, wd: 0.0001}",
+        "---",
+        "# from the 5-epoch trials",
+        "space:",
         "  sgd: {lr: 0.00316, wd: 0.0001}   # = cnn_tiny's; required per optimizer, used by no model below",
         "  cnn_tiny:",
         "    # cnn_tiny, sgd, 5 epochs: n = 2 counted (1 left out); good lr [0.00178, 0.00562], wd [0.0001, 0.0001]",
