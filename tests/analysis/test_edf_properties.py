@@ -18,7 +18,7 @@ tests/analysis/test_findings_properties.py.
 import numpy as np
 import pandas as pd
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from hpstudy.analysis.edf import edf_at, edf_table, step_points, weighted_edf_at
@@ -169,7 +169,7 @@ def test_the_delta_edf_distances_are_the_sups_and_swap_with_the_groups(pair):
 def test_swapping_the_models_of_a_delta_edf_test_swaps_its_direction_and_keeps_its_verdict(pair, shift):
     """(a, b) and (b, a) are one question: the estimate becomes 1 - estimate (a nearer its best becomes b
     farther from its own), the distances and the shift swap, the p, its interval, the floor and the verdict
-    stay; and moving b's errors moves the shift by as much and nothing else."""
+    stay."""
     ea, eb, _ = pair
     ab, ba = delta_test(ea, eb), delta_test(eb, ea)
     assert ba.test.n == ab.test.n[::-1]
@@ -182,6 +182,23 @@ def test_swapping_the_models_of_a_delta_edf_test_swaps_its_direction_and_keeps_i
         ab.test.decidable,
         ab.test.borderline,
     )
-    moved = delta_test(ea, eb + shift)
-    assert moved.shift == pytest.approx(ab.shift + shift, abs=1e-9)
-    assert (moved.d_a_above, moved.d_b_above) == pytest.approx((ab.d_a_above, ab.d_b_above), abs=1e-12)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="delta_test orders the two samples by the bytes of e - e.min(), which carry the float noise of the "
+    "errors' location (0.024 at 0 is 0.02400000000000091 at 41): moving one model flips the order, the "
+    "Hodges-Lehmann shift takes the other median of an even count, and the aligned p changes (1.0 -> 0.733)",
+)
+@settings(max_examples=30)
+@given(pairs(), st.sampled_from([0.5, 3.7, 41.0]))
+@example((np.array([0.0, 0.1]), np.array([0.0, 2.2]), 10.0), 41.0)  # shift 2.1, and 41.0 (not 43.1) moved by 41
+@example((np.array([0.031, 0.052, 0.027, 0.022]), np.array([0.003, 0.027]), 1000.0), 41.0)  # p 1.0, and 0.733
+def test_moving_one_models_errors_moves_the_shift_by_as_much_and_nothing_else(pair, shift):
+    """The Δs do not move with the errors: b's errors moved by a constant move the Hodges-Lehmann shift by as
+    much, and leave the estimate, the p and the distances of the Δ-EDF test where they were."""
+    ea, eb, _ = pair
+    base, moved = delta_test(ea, eb), delta_test(ea, eb + shift)
+    assert moved.shift == pytest.approx(base.shift + shift, abs=1e-9)
+    assert (moved.test.estimate, moved.test.p) == pytest.approx((base.test.estimate, base.test.p), abs=1e-12)
+    assert (moved.d_a_above, moved.d_b_above) == pytest.approx((base.d_a_above, base.d_b_above), abs=1e-12)
