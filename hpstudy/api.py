@@ -150,7 +150,7 @@ def suggest(
     models: Optional[Sequence[str]] = None,
     optimizers: Optional[Sequence[str]] = None,
 ) -> Dict:
-    """What `hpstudy suggest` computes, as data: {"points": one dict per (model, optimizer, epochs), "space": the YAML}."""
+    """What `hpstudy suggest` computes, as data: {"points": one dict per (model, optimizer, epochs), "space": YAML}."""
     models, optimizers = _names("models", models), _names("optimizers", optimizers)
     return suggestion(_path("store", store), study, good_ranges, metric, models, optimizers, API)
 
