@@ -220,7 +220,7 @@ def test_a_real_tune_result_grid_gets_an_edf_report(tmp_path):
     import ray
     from ray import tune
 
-    ray.init(num_cpus=1, include_dashboard=False, logging_level="WARNING")
+    ray.init(address="local", num_cpus=1, include_dashboard=False, logging_level="WARNING")
     try:
         grid = tune.Tuner(
             _trainable,

@@ -113,7 +113,7 @@ def test_the_cluster_setup_pins_the_torch_the_node_already_has(tmp_path):
 def ray_with_a_gpu_cuda_cannot_use(monkeypatch):
     """A local Ray whose node advertises one GPU that torch cannot use (no driver here)."""
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")  # as on a GPU node (the tests hide GPUs otherwise)
-    ray.init(num_cpus=2, num_gpus=1, include_dashboard=False, logging_level="WARNING")
+    ray.init(address="local", num_cpus=2, num_gpus=1, include_dashboard=False, logging_level="WARNING")
     yield
     ray.shutdown()
 

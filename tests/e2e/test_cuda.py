@@ -69,7 +69,7 @@ def test_gpu_shares_through_ray_no_gpu_for_gpu_0_and_quarters_four_at_once_each_
 
     from hpstudy.study.trainable import use_assigned_gpus
 
-    ray.init(num_cpus=4, num_gpus=1, include_dashboard=False, logging_level="WARNING")
+    ray.init(address="local", num_cpus=4, num_gpus=1, include_dashboard=False, logging_level="WARNING")
     try:
 
         @ray.remote(num_gpus=0, max_calls=1)  # its worker, CUDA hidden, exits after it

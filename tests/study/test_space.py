@@ -257,7 +257,7 @@ def test_a_warmup_and_label_smoothing_study_on_ray_stores_them_as_columns(tmp_pa
 
     spec = load_spec(write_spec(tmp_path, raw))
     store = str(tmp_path / "store")
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
+    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="WARNING")
     try:
         run_study(spec, store, progress_interval=5)
     finally:

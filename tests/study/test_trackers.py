@@ -333,7 +333,7 @@ def test_a_study_on_ray_logs_every_trial_of_its_fused_groups_to_mlflow_and_tenso
 
     spec = parse_spec(small_spec(name=STUDY, models=["cnn_tiny"], optimizers=["adamw"], samples=4, fuse=2))
     store = str(tmp_path / "store")
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
+    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="WARNING")
     try:
         run_study(spec, store, trackers=[f"mlflow:{tmp_path / 'mlflow'}", f"tensorboard:{tmp_path / 'tb'}"])
     finally:

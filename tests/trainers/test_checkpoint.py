@@ -168,7 +168,7 @@ def test_a_fine_tuning_study_runs_from_a_checkpoint_trained_here(tmp_path, capsy
             recipe={"batch_size": 64, "device": "cpu", "init": path, "freeze": 1},
         )
     )
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
+    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="WARNING")
     try:
         run_study(spec, str(tmp_path / "store"), progress_interval=1)
     finally:

@@ -288,7 +288,7 @@ def test_a_trial_without_a_gpu_sees_none_even_if_the_node_sets_cuda_visible_devi
 
     from hpstudy.study.trainable import use_assigned_gpus
 
-    ray.init(num_cpus=1, include_dashboard=False, logging_level="WARNING")
+    ray.init(address="local", num_cpus=1, include_dashboard=False, logging_level="WARNING")
     try:
 
         @ray.remote(num_cpus=1, num_gpus=0, runtime_env={"env_vars": {"CUDA_VISIBLE_DEVICES": "0"}})
