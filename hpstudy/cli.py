@@ -17,7 +17,7 @@ from typing import Iterator, List, NoReturn, Optional
 
 from hpstudy import __version__
 from hpstudy.analysis.metric_names import DEFAULT_METRIC, METRIC_DOCS, METRICS
-from hpstudy.trainers.errors import HpstudyError, exit_with, exits_on_user_error
+from hpstudy.trainers.errors import HpstudyError, exit_with, exits_on_user_error, printable
 
 DEFAULT_CONFIG = "demo_digits"
 EXIT_STORE_FAULT = 3  # the store is full, unwritable or unreachable: fix it and rerun to resume
@@ -28,9 +28,18 @@ QUERY_LANGUAGE = (
 )
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line (`<prog>: error: <what>; see <prog> --help`), exit 2: as
+    every other input error of hpstudy's, not argparse's usage block and a second line."""
+
+    def error(self, message: str) -> NoReturn:
+        """Print the one line and exit 2."""
+        self.exit(2, f"{self.prog}: error: {printable(message)}; see {self.prog} --help\n")
+
+
 def _parser(prog: str, description: str, example: str, **kwargs) -> argparse.ArgumentParser:
     """A parser whose help ends with an example."""
-    return argparse.ArgumentParser(
+    return OneLineParser(
         prog=prog,
         description=description,
         epilog=f"example:\n  {example}",

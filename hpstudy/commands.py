@@ -296,8 +296,7 @@ def write_report(store: str, study: str, out: Optional[str], metric: str = DEFAU
     its index.html, and which metric was used (naming any fallback). Returns that location. Either
     folder is written only if it is new, empty or an earlier report (hpstudy.analysis.report_folder).
     A missing store or study is named as `fields` say (the flags, or the API's arguments)."""
-    open_root(store, fields.store)
-    check_study_name(study, fields.study)
+    require_study(store, study, fields)  # before --out is made: a mistyped store leaves no empty folder behind
     if out:
         check_report_dir(out, "--out")
     else:
