@@ -17,6 +17,7 @@ from hpstudy.study.faults import CRASH_DIR_ENV
 from hpstudy.study.runner import run_study
 from hpstudy.study.sampling import expand
 from hpstudy.study.spec import parse_spec
+from hpstudy.study.store_lease import STALE_ENV
 from hpstudy.study.store_read import load_epochs, load_trials
 from hpstudy.trainers.schema import TRIAL_SCHEMA
 from tests.helpers import REPO, run_edf, run_edf_command, small_spec, stored_row, write_spec
@@ -93,6 +94,7 @@ def test_driver_sigkill_then_restart_stores_each_trial_once(tmp_path):
         start_new_session=True,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        env={**os.environ, STALE_ENV: "3"},  # its lease, left by the kill, is stale 3 s after its last heartbeat
     )
     try:
         _wait_for(lambda: count() >= 3, 240, "three stored trials")
@@ -108,6 +110,7 @@ def test_driver_sigkill_then_restart_stores_each_trial_once(tmp_path):
             pass
     stored_before = count()
     assert 3 <= stored_before < 12
+    time.sleep(3.5)  # the killed driver's lease is stale: the rerun takes it over (test_store_lease: before, refused)
     done = run_edf(config, store, module=True)
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"{stored_before} already stored, {12 - stored_before} to run" in done.stdout
