@@ -49,6 +49,12 @@ def test_no_seed_that_can_decide_sets_a_verdict(study):
 
 
 @pytest.mark.slow
+@pytest.mark.xfail(
+    strict=True,
+    reason="the reproduction no longer holds a p within a Monte-Carlo error of alpha (its ViT-C optimizer gap at "
+    "6 epochs moved with this round's best rule), so one look decides it the same under these seeds: the "
+    "demonstration needs a case built near alpha (#42, open)",
+)
 def test_with_one_look_and_no_interval_the_seeds_do_set_a_verdict(monkeypatch):
     """The check above can fail: the rule before (a fixed number of draws, the point p decides) flips the
     lr/wd study's ViT-C optimizer gap at 6 epochs (exact p about 0.0506) between seeds."""
