@@ -18,7 +18,7 @@ from typing import Dict, Optional, Set
 
 import pyarrow.fs as pafs
 
-from hpstudy.trainers.errors import HpstudyError
+from hpstudy.trainers.errors import HpstudyError, shown
 
 MANIFEST = ".hpstudy-report.json"
 ALLOWED = "a new or empty folder, or one holding an hpstudy report"
@@ -163,10 +163,14 @@ def publish(fs: pafs.FileSystem, folder: str, source: str, what: str, root: Opti
 FOLDER_RULE = f"a folder that can be written (created if missing): {ALLOWED}"
 
 
-def check_report_dir(path: str, what: str = "report folder") -> None:
-    """Create the folder `path` and write and delete a probe file in it, or raise ReportError naming
-    `what` (the flag), the path and why (also when hpstudy may not write there: report_folder.owned);
-    run before a study, so a bad --report stops nothing late."""
+def check_report_path(path: str, what: str = "report folder") -> None:
+    """Raise ReportError naming `what` (the flag), the path and why when `path` cannot be a report
+    folder as it stands (a URI, a file, a folder hpstudy may not write: report_folder.owned);
+    creates nothing."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:  # a command line's byte that is not UTF-8, read as a lone surrogate
+        raise ReportError(f"{what}: bad value {shown(path)}; allowed: a folder path of UTF-8 text") from None
     if "://" in path:
         raise ReportError(
             f"{what}: {path!r} is a URI; allowed: a local folder (a study's report goes into a "
@@ -174,9 +178,22 @@ def check_report_dir(path: str, what: str = "report folder") -> None:
         )
     if os.path.exists(path) and not os.path.isdir(path):
         raise ReportError(f"{what}: {path!r} is a file; allowed: {FOLDER_RULE}")
-    probe = os.path.join(path, f".probe-{uuid.uuid4().hex}")
     try:
         owned(pafs.LocalFileSystem(), os.path.abspath(path), what)
+    except OSError as exc:
+        raise ReportError(
+            f"{what}: cannot write {path!r} ({exc.strerror or type(exc).__name__}: "
+            f"{exc.filename or path}); allowed: {FOLDER_RULE}"
+        ) from exc
+
+
+def check_report_dir(path: str, what: str = "report folder") -> None:
+    """check_report_path, then create the folder `path` and write and delete a probe file in it, or
+    raise ReportError naming `what` (the flag), the path and why; run before a study, so a bad
+    --report stops nothing late."""
+    check_report_path(path, what)
+    probe = os.path.join(path, f".probe-{uuid.uuid4().hex}")
+    try:
         os.makedirs(path, exist_ok=True)
         with open(probe, "w") as f:
             f.write("hpstudy")

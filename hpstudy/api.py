@@ -9,7 +9,6 @@ one-line message the command line prints before exiting with code 2.
 import argparse
 import numbers
 import os
-import sys
 from typing import Dict, List, Optional, Sequence, Type, Union
 
 import numpy as np
@@ -40,15 +39,16 @@ def _spec(spec: Union[PathLike, Dict]) -> StudySpec:
 
 def _path(name: str, value, error: Type[HpstudyError] = StoreError) -> str:
     """A path argument as text, or `error` naming it: a str or os.PathLike of one, non-empty, without NUL,
-    that the filesystem's encoding can write (the checks a filesystem would fail late, with another error)."""
+    UTF-8 (Arrow's filesystems, which read and write stores and reports, take no other; the checks a
+    filesystem would fail late, with another error)."""
     path = os.fspath(value) if isinstance(value, (str, os.PathLike)) else None
     if isinstance(path, str) and path and "\x00" not in path:
         try:
-            path.encode(sys.getfilesystemencoding(), "surrogateescape")
+            path.encode("utf-8")
             return path
-        except UnicodeEncodeError:
+        except UnicodeEncodeError:  # a lone surrogate: a byte of a file name that was not UTF-8
             pass
-    raise error(f"{name}: bad value {shown(value)}; allowed: a folder path or URI as text (a str or os.PathLike)")
+    raise error(f"{name}: bad value {shown(value)}; allowed: a folder path or URI as UTF-8 text (a str or os.PathLike)")
 
 
 def _count(name: str, value) -> Optional[int]:

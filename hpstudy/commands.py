@@ -19,7 +19,7 @@ import pyarrow.fs as pafs
 
 from hpstudy.analysis.metric import DEFAULT_METRIC, usable
 from hpstudy.analysis.query import QueryError, filter_rows
-from hpstudy.analysis.report_folder import check_report_dir, owned, publish
+from hpstudy.analysis.report_folder import check_report_dir, check_report_path, owned, publish
 from hpstudy.analysis.stats import good_ranges
 from hpstudy.study.sampling import cells, check_samples, expand_for_store
 from hpstudy.study.spec import SpecError, StudySpec, check_models, load_spec, parse_spec, resolve_config
@@ -296,6 +296,8 @@ def write_report(store: str, study: str, out: Optional[str], metric: str = DEFAU
     its index.html, and which metric was used (naming any fallback). Returns that location. Either
     folder is written only if it is new, empty or an earlier report (hpstudy.analysis.report_folder).
     A missing store or study is named as `fields` say (the flags, or the API's arguments)."""
+    if out:
+        check_report_path(out, "--out")
     require_study(store, study, fields)  # before --out is made: a mistyped store leaves no empty folder behind
     if out:
         check_report_dir(out, "--out")

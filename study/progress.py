@@ -81,7 +81,7 @@ def progress_display(progress: Union[str, bool]) -> Iterator[None]:
     """Show the progress of the runs started inside the block as `progress`: one of DISPLAYS, True
     (= "auto") or False (= "off"); SpecError for anything else."""
     display = ("auto" if progress else "off") if isinstance(progress, bool) else progress
-    if display not in DISPLAYS:
+    if not isinstance(display, str) or display not in DISPLAYS:
         raise SpecError(
             f"progress: bad value {shown(progress)}; allowed: {', '.join(map(repr, DISPLAYS))}, True (= 'auto') "
             f"or False (= 'off')"

@@ -38,10 +38,22 @@ TOKEN_HELP = (
     "give this driver the cluster's token: RAY_AUTH_MODE=token and RAY_AUTH_TOKEN=<token> (or the token file "
     "RAY_AUTH_TOKEN_PATH, default ~/.ray/auth_token; `ray get-auth-token` on the head prints it)"
 )
-START_HELP = (
-    "a machine under heavy load can be slower than Ray's start-up timeouts: rerun when it is less busy, or give "
-    "Ray longer with RAY_gcs_server_port_wait_time_s=<seconds> (default 30)"
-)
+START_HELP = "a machine under heavy load can be slower than Ray's start-up timeouts: rerun when it is less busy"
+# Ray reads its start-up timeout from the environment from 2.57 on; before, it is a constant
+START_TIMEOUT_SETTING = "RAY_gcs_server_port_wait_time_s"
+START_TIMEOUT_SINCE = (2, 57)
+
+
+def ray_start_timeout_is_settable() -> bool:
+    """Whether the installed Ray reads START_TIMEOUT_SETTING (Ray 2.57 and later)."""
+    return tuple(int(part) for part in ray.__version__.split(".")[:2]) >= START_TIMEOUT_SINCE
+
+
+def start_help() -> str:
+    """What to do when a local Ray did not start in time, with the timeout's setting where this Ray reads it."""
+    if ray_start_timeout_is_settable():
+        return f"{START_HELP}, or give Ray longer with {START_TIMEOUT_SETTING}=<seconds> (default 30)"
+    return START_HELP
 
 
 class ClusterFault(StoreFault):
@@ -231,7 +243,7 @@ def ray_session(address: Optional[str], num_cpus: Optional[int]) -> Iterator[Non
                 )
             except Exception as exc:
                 raise ClusterFault(
-                    f"Ray did not start on this machine ({_first_line(exc)}); {START_HELP}; {NOTHING_RUN}"
+                    f"Ray did not start on this machine ({_first_line(exc)}); {start_help()}; {NOTHING_RUN}"
                 ) from exc
     except ClusterFault:
         with contextlib.suppress(Exception):

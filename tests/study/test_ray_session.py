@@ -14,7 +14,14 @@ import pytest
 import ray
 
 from hpstudy.study import ray_session as session
-from hpstudy.study.ray_session import AddressError, ClusterFault, probe_cluster, ray_session
+from hpstudy.study.ray_session import (
+    AddressError,
+    ClusterFault,
+    probe_cluster,
+    ray_session,
+    ray_start_timeout_is_settable,
+    start_help,
+)
 from hpstudy.study.store import StoreFault
 from tests.helpers import REPO, free_port
 
@@ -56,6 +63,18 @@ def test_an_address_that_is_not_host_port_is_a_users_mistake(address, no_ray):
         probe_cluster(address)
 
 
+@pytest.mark.parametrize(
+    "version,settable", [("2.41.0", False), ("2.56.1", False), ("2.57.0", True), ("2.60.0", True), ("3.0.0", True)]
+)
+def test_the_start_help_names_rays_timeout_setting_only_where_that_ray_reads_it(monkeypatch, version, settable):
+    monkeypatch.setattr(ray, "__version__", version)
+    assert ("RAY_gcs_server_port_wait_time_s=<seconds>" in start_help()) is settable
+    assert start_help().startswith("a machine under heavy load") and "\n" not in start_help()
+
+
+@pytest.mark.skipif(
+    not ray_start_timeout_is_settable(), reason=f"Ray {ray.__version__} has no start-up timeout to set (Ray 2.57+)"
+)
 def test_a_local_ray_that_does_not_start_in_time_is_one_line_naming_the_setting(monkeypatch, no_ray):
     """Ray's own start-up timeout, set to nothing: the GCS never publishes its port in time (what a loaded
     machine does in 30 s; a traceback from ray/_private/node.py before)."""
