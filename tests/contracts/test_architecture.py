@@ -36,7 +36,7 @@ def _module_files():
     three packages and of the command line above them (hpstudy/)."""
     files = {}
     for package in (*PACKAGES, ""):
-        folder = os.path.join(REPO, package or "hpstudy")
+        folder = os.path.join(REPO, "hpstudy", package)
         prefix = f"hpstudy.{package}" if package else "hpstudy"
         for name in sorted(os.listdir(folder)):
             if name.endswith(".py"):

@@ -147,7 +147,7 @@ def test_a_fresh_process_with_another_hash_seed_expands_to_the_same_keys(raws):
             input=json.dumps(raws),
             capture_output=True,
             text=True,
-            cwd=os.path.join(REPO, "tests"),  # not the checkout's root: its hpstudy/ folder would shadow the package
+            cwd=REPO,
             env=dict(os.environ, PYTHONHASHSEED=hash_seed),
             timeout=120,
             check=True,
