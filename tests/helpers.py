@@ -4,6 +4,7 @@ Imported as `tests.helpers` (tests/ is a package); test modules import helpers f
 
 import copy
 import fcntl
+import json
 import os
 import pty
 import shutil
@@ -23,6 +24,7 @@ import yaml
 from hpstudy.trainers.schema import EPOCH_FIELDS, TRIAL_FIELDS
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PACKAGES = ("trainers", "study", "analysis")  # hpstudy/<package>/, the layers of docs/architecture.md
 FINISHED_AT = "2026-11-29T10:00:00+00:00"
 
 
@@ -336,3 +338,26 @@ def hostile_values():
         ]
     )
     return text, numbers, odd
+
+
+def module_files():
+    """{module name (hpstudy.<package>.<module>, hpstudy.<module>): source path} of every module of the
+    three packages and of the command line above them (hpstudy/)."""
+    files = {}
+    for package in (*PACKAGES, ""):
+        folder = os.path.join(REPO, "hpstudy", package)
+        prefix = f"hpstudy.{package}" if package else "hpstudy"
+        for name in sorted(os.listdir(folder)):
+            if name.endswith(".py"):
+                files[prefix if name == "__init__.py" else f"{prefix}.{name[:-3]}"] = os.path.join(folder, name)
+    return files
+
+
+def svg_only(plot, out, name, data, meta):
+    """save_figure as the page needs it (the SVG it inlines, the JSON it states), without the PDF and
+    300 dpi PNG (test_figures checks those)."""
+    paths = {"svg": os.path.join(out, f"{name}.svg"), "json": os.path.join(out, f"{name}.json")}
+    plot.fig.savefig(paths["svg"])
+    with open(paths["json"], "w") as f:
+        json.dump({**meta, "models": sorted(set(data["model"]))}, f)
+    return paths

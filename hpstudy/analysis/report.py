@@ -13,36 +13,17 @@ import pyarrow.fs as pafs
 
 from hpstudy.analysis.captions import write_captions
 from hpstudy.analysis.edf import EDF_CONVENTION, bootstrap_band, dkw_epsilon
-from hpstudy.analysis.figures import (
-    STYLE,
-    cell_name,
-    delta_edf_figure,
-    delta_edf_table,
-    delta_error_vs_epochs_figure,
-    delta_error_vs_epochs_table,
-    delta_scale,
-    error_vs_epochs_figure,
-    error_vs_epochs_table,
-    expected_best_figure,
-    expected_best_table,
-    generalization_figure,
-    generalization_table,
-    hp_scatter_figure,
-    hp_scatter_table,
-    save_figure,
-)
+from hpstudy.analysis.figures import STYLE, save_figure
 from hpstudy.analysis.findings import CALIBRATION_DOC, KINDS, findings_table
 from hpstudy.analysis.findings import findings as make_findings
 from hpstudy.analysis.gaps import ema_gain
 from hpstudy.analysis.inference import ALPHA, design_of
 from hpstudy.analysis.metric import DEFAULT_METRIC, ERR, METRIC_DOCS, LeftOutWarning, Rows, usable
+from hpstudy.analysis.report_figures import CELL, Study, planned_figures
 from hpstudy.analysis.report_folder import FOLDER_RULE, ReportError, check_report_dir, publish
 from hpstudy.analysis.report_page import Drawn, Page, render
 from hpstudy.analysis.stats import Keys, good_ranges, hp_importance, hp_kinds
-from hpstudy.trainers.schema import DIVERGED, FAILED, FINISHED, OK, STATUSES
-
-CELL = ["model", "optimizer", "epochs"]
-RANGES_BEYOND_LOG = " (linear values of a uniform or int one; per value of a choice, the share of the best trials)"
+from hpstudy.trainers.schema import DIVERGED, FAILED, FINISHED, STATUSES
 
 
 def left_out_table(rows: Rows) -> pd.DataFrame:
@@ -53,16 +34,6 @@ def left_out_table(rows: Rows) -> pd.DataFrame:
         .agg(failed=("failed", "sum"), no_finite_error=("failed", lambda f: int((~f).sum())))
         .reset_index()
     )
-
-
-def equalize_counts(frame: pd.DataFrame, by: List[str], metric: str = DEFAULT_METRIC, seed: int = 0) -> pd.DataFrame:
-    """Subsample every group's counted trials to the smallest group's count (models compared at
-    equal n); the rows that do not count are kept, for the next function to leave out and count."""
-    rows = usable(frame, metric)
-    n_min = rows.kept.groupby(by, observed=True).size().min()
-    shuffled = rows.kept.sample(frac=1.0, random_state=seed)
-    kept = shuffled[shuffled.groupby(by, observed=True).cumcount() < n_min].drop(columns=ERR)
-    return pd.concat([kept, rows.left_out]).sort_values(by, kind="stable")
 
 
 def summary_table(trials: pd.DataFrame, metric: str = DEFAULT_METRIC) -> pd.DataFrame:
@@ -134,30 +105,10 @@ def ranges_and_importance(
     return pd.DataFrame(out), ranges
 
 
-def _sampled(frame: pd.DataFrame) -> pd.DataFrame:
-    """The rows of the (model, optimizer, epochs) cells that sampled lr/wd (not one lr/wd over seeds)."""
-    if frame.empty:
-        return frame
-    designs = {
-        key: design_of(cell["lr"], cell["wd"], cell.get("config_json"))
-        for key, cell in frame.groupby(CELL, observed=True)
-    }
-    return frame[[designs[key] == "samples" for key in frame[CELL].itertuples(index=False, name=None)]]
-
-
 def spec_sizes(record: Optional[Dict]) -> Dict[str, str]:
     """The size classes a spec's `models:` gives (a timm: model's {name, family, size})."""
     models = ((record or {}).get("spec") or {}).get("models") or []
     return {m["name"]: m["size"] for m in models if isinstance(m, dict) and m.get("size")}
-
-
-def _main_cell(cells: List[Tuple[str, int, int]]) -> Optional[Tuple[str, int]]:
-    """The (optimizer, epochs) of the main Δ-EDF among (optimizer, epochs, n per model): the most trials,
-    then the longest schedule, then AdamW."""
-    if not cells:
-        return None
-    opt, epochs, _ = max(cells, key=lambda c: (c[2], c[1], c[0] == "adamw"))
-    return opt, epochs
 
 
 def _figures(
@@ -169,101 +120,16 @@ def _figures(
     keys: Keys = ("lr", "wd"),
     sizes: Optional[Dict[str, str]] = None,
 ) -> List[Drawn]:
-    """Render every figure the data supports in the house style, each from its table, saved beside it
-    (the scatter against each sampled hyperparameter of `keys`), each placed in the section of the
-    comparison it shows; the main Δ-EDF (_main_cell) opens the page."""
-    made: List[Drawn] = []
+    """Draw every figure the data supports (hpstudy.analysis.report_figures.FIGURES) in the house style,
+    each from its table, saved beside it with the metric, its caption and its entry's metadata."""
     stated = {"metric": rows.metric, "metric_definition": METRIC_DOCS[metric]}
-
-    def draw(name: str, section: str, table: pd.DataFrame, figure, **meta) -> None:
+    made: List[Drawn] = []
+    for planned in planned_figures(Study(trials, rows, ranges, metric, keys, sizes)):
         with matplotlib.style.context(STYLE):
-            plot = figure(table)
-            paths = save_figure(plot, out, name, table, {**stated, "caption": plot.caption, **meta})
-        made.append(Drawn(name, section, plot.caption, paths))
-
-    usable_rows = rows.kept
-    # lr/wd figures: seed-only cells are not lr/wd studies
-    sampled, sampled_rows = _sampled(trials), _sampled(usable_rows)
-    several = usable_rows["model"].nunique() > 1
-    edfs = []
-    for (opt, epochs), cell in sampled_rows.groupby(["optimizer", "epochs"], sort=True, observed=True):
-        if cell.groupby("model").size().min() < 2:
-            continue
-        whole = sampled[(sampled["optimizer"] == opt) & (sampled["epochs"] == epochs)]
-        table = delta_edf_table(equalize_counts(whole, ["model"], metric), metric)
-        edfs.append((opt, int(epochs), table))
-    main = _main_cell([(opt, epochs, int(t.groupby("model")["n"].first().min())) for opt, epochs, t in edfs])
-    for opt, epochs, table in edfs:
-        xscale = delta_scale(table)
-        draw(
-            cell_name("delta_edf", opt, epochs),
-            "main" if (opt, epochs) == main else "models" if several else "sampled",
-            table,
-            lambda t: delta_edf_figure(t, sizes=sizes, xscale=xscale),
-            n_per_model=int(table.groupby("model")["n"].first().min()),
-            reference="each model's best trial",
-            edf_convention=EDF_CONVENTION,
-            band="DKW 95% simultaneous",
-            optimizer=opt,
-            epochs=epochs,
-            xscale=xscale,
-        )
-    # per (optimizer, epochs) cell, never pooled across lengths: a good lr of 6 epochs is not one of 16
-    for (opt, epochs), cell in sampled_rows.groupby(["optimizer", "epochs"], sort=True, observed=True):
-        whole = sampled[(sampled["optimizer"] == opt) & (sampled["epochs"] == epochs)]
-        by_model = {m: r for (m, o, e), r in ranges.items() if (o, e) == (opt, epochs)}
-        scatter = hp_scatter_table(whole, metric, keys)
-        draw(
-            cell_name("hp_scatter", opt, epochs),
-            "sampled",
-            scatter,
-            lambda table: hp_scatter_figure(table, by_model, keys=keys),
-            good_ranges="bootstrap (2500 x max(1, int(25% n))) of the best trial's log10 values, 2.5-97.5%"
-            + ("" if set(hp_kinds(keys).values()) == {"log_uniform"} else RANGES_BEYOND_LOG),
-            ranges={m: r.to_dict() for m, r in by_model.items()},
-            n_per_model=scatter.groupby("model").size().to_dict(),
-            optimizer=opt,
-            epochs=int(epochs),
-        )
-        if cell.groupby("model").size().max() >= 2:
-            best = expected_best_table(whole, metric)
-            draw(
-                cell_name("expected_best", opt, epochs),
-                "sampled",
-                best,
-                expected_best_figure,
-                estimator="unbiased, Tang et al. 2020",
-                band="bootstrap 95% pointwise",
-                n_per_model=best.groupby("model")["n"].first().to_dict(),
-                optimizer=opt,
-                epochs=int(epochs),
-            )
-    if usable_rows["epochs"].nunique() > 1:
-        draw(
-            "error_vs_epochs",
-            "lengths",
-            error_vs_epochs_table(trials, metric),
-            lambda table: error_vs_epochs_figure(table, sizes=sizes),
-            aggregate="best trial per (model, optimizer, epochs)",
-        )
-        draw(
-            "delta_error_vs_epochs",
-            "lengths",
-            delta_error_vs_epochs_table(trials, metric),
-            delta_error_vs_epochs_figure,
-            rule="E_max all diverged -> best shorter schedule, flagged",
-        )
-    losses = usable_rows.get("train_loss")  # a table without train losses has no such figure
-    trained = losses is not None and ((usable_rows["status"] == OK) & np.isfinite(losses.astype(float))).any()
-    if usable_rows["family"].nunique() > 1 and trained:
-        draw(
-            "generalization",
-            "models",
-            generalization_table(trials, metric),
-            generalization_figure,
-            aggregate="median per model",
-            left_out="failed, no finite error, diverged",
-        )
+            plot = planned.figure(planned.table)
+            meta = {**stated, "caption": plot.caption, **planned.meta}
+            paths = save_figure(plot, out, planned.name, planned.table, meta)
+        made.append(Drawn(planned.name, planned.section, plot.caption, paths))
     return made
 
 

@@ -25,7 +25,8 @@ from hpstudy.analysis.findings import findings, findings_table
 from hpstudy.analysis.gaps import ema_gain, length_gap, optimizer_gap, peak_table
 from hpstudy.analysis.inference import TAIL, best_contrast, delta_power, min_law, trials_for_delta
 from hpstudy.analysis.metric import ERR, LeftOutWarning, MetricError, usable
-from hpstudy.analysis.report import equalize_counts, left_out_table, ranges_and_importance, summary_table
+from hpstudy.analysis.report import left_out_table, ranges_and_importance, summary_table
+from hpstudy.analysis.report_figures import equalize_counts
 from hpstudy.analysis.stats import (
     StatsError,
     expected_best,

@@ -7,7 +7,6 @@ the figures as Markdown and LaTeX."""
 
 import html
 import json
-import os
 import re
 
 import numpy as np
@@ -21,7 +20,7 @@ from hpstudy.analysis.captions import latex
 from hpstudy.analysis.findings import VERDICTS
 from hpstudy.analysis.report import build_report
 from hpstudy.analysis.report_page import DECIDED
-from tests.helpers import make_trials
+from tests.helpers import make_trials, svg_only
 
 MODELS = {"vit_c_tiny": "ViT-C tiny", "timm:resnet10t": "timm:resnet10t"}
 SAMPLED = {"lr": "log_uniform", "wd": "log_uniform", "label_smoothing": "uniform"}
@@ -41,22 +40,12 @@ TRIALS = _own_study()
 RECORD = {"n_trials": len(TRIALS), "spec": {"name": "mine", "models": list(MODELS)}, "sampled": SAMPLED}
 
 
-def _svg_only(plot, out, name, data, meta):
-    """save_figure as the page needs it (the SVG it inlines, the JSON it states), without the PDF and
-    300 dpi PNG (test_figures checks those)."""
-    paths = {"svg": os.path.join(out, f"{name}.svg"), "json": os.path.join(out, f"{name}.json")}
-    plot.fig.savefig(paths["svg"])
-    with open(paths["json"], "w") as f:
-        json.dump({**meta, "models": sorted(set(data["model"]))}, f)
-    return paths
-
-
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
     """(index.html, report.json, folder) of the own study's report on the `final` error."""
     out = tmp_path_factory.mktemp("own")
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(report_module, "save_figure", _svg_only)
+        patch.setattr(report_module, "save_figure", svg_only)
         page = open(build_report(TRIALS, TRIALS.iloc[:0], RECORD, str(out), metric="final")).read()
     return page, json.load(open(out / "report.json")), out
 
@@ -197,7 +186,7 @@ def test_a_spec_that_gives_a_timm_model_a_size_class_gets_the_papers_size_panels
 
     def titles(plot, out, name, data, meta):
         panels[name] = [ax.get_title() for ax in plot.fig.axes if ax.get_visible()]
-        return _svg_only(plot, out, name, data, meta)
+        return svg_only(plot, out, name, data, meta)
 
     monkeypatch.setattr(report_module, "save_figure", titles)
     trials = TRIALS[TRIALS["epochs"] == 16].replace({"vit_c_tiny": "vit_c_1gf"})

@@ -22,26 +22,12 @@ from hpstudy.study.store import write_trial
 from hpstudy.study.store_read import load_trials
 from hpstudy.trainers.schema import FAILED, RESULT_FIELDS, TRIAL_FIELDS
 from hpstudy.trainers.train import main as train_main
-from tests.helpers import REPO, small_spec
+from tests.helpers import PACKAGES, REPO, module_files, small_spec
 
-PACKAGES = ("trainers", "study", "analysis")
 TESTS = os.path.join(REPO, "tests")
 SHARED_TEST_MODULES = {"tests.helpers", "tests.conftest"}
 PARTITION_COLUMN = "study"  # added by the store's readers from the study=<name> folder, not stored in a row
 TORCH_FREE_TRAINERS = {"hpstudy.trainers.errors", "hpstudy.trainers.schema", "hpstudy.trainers.zoo"}
-
-
-def _module_files():
-    """{module name (hpstudy.<package>.<module>, hpstudy.<module>): source path} of every module of the
-    three packages and of the command line above them (hpstudy/)."""
-    files = {}
-    for package in (*PACKAGES, ""):
-        folder = os.path.join(REPO, "hpstudy", package)
-        prefix = f"hpstudy.{package}" if package else "hpstudy"
-        for name in sorted(os.listdir(folder)):
-            if name.endswith(".py"):
-                files[prefix if name == "__init__.py" else f"{prefix}.{name[:-3]}"] = os.path.join(folder, name)
-    return files
 
 
 def layer_of(module: str) -> str:
@@ -68,7 +54,7 @@ def is_entry_script(path: str) -> bool:
 def import_graph():
     """{module: (hpstudy modules it imports, other top-level packages it imports)}, counting imports
     inside functions too."""
-    files = _module_files()
+    files = module_files()
     graph = {}
     for module, path in files.items():
         names = set()
@@ -90,7 +76,7 @@ def test_layers_point_one_way():
         "analysis": {"analysis"},
         "cli": {"trainers", "study", "analysis", "cli"},
     }
-    graph, files = import_graph(), _module_files()
+    graph, files = import_graph(), module_files()
     assert {"hpstudy.study.store", "hpstudy.trainers.schema"} <= graph["hpstudy.study.tune_store_writer"][
         0
     ]  # edges are seen

@@ -12,8 +12,7 @@ import sys
 import jedi
 import pytest
 
-from tests.contracts.test_architecture import _module_files
-from tests.helpers import REPO
+from tests.helpers import REPO, module_files
 
 LINKS = ("trainers", "study", "analysis")
 
@@ -44,7 +43,7 @@ def _definition(module, name):
 
 def test_go_to_definition_reaches_every_public_name_of_every_module():
     missed = []
-    for module, path in _module_files().items():
+    for module, path in module_files().items():
         for name, line in _public_names(path):
             got = _definition(module, name)
             if (os.path.realpath(path), line) not in got:
