@@ -54,9 +54,9 @@ def check_local_resources(spec: StudySpec, num_cpus: Optional[int]) -> None:
     """A local Ray can never give a trial more CPUs or GPUs than this machine has."""
     import torch
 
-    cpus = num_cpus or os.cpu_count()
+    cpus = num_cpus or os.cpu_count()  # None when Python cannot tell: then Ray finds out
     gpus = torch.cuda.device_count()
-    if spec.resources.cpu > cpus:
+    if cpus is not None and spec.resources.cpu > cpus:
         raise SpecError(
             f"resources.cpu: bad value {spec.resources.cpu}; allowed: <= {cpus} "
             f"(CPUs of the local Ray; pass --address to use a cluster)"
@@ -102,7 +102,7 @@ def dry_run_warnings(path: str, spec: StudySpec, args: argparse.Namespace) -> Li
     """What a run would refuse that a dry run does not need: the spec's paths (its dataset, its init
     checkpoint) and, for a local Ray, this machine's CPUs and GPUs. `spec` was read without path
     checks, so reading `path` again with them can fail only on a path."""
-    checks = [lambda: load_spec(path)]
+    checks: List[Callable[[], object]] = [lambda: load_spec(path)]
     if not args.address:
         checks.append(lambda: check_local_resources(spec, args.num_cpus))
     warnings = []
@@ -129,7 +129,7 @@ def print_plan(spec: StudySpec, store: str, assume_tflops: Optional[float]) -> N
         if done
         else None
     )
-    plan = [(cell, to_run[cell] if done else per_cell) for cell in cells(spec)]
+    plan = [(cell, to_run[cell] if to_run is not None else per_cell) for cell in cells(spec)]
     total, pending = per_cell * len(plan), sum(todo for _, todo in plan)
     print(
         f"study {spec.name}: {total} trials, {pending} to run "
@@ -319,6 +319,12 @@ def write_report(store: str, study: str, out: Optional[str], metric: str = DEFAU
     return page
 
 
+def report(args: argparse.Namespace) -> int:
+    """`hpstudy report`: write_report with the flags."""
+    write_report(args.store, args.study, args.out, args.metric)
+    return 0
+
+
 def check_store_report_dir(store: str, study: str) -> None:
     """ReportError (exit 2) now, not after a study, when the study's report folder in the store is not
     hpstudy's to write (a user's files in it, or a symbolic link out of the store). A store that cannot
@@ -353,9 +359,9 @@ def status(args: argparse.Namespace) -> int:
     require_store(args.store)
     if args.study and not args.config:
         record = load_spec_record(args.store, args.study)
-        spec = _recorded_spec(record)
-        planned = expand_for_store(spec, args.store) if spec else None
-        if planned and "trial_keys" in record and set(record["trial_keys"]) != {t.key for t in planned}:
+        recorded = _recorded_spec(record)
+        planned = expand_for_store(recorded, args.store) if recorded else None
+        if planned and record and "trial_keys" in record and set(record["trial_keys"]) != {t.key for t in planned}:
             planned = None  # the spec expands here to other keys than it did when recorded: per model only
     if planned is not None:
         record = {"trial_keys": [t.key for t in planned]}
@@ -644,7 +650,7 @@ def _one_of(spec: StudySpec, flag: str, value, allowed):
 COMMANDS: Dict[str, Callable[[argparse.Namespace], int]] = {
     "run": run,
     "status": status,
-    "report": lambda a: write_report(a.store, a.study, a.out, a.metric) and 0,
+    "report": report,
     "query": lambda a: print(query(a.store, a.study, a.expr, a.columns)) or 0,
     "findings": family_findings,
     "compact": compact_study,

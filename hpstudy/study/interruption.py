@@ -23,7 +23,7 @@ class Interruption:
     are cancelled (a rerun trains them again), what finished stays stored. A second one raises
     KeyboardInterrupt at once, except while a trial is being written to the store."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.signum: Optional[int] = None
         self.noted = False
         self._before: Optional[Dict] = None

@@ -12,7 +12,7 @@ import re
 import sys
 import time
 from collections import Counter
-from typing import Dict, Iterator, List, Set, Union
+from typing import Dict, Iterator, List, Optional, Set, Tuple, Union
 
 from ray import tune
 from tqdm.auto import tqdm
@@ -97,8 +97,9 @@ class Tally:
     """What the run has stored so far, in memory that does not grow with the trials' rows: counts
     per status and per device, the best error per model, and the stored trial keys."""
 
-    def __init__(self):
-        self.statuses, self.devices = Counter(), Counter()
+    def __init__(self) -> None:
+        self.statuses: Counter[str] = Counter()
+        self.devices: Counter[str] = Counter()
         self.best: Dict[str, float] = {}
         self.keys: Set[str] = set()
 
@@ -138,7 +139,7 @@ class ProgressPrinter(SavedEmpty, tune.Callback):
         self.cells: Counter = Counter()  # the running trials per (model, optimizer, epochs) last recorded
         display = _DISPLAY.get()
         self.display = ("bar" if in_notebook() else "lines") if display == "auto" else display
-        self.drawn = None  # what the bar shows now: (done, postfix)
+        self.drawn: Optional[Tuple[int, str]] = None  # what the bar shows now: (done, postfix)
         # smoothing=0: the bar's ETA from the average finishing rate since the start, as the line's
         self.bar = tqdm(total=total, unit="trial", smoothing=0, dynamic_ncols=True) if self.display == "bar" else None
 
@@ -170,17 +171,17 @@ class ProgressPrinter(SavedEmpty, tune.Callback):
         ]
         return " | ".join(parts + self.details())
 
-    def _show_bar(self, force: bool) -> None:
-        """Move the bar to what is stored, redrawn when that or the postfix changed (or `force`)."""
+    def _show_bar(self, bar: tqdm, force: bool) -> None:
+        """Move `bar` (self.bar) to what is stored, redrawn when that or the postfix changed (or `force`)."""
         state = (len(self.writer.tally), " | ".join([f"{self.counts()}, {self.running} running", *self.details()]))
         if force or state != self.drawn:
             self.drawn = state
-            self.bar.n = state[0]
-            self.bar.set_postfix_str(state[1])  # redraws
+            bar.n = state[0]
+            bar.set_postfix_str(state[1])  # redraws
 
     def _maybe_print(self, force: bool = False) -> None:
         if self.bar is not None:
-            self._show_bar(force)
+            self._show_bar(self.bar, force)
         elif self.display == "lines" and (force or time.time() - self.last_print >= self.interval):
             self.last_print = time.time()
             print(self.line(), flush=True)

@@ -14,7 +14,7 @@ import os
 import socket
 import tempfile
 import threading
-from typing import Any, Callable, Dict, Iterator, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, Optional, Protocol, Tuple, TypeGuard, cast
 
 import ray
 
@@ -105,7 +105,7 @@ def _gcs_address(address: str) -> str:
     except ValueError:
         found = None
     host, _, port = (found or "").rpartition(":")
-    if not (host and port.isdigit() and 0 < int(port) < 65536):
+    if not (found and host and port.isdigit() and 0 < int(port) < 65536):
         raise AddressError(
             f"--address: bad value {shown(address)}; allowed: auto or HOST:PORT of a Ray cluster's head (its GCS "
             f"port, 6379 by default)"
@@ -151,7 +151,7 @@ def probe_cluster(address: str) -> str:
             f"{where}: no Ray cluster answers there ({_first_line(exc)}); start the cluster's head (`ray start "
             f"--head` or `ray up`) or fix --address; {NOTHING_RUN}"
         ) from exc
-    from ray._raylet import GcsClient
+    from ray._raylet import GcsClient  # type: ignore[attr-defined]  # Ray's _raylet.pyi leaves out GcsClient
     from ray.exceptions import AuthenticationError
 
     with _stderr_to_debug():
@@ -172,7 +172,21 @@ def probe_cluster(address: str) -> str:
     return gcs
 
 
-def _system_log_router(show: Callable[..., None]) -> Callable[..., None]:
+class _Router(Protocol):
+    """A printer _system_log_router made: it marks itself (hpstudy_router) and keeps the printer it routes."""
+
+    hpstudy_router: bool
+    routed: Callable[..., None]
+
+    def __call__(self, data: Dict[str, Any], *args: Any, **kwargs: Any) -> None: ...
+
+
+def _is_router(printer: Any) -> TypeGuard[_Router]:
+    """Whether `printer` is one _system_log_router made."""
+    return bool(getattr(printer, "hpstudy_router", False))
+
+
+def _system_log_router(show: Callable[..., None]) -> _Router:
     """Ray's printer of the lines its processes send the driver (`show(data, ...)`), except that lines of
     its own processes (pid `raylet`: a lost node's state dump and "marked dead", the cluster's error
     messages; `gcs_server`; not the trials' workers' nor the autoscaler's) are shown only when this
@@ -183,9 +197,10 @@ def _system_log_router(show: Callable[..., None]) -> Callable[..., None]:
         if pid.isdigit() or pid == "autoscaler" or logger.isEnabledFor(logging.DEBUG):
             show(data, *args, **kwargs)
 
-    route.hpstudy_router = True  # type: ignore[attr-defined]
-    route.routed = show  # type: ignore[attr-defined]
-    return route
+    router = cast(_Router, route)  # a function with the two attributes set below
+    router.hpstudy_router = True
+    router.routed = show
+    return router
 
 
 def route_ray_system_logs() -> Callable[[], None]:
@@ -197,16 +212,16 @@ def route_ray_system_logs() -> Callable[[], None]:
     from ray._private.ray_logging import global_worker_stdstream_dispatcher as dispatcher
 
     for name, handler in list(dispatcher.handlers):
-        if name == "ray_print_logs" and not getattr(handler, "hpstudy_router", False):
+        if name == "ray_print_logs" and not _is_router(handler):
             dispatcher.remove_handler(name)
             dispatcher.add_handler(name, _system_log_router(handler))
     printer = ray_worker.print_to_stdstream
-    if not getattr(printer, "hpstudy_router", False):
+    if not _is_router(printer):
         ray_worker.print_to_stdstream = _system_log_router(printer)
 
     def undo() -> None:
         routed = ray_worker.print_to_stdstream
-        if getattr(routed, "hpstudy_router", False):
+        if _is_router(routed):
             ray_worker.print_to_stdstream = routed.routed
 
     return undo
@@ -226,7 +241,7 @@ def ray_session(address: Optional[str], num_cpus: Optional[int]) -> Iterator[Non
         if address:
             gcs = address if address.startswith("ray://") else probe_cluster(address)
             try:
-                ray.init(address=gcs, log_to_driver=True, configure_logging=True, logging_level="WARNING")
+                ray.init(address=gcs, log_to_driver=True, configure_logging=True, logging_level=logging.WARNING)
             except Exception as exc:
                 raise ClusterFault(
                     f"--address {address}: cannot join the Ray cluster ({_first_line(exc)}); {NOTHING_RUN}"
@@ -239,7 +254,7 @@ def ray_session(address: Optional[str], num_cpus: Optional[int]) -> Iterator[Non
                     include_dashboard=False,
                     log_to_driver=True,
                     configure_logging=True,
-                    logging_level="WARNING",
+                    logging_level=logging.WARNING,
                 )
             except Exception as exc:
                 raise ClusterFault(

@@ -212,6 +212,8 @@ def run_study(
                 compact(store, spec.name)  # also finishes a compaction a killed driver left half done
                 trials = expand_for_store(spec, store)  # after the compaction: read from fewer files
                 keys = {t.key for t in trials}
+                if spec.source is None:  # parse_spec keeps the raw spec; the record is made of it
+                    raise TypeError(f"run_study: spec {spec.name!r} has no source (make it with parse_spec)")
                 write_spec_record(store, spec.name, spec.source, len(trials), keys)
                 done = stored_keys(store, spec.name)
                 pending = [t for t in trials if t.key not in done]

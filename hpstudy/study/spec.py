@@ -5,7 +5,7 @@ import os
 import re
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Dict, Hashable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Hashable, List, Mapping, NoReturn, Optional, Sequence, Tuple
 
 import yaml
 
@@ -156,7 +156,7 @@ def _a(kind: type) -> str:
     return TYPE_NAMES.get(kind, f"a {kind.__name__}")
 
 
-def _reject(field_name: str, value: Any, allowed: str, names: Sequence[str] = (), typed: Any = None):
+def _reject(field_name: str, value: Any, allowed: str, names: Sequence[str] = (), typed: Any = None) -> NoReturn:
     """Raise SpecError naming the field, the bad value (abbreviated) and what is allowed, ending in
     "did you mean ..." when the value (or `typed`, the part of it that was typed wrong) is a near miss
     of one of `names`, the valid keys or names (hpstudy.trainers.zoo.did_you_mean)."""
@@ -274,16 +274,22 @@ def _box(where: str, value: Any) -> Box:
     )
 
 
-def _named_boxes(space, family_space, model_space) -> List[Tuple[str, str, Optional[str], Box]]:
+def _named_boxes(
+    space: Mapping[str, Box],
+    family_space: Mapping[str, Mapping[str, Box]],
+    model_space: Mapping[str, Mapping[str, Box]],
+) -> List[Tuple[str, str, Optional[str], Box]]:
     """(where, optimizer, family or model or None, box) of every box of a spec's `space:`."""
-    named = [(f"space.{opt}", opt, None, box) for opt, box in space.items()]
+    named: List[Tuple[str, str, Optional[str], Box]] = [(f"space.{opt}", opt, None, box) for opt, box in space.items()]
     for overrides in (family_space, model_space):
         for key, boxes in overrides.items():
             named += [(f"space.{key}.{opt}", opt, key, box) for opt, box in boxes.items()]
     return named
 
 
-def _space(raw: Any, optimizers: Tuple[str, ...], model_specs: Optional[Mapping[str, ModelSpec]] = None):
+def _space(
+    raw: Any, optimizers: Tuple[str, ...], model_specs: Optional[Mapping[str, ModelSpec]] = None
+) -> Tuple[Dict[str, Box], Dict[str, Dict[str, Box]], Dict[str, Dict[str, Box]]]:
     """optimizer -> box, and per-family and per-model overrides (family or model -> optimizer -> box; the
     spec's timm: models and the families its models: gives them key overrides too).
     A name that is both a family and a model (vit_rel) keys the family, as before model keys existed.
@@ -293,7 +299,9 @@ def _space(raw: Any, optimizers: Tuple[str, ...], model_specs: Optional[Mapping[
     model_specs = model_specs or {}
     families = [*FAMILIES, *sorted({s.family for s in model_specs.values()} - set(FAMILIES))]
     models = [*list_models(), *(m for m in model_specs if is_timm(m))]
-    space, family_space, model_space = {}, {}, {}
+    space: Dict[str, Box] = {}
+    family_space: Dict[str, Dict[str, Box]] = {}
+    model_space: Dict[str, Dict[str, Box]] = {}
     for key, value in raw.items():
         if key in OPTIMIZERS:
             space[key] = _box(f"space.{key}", value)
@@ -439,7 +447,7 @@ def parse_spec(raw: Any, check_paths: bool = True) -> StudySpec:
         if not whole_in(s, 0, MAX_SEED):
             _reject("seeds", s, "integers in [0, 2**63)")
     samples = raw.get("samples")
-    if not whole_in(samples, 1, MAX_TRIALS):
+    if not isinstance(samples, int) or not whole_in(samples, 1, MAX_TRIALS):  # isinstance narrows the type
         _reject("samples", samples, f"an integer in [1, {MAX_TRIALS}]")
     n_trials = len(models) * len(optimizers) * len(epochs) * samples * len(seeds)
     if n_trials > MAX_TRIALS:

@@ -359,7 +359,7 @@ def load_study(root: str, study: str, fields: Fields = CLI) -> Tuple[pd.DataFram
             f"{fields.study}: none of the {len(earlier)} stored trials of study {study!r} in store "
             f"{root!r} belongs to the spec recorded last for it (`hpstudy status` lists them)"
         )
-    if len(earlier):
+    if record is not None and len(earlier):  # split_by_spec finds earlier rows only against a record
         record = dict(record, earlier_spec_rows=len(earlier))
         warnings.warn(
             f"hpstudy store: {len(earlier)} rows from an earlier spec of study {study!r} are "

@@ -4,7 +4,7 @@
 import json
 import os
 import stat
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Dict, Iterable, Optional, Tuple
 
 import pyarrow.fs as pafs
 
@@ -16,7 +16,7 @@ MAX_SPEC_RECORD_BYTES = 64 << 20  # a record of 100,000 trial keys is ~3 MB
 
 
 def write_spec_record(
-    root: str, study: str, spec_source: Dict, n_trials: int, trial_keys: Optional[Sequence[str]] = None
+    root: str, study: str, spec_source: Dict, n_trials: int, trial_keys: Optional[Iterable[str]] = None
 ) -> None:
     """Keep the spec that produced a study, its trial count, its trial keys and (for a spec with a `space:`) the
     fields it samples (`sampled`: field -> distribution, hpstudy.study.spec.sampled_fields) beside the tables:

@@ -183,7 +183,7 @@ def space_lines(points: List[Dict], study: str, store: str) -> List[str]:
 def _space_block(points: List[Dict]) -> List[str]:
     """One `space:` block of the fixed points of one training length."""
     lines = ["space:"]
-    first = {}
+    first: Dict[str, Dict] = {}  # optimizer -> its first point with a box
     for p in points:
         if p["lr"] is not None:
             first.setdefault(p["optimizer"], p)

@@ -301,7 +301,7 @@ class WandbTracker(FolderTracker):
 
 
 # kind -> (class, the module it needs, what to pip install for it)
-KINDS: Dict[str, Tuple[Callable[[str, str], FolderTracker], str, str]] = {
+KINDS: Dict[str, Tuple[Callable[[str, str], Tracker], str, str]] = {
     "mlflow": (MlflowTracker, "mlflow", "mlflow-skinny"),
     "tensorboard": (TensorBoardTracker, "tensorboardX", "tensorboardX"),
     "wandb": (WandbTracker, "wandb", "wandb"),
