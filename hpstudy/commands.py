@@ -561,7 +561,7 @@ def train(args: argparse.Namespace) -> int:
     """`hpstudy train`: one trial without Ray, a stored one again (--store, --key: its row's config_json) or one of
     a spec (--config: its recipe and dataset, and its first model, optimizer, length, sample and seed for each
     flag not given); --device trains it elsewhere. Prints the epochs and the result (and the stored row's)."""
-    from hpstudy.trainers.train import result_line, train_and_show  # torch
+    from hpstudy.trainers.train import result_line, result_text, train_and_show  # torch
 
     given = [f"--{name}" for name in SPEC_FLAGS if getattr(args, name) is not None]
     if args.key is not None:
@@ -578,7 +578,8 @@ def train(args: argparse.Namespace) -> int:
             if value is not None:
                 raise SpecError(f"{flag}: given without --key; allowed: --key KEY with it (the stored trial to replay)")
         config = spec_trial(args)
-    train_and_show(dict(config, device=args.device) if args.device else config, args.json)
+    row = train_and_show(dict(config, device=args.device) if args.device else config, args.json)
+    print(result_text(row, args.json), flush=True)
     return 0
 
 

@@ -97,12 +97,16 @@ def _print_epoch(epochs: int) -> Callable[[Dict[str, Any]], None]:
 
 
 def train_and_show(config: Dict[str, Any], as_json: bool = False) -> Dict[str, Any]:
-    """Train one trial of `config` showing each epoch and the result (or, `as_json`, the result row alone as
-    JSON); returns the row without its epoch log."""
+    """Train one trial of `config` showing each epoch (not when `as_json`); returns the row without its epoch log,
+    whose result_text the caller prints."""
     row = train_trial(config, on_epoch=None if as_json else _print_epoch(config["epochs"]))
     row.pop("epoch_log")
-    print(json.dumps(row) if as_json else result_line(row), flush=True)
     return row
+
+
+def result_text(row: Dict[str, Any], as_json: bool = False) -> str:
+    """What the one-trial trainers print of a trained row: its result_line, or (`as_json`) the row as JSON."""
+    return json.dumps(row) if as_json else result_line(row)
 
 
 def result_line(row: Dict[str, Any]) -> str:
@@ -118,7 +122,8 @@ def result_line(row: Dict[str, Any]) -> str:
 def main(argv: Optional[list] = None) -> int:
     """Run one trial; exit 2 on a bad config or data path."""
     args = build_parser().parse_args(argv)
-    train_and_show(config_from_args(args), args.json)
+    row = train_and_show(config_from_args(args), args.json)
+    print(result_text(row, args.json), flush=True)
     return 0
 
 

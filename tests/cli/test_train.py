@@ -102,15 +102,25 @@ def test_a_bad_flag_is_one_line_naming_it(argv, message, capsys):
     assert err.startswith(f"error: {message}") and err.count("\n") == 1
 
 
-def test_a_trial_of_a_spec_takes_its_recipe_dataset_and_first_cell_and_sample(tmp_path, monkeypatch):
-    """Flags left out: the spec's first model, optimizer, length, sample and seed; the recipe's batch size."""
+def test_a_trial_of_a_spec_takes_its_recipe_dataset_and_first_cell_and_sample(tmp_path, monkeypatch, capsys):
+    """Flags left out: the spec's first model, optimizer, length, sample and seed; the recipe's batch size.
+    The command prints the result line of the row trained (train_and_show returns it)."""
     raw = small_spec(name="t", recipe={"batch_size": 16, "warmup_epochs": 0.5, "device": "cpu"}, seeds=[3, 4])
     path = write_spec(tmp_path, raw)
     trained = []
-    monkeypatch.setattr("hpstudy.trainers.train.train_and_show", lambda config, as_json: trained.append(config))
+    row = dict(status="ok", top1_err=12.5, best_top1_err=None, top5_err=1.0, wall_s=1.5, device="cpu")
+
+    def train_and_show(config, as_json):
+        trained.append(config)
+        return row
+
+    monkeypatch.setattr("hpstudy.trainers.train.train_and_show", train_and_show)
     first = expand(parse_spec(raw))[0].config
     assert hpstudy_main(["train", "--config", path]) == 0
     assert trained[-1] == first and first["batch_size"] == 16 and first["seed"] == 3
+    assert capsys.readouterr().out == "ok: top-1 12.50% (best -), top-5 1.00%, 1.5s on cpu\n"
+    assert hpstudy_main(["train", "--config", path, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == row
     assert hpstudy_main(["train", "--config", path, "--model", "cnn_tiny", "--lr", "0.01", "--device", "cuda"]) == 0
     cnn = next(t.config for t in expand(parse_spec(raw)) if t.model == "cnn_tiny")
     assert trained[-1] == dict(cnn, lr=0.01, device="cuda")
