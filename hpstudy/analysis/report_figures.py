@@ -3,6 +3,7 @@ where it applies (which cells), its table, its drawing, its section of the page 
 beside it. hpstudy.analysis.report draws every entry's figures in registration order; adding a figure
 is its table and figure functions (hpstudy.analysis.figures) and one `@register_figure` entry here."""
 
+import functools
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
 
@@ -154,7 +155,7 @@ def _delta_edfs(study: Study) -> Iterator[Planned]:
             cell_name("delta_edf", opt, epochs),
             "main" if (opt, epochs) == main else "models" if several else "sampled",
             table,
-            lambda t, xscale=xscale: delta_edf_figure(t, sizes=study.sizes, xscale=xscale),
+            functools.partial(delta_edf_figure, sizes=study.sizes, xscale=xscale),
             dict(
                 n_per_model=_n_per_model(table),
                 reference="each model's best trial",
@@ -178,7 +179,7 @@ def _hp_scatters(study: Study) -> Iterator[Planned]:
             cell_name("hp_scatter", opt, epochs),
             "sampled",
             table,
-            lambda t, by_model=by_model: hp_scatter_figure(t, by_model, keys=study.keys),
+            functools.partial(hp_scatter_figure, ranges=by_model, keys=study.keys),
             dict(
                 good_ranges="bootstrap (2500 x max(1, int(25% n))) of the best trial's log10 values, 2.5-97.5%"
                 + ("" if set(hp_kinds(study.keys).values()) == {"log_uniform"} else RANGES_BEYOND_LOG),

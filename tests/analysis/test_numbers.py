@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+import hpstudy.analysis.stats as stats
 from hpstudy.analysis.edf import (
     bootstrap_band,
     dkw_epsilon,
@@ -544,6 +545,22 @@ def test_good_ranges_find_the_bowl_and_importance_finds_lr():
     assert abs(ranges.loc["p50", "log10_lr"] + 3) < 0.3
     importance = hp_importance(trials)
     assert importance["lr"] > importance["wd"]  # the bowl is 4x steeper in lr
+
+
+@pytest.mark.slow  # fits the fANOVA forest at 2,000 trials for three seeds, and at 400 at full depth (~25 s)
+def test_importance_recovers_the_bowls_variance_split_and_the_bounded_forest_agrees_with_the_full_one(monkeypatch):
+    """err = 8 (log10 lr + 3)^2 + 2 (log10 wd + 1)^2 + noise with log10 lr ~ U(-4, -2) and log10 wd ~ U(-2, 0):
+    (x + 3)^2 for x + 3 ~ U(-1, 1) has variance 1/5 - 1/9 = 4/45, so lr's share of the explained variance is
+    64 / (64 + 4) = 0.941, derived here, not read off a run. The bounded forest (IMPORTANCE_DEPTH) finds it at
+    2,000 trials, and gives what Optuna's full-depth forest gives on the same trials."""
+    for seed in range(3):
+        trials = make_trials(models=("vit_p_tiny",), optimizers=("adamw",), n=2000, diverge_share=0, seed=seed)
+        importance = hp_importance(trials, metric="final", seed=seed)
+        assert abs(importance["lr"] - 64 / 68) < 0.02 and abs(importance["lr"] + importance["wd"] - 1) < 1e-9
+    trials = make_trials(models=("vit_p_tiny",), optimizers=("adamw",), n=400, diverge_share=0, seed=0)
+    bounded = hp_importance(trials, metric="final")["lr"]
+    monkeypatch.setattr(stats, "IMPORTANCE_DEPTH", 64)  # Optuna's default
+    assert abs(bounded - hp_importance(trials, metric="final")["lr"]) < 0.01
 
 
 def _law_by_value(values, probs):
