@@ -26,8 +26,10 @@ SPEC = {  # what a YAML spec holds (docs/studies.md); a path or a bundled name w
 }
 store = tempfile.mkdtemp(prefix="hpstudy-api-")
 
-# %% Run it: a progress bar in a notebook, a status line every 10 s in a terminal. A rerun trains only
-# what is not stored yet. Returns every stored row of the study, every column.
+# %% Run it: a progress bar in a notebook, a status line every 10 s in a terminal (the lines hpstudy run
+# prints; show_output(True) shows them, the API is silent without it). A rerun trains only what is not
+# stored yet. Returns every stored row of the study, every column.
+hpstudy.show_output(True)
 trials = hpstudy.run(SPEC, store, num_cpus=2, report=False)
 trials[["model", "lr", "wd", "status", "top1_err"]]
 

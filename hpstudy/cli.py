@@ -8,15 +8,14 @@ SIGINT/SIGTERM; `--debug` prints the traceback of an error too.
 """
 
 import argparse
-import contextlib
-import logging
 import os
 import sys
 import traceback
-from typing import Iterator, List, NoReturn, Optional
+from typing import List, NoReturn, Optional
 
 from hpstudy import __version__
 from hpstudy.analysis.metric_names import DEFAULT_METRIC, METRIC_DOCS, METRICS
+from hpstudy.trainers.console import console
 from hpstudy.trainers.errors import HpstudyError, exit_with, exits_on_user_error, printable
 
 DEFAULT_CONFIG = "demo_digits"
@@ -50,7 +49,7 @@ def _parser(prog: str, description: str, example: str, **kwargs) -> argparse.Arg
 
 def add_debug_arg(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """--debug: print the traceback of an error too (by default: one `error:` line), and what a run keeps out of
-    the way (Ray's own processes' output, Tune's traceback of a failed trial: debug_logging)."""
+    the way (Ray's own processes' output, Tune's traceback of a failed trial: hpstudy's loggers at DEBUG, console)."""
     p.add_argument(
         "--debug",
         action="store_true",
@@ -306,33 +305,16 @@ def parser() -> argparse.ArgumentParser:
     return main
 
 
-@contextlib.contextmanager
-def debug_logging(on: bool) -> Iterator[None]:
-    """With --debug (`on`), hpstudy's loggers at DEBUG on stderr for the command: what a run otherwise keeps
-    out of the way (Ray's own processes' lines as a node is lost, Tune's traceback of a failed trial, Ray's
-    C++ lines of a cluster it could not join)."""
-    if not on:
-        yield
-        return
-    hpstudy_logger, handler = logging.getLogger("hpstudy"), logging.StreamHandler(sys.stderr)
-    before = hpstudy_logger.level
-    hpstudy_logger.addHandler(handler)
-    hpstudy_logger.setLevel(logging.DEBUG)
-    try:
-        yield
-    finally:
-        hpstudy_logger.removeHandler(handler)
-        hpstudy_logger.setLevel(before)
-
-
 def guarded(args: argparse.Namespace) -> int:
     """Run the parsed command: a store fault prints one `error:` line and returns EXIT_STORE_FAULT (3); a
-    user's error goes on to exits_on_user_error (2); with --debug both print their traceback first."""
+    user's error goes on to exits_on_user_error (2); with --debug both print their traceback first. What the
+    library logs is shown on the terminal for the command (console: INFO on stdout, warnings on stderr; with
+    --debug its DEBUG lines too, on stderr)."""
     from hpstudy.commands import COMMANDS
     from hpstudy.study.store import StoreFault
 
     try:
-        with debug_logging(args.debug):
+        with console(args.debug):
             return COMMANDS[args.command](args)
     except HpstudyError as exc:
         if args.debug:

@@ -5,6 +5,7 @@ query, compact, prepare, suggest and train. This layer sits above study/ and ana
 import argparse
 import contextlib
 import json
+import logging
 import math
 import os
 import socket
@@ -46,6 +47,7 @@ from hpstudy.trainers.errors import ConfigError, shown
 from hpstudy.trainers.schema import DIVERGED, FAILED, FINISHED, OK
 from hpstudy.trainers.zoo import did_you_mean
 
+logger = logging.getLogger(__name__)  # what the API's calls show too (print_note, write_report); the rest prints
 # Nominal training-set sizes for the dry-run estimate (image folders: ImageNet-1k is assumed).
 TRAIN_SIZES = {"digits": 1437, "cifar10": 50000, "cifar100": 50000, "imagefolder": 1281167, "prepared": 1281167}
 
@@ -265,10 +267,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def print_note(store: str, spec: StudySpec) -> None:
-    """Print spec_change_note's note, if there is one."""
+    """Show spec_change_note's note, if there is one (this module's logger, at INFO: the API's too)."""
     note = spec_change_note(store, spec)
     if note:
-        print(note, flush=True)
+        logger.info("%s", note)
 
 
 def run_exit_code(stored, total: int) -> int:
@@ -292,7 +294,7 @@ STORE_REPORT = "report folder in the store"  # how errors name <store>/reports/<
 def write_report(store: str, study: str, out: Optional[str], metric: str = DEFAULT_METRIC, fields: Fields = CLI) -> str:
     """Load a study from the store and write its analysis report (figures, tables, HTML) on the
     `metric` error into the folder `out`, or by default into the store (<store>/reports/<study>/,
-    through its filesystem, so the report lives as long as the rows); prints the full location of
+    through its filesystem, so the report lives as long as the rows); shows (logs) the full location of
     its index.html, and which metric was used (naming any fallback). Returns that location. Either
     folder is written only if it is new, empty or an earlier report (hpstudy.analysis.report_folder).
     A missing store or study is named as `fields` say (the flags, or the API's arguments)."""
@@ -315,7 +317,8 @@ def write_report(store: str, study: str, out: Optional[str], metric: str = DEFAU
             with store_io(f"write the report into {location}"):
                 publish(fs, folder, made, STORE_REPORT, root=base)
         page = f"{location}/{name}"
-    print(f"report: {page}\nmetric: {usable(trials, metric).metric}")
+    logger.info("report: %s", page)
+    logger.info("metric: %s", usable(trials, metric).metric)
     return page
 
 

@@ -95,3 +95,15 @@ def aot_eager(monkeypatch):
     counters.clear()
     yield
     torch._dynamo.reset()
+
+
+@pytest.fixture(autouse=True)
+def hpstudy_logger_as_found():
+    """The `hpstudy` logger's handlers, level and propagation as before each test: a test that shows the API's
+    output (hpstudy.show_output, examples/python_api.py) leaves no console handler to the next."""
+    import logging
+
+    hpstudy = logging.getLogger("hpstudy")
+    before = (list(hpstudy.handlers), hpstudy.level, hpstudy.propagate)
+    yield
+    hpstudy.handlers[:], hpstudy.level, hpstudy.propagate = before[0], before[1], before[2]

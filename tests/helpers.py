@@ -5,6 +5,7 @@ Imported as `tests.helpers` (tests/ is a package); test modules import helpers f
 import copy
 import fcntl
 import json
+import logging
 import os
 import pty
 import shutil
@@ -30,6 +31,12 @@ FINISHED_AT = "2026-11-29T10:00:00+00:00"
 
 # Set by CI (.ci/run installs the programs): a test that needs a missing one fails instead of skipping.
 REQUIRE_PROGRAMS = "HPSTUDY_REQUIRE_SYSTEM_PROGRAMS"
+
+
+def logged(caplog, level: int = logging.INFO) -> list:
+    """The messages hpstudy's loggers logged at `level`, in order (INFO: the lines a terminal shows on stdout,
+    WARNING: its warnings on stderr); the test captures them with caplog.at_level(..., logger="hpstudy")."""
+    return [r.getMessage() for r in caplog.records if r.name.split(".")[0] == "hpstudy" and r.levelno == level]
 
 
 def require_programs(**packages: str) -> None:

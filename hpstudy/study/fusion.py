@@ -71,14 +71,14 @@ def fusion_sizes(spec: StudySpec, pending: List[PlannedTrial], resources: Dict[s
     if spec.fuse == "off" or not pending:
         return {}
     for note in fusion_notes(spec):
-        print(note, flush=True)
+        logger.info("%s", note)
     unfusable = _unfusable_reason(spec, pending)
     if spec.fuse != "auto":
         if unfusable:
             raise SpecError(f"fuse: bad value {spec.fuse!r} for this recipe ({unfusable}); allowed: off or auto")
         return {m: int(spec.fuse) for m in spec.models}
     if unfusable:
-        print(f"fuse auto: no fusion: {unfusable}", flush=True)
+        logger.info("fuse auto: no fusion: %s", unfusable)
         return {}
     import ray
 
@@ -111,10 +111,14 @@ def fusion_sizes(spec: StudySpec, pending: List[PlannedTrial], resources: Dict[s
             continue
         speedup = entry["result"]["speedup"]
         fuse = speedup >= AUTO_FUSE_MIN_SPEEDUP
-        print(
-            f"fuse auto: {model}: {k} fused run {speedup:.2f}x the speed of {k} alone "
-            f"-> {'fuse ' + str(k) if fuse else 'no fusion'} ({where})",
-            flush=True,
+        logger.info(
+            "fuse auto: %s: %d fused run %.2fx the speed of %d alone -> %s (%s)",
+            model,
+            k,
+            speedup,
+            k,
+            f"fuse {k}" if fuse else "no fusion",
+            where,
         )
         if fuse:
             sizes[model] = k

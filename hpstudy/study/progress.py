@@ -184,7 +184,7 @@ class ProgressPrinter(SavedEmpty, tune.Callback):
             self._show_bar(self.bar, force)
         elif self.display == "lines" and (force or time.time() - self.last_print >= self.interval):
             self.last_print = time.time()
-            print(self.line(), flush=True)
+            logger.info("%s", self.line())
 
     def _members(self, trial) -> List[str]:
         """The study's trial keys a Tune trial trains: a fused group's members (one unknown key when it is not

@@ -34,6 +34,8 @@ from hpstudy.study.tune_searcher import GroupQueue
 from hpstudy.study.tune_stopper import RunStopper
 from hpstudy.study.tune_store_writer import StoreWriter
 
+logger = logging.getLogger(__name__)
+
 
 def local_slots(resources: Dict[str, float]) -> Optional[int]:
     """How many trials of `resources` the connected Ray holds at once (None if they need neither
@@ -52,13 +54,13 @@ def _trial_name(trial) -> str:
 @contextlib.contextmanager
 def _quiet(logger_name: str, level: int = logging.ERROR) -> Iterator[None]:
     """Raise a logger's level for the duration of a block, then restore it."""
-    logger = logging.getLogger(logger_name)
-    before = logger.level
-    logger.setLevel(level)
+    quieted = logging.getLogger(logger_name)
+    before = quieted.level
+    quieted.setLevel(level)
     try:
         yield
     finally:
-        logger.setLevel(before)
+        quieted.setLevel(before)
 
 
 TUNE_RUN_GROUPS = 1000
@@ -217,14 +219,17 @@ def run_study(
                 write_spec_record(store, spec.name, spec.source, len(trials), keys)
                 done = stored_keys(store, spec.name)
                 pending = [t for t in trials if t.key not in done]
-                print(
-                    f"study {spec.name}: {len(trials)} trials, {len(trials) - len(pending)} already stored, "
-                    f"{len(pending)} to run; store {store}",
-                    flush=True,
+                logger.info(
+                    "study %s: %d trials, %d already stored, %d to run; store %s",
+                    spec.name,
+                    len(trials),
+                    len(trials) - len(pending),
+                    len(pending),
+                    store,
                 )
                 # the trials stored before this run, to each tracker that lacks them
                 for line in backfill(trackers, store, spec.name, done & keys):
-                    print(line, flush=True)
+                    logger.info("%s", line)
                 if pending:
                     resources = {"cpu": spec.resources.cpu, "gpu": spec.resources.gpu}
                     with ray_session(address, num_cpus):

@@ -14,12 +14,12 @@ and reads it back: it holds the lease only if its own token is there (docs/store
 import contextlib
 import errno
 import json
+import logging
 import math
 import os
 import signal
 import socket
 import stat
-import sys
 import threading
 import time
 import uuid
@@ -32,6 +32,7 @@ from hpstudy.study.interruption import RunStopped
 from hpstudy.study.store import StoreError, StoreFault, check_study_name, open_root, store_io
 from hpstudy.trainers.errors import shown
 
+logger = logging.getLogger(__name__)
 LEASES = "leases"  # <root>/leases/<study>.json: the lease of the driver writing the study now
 KIND = "hpstudy-study-lease"  # the `kind` of every lease hpstudy writes
 STALE_ENV, SETTLE_ENV = "HPSTUDY_LEASE_STALE_S", "HPSTUDY_LEASE_SETTLE_S"
@@ -141,7 +142,7 @@ class Lease:
                 if not wait:
                     raise StudyBusy(self._busy(holder, how))
                 if not said:
-                    print(self._waiting(holder), flush=True)
+                    logger.info("%s", self._waiting(holder))
                     said = True
                 time.sleep(min(5.0, max(0.05, holder["stale_after_s"] / 20)))
         except KeyboardInterrupt:
@@ -175,11 +176,12 @@ class Lease:
         try:
             self._delete_if_mine()
         except StoreFault as exc:
-            print(
-                f"warning: {exc}; the lease stays until it is stale: the next driver of study {self.study!r} "
-                f"takes it over {self.stale_s:g} s after this one",
-                file=sys.stderr,
-                flush=True,
+            logger.warning(
+                "warning: %s; the lease stays until it is stale: the next driver of study %r takes it over %s s "
+                "after this one",
+                exc,
+                self.study,
+                f"{self.stale_s:g}",
             )
 
     def _attempt(self) -> Tuple[bool, Optional[Dict]]:

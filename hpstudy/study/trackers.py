@@ -11,8 +11,8 @@ tracker logs its first trial."""
 import contextlib
 import importlib
 import json
+import logging
 import os
-import sys
 import uuid
 from datetime import datetime
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Protocol, Sequence, Set, Tuple, Union
@@ -22,6 +22,8 @@ import pyarrow as pa
 from hpstudy.trainers import schema
 from hpstudy.trainers.errors import HpstudyError, shown
 from hpstudy.trainers.zoo import did_you_mean
+
+logger = logging.getLogger(__name__)
 
 # the row's numbers a tracker logs as final metrics, and the epoch records' as curves (step = epoch)
 FINAL_METRICS = tuple(
@@ -425,9 +427,10 @@ def _records(frame) -> List[Dict[str, Any]]:
 
 
 def warn(tracker: Tracker, what: str, exc: Exception) -> None:
-    """One warning line on stderr: which tracker failed to do what, and the first line of why."""
+    """One warning line (this module's logger; stderr in a terminal): which tracker failed to do what, and the
+    first line of why."""
     reason = (str(exc).strip().splitlines() or [""])[0]
-    print(f"warning: tracker {tracker!r} {what}: {type(exc).__name__}: {reason}", file=sys.stderr, flush=True)
+    logger.warning("warning: tracker %r %s: %s: %s", tracker, what, type(exc).__name__, reason)
 
 
 @contextlib.contextmanager

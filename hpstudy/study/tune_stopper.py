@@ -1,8 +1,8 @@
 """The Tune stopper of a study: ends the whole run on a store fault, a node that cannot run
 trials, or a stop signal."""
 
+import logging
 import signal
-import sys
 from typing import Dict
 
 from ray.tune.stopper import Stopper
@@ -10,11 +10,13 @@ from ray.tune.stopper import Stopper
 from hpstudy.study.progress import SavedEmpty
 from hpstudy.study.tune_store_writer import StoreWriter
 
+logger = logging.getLogger(__name__)
+
 
 class RunStopper(SavedEmpty, Stopper):
     """Stops the whole run (no new trials; running ones cancelled) once the StoreWriter has met a
     store fault (nothing more can be stored), a trial found its node unable to run trials, or a
-    stop signal came; says so once on stderr for a signal."""
+    stop signal came; says so once for a signal (a warning of this module's logger: stderr in a terminal)."""
 
     def __init__(self, writer: StoreWriter):
         self.writer = writer
@@ -28,11 +30,9 @@ class RunStopper(SavedEmpty, Stopper):
         interruption = self.writer.interruption
         if interruption.signum is not None and not interruption.noted:
             interruption.noted = True
-            print(
-                f"{signal.Signals(interruption.signum).name}: stopping: no new trial starts, running trials "
-                f"are cancelled (a rerun trains them again), finished trials stay stored; send it again to "
-                f"quit at once",
-                file=sys.stderr,
-                flush=True,
+            logger.warning(
+                "%s: stopping: no new trial starts, running trials are cancelled (a rerun trains them again), "
+                "finished trials stay stored; send it again to quit at once",
+                signal.Signals(interruption.signum).name,
             )
         return self.writer.fault is not None or self.writer.stop_reason is not None or interruption.signum is not None

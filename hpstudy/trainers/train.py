@@ -12,14 +12,18 @@ trial with a spec's recipe and dataset, and `hpstudy train --store S --key KEY` 
 import argparse
 import dataclasses
 import json
+import logging
 import typing
 from typing import Any, Callable, Dict, Optional
 
 from hpstudy.trainers.config import OPTIMIZERS, TrialConfig
+from hpstudy.trainers.console import console
 from hpstudy.trainers.data_spec import DATASETS, DataSpec
 from hpstudy.trainers.errors import exit_with, exits_on_user_error
 from hpstudy.trainers.trial import train_trial
 
+# named, not __name__: run as `python -m hpstudy.trainers.train` this module is __main__, outside the hpstudy logger
+logger = logging.getLogger("hpstudy.trainers.train")
 # --model is any registered name or timm:<name>, which TrialConfig checks (a choice list would refuse timm:)
 CHOICES = {"optimizer": OPTIMIZERS, "dataset": DATASETS}
 
@@ -84,13 +88,15 @@ def config_from_args(args: argparse.Namespace) -> Dict[str, Any]:
     return dict(values, dataset=dataset)
 
 
-def _print_epoch(epochs: int) -> Callable[[Dict[str, Any]], None]:
+def _show_epoch(epochs: int) -> Callable[[Dict[str, Any]], None]:
+    """An on_epoch that logs each epoch's line (this module's logger, at INFO: stdout in a terminal)."""
+
     def show(epoch: Dict[str, Any]) -> None:
-        print(
+        logger.info(
+            "%s",
             f"epoch {epoch['epoch']:>3}/{epochs}  loss {epoch['train_loss']:.4f}  "
             f"train err {epoch['train_top1_err']:6.2f}%  val top-1 {epoch['top1_err']:6.2f}%  "
             f"top-5 {epoch['top5_err']:6.2f}%  lr {epoch['lr']:.3g}  {epoch['seconds']:.1f}s",
-            flush=True,
         )
 
     return show
@@ -99,7 +105,7 @@ def _print_epoch(epochs: int) -> Callable[[Dict[str, Any]], None]:
 def train_and_show(config: Dict[str, Any], as_json: bool = False) -> Dict[str, Any]:
     """Train one trial of `config` showing each epoch (not when `as_json`); returns the row without its epoch log,
     whose result_text the caller prints."""
-    row = train_trial(config, on_epoch=None if as_json else _print_epoch(config["epochs"]))
+    row = train_trial(config, on_epoch=None if as_json else _show_epoch(config["epochs"]))
     row.pop("epoch_log")
     return row
 
@@ -120,9 +126,11 @@ def result_line(row: Dict[str, Any]) -> str:
 
 @exits_on_user_error
 def main(argv: Optional[list] = None) -> int:
-    """Run one trial; exit 2 on a bad config or data path."""
+    """Run one trial; exit 2 on a bad config or data path. The command line's edge: it prints the result and
+    shows the library's lines (the epochs) on the terminal (console)."""
     args = build_parser().parse_args(argv)
-    row = train_and_show(config_from_args(args), args.json)
+    with console():
+        row = train_and_show(config_from_args(args), args.json)
     print(result_text(row, args.json), flush=True)
     return 0
 

@@ -3,6 +3,7 @@ errors, data instead of printed text, nothing heavy loaded by `import hpstudy`; 
 (examples/python_api.py), run whole on a local Ray."""
 
 import json
+import logging
 import os
 import runpy
 import subprocess
@@ -20,7 +21,7 @@ from hpstudy.study.store import StoreError, write_trial
 from hpstudy.study.store_spec_record import write_spec_record
 from hpstudy.trainers.errors import HpstudyError
 from hpstudy.trainers.schema import FINISHED, TRIAL_FIELDS
-from tests.helpers import REPO, small_spec, stored_row, write_spec
+from tests.helpers import REPO, planned_row, small_spec, stored_row, write_spec
 
 
 def _cli_error(capsys, argv) -> str:
@@ -196,7 +197,7 @@ def test_the_notebook_example_runs_a_study_and_reads_it_back(capsys):
     for key, lr in zip(trials["trial_key"], trials["lr"]):
         assert lr == planned[key].config["lr"]
     out = capsys.readouterr().out
-    assert "] 6/6 done (ok " in out  # not a notebook: today's status lines
+    assert "] 6/6 done (ok " in out  # not a notebook: the status lines, shown (the example turns show_output on)
     assert os.path.isfile(os.path.join(cells["folder"], "index.html"))
     assert cells["folder"] == os.path.join(store, "reports", spec.name)
     points = cells["suggestion"]["points"]
@@ -206,3 +207,44 @@ def test_the_notebook_example_runs_a_study_and_reads_it_back(capsys):
         assert cell["lr"].min() <= p["lr"] <= cell["lr"].max() and cell["wd"].min() <= p["wd"] <= cell["wd"].max()
     exported = cells["optuna_study"].trials  # hpstudy.analysis.optuna_export is part of this tree
     assert sorted(t.params["lr"] for t in exported) == sorted(trials.loc[trials["model"] == "cnn_tiny", "lr"])
+
+
+def _stored_study(tmp_path, name="quiet"):
+    """A spec (dict) of 12 trials, every one already stored ok: a run plans, compacts and returns without Ray."""
+    raw = small_spec(name=name)
+    root = str(tmp_path / "store")
+    for t in expand(parse_spec(raw)):
+        write_trial(root, name, planned_row(t, status="ok", top1_err=10.0, best_top1_err=10.0))
+    return raw, root
+
+
+def test_the_api_prints_nothing_until_show_output_and_then_the_lines_of_the_command(tmp_path, capsys, caplog):
+    raw, root = _stored_study(tmp_path)
+    plan = f"study quiet: 12 trials, 12 already stored, 0 to run; store {root}"
+    assert len(hpstudy.run(raw, root, report=False, progress="lines")) == 12
+    assert capsys.readouterr() == ("", "")  # quiet by default: the plan line went to logging only
+    hpstudy.show_output(True)
+    hpstudy.show_output(True)  # once: a second call adds no second handler
+    assert len(hpstudy.run(raw, root, report=False)) == 12
+    assert capsys.readouterr() == (f"{plan}\n", "")
+    # the command line prints the same line (then its summary)
+    assert hpstudy_main(["run", "--config", write_spec(tmp_path, raw), "--store", root, "--report", "none"]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == plan
+    hpstudy.show_output(False)
+    with caplog.at_level(logging.INFO):  # a user's own logging configuration gets the lines, none printed
+        hpstudy.run(raw, root, report=False)
+    assert capsys.readouterr() == ("", "")
+    assert [(r.name, r.levelname, r.getMessage()) for r in caplog.records] == [("hpstudy.study.runner", "INFO", plan)]
+    with pytest.raises(HpstudyError, match=r"^show_output: bad value 'yes'; allowed: True or False$"):
+        hpstudy.show_output("yes")
+
+
+def test_show_output_is_undone_by_turning_it_off(capsys):
+    hpstudy_logger = logging.getLogger("hpstudy")
+    before = (list(hpstudy_logger.handlers), hpstudy_logger.level, hpstudy_logger.propagate)
+    hpstudy.show_output(True)
+    logging.getLogger("hpstudy.study.store_lease").info("waiting for the lease")
+    logging.getLogger("hpstudy.study.trackers").warning("warning: tracker t did not close: OSError: x")
+    hpstudy.show_output(False)
+    assert (hpstudy_logger.handlers, hpstudy_logger.level, hpstudy_logger.propagate) == before
+    assert capsys.readouterr() == ("waiting for the lease\n", "warning: tracker t did not close: OSError: x\n")

@@ -1,6 +1,7 @@
 """--track where a run uses it (issue #37 item 5): its targets are checked before any trial, in a dry run too,
 and a run on a study already stored sends the stored trials to a tracker that lacks them."""
 
+import logging
 import os
 
 import pytest
@@ -11,7 +12,7 @@ from hpstudy.study.sampling import expand
 from hpstudy.study.spec import parse_spec
 from hpstudy.study.store import write_trial
 from hpstudy.study.trackers import TrackerError
-from tests.helpers import epoch_row, planned_row, small_spec, spec_text
+from tests.helpers import epoch_row, logged, planned_row, small_spec, spec_text
 
 
 @pytest.mark.parametrize(
@@ -46,20 +47,22 @@ def test_a_dry_run_probes_a_new_track_folder_and_leaves_nothing(tmp_path, monkey
     assert "trials, 6 to run" in capsys.readouterr().out and sorted(os.listdir(tmp_path)) == ["h.yaml"]
 
 
-def test_track_on_a_study_already_stored_sends_its_rows_and_trains_nothing(tmp_path, capsys):
+def test_track_on_a_study_already_stored_sends_its_rows_and_trains_nothing(tmp_path, caplog):
     spec = parse_spec(small_spec(name="done", models=["cnn_tiny"], optimizers=["adamw"], samples=3))
     store, tb = str(tmp_path / "store"), tmp_path / "tb"
     for i, trial in enumerate(expand(spec)):
         row = planned_row(trial, status="ok", top1_err=10.0 + i, epochs_done=1, config_json="{}")
         write_trial(store, "done", row, [epoch_row(epoch=1, top1_err=10.0 + i)])
-    stored = run_study(spec, store, trackers=[f"tensorboard:{tb}"])  # no Ray: nothing to run
+    with caplog.at_level(logging.INFO, logger="hpstudy"):
+        stored = run_study(spec, store, trackers=[f"tensorboard:{tb}"])  # no Ray: nothing to run
     assert len(stored) == 3
-    out = capsys.readouterr().out
-    assert f"tracker tensorboard:{tb}: sent the 3 trials stored before this run that it did not hold" in out
+    assert f"tracker tensorboard:{tb}: sent the 3 trials stored before this run that it did not hold" in logged(caplog)
     # one event file per trial, its key and status ending the file's name (<study>/<model>/<run>/)
     events = [name for _, _, files in os.walk(tb / "done") for name in files]
     assert sorted(name.rsplit(".", 2)[1] for name in events) == sorted(t.key for t in expand(spec))
-    run_study(spec, store, trackers=[f"tensorboard:{tb}"])
-    assert "sent the" not in capsys.readouterr().out  # held: not sent twice
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="hpstudy"):
+        run_study(spec, store, trackers=[f"tensorboard:{tb}"])
+    assert logged(caplog) == [f"study done: 3 trials, 3 already stored, 0 to run; store {store}"]  # not sent twice
     with pytest.raises(TrackerError, match="^trackers: cannot write 'mlflow:/proc/x'"):
         run_study(spec, store, trackers=["mlflow:/proc/x"])

@@ -1,6 +1,7 @@
 """End to end on a real local Ray: no mocks. The first test, a study run and resumed, is in the default
 tier (`pytest`); the others are slow."""
 
+import logging
 import os
 import re
 import signal
@@ -20,7 +21,7 @@ from hpstudy.study.spec import parse_spec
 from hpstudy.study.store_lease import STALE_ENV
 from hpstudy.study.store_read import load_epochs, load_trials
 from hpstudy.trainers.schema import TRIAL_SCHEMA
-from tests.helpers import REPO, run_edf, run_edf_command, small_spec, stored_row, write_spec
+from tests.helpers import REPO, logged, run_edf, run_edf_command, small_spec, stored_row, write_spec
 
 
 @pytest.fixture(scope="module")
@@ -30,12 +31,13 @@ def local_ray():
     ray.shutdown()
 
 
-def test_study_runs_once_and_resumes_to_nothing(local_ray, tmp_path, capsys):
+def test_study_runs_once_and_resumes_to_nothing(local_ray, tmp_path, capsys, caplog):
     # the CNN's SGD box is absurd, so those three trials diverge
     space = dict(small_spec()["space"], cnn={"sgd": {"lr": [1e3, 1e4], "wd": [1e-5, 1e-4]}})
     spec = parse_spec(small_spec(space=space))
     store = str(tmp_path / "store")
-    summary = run_study(spec, store, progress_interval=1)
+    with caplog.at_level(logging.INFO, logger="hpstudy"):
+        summary = run_study(spec, store, progress_interval=1)
     rows = load_trials(store, "e2e")
     # the run returns a summary of the stored rows (not the rows: those stay in the store)
     pd.testing.assert_frame_equal(summary, rows[summary.columns.tolist()])
@@ -54,12 +56,16 @@ def test_study_runs_once_and_resumes_to_nothing(local_ray, tmp_path, capsys):
     assert len(files) == 1 and pq.read_table(files[0]).num_rows == 12
     assert pq.read_schema(files[0]) == TRIAL_SCHEMA
     assert len(load_epochs(store, "e2e")) == 9  # diverged trials stop before an epoch ends
-    out = capsys.readouterr().out
-    assert "12/12 done (ok 9, diverged 3, failed 0)" in out and "best top-1" in out
+    lines = logged(caplog)  # the driver's lines: the plan, then the status lines
+    assert lines[0] == f"study e2e: 12 trials, 0 already stored, 12 to run; store {store}"
+    assert "12/12 done (ok 9, diverged 3, failed 0)" in lines[-1] and "best top-1" in lines[-1]
+    assert "12/12 done" not in capsys.readouterr().out  # the library prints none of them itself
 
     mtimes = {f.name: f.stat().st_mtime_ns for f in files}
-    again = run_study(spec, store)
-    assert "0 to run" in capsys.readouterr().out
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="hpstudy"):
+        again = run_study(spec, store)
+    assert logged(caplog) == [f"study e2e: 12 trials, 12 already stored, 0 to run; store {store}"]
     assert {f.name: f.stat().st_mtime_ns for f in (tmp_path / "store/trials/study=e2e").iterdir()} == mtimes
     pd.testing.assert_frame_equal(again, summary)
 
@@ -144,7 +150,7 @@ def test_worker_crash_is_retried_then_failed_trials_rerun(tmp_path):
 
 
 @pytest.mark.slow
-def test_fused_groups_store_k_rows_and_resume_per_member(local_ray, tmp_path, capsys):
+def test_fused_groups_store_k_rows_and_resume_per_member(local_ray, tmp_path, caplog):
     from hpstudy.study.fusion import AUTO_FUSE_MIN_SPEEDUP, fusion_groups, fusion_sizes
     from hpstudy.study.store import write_trial
 
@@ -158,20 +164,23 @@ def test_fused_groups_store_k_rows_and_resume_per_member(local_ray, tmp_path, ca
         "fused",
         stored_row(trial_key=trials[0].key, model="cnn_tiny", optimizer="adamw", status="ok", top1_err=1.0),
     )
-    run_study(spec, store)
+    with caplog.at_level(logging.INFO, logger="hpstudy"):
+        run_study(spec, store)
     rows = load_trials(store, "fused").set_index("trial_key")
     assert len(rows) == 4 and rows.loc[trials[0].key, "top1_err"] == 1.0  # not trained again
     trained = rows.drop(trials[0].key)
     assert set(trained["status"]) == {"ok"} and (trained["epochs_done"] == 1).all()
     epochs = load_epochs(store, "fused")  # a fused member's epoch has no training error
     assert epochs.loc[epochs["train_top1_err"].isna(), "trial_key"].nunique() >= 2  # a fused pair ran
-    assert "3 to run" in capsys.readouterr().out
+    assert "3 to run" in logged(caplog)[0]
     # fuse: auto measures on a worker and reports what it decided
     auto = parse_spec(small_spec(name="auto", models=["cnn_tiny"], samples=2, fuse="auto"))
-    sizes = fusion_sizes(auto, expand(auto), {"cpu": 1, "gpu": 0})
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="hpstudy"):
+        sizes = fusion_sizes(auto, expand(auto), {"cpu": 1, "gpu": 0})
     said = re.search(
         r"fuse auto: cnn_tiny: 2 fused run ([0-9.]+)x the speed of 2 alone -> (fuse 2|no fusion)",
-        capsys.readouterr().out,
+        "\n".join(logged(caplog)),
     )
     speedup, decision = float(said.group(1)), said.group(2)
     assert sizes == ({"cnn_tiny": 2} if decision == "fuse 2" else {})

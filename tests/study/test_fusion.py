@@ -1,5 +1,7 @@
 """Fusion planning (study/fusion.py): which trials train together, and how many per group."""
 
+import logging
+
 import pytest
 import ray
 
@@ -8,7 +10,7 @@ from hpstudy.study.sampling import PlannedTrial, expand
 from hpstudy.study.spec import SpecError, parse_spec
 from hpstudy.trainers.config import TrialConfig
 from hpstudy.trainers.fused import check_fusable
-from tests.helpers import small_spec
+from tests.helpers import logged, small_spec
 
 
 def _trial(model, optimizer, epochs, sample):
@@ -44,25 +46,28 @@ def test_fuse_off_or_nothing_pending_fuses_nothing_and_a_given_k_applies_to_ever
     assert fusion_sizes(_spec(3), expand(_spec(3)), {"cpu": 1, "gpu": 0}) == {"vit_c_tiny": 3, "cnn_tiny": 3}
 
 
-def test_a_given_k_for_an_unfusable_recipe_is_refused_and_auto_says_why_it_does_not_fuse(capsys):
+def test_a_given_k_for_an_unfusable_recipe_is_refused_and_auto_says_why_it_does_not_fuse(caplog):
     recipe = dict(small_spec()["recipe"], mixup=0.2)
     with pytest.raises(SpecError) as info:
         fusion_sizes(_spec(2, recipe=recipe), expand(_spec(2, recipe=recipe)), {"cpu": 1, "gpu": 0})
     assert str(info.value).startswith("fuse: bad value 2 for this recipe (mixup: 0.2 is not supported in fused")
     assert str(info.value).endswith("); allowed: off or auto")
     auto = _spec("auto", recipe=recipe)
-    assert fusion_sizes(auto, expand(auto), {"cpu": 1, "gpu": 0}) == {}
-    assert capsys.readouterr().out.startswith("fuse auto: no fusion: mixup: 0.2 is not supported in fused")
+    with caplog.at_level(logging.INFO, logger="hpstudy"):
+        assert fusion_sizes(auto, expand(auto), {"cpu": 1, "gpu": 0}) == {}
+    (said,) = logged(caplog)
+    assert said.startswith("fuse auto: no fusion: mixup: 0.2 is not supported in fused")
 
 
-def test_auto_counts_the_pending_trials_of_each_cell_not_of_the_model(capsys):
+def test_auto_counts_the_pending_trials_of_each_cell_not_of_the_model(caplog):
     """Resuming with one trial left per (optimizer, length) cell: no group of 2 can form, so nothing
     is measured (a count over the model's cells would find 4 and start a measurement on Ray)."""
     spec = _spec("auto", models=["cnn_tiny"])
     pending = [t for t in expand(spec) if t.sample == 0]
     assert sorted((t.optimizer, t.epochs) for t in pending) == [("adamw", 1), ("adamw", 3), ("sgd", 1), ("sgd", 3)]
-    assert fusion_sizes(spec, pending, {"cpu": 1, "gpu": 0}) == {}
-    assert capsys.readouterr().out == "" and not ray.is_initialized()
+    with caplog.at_level(logging.INFO, logger="hpstudy"):
+        assert fusion_sizes(spec, pending, {"cpu": 1, "gpu": 0}) == {}
+    assert not caplog.records and not ray.is_initialized()
 
 
 def _sampling(fuse, seeds, **fields):
@@ -88,7 +93,7 @@ def test_trials_that_differ_in_a_sampled_recipe_field_never_fuse_but_the_seeds_o
         check_fusable([TrialConfig.from_dict(t.config, check_model=False) for t in group])
 
 
-def test_the_plan_names_each_cell_that_cannot_fuse_its_samples_and_auto_measures_nothing_there(capsys):
+def test_the_plan_names_each_cell_that_cannot_fuse_its_samples_and_auto_measures_nothing_there(caplog):
     assert fusion_notes(_sampling("auto", [0], label_smoothing={"uniform": [0.0, 0.3]})) == [
         "fuse: off for cell cnn_tiny adamw: label_smoothing is sampled and fused trials share it"
     ]
@@ -102,8 +107,9 @@ def test_the_plan_names_each_cell_that_cannot_fuse_its_samples_and_auto_measures
     assert fusion_notes(_sampling("off", [0], label_smoothing={"uniform": [0.0, 0.3]})) == []
     auto = _sampling("auto", [0], label_smoothing={"uniform": [0.0, 0.3]})
     pending = [t for t in expand(auto) if t.optimizer == "adamw"]
-    assert fusion_sizes(auto, pending, {"cpu": 1, "gpu": 0}) == {}
-    assert capsys.readouterr().out == f"{fusion_notes(auto)[0]}\n" and not ray.is_initialized()
+    with caplog.at_level(logging.INFO, logger="hpstudy"):
+        assert fusion_sizes(auto, pending, {"cpu": 1, "gpu": 0}) == {}
+    assert logged(caplog) == fusion_notes(auto)[:1] and not ray.is_initialized()
 
 
 def test_a_sampled_option_fusion_does_not_support_refuses_a_given_k_and_auto_says_why():

@@ -14,7 +14,7 @@ from hpstudy.study.fusion import fusion_sizes, probed
 from hpstudy.study.fusion_cache import FORMAT, Probe, cache_key, cache_path, lookup, machine, store
 from hpstudy.study.sampling import expand
 from hpstudy.study.spec import parse_spec
-from tests.helpers import SMALL, small_spec
+from tests.helpers import SMALL, logged, small_spec
 
 # a probe small enough to measure on one CPU in a few seconds
 TINY = Probe(
@@ -117,7 +117,7 @@ def test_the_cache_folder_follows_hpstudy_cache_dir_then_xdg(monkeypatch, tmp_pa
 
 
 @pytest.mark.slow
-def test_a_study_measures_on_a_local_ray_once_and_the_next_run_reads_the_verdict(tmp_path, monkeypatch, capsys):
+def test_a_study_measures_on_a_local_ray_once_and_the_next_run_reads_the_verdict(tmp_path, monkeypatch, caplog):
     """A real local Ray: the first fusion_sizes measures on a worker and keeps it; the second starts no
     measurement (the cache is read on the driver) and decides the same."""
     import ray
@@ -128,11 +128,13 @@ def test_a_study_measures_on_a_local_ray_once_and_the_next_run_reads_the_verdict
     )
     ray.init(num_cpus=1, include_dashboard=False, address="local")
     try:
-        first = fusion_sizes(spec, expand(spec), {"cpu": 1, "gpu": 0})
-        measured = capsys.readouterr().out
-        os.utime(tmp_path / "fusion.json", (0, 0))
-        second = fusion_sizes(spec, expand(spec), {"cpu": 1, "gpu": 0})
-        read = capsys.readouterr().out
+        with caplog.at_level(logging.INFO, logger="hpstudy"):
+            first = fusion_sizes(spec, expand(spec), {"cpu": 1, "gpu": 0})
+            (measured,) = logged(caplog)
+            caplog.clear()
+            os.utime(tmp_path / "fusion.json", (0, 0))
+            second = fusion_sizes(spec, expand(spec), {"cpu": 1, "gpu": 0})
+            (read,) = logged(caplog)
     finally:
         ray.shutdown()
     assert first == second
@@ -141,7 +143,7 @@ def test_a_study_measures_on_a_local_ray_once_and_the_next_run_reads_the_verdict
     assert os.stat(tmp_path / "fusion.json").st_mtime == 0  # read, not written again
 
 
-def test_each_model_is_probed_as_its_trials_will_run(monkeypatch, capsys):
+def test_each_model_is_probed_as_its_trials_will_run(monkeypatch, caplog):
     """The probe carries the trials' compile mode, their CPUs (torch threads) and GPU share, so a cached verdict is
     never one measured for other resources (an out-of-memory while probing: tests/trainers/test_fused.py)."""
     from hpstudy.study import fusion
@@ -154,11 +156,12 @@ def test_each_model_is_probed_as_its_trials_will_run(monkeypatch, capsys):
 
     monkeypatch.setattr(fusion, "_probe", stand_in)
     spec = parse_spec(small_spec(fuse="auto", recipe=dict(SMALL["recipe"], compile="inductor")))
-    assert fusion_sizes(spec, expand(spec), {"cpu": 2, "gpu": 0.5}) == {}
+    with caplog.at_level(logging.INFO, logger="hpstudy"):
+        assert fusion_sizes(spec, expand(spec), {"cpu": 2, "gpu": 0.5}) == {}
     assert sorted(p.model for p in probes) == ["cnn_tiny", "vit_c_tiny"]
     assert {(p.compile, p.cpus, p.gpu, p.k, p.batch_size, p.image_size) for p in probes} == {
         ("inductor", 2, 0.5, 3, 64, 16)
     }
-    assert capsys.readouterr().out.splitlines()[-1] == (
+    assert logged(caplog)[-1] == (
         "fuse auto: vit_c_tiny: 3 fused run 1.00x the speed of 3 alone -> no fusion (measured now)"
     )

@@ -23,7 +23,7 @@ from hpstudy.study.sampling import expand
 from hpstudy.study.spec import SpecError, parse_spec
 from hpstudy.study.tune_stopper import RunStopper
 from hpstudy.study.tune_store_writer import StoreWriter
-from tests.helpers import small_spec
+from tests.helpers import logged, small_spec
 
 
 def test_tune_hooks_pickle_without_the_studys_plan(tmp_path):
@@ -63,14 +63,15 @@ def test_the_status_line_counts_running_and_pending_and_projects_the_eta():
     )
 
 
-def test_running_is_counted_from_tunes_trials_at_each_step_and_is_0_in_the_last_line(capsys):
+def test_running_is_counted_from_tunes_trials_at_each_step_and_is_0_in_the_last_line(caplog):
     printer = _printer(["ok"], 6)
     trials = [SimpleNamespace(status=s) for s in ("RUNNING", "PENDING", "RUNNING", "TERMINATED")]
-    printer.on_step_begin(0, trials)  # first call: the interval since the last print (never) has passed
-    printer.on_step_begin(1, trials[:1])  # within the interval: no line
-    printer.on_trial_error(2, trials[:1], trials[0])  # an error prints at once
-    printer.final()
-    lines = capsys.readouterr().out.splitlines()
+    with caplog.at_level(logging.INFO, logger="hpstudy"):
+        printer.on_step_begin(0, trials)  # first call: the interval since the last print (never) has passed
+        printer.on_step_begin(1, trials[:1])  # within the interval: no line
+        printer.on_trial_error(2, trials[:1], trials[0])  # an error prints at once
+        printer.final()
+    lines = logged(caplog)
     assert [line.split(", ", 2)[2].split(" |")[0] for line in lines] == [
         "failed 0), 2 running, 3 pending",
         "failed 0), 1 running, 4 pending",
@@ -104,13 +105,14 @@ def _events(printer):
     printer.final()
 
 
-def test_in_a_notebook_auto_shows_a_tqdm_bar_of_the_stored_trials_instead_of_lines(monkeypatch, capsys):
+def test_in_a_notebook_auto_shows_a_tqdm_bar_of_the_stored_trials_instead_of_lines(monkeypatch, capsys, caplog):
     _shell(monkeypatch, "IPKernelApp")
     with progress_display("auto"):
         printer = _printer(["ok", "failed"], 10)
-    _events(printer)
+    with caplog.at_level(logging.INFO, logger="hpstudy"):
+        _events(printer)
     out, err = capsys.readouterr()
-    assert out == ""
+    assert out == "" and logged(caplog) == []  # the bar is drawn (tqdm, on stderr), no status line is logged
     frames = [frame.strip() for frame in err.split("\r") if frame.strip()]
     assert "running" not in frames[0]  # drawn empty when the run starts
     running = [frame.split(" running")[0].rsplit(", ", 1)[1] for frame in frames[1:]]
@@ -122,14 +124,16 @@ def test_in_a_notebook_auto_shows_a_tqdm_bar_of_the_stored_trials_instead_of_lin
 
 
 @pytest.mark.parametrize("progress", ["lines", "auto", True])
-def test_in_a_terminal_auto_and_lines_print_the_status_lines(progress, monkeypatch, capsys):
+def test_in_a_terminal_auto_and_lines_log_the_status_lines(progress, monkeypatch, capsys, caplog):
+    """The lines are INFO records of hpstudy.study.progress (a terminal shows them: the command line's handler)."""
     monkeypatch.delitem(sys.modules, "IPython", raising=False)
     with progress_display(progress):
         printer = _printer(["ok"], 6)
-    _events(printer)
-    out, err = capsys.readouterr()
-    assert printer.bar is None and err == ""
-    assert [line.split(" | ")[0].split(", ", 3)[3] for line in out.splitlines()] == [
+    with caplog.at_level(logging.INFO, logger="hpstudy"):
+        _events(printer)
+    assert printer.bar is None and capsys.readouterr() == ("", "")  # the library prints nothing itself
+    assert {r.name for r in caplog.records if r.levelno == logging.INFO} == {"hpstudy.study.progress"}
+    assert [line.split(" | ")[0].split(", ", 3)[3] for line in logged(caplog)] == [
         "3 running, 2 pending",
         "1 running, 4 pending",
         "0 running, 5 pending",
@@ -137,12 +141,13 @@ def test_in_a_terminal_auto_and_lines_print_the_status_lines(progress, monkeypat
 
 
 @pytest.mark.parametrize("progress", ["off", False])
-def test_off_shows_nothing_even_in_a_notebook(progress, monkeypatch, capsys):
+def test_off_shows_nothing_even_in_a_notebook(progress, monkeypatch, capsys, caplog):
     _shell(monkeypatch, "IPKernelApp")
     with progress_display(progress):
         printer = _printer(["ok", "diverged"], 4)
-    _events(printer)
-    assert printer.bar is None and capsys.readouterr() == ("", "")
+    with caplog.at_level(logging.INFO, logger="hpstudy"):
+        _events(printer)
+    assert printer.bar is None and capsys.readouterr() == ("", "") and logged(caplog) == []
 
 
 def test_the_display_is_set_for_the_block_only_and_a_bad_one_is_a_spec_error(monkeypatch):

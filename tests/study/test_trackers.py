@@ -2,6 +2,7 @@
 the store writer to MLflow, TensorBoard and W&B, read back with each library's own reader."""
 
 import json
+import logging
 import os
 import sys
 from types import SimpleNamespace
@@ -26,7 +27,7 @@ from hpstudy.study.trackers import (
 )
 from hpstudy.study.tune_store_writer import StoreWriter
 from hpstudy.trainers.config import TrialConfig
-from tests.helpers import epoch_row, planned_row, small_spec
+from tests.helpers import epoch_row, logged, planned_row, small_spec
 
 STUDY = "tracked"
 EPOCHS = (1, 2, 3)
@@ -100,10 +101,11 @@ def _writer(tmp_path, trials, trackers):
     return StoreWriter(str(tmp_path / "store"), STUDY, trials, groups, trackers=trackers)
 
 
-def test_every_stored_row_reaches_the_trackers_and_a_raising_one_costs_one_warning(tmp_path, capsys):
+def test_every_stored_row_reaches_the_trackers_and_a_raising_one_costs_one_warning(tmp_path, caplog):
     trials = _trials()
     recording = Recording()
-    members = _feed(_writer(tmp_path, trials, [Raising(), recording]), trials)
+    with caplog.at_level(logging.WARNING, logger="hpstudy"):
+        members = _feed(_writer(tmp_path, trials, [Raising(), recording]), trials)
     stored = load_trials(str(tmp_path / "store"), STUDY).set_index("trial_key")
     assert sorted(stored.index) == sorted(t.key for t in trials)  # the store write was not stopped
     assert len(load_epochs(str(tmp_path / "store"), STUDY)) == 3 * len(EPOCHS)
@@ -115,23 +117,20 @@ def test_every_stored_row_reaches_the_trackers_and_a_raising_one_costs_one_warni
         assert epochs == members[row["trial_key"]]["epoch_log"]
     failed, epochs = recording.logged[3]
     assert (failed["status"], failed["error"], failed["study"], epochs) == ("failed", "worker died", STUDY, [])
-    warnings = capsys.readouterr().err.splitlines()
-    assert warnings == [
+    assert logged(caplog, logging.WARNING) == [
         f"warning: tracker raising-tracker did not log trial {key}: ConnectionError: tracker server gone"
         for key in [*members, trials[3].key]
     ]
 
 
-def test_trackers_are_closed_when_the_run_stops_at_a_bad_store(tmp_path, capsys):
+def test_trackers_are_closed_when_the_run_stops_at_a_bad_store(tmp_path, caplog):
     store = tmp_path / "a-file"
     store.write_text("not a folder")
     recording = Recording()
-    with pytest.raises(StoreFault):
+    with pytest.raises(StoreFault), caplog.at_level(logging.WARNING, logger="hpstudy"):
         run_study(parse_spec(small_spec(name=STUDY)), str(store), trackers=[recording, Raising()])
     assert recording.closed == 1 and recording.logged == []
-    assert capsys.readouterr().err.splitlines() == [
-        "warning: tracker raising-tracker did not close: OSError: cannot flush"
-    ]
+    assert logged(caplog, logging.WARNING) == ["warning: tracker raising-tracker did not close: OSError: cannot flush"]
 
 
 @pytest.mark.parametrize(
@@ -431,7 +430,7 @@ def test_a_trial_a_tracker_holds_as_failed_is_sent_again_once_it_is_stored_ok(ki
     tracker.close()
 
 
-def test_backfill_says_in_one_line_what_a_tracker_without_logged_keys_is_not_sent(tmp_path, capsys):
+def test_backfill_says_in_one_line_what_a_tracker_without_logged_keys_is_not_sent(tmp_path, caplog):
     trials, store = _trials(), str(tmp_path / "store")
     _feed(_writer(tmp_path, trials, []), trials)
     keys = {t.key for t in trials}
@@ -458,11 +457,11 @@ def test_backfill_says_in_one_line_what_a_tracker_without_logged_keys_is_not_sen
             super().log_trial(row, epochs)
 
     listing, failing = Listing(False), Listing(True)
-    assert backfill([listing, failing], store, STUDY, keys) == [
-        f"tracker {listing!r}: sent the 2 trials stored before this run that it did not hold"
-    ]
+    with caplog.at_level(logging.WARNING, logger="hpstudy"):
+        sent = backfill([listing, failing], store, STUDY, keys)
+    assert sent == [f"tracker {listing!r}: sent the 2 trials stored before this run that it did not hold"]
     assert sorted(row["trial_key"] for row, _ in listing.logged) == sorted(t.key for t in trials[1:3])
     assert all(row["study"] == STUDY and len(epochs) == len(EPOCHS) for row, epochs in listing.logged)
-    err = capsys.readouterr().err.splitlines()  # the failing one: one warning, then no more tries
+    err = logged(caplog, logging.WARNING)  # the failing one: one warning, then no more tries
     assert len(err) == 1 and err[0].startswith(f"warning: tracker {failing!r} did not log stored trial ")
     assert backfill([listing], store, STUDY, set()) == [] and backfill([], store, STUDY, keys) == []

@@ -1,5 +1,7 @@
 """Fine-tuning from a local checkpoint: trial keys, loading, head re-initialisation, freezing, errors."""
 
+import logging
+
 import pytest
 import ray
 import torch
@@ -16,7 +18,7 @@ from hpstudy.trainers.fused import check_fusable
 from hpstudy.trainers.init_file import file_sha256
 from hpstudy.trainers.models import build_model
 from hpstudy.trainers.trial import Trainer, train_trial
-from tests.helpers import small_spec
+from tests.helpers import logged, small_spec
 
 MODEL = "coatnet_tiny_cctt"
 HEAD = ("head.fc.weight", "head.fc.bias")
@@ -153,7 +155,7 @@ def test_a_relative_init_is_refused_when_the_spec_is_read(tmp_path, monkeypatch,
 
 
 @pytest.mark.slow
-def test_a_fine_tuning_study_runs_from_a_checkpoint_trained_here(tmp_path, capsys):
+def test_a_fine_tuning_study_runs_from_a_checkpoint_trained_here(tmp_path, caplog):
     pretrain = Trainer(TrialConfig.from_dict(_config()))
     pretrain.run_epoch()  # a 4-class synthetic pretraining epoch
     path = str(tmp_path / "pretrained.safetensors")
@@ -170,10 +172,11 @@ def test_a_fine_tuning_study_runs_from_a_checkpoint_trained_here(tmp_path, capsy
     )
     ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="WARNING")
     try:
-        run_study(spec, str(tmp_path / "store"), progress_interval=1)
+        with caplog.at_level(logging.INFO, logger="hpstudy"):
+            run_study(spec, str(tmp_path / "store"), progress_interval=1)
     finally:
         ray.shutdown()
-    assert "fuse auto: no fusion: init" in capsys.readouterr().out
+    assert any(line.startswith("fuse auto: no fusion: init") for line in logged(caplog))
     rows = load_trials(str(tmp_path / "store"), "finetune")
     assert set(rows["trial_key"]) == {t.key for t in expand(spec)} and len(rows) == 2
     assert (rows["status"] == "ok").all() and rows["head_reinit"].tolist() == [True, True]  # digits: 10 classes

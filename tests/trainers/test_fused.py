@@ -1,5 +1,6 @@
 """Fused training: exactness against the same trial alone, and isolation of a diverging member."""
 
+import logging
 import warnings
 from types import SimpleNamespace
 
@@ -158,7 +159,7 @@ def test_bf16_autocast_under_vmap_runs_each_member_as_its_bf16_trial_alone(model
     assert set(seen) == {torch.float32}
 
 
-def test_fuse_auto_takes_an_out_of_memory_while_measuring_as_no_fusion(monkeypatch, capsys, caplog):
+def test_fuse_auto_takes_an_out_of_memory_while_measuring_as_no_fusion(monkeypatch, caplog):
     """A model whose K fused members do not fit the GPU trains alone; the study goes on (no Ray
     started here: the measuring task and its RayTaskError are stand-ins)."""
     import ray
@@ -166,7 +167,7 @@ def test_fuse_auto_takes_an_out_of_memory_while_measuring_as_no_fusion(monkeypat
     from hpstudy.study.fusion import fusion_sizes
     from hpstudy.study.sampling import expand
     from hpstudy.study.spec import parse_spec
-    from tests.helpers import SMALL, small_spec
+    from tests.helpers import SMALL, logged, small_spec
 
     oom = torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
     error = ray.exceptions.RayTaskError(
@@ -187,15 +188,15 @@ def test_fuse_auto_takes_an_out_of_memory_while_measuring_as_no_fusion(monkeypat
     monkeypatch.setattr(ray, "remote", remote)
     monkeypatch.setattr(ray, "get", get)
     spec = parse_spec(small_spec(fuse="auto", recipe=dict(SMALL["recipe"], compile="inductor")))
-    with caplog.at_level("WARNING", logger="hpstudy.study.fusion"):
+    with caplog.at_level("INFO", logger="hpstudy.study.fusion"):
         assert fusion_sizes(spec, expand(spec), {"cpu": 1, "gpu": 1}) == {"cnn_tiny": 3}
     assert asked == [{"num_cpus": 1, "num_gpus": 1}]
     assert [p.compile for p in probes] == ["inductor"] * 2  # timed in the trials' compile mode
-    assert capsys.readouterr().out.splitlines() == [
+    assert logged(caplog) == [
         "fuse auto: cnn_tiny: 3 fused run 2.00x the speed of 3 alone -> fuse 3 "
         "(measured 2026-12-03T10:00:00+00:00, cached on worker-1)",
     ]
-    assert [r.getMessage() for r in caplog.records] == [
+    assert logged(caplog, logging.WARNING) == [
         "fuse auto: vit_c_tiny: no fusion: measuring 3 fused failed (torch.OutOfMemoryError: CUDA out of memory. "
         "Tried to allocate 2.00 GiB)"
     ]

@@ -3,6 +3,7 @@ trials, no host sync per step, the recipe reaches the loader, CUDA settings, mem
 
 import dataclasses
 import gc
+import logging
 import weakref
 
 import pytest
@@ -261,18 +262,19 @@ def test_activation_estimate_matches_measured_regnety_and_scales_with_the_micro_
     assert full - quarter == pytest.approx(0.75 * activation_bytes_per_image("vit_p_18gf", 1000, 224) * 2048 / 1e9)
 
 
-def test_unfusable_recipe_is_never_measured_and_fuse_k_is_refused(capsys):
+def test_unfusable_recipe_is_never_measured_and_fuse_k_is_refused(caplog):
     import ray
 
     from hpstudy.study.fusion import fusion_sizes
     from hpstudy.study.sampling import expand
     from hpstudy.study.spec import SpecError, parse_spec
-    from tests.helpers import SMALL, small_spec
+    from tests.helpers import SMALL, logged, small_spec
 
     recipe = dict(SMALL["recipe"], mixup=0.8)
     auto = parse_spec(small_spec(name="mix", models=["cnn_tiny"], recipe=recipe, fuse="auto"))
-    assert fusion_sizes(auto, expand(auto), {"cpu": 1, "gpu": 0}) == {}
-    assert "fuse auto: no fusion: mixup: 0.8 is not supported" in capsys.readouterr().out
+    with caplog.at_level(logging.INFO, logger="hpstudy"):
+        assert fusion_sizes(auto, expand(auto), {"cpu": 1, "gpu": 0}) == {}
+    assert "fuse auto: no fusion: mixup: 0.8 is not supported" in logged(caplog)[0]
     assert not ray.is_initialized()  # nothing was measured
     fixed = parse_spec(small_spec(name="mix", models=["cnn_tiny"], recipe=recipe, fuse=2))
     with pytest.raises(SpecError, match="fuse: bad value 2 for this recipe"):
