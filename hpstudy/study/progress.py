@@ -179,7 +179,7 @@ class ProgressPrinter(SavedEmpty, tune.Callback):
             bar.n = state[0]
             bar.set_postfix_str(state[1])  # redraws
 
-    def _maybe_print(self, force: bool = False) -> None:
+    def _maybe_show(self, force: bool = False) -> None:
         if self.bar is not None:
             self._show_bar(self.bar, force)
         elif self.display == "lines" and (force or time.time() - self.last_print >= self.interval):
@@ -206,10 +206,10 @@ class ProgressPrinter(SavedEmpty, tune.Callback):
         if cells != self.cells:
             self.cells = cells
             write_running(self.writer.store, self.writer.study, dict(cells))
-        self._maybe_print()
+        self._maybe_show()
 
     def on_trial_complete(self, iteration, trials, trial, **info):
-        self._maybe_print()
+        self._maybe_show()
 
     def setup(self, **info):
         """Tune's per-trial tracebacks behind --debug for the run (TuneTracebacks; removed in final)."""
@@ -239,14 +239,14 @@ class ProgressPrinter(SavedEmpty, tune.Callback):
             trial_error(trial),
             max(0, getattr(trial, "num_failures", 0) - 1),
         )
-        self._maybe_print(force=True)
+        self._maybe_show(force=True)
 
     def final(self) -> None:
         """The last status (a line, or the bar's last state, closed), once the run ends (or is interrupted)."""
         self.running = 0
         if self.cells:
             clear_running(self.writer.store, self.writer.study)
-        self._maybe_print(force=True)
+        self._maybe_show(force=True)
         if self.bar is not None:
             self.bar.close()
         logging.getLogger(TUNE_CONTROLLER).removeFilter(TUNE_TRACEBACKS)
