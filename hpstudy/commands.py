@@ -43,13 +43,12 @@ from hpstudy.study.store_running import read_running
 from hpstudy.study.store_spec_record import load_spec_record, report_location
 from hpstudy.study.suggest import suggest as suggest_lines
 from hpstudy.study.trackers import check_trackers, trackers_of
+from hpstudy.trainers.data_spec import nominal_train_size
 from hpstudy.trainers.errors import ConfigError, shown
 from hpstudy.trainers.schema import DIVERGED, FAILED, FINISHED, OK
 from hpstudy.trainers.zoo import did_you_mean
 
 logger = logging.getLogger(__name__)  # what the API's calls show too (print_note, write_report); the rest prints
-# Nominal training-set sizes for the dry-run estimate (image folders: ImageNet-1k is assumed).
-TRAIN_SIZES = {"digits": 1437, "cifar10": 50000, "cifar100": 50000, "imagefolder": 1281167, "prepared": 1281167}
 
 
 def check_local_resources(spec: StudySpec, num_cpus: Optional[int]) -> None:
@@ -122,7 +121,7 @@ def print_plan(spec: StudySpec, store: str, assume_tflops: Optional[float]) -> N
     from hpstudy.study.fusion import fusion_notes  # torch, as flops
     from hpstudy.trainers.flops import model_profile
 
-    n_train = spec.dataset.n_train if spec.dataset.name == "synthetic" else TRAIN_SIZES[spec.dataset.name]
+    n_train = nominal_train_size(spec.dataset)  # the dataset's registered nominal size (image folders: ImageNet-1k)
     tflops = assume_tflops or (100.0 if spec.resources.gpu else 0.02)
     per_cell = spec.samples * len(spec.seeds)
     done = stored_keys(store, spec.name)

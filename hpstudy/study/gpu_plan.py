@@ -5,12 +5,12 @@ from typing import Dict, List, Optional, Tuple
 from hpstudy.study.sampling import PlannedTrial, expand, expand_cell
 from hpstudy.study.spec import StudySpec
 from hpstudy.trainers.config import TrialConfig
+from hpstudy.trainers.data_spec import nominal_classes
 from hpstudy.trainers.errors import ConfigError
 from hpstudy.trainers.memory import peak_memory_gb
 
 # cluster.yaml's p4d.24xlarge nodes carry A100s with 40 GB each.
 DEFAULT_GPU_MEMORY_GB = 40.0
-NUM_CLASSES = {"digits": 10, "cifar10": 10, "cifar100": 100, "imagefolder": 1000}
 # the trial-config fields trainers/memory.py sizes a trial by (beside its model and dataset); a model is planned
 # at the largest over its trials' settings
 MEMORY_FIELDS = ("optimizer", "batch_size", "accum_steps", "ema_decay", "grad_checkpointing")
@@ -20,7 +20,7 @@ def memory_plan(spec: StudySpec, trials: List[PlannedTrial], gpu_memory_gb: Opti
     """Lines of the plan: per model, the estimated peak memory of one trial and whether it fits
     `gpu_memory_gb` (x the trial's GPU share), with the accum_steps that would make it fit."""
     budget = (gpu_memory_gb or DEFAULT_GPU_MEMORY_GB) * min(1.0, spec.resources.gpu)
-    classes = NUM_CLASSES.get(spec.dataset.name, spec.dataset.num_classes)
+    classes = nominal_classes(spec.dataset)  # the dataset's registered class count, else the spec's
     lines = [
         f"memory per trial (estimate; budget {budget:.1f} GB = {gpu_memory_gb or DEFAULT_GPU_MEMORY_GB:g} GB "
         f"GPU x {min(1.0, spec.resources.gpu):g} share):"

@@ -8,6 +8,7 @@ trial, persistent workers) with timm's training transforms. Nothing downloads. W
 and its checks are hpstudy.trainers.data_spec, which imports no torch.
 """
 
+import importlib
 import os
 import pickle
 from functools import lru_cache
@@ -17,7 +18,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from hpstudy.trainers.data_spec import CIFAR_LAYOUT, DataSpec, check_data_path, require_dir
+from hpstudy.trainers.data_spec import CIFAR_LAYOUT, DATASETS, DataSpec, check_data_path, require_dir
 from hpstudy.trainers.dataset import Batches, Dataset
 from hpstudy.trainers.device_decode import DeviceDecodeData
 from hpstudy.trainers.errors import DataError, shown
@@ -288,7 +289,8 @@ def _read_cifar_batch(path: str, label_key: bytes):
 
 def load_cifar_data(name: str, path: str, size: int) -> TensorData:
     """CIFAR-10/100 from the python pickle batches in a local folder (or its parent)."""
-    folder, train_files, val_files, label_key, classes = CIFAR_LAYOUT[name]
+    folder, train_files, val_files, label_key = CIFAR_LAYOUT[name]
+    classes = DATASETS[name].num_classes
     layout = f"{folder}/ with {', '.join(train_files + val_files)} (the python version of {name})"
     root = require_dir(path, name, layout)
     if os.path.isdir(os.path.join(root, folder)):
@@ -316,23 +318,38 @@ def load_synthetic_data(spec: DataSpec) -> TensorData:
     return _tensor_data(tx, ty, vx, vy, spec.num_classes, size)
 
 
+# The registered datasets' loaders (hpstudy.trainers.data_spec.DATASETS names them as "module:function"): each
+# takes the spec and load_data's options; check_data_path has refused a missing path for those read from a folder.
+def load_digits(spec: DataSpec, num_workers: int, auto_augment: Optional[str], decode_on_device: bool) -> Dataset:
+    return load_digits_data(spec.size)
+
+
+def load_cifar(spec: DataSpec, num_workers: int, auto_augment: Optional[str], decode_on_device: bool) -> Dataset:
+    return load_cifar_data(spec.name, cast(str, spec.path), spec.size)
+
+
+def load_synthetic(spec: DataSpec, num_workers: int, auto_augment: Optional[str], decode_on_device: bool) -> Dataset:
+    return load_synthetic_data(spec)
+
+
+def load_prepared(spec: DataSpec, num_workers: int, auto_augment: Optional[str], decode_on_device: bool) -> Dataset:
+    return PreparedData(cast(str, spec.path), spec.size, auto_augment, spec.digest)
+
+
+def load_image_folder(spec: DataSpec, num_workers: int, auto_augment: Optional[str], decode_on_device: bool) -> Dataset:
+    path = cast(str, spec.path)
+    if decode_on_device:
+        return DeviceDecodeData(path, spec.size, num_workers, auto_augment)
+    return LoaderData(path, spec.size, num_workers, auto_augment)
+
+
 @lru_cache(maxsize=4)
 def load_data(
     spec: DataSpec, num_workers: int = 4, auto_augment: Optional[str] = None, decode_on_device: bool = False
 ) -> Dataset:
-    """Load a dataset once per process (trials reusing a Ray actor share it). `auto_augment` is
-    the AutoAugment policy of image folders (None: off); `decode_on_device` makes an image folder
-    send JPEG bytes and decode them on the training device (hpstudy.trainers.device_decode)."""
+    """Load a dataset once per process (trials reusing a Ray actor share it) with its registered loader.
+    `auto_augment` is the AutoAugment policy of image folders (None: off); `decode_on_device` makes an image
+    folder send JPEG bytes and decode them on the training device (hpstudy.trainers.device_decode)."""
     check_data_path(spec)
-    path = cast(str, spec.path)  # check_data_path has refused a missing path for the datasets read from a folder
-    if spec.name == "digits":
-        return load_digits_data(spec.size)
-    if spec.name in CIFAR_LAYOUT:
-        return load_cifar_data(spec.name, path, spec.size)
-    if spec.name == "synthetic":
-        return load_synthetic_data(spec)
-    if spec.name == "prepared":
-        return PreparedData(path, spec.size, auto_augment, spec.digest)
-    if decode_on_device:
-        return DeviceDecodeData(path, spec.size, num_workers, auto_augment)
-    return LoaderData(path, spec.size, num_workers, auto_augment)
+    module, function = DATASETS[spec.name].loader.split(":")
+    return getattr(importlib.import_module(module), function)(spec, num_workers, auto_augment, decode_on_device)

@@ -1,30 +1,84 @@
 """What a trial loads, checked without torch: `DataSpec` (a dataset name and its options), the dataset
-names and limits, the value checks the configs share (`whole_in`, `finite_in`, `raise_first_bad`), and a
-study's dataset pinned when it is planned (`check_data_path`, `pin_data`). Reading a spec needs this;
-loading the data (hpstudy.trainers.data) does not happen then."""
+registry (`DATASETS`: one `DatasetKind` per dataset, added with `register_dataset`) and the limits, the value
+checks the configs share (`whole_in`, `finite_in`, `raise_first_bad`), and a study's dataset pinned when it
+is planned (`check_data_path`, `pin_data`). Reading a spec needs this; loading the data (hpstudy.trainers.data,
+through the entry's loader) does not happen then."""
 
 import dataclasses
 import math
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, Optional, Tuple
 
 from hpstudy.trainers.errors import DataError, shown
 from hpstudy.trainers.prepared_meta import data_digest, read_meta
 
-DATASETS = ("digits", "cifar10", "cifar100", "imagefolder", "prepared", "synthetic")
-DEFAULT_IMAGE_SIZE = {"digits": 16, "cifar10": 32, "cifar100": 32, "imagefolder": 224, "prepared": 224, "synthetic": 32}
 MAX_IMAGE_SIZE = 4096
 MAX_IMAGES = 10_000_000  # synthetic n_train / n_val
 MAX_CLASSES = 100_000
 MAX_SEED = 2**63 - 1  # seeds are stored as int64
 SHA256 = re.compile(r"[0-9a-f]{64}")
+LOADER_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*")  # "module:function"
+IMAGENET_TRAIN = 1281167  # the nominal training set of an image folder (ImageNet-1k is assumed)
 
+# what the CIFAR loader reads: folder, training files, validation files, the batches' label key
 CIFAR_LAYOUT = {
-    "cifar10": ("cifar-10-batches-py", [f"data_batch_{i}" for i in range(1, 6)], ["test_batch"], b"labels", 10),
-    "cifar100": ("cifar-100-python", ["train"], ["test"], b"fine_labels", 100),
+    "cifar10": ("cifar-10-batches-py", [f"data_batch_{i}" for i in range(1, 6)], ["test_batch"], b"labels"),
+    "cifar100": ("cifar-100-python", ["train"], ["test"], b"fine_labels"),
 }
+IMAGEFOLDER_LAYOUT = "train/<class>/*.JPEG and val/<class>/*.JPEG (ImageNet layout)"
+
+
+@dataclass(frozen=True)
+class DatasetKind:
+    """A registered dataset: everything the spec, the path check, the loader and the dry run know of it."""
+
+    name: str
+    image_size: int  # the image side when the spec gives none
+    loader: str  # "module:function", imported when loading (so this module stays torch-free); the function
+    # takes (spec: DataSpec, num_workers: int, auto_augment: Optional[str], decode_on_device: bool) and
+    # returns a hpstudy.trainers.dataset.Dataset
+    train_size: Optional[int] = None  # nominal training images for the dry run's estimate (None: spec.n_train)
+    num_classes: Optional[int] = None  # classes the dry run's memory plan assumes (None: spec.num_classes)
+    layout: Optional[str] = None  # what its `path` holds, for messages (None: it reads no folder)
+    check_folder: Optional[Callable[[str], Any]] = None  # raises DataError if the existing folder is not laid out
+
+    @property
+    def takes_path(self) -> bool:
+        """Whether the dataset is read from a folder (`path`)."""
+        return self.layout is not None
+
+
+DATASETS: Dict[str, DatasetKind] = {}  # name -> entry, in registration order (iterating it gives the names)
+
+
+def register_dataset(kind: DatasetKind) -> DatasetKind:
+    """Add a dataset to the registry (names are unique; the loader a "module:function" reference)."""
+    if not isinstance(kind.name, str) or not kind.name:
+        raise ValueError(f"dataset {kind.name!r}: the name must be a non-empty string")
+    if kind.name in DATASETS:
+        raise ValueError(f"dataset {kind.name!r} is registered twice")
+    if not whole_in(kind.image_size, 1, MAX_IMAGE_SIZE):
+        raise ValueError(f"dataset {kind.name!r}: image_size {kind.image_size!r} is not in [1, {MAX_IMAGE_SIZE}]")
+    if not (isinstance(kind.loader, str) and LOADER_NAME.fullmatch(kind.loader)):
+        raise ValueError(f"dataset {kind.name!r}: loader {kind.loader!r} is not a 'module:function' reference")
+    if kind.check_folder is not None and not kind.takes_path:
+        raise ValueError(f"dataset {kind.name!r}: check_folder needs a layout (a dataset read from a folder)")
+    DATASETS[kind.name] = kind
+    return kind
+
+
+def nominal_train_size(spec: "DataSpec") -> int:
+    """Training images the dry run prices: the dataset's nominal size, or the spec's n_train."""
+    size = DATASETS[spec.name].train_size
+    return spec.n_train if size is None else size
+
+
+def nominal_classes(spec: "DataSpec") -> int:
+    """Classes the dry run's memory plan assumes: the dataset's, or the spec's num_classes."""
+    classes = DATASETS[spec.name].num_classes
+    return spec.num_classes if classes is None else classes
 
 
 def whole_in(value: Any, low: float, high: float) -> bool:
@@ -145,7 +199,7 @@ class DataSpec:
     @property
     def size(self) -> int:
         """The image side in pixels: `image_size`, else the dataset's default."""
-        return self.image_size or DEFAULT_IMAGE_SIZE[self.name]
+        return self.image_size or DATASETS[self.name].image_size
 
 
 def require_dir(path: Optional[str], name: str, layout: str) -> str:
@@ -159,19 +213,21 @@ def require_dir(path: Optional[str], name: str, layout: str) -> str:
 
 def check_data_path(spec: DataSpec) -> None:
     """Fail early, naming the path and the expected layout, if a dataset's files are not there."""
-    if spec.name in CIFAR_LAYOUT:
-        folder = CIFAR_LAYOUT[spec.name][0]
-        require_dir(spec.path, spec.name, f"{folder}/ (the python version of {spec.name})")
-    elif spec.name == "imagefolder":
-        layout = "train/<class>/*.JPEG and val/<class>/*.JPEG (ImageNet layout)"
-        root = require_dir(spec.path, spec.name, layout)
-        for split in ("train", "val"):
-            if not os.path.isdir(os.path.join(root, split)):
-                raise DataError(
-                    f"dataset 'imagefolder': {shown(os.path.join(root, split))} is missing; expected {layout}"
-                )
-    elif spec.name == "prepared":
-        read_meta(require_dir(spec.path, spec.name, "a folder made by `hpstudy prepare` (meta.json, *.npy)"))
+    kind = DATASETS[spec.name]
+    if kind.layout is None:
+        return
+    root = require_dir(spec.path, spec.name, kind.layout)
+    if kind.check_folder is not None:
+        kind.check_folder(root)
+
+
+def _check_image_folder(root: str) -> None:
+    """DataError unless `root` holds train/ and val/ folders."""
+    for split in ("train", "val"):
+        if not os.path.isdir(os.path.join(root, split)):
+            raise DataError(
+                f"dataset 'imagefolder': {shown(os.path.join(root, split))} is missing; expected {IMAGEFOLDER_LAYOUT}"
+            )
 
 
 def pin_data(spec: DataSpec, must_exist: bool) -> DataSpec:
@@ -199,3 +255,43 @@ def pin_data(spec: DataSpec, must_exist: bool) -> DataSpec:
             f"{shown(spec.path)} ({found}), or null to take it from the folder"
         )
     return dataclasses.replace(spec, digest=found)
+
+
+for _kind in (
+    DatasetKind("digits", 16, "hpstudy.trainers.data:load_digits", train_size=1437, num_classes=10),
+    DatasetKind(
+        "cifar10",
+        32,
+        "hpstudy.trainers.data:load_cifar",
+        train_size=50000,
+        num_classes=10,
+        layout="cifar-10-batches-py/ (the python version of cifar10)",
+    ),
+    DatasetKind(
+        "cifar100",
+        32,
+        "hpstudy.trainers.data:load_cifar",
+        train_size=50000,
+        num_classes=100,
+        layout="cifar-100-python/ (the python version of cifar100)",
+    ),
+    DatasetKind(
+        "imagefolder",
+        224,
+        "hpstudy.trainers.data:load_image_folder",
+        train_size=IMAGENET_TRAIN,
+        num_classes=1000,
+        layout=IMAGEFOLDER_LAYOUT,
+        check_folder=_check_image_folder,
+    ),
+    DatasetKind(
+        "prepared",
+        224,
+        "hpstudy.trainers.data:load_prepared",
+        train_size=IMAGENET_TRAIN,
+        layout="a folder made by `hpstudy prepare` (meta.json, *.npy)",
+        check_folder=read_meta,
+    ),
+    DatasetKind("synthetic", 32, "hpstudy.trainers.data:load_synthetic"),
+):
+    register_dataset(_kind)
