@@ -141,7 +141,7 @@ def print_plan(spec: StudySpec, store: str, assume_tflops: Optional[float]) -> N
     w = max(14, *map(len, spec.models))  # the model column fits the longest name (timm:...)
     print(
         f"{'model':<{w}} {'optimizer':<9} {'epochs':>6} {'trials':>6} {'to run':>6}  "
-        f"{'lr box':<22} {'wd box':<22} {'GFLOPs':>7} {'trial-h':>8}"
+        f"{'lr box':<22} {'wd box':<22} {'GMACs':>7} {'trial-h':>8}"
     )
     total_hours = 0.0
     for (model, opt, epochs), todo in plan:
@@ -162,7 +162,7 @@ def print_plan(spec: StudySpec, store: str, assume_tflops: Optional[float]) -> N
     for note in fusion_notes(spec):
         print(note)
     print(
-        f"estimated compute to run: {total_hours:.2f} trial-hours (3 x forward FLOPs x "
+        f"estimated compute to run: {total_hours:.2f} trial-hours (3 x forward FLOPs (2 per multiply-add) x "
         f"{n_train} images x epochs at {tflops:g} effective TFLOP/s per trial)"
     )
 

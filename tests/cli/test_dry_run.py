@@ -28,7 +28,7 @@ def test_the_plan_counts_a_failed_row_as_still_to_run_and_prices_each_schedule(t
     out = _plan(tmp_path, capsys, "--assume-tflops", "1e-6")
     assert out[0].startswith("study hours: 8 trials, 7 to run (1 already stored); sampler sobol")
     assert out[1] == (
-        "model          optimizer epochs trials to run  lr box                 wd box                  GFLOPs  trial-h"
+        "model          optimizer epochs trials to run  lr box                 wd box                   GMACs  trial-h"
     )
     rows = {int(line.split()[2]): line.split() for line in out[2:4]}
     flops = model_profile("cnn_tiny", 10, 16)[0]
@@ -39,8 +39,8 @@ def test_the_plan_counts_a_failed_row_as_still_to_run_and_prices_each_schedule(t
     assert min(hours.values()) > 1  # large enough for 2 decimals to tell a missing factor
     total = float(out[4].split()[4])
     assert out[4] == (
-        f"estimated compute to run: {total:.2f} trial-hours (3 x forward FLOPs x {DIGITS_TRAIN} images x "
-        f"epochs at 1e-06 effective TFLOP/s per trial)"
+        f"estimated compute to run: {total:.2f} trial-hours (3 x forward FLOPs (2 per multiply-add) x "
+        f"{DIGITS_TRAIN} images x epochs at 1e-06 effective TFLOP/s per trial)"
     )
     assert total == pytest.approx(hours[1] + hours[3], abs=0.006)
 
@@ -48,7 +48,8 @@ def test_the_plan_counts_a_failed_row_as_still_to_run_and_prices_each_schedule(t
 def test_a_cpu_trial_is_priced_at_0_02_tflops_by_default(tmp_path, capsys):
     out = _plan(tmp_path, capsys)
     assert out[4].endswith(
-        f" trial-hours (3 x forward FLOPs x {DIGITS_TRAIN} images x epochs at 0.02 effective TFLOP/s per trial)"
+        f" trial-hours (3 x forward FLOPs (2 per multiply-add) x {DIGITS_TRAIN} images x epochs at 0.02 effective "
+        "TFLOP/s per trial)"
     )
 
 
