@@ -167,7 +167,7 @@ def print_plan(spec: StudySpec, store: str, assume_tflops: Optional[float]) -> N
     )
 
 
-SUMMARY_COLUMNS = ["model", "status", "top1_err"]  # what print_summary and print_cells read (and the keys)
+SUMMARY_COLUMNS = ["model", "optimizer", "epochs", "status", "top1_err"]  # what print_summary and print_cells read
 
 
 def print_summary(trials_frame) -> None:
@@ -351,22 +351,18 @@ def status(args: argparse.Namespace) -> int:
     """Whether a driver is running the study (its lease), counts per model and status of the rows of the study's
     spec (--config's, else the recorded one), how much of it is done and, per cell, its trials stored, running
     and pending; rows of earlier versions of the spec are counted apart. Reads the store only (no Ray)."""
-    record, planned = None, None
+    record, spec = None, None
     if args.config:
         spec = load_spec(resolve_config(args.config), check_paths=False)
         args.study = args.study or spec.name
-        planned = expand_for_store(spec, args.store)
+        record = {"trial_keys": [t.key for t in expand_for_store(spec, args.store)]}
     if args.study:
         check_study_name(args.study)  # a bad name is named before the store
     require_store(args.store)
     if args.study and not args.config:
         record = load_spec_record(args.store, args.study)
-        recorded = _recorded_spec(record)
-        planned = expand_for_store(recorded, args.store) if recorded else None
-        if planned and record and "trial_keys" in record and set(record["trial_keys"]) != {t.key for t in planned}:
-            planned = None  # the spec expands here to other keys than it did when recorded: per model only
-    if planned is not None:
-        record = {"trial_keys": [t.key for t in planned]}
+        # the recorded keys say which rows are the spec's, its cells what each cell plans: no expansion
+        spec = _recorded_spec(record) if record and "trial_keys" in record else None
     current, earlier = split_by_spec(load_trials(args.store, args.study, columns=SUMMARY_COLUMNS), record)
     if args.study and not record and current.empty and earlier.empty:
         require_study(args.store, args.study)  # a study neither run nor stored: its name is mistyped
@@ -378,9 +374,9 @@ def status(args: argparse.Namespace) -> int:
         finished = int(current["status"].isin(FINISHED).sum())
         print(f"{finished}/{len(record['trial_keys'])} trials of the spec stored as ok/diverged")
     print_summary(current)
-    if planned:
+    if spec:
         running = read_running(args.store, args.study, holder["host"], holder["pid"]) if holder else {}
-        print_cells(planned, current, running)
+        print_cells(spec, current, running)
     if len(earlier):
         print(
             f"{len(earlier)} rows from an earlier spec of study {args.study!r} (not counted above, not in the report):"
@@ -415,14 +411,16 @@ def read_lease(store: str, study: str) -> Tuple[Optional[Dict], str]:
     return lease, f"driver: live, {describe(lease)}, heartbeat {max(0.0, ago):.0f} s ago"
 
 
-def print_cells(planned, current: pd.DataFrame, running: Dict) -> None:
-    """Per (model, optimizer, epochs) cell of the spec: its trials, stored per status, running and pending."""
-    statuses = current.set_index("trial_key")["status"].to_dict() if len(current) else {}
+def print_cells(spec: StudySpec, current: pd.DataFrame, running: Dict) -> None:
+    """Per (model, optimizer, epochs) cell of the spec: its trials, stored per status, running and pending
+    (`current`: the stored rows of the spec's trials; every cell plans samples x seeds of them)."""
+    keys = list(zip(current["model"], current["optimizer"], current["epochs"].astype(int)))
+    stored, by_status = Counter(keys), Counter(zip(keys, current["status"]))
     rows: Dict = {}
-    for t in planned:
-        row = rows.setdefault((t.model, t.optimizer, t.epochs), Counter())
-        row["trials"] += 1
-        row[statuses.get(t.key, "not stored")] += 1
+    for cell in cells(spec):
+        row = rows[cell] = Counter({status: by_status[(cell, status)] for status in (OK, DIVERGED, FAILED)})
+        row["trials"] = spec.samples * len(spec.seeds)
+        row["not stored"] = row["trials"] - stored[cell]
     w = max(14, *(len(m) for m, _, _ in rows))
     print(
         f"{'model':<{w}} {'optimizer':<9} {'epochs':>6} {'trials':>6} {'ok':>5} {'div':>5} {'fail':>5} "
