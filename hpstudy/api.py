@@ -6,7 +6,6 @@ raises the same error (an HpstudyError: SpecError, StoreError, MetricError, ...)
 one-line message the command line prints before exiting with code 2.
 """
 
-import argparse
 import numbers
 import os
 from typing import Dict, List, Optional, Sequence, Type, Union
@@ -16,8 +15,7 @@ import pandas as pd
 
 from hpstudy.analysis.metric_names import DEFAULT_METRIC
 from hpstudy.analysis.stats import good_ranges
-from hpstudy.study.sampling import check_samples
-from hpstudy.study.spec import SpecError, StudySpec, check_models, load_spec, parse_spec, resolve_config
+from hpstudy.study.spec import SpecError, StudySpec, load_spec, parse_spec, resolve_config
 from hpstudy.study.store import StoreError
 from hpstudy.study.store_read import API, load_study
 from hpstudy.study.suggest import suggestion
@@ -25,7 +23,6 @@ from hpstudy.study.trackers import trackers_of
 from hpstudy.trainers.errors import ConfigError, HpstudyError, shown
 
 PathLike = Union[str, os.PathLike]
-PROGRESS_INTERVAL = 10.0  # seconds between status lines in a terminal (`hpstudy run --progress-interval`)
 
 
 def _spec(spec: Union[PathLike, Dict]) -> StudySpec:
@@ -88,44 +85,26 @@ def run(
     if not address:
         # A local Ray binds to loopback only (read when ray is first imported: below, or by the user before).
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-    # hpstudy.commands and the runner load torch and Ray: imported only when a study runs (load stays light)
-    from hpstudy.commands import check_before_trials, check_run_args, print_note, write_report
+    # the service and the runner load torch and Ray: imported only when a study runs (load stays light)
+    from hpstudy.service import NO_REPORT, RunSettings, check_run, check_settings
+    from hpstudy.service import run as run_under_lease
     from hpstudy.study.progress import progress_display
-    from hpstudy.study.runner import COMPACT_EVERY, check_store_writable, run_study
-    from hpstudy.study.store_lease import hold_lease
 
-    store = _path("store", store)
+    settings = RunSettings(
+        store=_path("store", store),
+        address=address,
+        fresh=not resume,
+        max_concurrent=max_concurrent,
+        num_cpus=num_cpus,
+        trackers=trackers,
+        report=None if report else NO_REPORT,
+    )
     with progress_display(progress):
-        check_run_args(
-            argparse.Namespace(
-                store=store,
-                max_concurrent=max_concurrent,
-                num_cpus=num_cpus,
-                progress_interval=PROGRESS_INTERVAL,
-                compact_every=COMPACT_EVERY,
-            )
-        )
+        check_settings(settings)
         study = _spec(spec)
-        check_models(study)
-        check_samples(study)
-        check_before_trials(study, store, address, num_cpus, None if report else "none")
-        check_store_writable(store)
-        with hold_lease(store, study.name, "hpstudy.run", wait, "wait=True") as lease:
-            print_note(store, study)
-            run_study(
-                study,
-                store,
-                fresh=not resume,
-                address=address,
-                max_concurrent=max_concurrent,
-                num_cpus=num_cpus,
-                progress_interval=PROGRESS_INTERVAL,
-                trackers=trackers,
-                lease=lease,
-            )
-            if report:
-                write_report(store, study.name, None, fields=API)
-    return load(store, study.name)
+        check_run(study, settings)
+        run_under_lease(study, settings, "hpstudy.run", wait, "wait=True", fields=API)
+    return load(settings.store, study.name)
 
 
 def load(store: PathLike, study: str) -> pd.DataFrame:
@@ -136,7 +115,7 @@ def load(store: PathLike, study: str) -> pd.DataFrame:
 def report(store: PathLike, study: str, out: Optional[PathLike] = None, metric: str = DEFAULT_METRIC) -> str:
     """Write the study's report as `hpstudy report` does (into the store, or `out`); returns its folder."""
     from hpstudy.analysis.report_folder import ReportError
-    from hpstudy.commands import write_report  # loads the analysis' figures (matplotlib)
+    from hpstudy.service import write_report  # the report loads the analysis' figures (matplotlib)
 
     folder = None if out is None else _path("out", out, ReportError)
     page = write_report(_path("store", store), study, folder, metric, API)

@@ -6,11 +6,9 @@ import argparse
 import contextlib
 import json
 import logging
-import math
 import os
 import socket
 import sys
-import tempfile
 import time
 from collections import Counter
 from typing import Callable, Dict, List, Optional, Tuple
@@ -18,18 +16,23 @@ from typing import Callable, Dict, List, Optional, Tuple
 import pandas as pd
 import pyarrow.fs as pafs
 
-from hpstudy.analysis.metric import DEFAULT_METRIC, usable
+from hpstudy import service
 from hpstudy.analysis.query import QueryError, filter_rows
-from hpstudy.analysis.report_folder import check_report_dir, check_report_path, owned, publish
 from hpstudy.analysis.stats import good_ranges
+from hpstudy.service import (
+    RunSettings,
+    check_before_trials,
+    check_local_resources,
+    check_settings,
+    print_note,
+    write_report,
+)
 from hpstudy.study.sampling import cells, check_samples, expand_for_store
 from hpstudy.study.spec import SpecError, StudySpec, check_models, load_spec, parse_spec, resolve_config
 from hpstudy.study.store import StoreError, StoreFault, check_study_name, open_root, store_io
 from hpstudy.study.store_compaction import compact
 from hpstudy.study.store_lease import ForeignLease, Lease, describe, hold_lease
 from hpstudy.study.store_read import (
-    CLI,
-    Fields,
     load_study,
     load_trials,
     require_rows,
@@ -40,7 +43,7 @@ from hpstudy.study.store_read import (
     with_sampled_columns,
 )
 from hpstudy.study.store_running import read_running
-from hpstudy.study.store_spec_record import load_spec_record, report_location
+from hpstudy.study.store_spec_record import load_spec_record
 from hpstudy.study.suggest import suggest as suggest_lines
 from hpstudy.study.trackers import check_trackers, trackers_of
 from hpstudy.trainers.data_spec import nominal_train_size
@@ -49,54 +52,6 @@ from hpstudy.trainers.schema import DIVERGED, FAILED, FINISHED, OK
 from hpstudy.trainers.zoo import did_you_mean
 
 logger = logging.getLogger(__name__)  # what the API's calls show too (print_note, write_report); the rest prints
-
-
-def check_local_resources(spec: StudySpec, num_cpus: Optional[int]) -> None:
-    """A local Ray can never give a trial more CPUs or GPUs than this machine has."""
-    import torch
-
-    cpus = num_cpus or os.cpu_count()  # None when Python cannot tell: then Ray finds out
-    gpus = torch.cuda.device_count()
-    if cpus is not None and spec.resources.cpu > cpus:
-        raise SpecError(
-            f"resources.cpu: bad value {spec.resources.cpu}; allowed: <= {cpus} "
-            f"(CPUs of the local Ray; pass --address to use a cluster)"
-        )
-    if spec.resources.gpu > gpus:
-        raise SpecError(
-            f"resources.gpu: bad value {spec.resources.gpu}; allowed: <= {gpus} "
-            f"(GPUs on this machine; pass --address to use a cluster)"
-        )
-
-
-def check_run_args(args: argparse.Namespace) -> None:
-    """Validate CLI flags before anything runs."""
-    if args.max_concurrent is not None and args.max_concurrent < 1:
-        raise SpecError(f"--max-concurrent: bad value {args.max_concurrent}; allowed: an integer >= 1")
-    if args.num_cpus is not None and args.num_cpus < 1:
-        raise SpecError(f"--num-cpus: bad value {args.num_cpus}; allowed: an integer >= 1")
-    if not (math.isfinite(args.progress_interval) and args.progress_interval > 0):
-        raise SpecError(f"--progress-interval: bad value {args.progress_interval}; allowed: a number of seconds > 0")
-    if args.compact_every < 0:
-        raise SpecError(
-            f"--compact-every: bad value {args.compact_every}; allowed: an integer >= 0 (0: never during the run)"
-        )
-    if "://" not in args.store and os.path.exists(args.store) and not os.path.isdir(args.store):
-        raise SpecError(f"--store: {args.store!r} is a file; allowed: a folder or a URI")
-
-
-def check_before_trials(
-    spec: StudySpec, store: str, address: Optional[str], num_cpus: Optional[int], report: Optional[str]
-) -> None:
-    """What a run checks once its spec is read and before any trial: this machine's CPUs and GPUs for a
-    local Ray, and that the report can be written (`report`: None in the store, "none" no report, else a
-    folder), so it fails now and not after the study."""
-    if not address:
-        check_local_resources(spec, num_cpus)
-    if report is None:
-        check_store_report_dir(store, spec.name)
-    elif report != "none":
-        check_report_dir(report, "--report")
 
 
 def dry_run_warnings(path: str, spec: StudySpec, args: argparse.Namespace) -> List[str]:
@@ -187,89 +142,50 @@ def print_summary(trials_frame) -> None:
         )
 
 
-def spec_change_note(store: str, spec: StudySpec) -> Optional[str]:
-    """A note when the study already has a recorded spec whose trials differ from this spec's: how
-    many stored rows belong to the earlier spec (they stay, but status and the report leave them out).
-    None too when the store cannot be read: the store probe (or the plan) that follows reports that."""
-    try:
-        record = load_spec_record(store, spec.name)
-    except StoreFault:
-        return None
-    if record is None or record["spec"] == json.loads(json.dumps(spec.source)):
-        return None
-    keys = {t.key for t in expand_for_store(spec, store)}
-    if set(record.get("trial_keys", ())) == keys:
-        return None
-    earlier = len(set(load_trials(store, spec.name)["trial_key"]) - keys)
-    return (
-        f"note: study {spec.name!r} in {store} was run with a different spec; {earlier} stored rows "
-        f"come from that earlier spec: they stay in the store, but this run's summary, `hpstudy status` "
-        f"and the report leave them out (--fresh deletes them; a new name keeps the studies apart)"
-    )
-
-
 def run(args: argparse.Namespace) -> int:
     """Run (or plan) a study; 0 when every trial is stored ok/diverged, 1 if some failed or were not
     stored, 128 + the signal's number when SIGINT (130) or SIGTERM (143) stopped it."""
     if not args.address:
         # A local Ray binds to loopback only (read when ray is first imported).
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-    check_run_args(args)
-    trackers = trackers_of(args.track or (), "--track")
+    settings = RunSettings(
+        store=args.store,
+        address=args.address,
+        fresh=args.fresh,
+        max_concurrent=args.max_concurrent,
+        num_cpus=args.num_cpus,
+        progress_interval=args.progress_interval,
+        compact_every=args.compact_every,
+        trackers=trackers_of(args.track or (), "--track"),
+        report=args.report,
+    )
+    check_settings(settings)
     path = resolve_config(args.config)
     spec = load_spec(path, check_paths=not args.dry_run)
     check_models(spec)
     check_samples(spec)
-    check_trackers(trackers, keep=not args.dry_run)  # folders made and probed (a dry run's removed again)
-    if args.dry_run:
-        for warning in dry_run_warnings(path, spec, args):
-            print(f"warning: {warning} (a run stops here; the dry run's plan does not need it)", flush=True)
-    else:
-        check_before_trials(spec, args.store, args.address, args.num_cpus, args.report)
+    check_trackers(settings.trackers, keep=not args.dry_run)  # folders made and probed (a dry run's removed again)
     if args.dry_run:
         from hpstudy.study.gpu_plan import memory_plan, memory_trials  # torch and timm
 
+        for warning in dry_run_warnings(path, spec, args):
+            print(f"warning: {warning} (a run stops here; the dry run's plan does not need it)", flush=True)
         print_note(args.store, spec)
         print_plan(spec, args.store, args.assume_tflops)
         if spec.resources.gpu:
             print("\n".join(memory_plan(spec, memory_trials(spec), args.gpu_memory_gb)))
         return 0
+    check_before_trials(spec, args.store, args.address, args.num_cpus, args.report)
     from hpstudy.study.interruption import RunStopped
-    from hpstudy.study.runner import check_store_writable, run_study
 
-    check_store_writable(args.store)
     try:
-        # one driver per study: the note, the spec record, the trials and the report are this one's
-        with hold_lease(args.store, spec.name, "hpstudy run", args.wait) as lease:
-            print_note(args.store, spec)
-            stored = run_study(
-                spec,
-                args.store,
-                fresh=args.fresh,
-                address=args.address,
-                max_concurrent=args.max_concurrent,
-                num_cpus=args.num_cpus,
-                progress_interval=args.progress_interval,
-                compact_every=args.compact_every,
-                trackers=trackers,
-                lease=lease,
-            )
-            print_summary(stored)
-            if args.report != "none":
-                location = write_report(args.store, spec.name, args.report)
-                if args.address:
-                    print(fetch_hint(location), flush=True)
+        stored, location = service.run(spec, settings, "hpstudy run", args.wait, on_stored=print_summary)
     except RunStopped as stop:
         print(stop, file=sys.stderr, flush=True)
         return stop.exit_code
+    if location and args.address:
+        print(fetch_hint(location), flush=True)
     return run_exit_code(stored, len(cells(spec)) * spec.samples * len(spec.seeds))
-
-
-def print_note(store: str, spec: StudySpec) -> None:
-    """Show spec_change_note's note, if there is one (this module's logger, at INFO: the API's too)."""
-    note = spec_change_note(store, spec)
-    if note:
-        logger.info("%s", note)
 
 
 def run_exit_code(stored, total: int) -> int:
@@ -287,53 +203,10 @@ def run_exit_code(stored, total: int) -> int:
     return 1 if (stored["status"] == FAILED).any() else 0
 
 
-STORE_REPORT = "report folder in the store"  # how errors name <store>/reports/<study>/
-
-
-def write_report(store: str, study: str, out: Optional[str], metric: str = DEFAULT_METRIC, fields: Fields = CLI) -> str:
-    """Load a study from the store and write its analysis report (figures, tables, HTML) on the
-    `metric` error into the folder `out`, or by default into the store (<store>/reports/<study>/,
-    through its filesystem, so the report lives as long as the rows); shows (logs) the full location of
-    its index.html, and which metric was used (naming any fallback). Returns that location. Either
-    folder is written only if it is new, empty or an earlier report (hpstudy.analysis.report_folder).
-    A missing store or study is named as `fields` say (the flags, or the API's arguments)."""
-    if out:
-        check_report_path(out, "--out")
-    require_study(store, study, fields)  # before --out is made: a mistyped store leaves no empty folder behind
-    if out:
-        check_report_dir(out, "--out")
-    else:
-        check_store_report_dir(store, study)
-    from hpstudy.analysis.report import build_report  # matplotlib: only when a report is written
-
-    trials, epochs, record = load_study(store, study, fields)
-    if out:
-        page = os.path.abspath(build_report(trials, epochs, record, out, metric))
-    else:
-        fs, base, folder, location = report_location(store, study)
-        with tempfile.TemporaryDirectory(prefix="hpstudy-report-") as made:
-            name = os.path.basename(build_report(trials, epochs, record, made, metric))
-            with store_io(f"write the report into {location}"):
-                publish(fs, folder, made, STORE_REPORT, root=base)
-        page = f"{location}/{name}"
-    logger.info("report: %s", page)
-    logger.info("metric: %s", usable(trials, metric).metric)
-    return page
-
-
 def report(args: argparse.Namespace) -> int:
     """`hpstudy report`: write_report with the flags."""
     write_report(args.store, args.study, args.out, args.metric)
     return 0
-
-
-def check_store_report_dir(store: str, study: str) -> None:
-    """ReportError (exit 2) now, not after a study, when the study's report folder in the store is not
-    hpstudy's to write (a user's files in it, or a symbolic link out of the store). A store that cannot
-    be read is left to the store probe that follows (it says what to fix)."""
-    fs, base, folder, _ = report_location(store, study)
-    with contextlib.suppress(OSError):
-        owned(fs, folder, STORE_REPORT, root=base)
 
 
 def fetch_hint(page: str) -> str:

@@ -13,7 +13,8 @@ import yaml
 
 from hpstudy.analysis.report_folder import ReportError, publish
 from hpstudy.cli import hpstudy_main, run_edf_main
-from hpstudy.commands import check_store_report_dir, fetch_hint, print_summary, run_exit_code
+from hpstudy.commands import fetch_hint, print_summary, run_exit_code
+from hpstudy.service import check_store_report_dir
 from hpstudy.study.progress import ProgressPrinter, Tally
 from hpstudy.study.store import open_root, write_trial
 from hpstudy.study.store_read import load_trials

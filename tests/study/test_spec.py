@@ -121,7 +121,7 @@ def test_every_bad_input_is_rejected_by_name(raw, message):
 
 
 def test_unreadable_resources_for_this_machine(tmp_path):
-    from hpstudy.commands import check_local_resources
+    from hpstudy.service import check_local_resources
 
     spec = parse_spec(with_(resources={"cpu": 1, "gpu": 1}))
     with pytest.raises(SpecError, match="resources.gpu: bad value 1; allowed: <= 0"):

@@ -1,0 +1,214 @@
+"""A study's run as the command line (`hpstudy run`) and the Python API (`hpstudy.run`) share it: the
+settings of a run, the checks it makes before any trial, and the run itself under the study's lease
+(the spec-change note, the trials, the report). Each caller parses and validates its own arguments,
+calls these, and prints or returns what they give back; `write_report` is `hpstudy report`'s work too."""
+
+import contextlib
+import json
+import logging
+import math
+import os
+import tempfile
+from dataclasses import dataclass
+from typing import Callable, Optional, Sequence, Tuple
+
+import pandas as pd
+
+from hpstudy.analysis.metric import DEFAULT_METRIC, usable
+from hpstudy.analysis.report_folder import check_report_dir, check_report_path, owned, publish
+from hpstudy.study.sampling import check_samples, expand_for_store
+from hpstudy.study.spec import SpecError, StudySpec, check_models
+from hpstudy.study.store import StoreFault, store_io
+from hpstudy.study.store_lease import hold_lease
+from hpstudy.study.store_read import CLI, Fields, load_study, load_trials, require_study
+from hpstudy.study.store_spec_record import load_spec_record, report_location
+
+logger = logging.getLogger(__name__)
+PROGRESS_INTERVAL = 10.0  # seconds between status lines in a terminal (`hpstudy run --progress-interval`)
+COMPACT_EVERY = 1000  # stored trials between compactions during a run (`--compact-every`; 0: never)
+NO_REPORT = "none"  # RunSettings.report: no report after the run
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """How a study runs: its store, the cluster (`address`; None: a local Ray on this machine), a fresh
+    start, the trials at once and CPUs of a local Ray, the status lines' interval, the compaction period,
+    the trackers and the report (None: into the store; NO_REPORT: none; else a local folder)."""
+
+    store: str
+    address: Optional[str] = None
+    fresh: bool = False
+    max_concurrent: Optional[int] = None
+    num_cpus: Optional[int] = None
+    progress_interval: float = PROGRESS_INTERVAL
+    compact_every: int = COMPACT_EVERY
+    trackers: Sequence = ()
+    report: Optional[str] = None
+
+
+def check_settings(settings: RunSettings) -> None:
+    """Refuse, before anything runs, a setting no run can take (named by its command-line flag, which the
+    API's arguments mirror)."""
+    if settings.max_concurrent is not None and settings.max_concurrent < 1:
+        raise SpecError(f"--max-concurrent: bad value {settings.max_concurrent}; allowed: an integer >= 1")
+    if settings.num_cpus is not None and settings.num_cpus < 1:
+        raise SpecError(f"--num-cpus: bad value {settings.num_cpus}; allowed: an integer >= 1")
+    if not (math.isfinite(settings.progress_interval) and settings.progress_interval > 0):
+        raise SpecError(
+            f"--progress-interval: bad value {settings.progress_interval}; allowed: a number of seconds > 0"
+        )
+    if settings.compact_every < 0:
+        raise SpecError(
+            f"--compact-every: bad value {settings.compact_every}; allowed: an integer >= 0 (0: never during the run)"
+        )
+    if "://" not in settings.store and os.path.exists(settings.store) and not os.path.isdir(settings.store):
+        raise SpecError(f"--store: {settings.store!r} is a file; allowed: a folder or a URI")
+
+
+def check_local_resources(spec: StudySpec, num_cpus: Optional[int]) -> None:
+    """A local Ray can never give a trial more CPUs or GPUs than this machine has."""
+    import torch
+
+    cpus = num_cpus or os.cpu_count()  # None when Python cannot tell: then Ray finds out
+    gpus = torch.cuda.device_count()
+    if cpus is not None and spec.resources.cpu > cpus:
+        raise SpecError(
+            f"resources.cpu: bad value {spec.resources.cpu}; allowed: <= {cpus} "
+            f"(CPUs of the local Ray; pass --address to use a cluster)"
+        )
+    if spec.resources.gpu > gpus:
+        raise SpecError(
+            f"resources.gpu: bad value {spec.resources.gpu}; allowed: <= {gpus} "
+            f"(GPUs on this machine; pass --address to use a cluster)"
+        )
+
+
+def check_before_trials(
+    spec: StudySpec, store: str, address: Optional[str], num_cpus: Optional[int], report: Optional[str]
+) -> None:
+    """What a run checks once its spec is read and before any trial: this machine's CPUs and GPUs for a
+    local Ray, and that the report can be written (`report`: None in the store, "none" no report, else a
+    folder), so it fails now and not after the study."""
+    if not address:
+        check_local_resources(spec, num_cpus)
+    if report is None:
+        check_store_report_dir(store, spec.name)
+    elif report != "none":
+        check_report_dir(report, "--report")
+
+
+def spec_change_note(store: str, spec: StudySpec) -> Optional[str]:
+    """A note when the study already has a recorded spec whose trials differ from this spec's: how
+    many stored rows belong to the earlier spec (they stay, but status and the report leave them out).
+    None too when the store cannot be read: the store probe (or the plan) that follows reports that."""
+    try:
+        record = load_spec_record(store, spec.name)
+    except StoreFault:
+        return None
+    if record is None or record["spec"] == json.loads(json.dumps(spec.source)):
+        return None
+    keys = {t.key for t in expand_for_store(spec, store)}
+    if set(record.get("trial_keys", ())) == keys:
+        return None
+    earlier = len(set(load_trials(store, spec.name)["trial_key"]) - keys)
+    return (
+        f"note: study {spec.name!r} in {store} was run with a different spec; {earlier} stored rows "
+        f"come from that earlier spec: they stay in the store, but this run's summary, `hpstudy status` "
+        f"and the report leave them out (--fresh deletes them; a new name keeps the studies apart)"
+    )
+
+
+def print_note(store: str, spec: StudySpec) -> None:
+    """Show spec_change_note's note, if there is one (this module's logger, at INFO: the API's too)."""
+    note = spec_change_note(store, spec)
+    if note:
+        logger.info("%s", note)
+
+
+STORE_REPORT = "report folder in the store"  # how errors name <store>/reports/<study>/
+
+
+def write_report(store: str, study: str, out: Optional[str], metric: str = DEFAULT_METRIC, fields: Fields = CLI) -> str:
+    """Load a study from the store and write its analysis report (figures, tables, HTML) on the
+    `metric` error into the folder `out`, or by default into the store (<store>/reports/<study>/,
+    through its filesystem, so the report lives as long as the rows); shows (logs) the full location of
+    its index.html, and which metric was used (naming any fallback). Returns that location. Either
+    folder is written only if it is new, empty or an earlier report (hpstudy.analysis.report_folder).
+    A missing store or study is named as `fields` say (the flags, or the API's arguments)."""
+    if out:
+        check_report_path(out, "--out")
+    require_study(store, study, fields)  # before --out is made: a mistyped store leaves no empty folder behind
+    if out:
+        check_report_dir(out, "--out")
+    else:
+        check_store_report_dir(store, study)
+    from hpstudy.analysis.report import build_report  # matplotlib: only when a report is written
+
+    trials, epochs, record = load_study(store, study, fields)
+    if out:
+        page = os.path.abspath(build_report(trials, epochs, record, out, metric))
+    else:
+        fs, base, folder, location = report_location(store, study)
+        with tempfile.TemporaryDirectory(prefix="hpstudy-report-") as made:
+            name = os.path.basename(build_report(trials, epochs, record, made, metric))
+            with store_io(f"write the report into {location}"):
+                publish(fs, folder, made, STORE_REPORT, root=base)
+        page = f"{location}/{name}"
+    logger.info("report: %s", page)
+    logger.info("metric: %s", usable(trials, metric).metric)
+    return page
+
+
+def check_store_report_dir(store: str, study: str) -> None:
+    """ReportError (exit 2) now, not after a study, when the study's report folder in the store is not
+    hpstudy's to write (a user's files in it, or a symbolic link out of the store). A store that cannot
+    be read is left to the store probe that follows (it says what to fix)."""
+    fs, base, folder, _ = report_location(store, study)
+    with contextlib.suppress(OSError):
+        owned(fs, folder, STORE_REPORT, root=base)
+
+
+def check_run(spec: StudySpec, settings: RunSettings) -> None:
+    """What a run checks once its spec is read and before any trial: the models and samples of the spec,
+    this machine's CPUs and GPUs for a local Ray, and that the report can be written."""
+    check_models(spec)
+    check_samples(spec)
+    check_before_trials(spec, settings.store, settings.address, settings.num_cpus, settings.report)
+
+
+def run(
+    spec: StudySpec,
+    settings: RunSettings,
+    command: str,
+    wait: bool = False,
+    how: str = "--wait",
+    on_stored: Optional[Callable[[pd.DataFrame], None]] = None,
+    fields: Fields = CLI,
+) -> Tuple[pd.DataFrame, Optional[str]]:
+    """Run the study's trials not yet stored, holding its lease (one driver per study: `command` names this
+    one; with `wait`, after another ends, `how` saying how to ask for that), then its report; returns the
+    stored trials and the report's location (None without one). `on_stored` sees the trials before the
+    report is written; a missing store or study is named as `fields` say."""
+    from hpstudy.study.runner import check_store_writable, run_study  # torch and Ray: only when a study runs
+
+    check_store_writable(settings.store)
+    with hold_lease(settings.store, spec.name, command, wait, how) as lease:
+        print_note(settings.store, spec)
+        stored = run_study(
+            spec,
+            settings.store,
+            fresh=settings.fresh,
+            address=settings.address,
+            max_concurrent=settings.max_concurrent,
+            num_cpus=settings.num_cpus,
+            progress_interval=settings.progress_interval,
+            compact_every=settings.compact_every,
+            trackers=settings.trackers,
+            lease=lease,
+        )
+        if on_stored:
+            on_stored(stored)
+        location = None
+        if settings.report != NO_REPORT:
+            location = write_report(settings.store, spec.name, settings.report, fields=fields)
+    return stored, location
