@@ -165,6 +165,7 @@ def _reject(field_name: str, value: Any, allowed: str, names: Sequence[str] = ()
 
 
 def _nonempty_list(raw: Mapping, key: str, allowed_values=None, kind=str) -> Tuple:
+    """`key`: a non-empty list of `kind` (from `allowed_values` if given) without repeats, as a tuple."""
     value = raw.get(key)
     if not isinstance(value, list) or not value:
         _reject(
@@ -256,6 +257,7 @@ BOX_KEYS = ("lr", "wd", *SAMPLED_KINDS)  # the keys of a box of `space:`
 
 
 def _box(where: str, value: Any) -> Box:
+    """A box of `space:`: lr and wd, and the distributions of the recipe fields it samples."""
     if not isinstance(value, dict) or not {"lr", "wd"} <= set(value):
         missing = [key for key in ("lr", "wd") if key not in value] if isinstance(value, dict) else []
         typo = next((key for key in value if key not in BOX_KEYS), None) if missing else None
@@ -296,9 +298,7 @@ def _space(
     A recipe field has one distribution in every box that varies it (the analysis puts it on one axis)."""
     if not isinstance(raw, dict):
         _reject("space", raw, "a mapping of optimizer -> {lr, wd} (and family or model -> optimizer -> box)")
-    model_specs = model_specs or {}
-    families = [*FAMILIES, *sorted({s.family for s in model_specs.values()} - set(FAMILIES))]
-    models = [*list_models(), *(m for m in model_specs if is_timm(m))]
+    families, models = _override_keys(model_specs or {})
     space: Dict[str, Box] = {}
     family_space: Dict[str, Dict[str, Box]] = {}
     model_space: Dict[str, Dict[str, Box]] = {}
@@ -306,13 +306,8 @@ def _space(
         if key in OPTIMIZERS:
             space[key] = _box(f"space.{key}", value)
         elif key in families or key in models:
-            if not isinstance(value, dict):
-                _reject(f"space.{key}", value, "a mapping of optimizer -> {lr, wd}")
-            for opt, box in value.items():
-                if opt not in OPTIMIZERS:
-                    _reject(f"space.{key}", opt, ", ".join(OPTIMIZERS), OPTIMIZERS)
             overrides = family_space if key in families else model_space
-            overrides[key] = {opt: _box(f"space.{key}.{opt}", box) for opt, box in value.items()}
+            overrides[key] = _override(key, value)
         else:
             _reject(
                 "space",
@@ -321,9 +316,41 @@ def _space(
                 f"({', '.join(families)}) or model names ({', '.join(models)})",
                 [*OPTIMIZERS, *families, *models],
             )
+    _check_every_optimizer_boxed(raw, space, optimizers)
+    _check_one_kind_per_field(space, family_space, model_space)
+    return space, family_space, model_space
+
+
+def _override_keys(model_specs: Mapping[str, ModelSpec]) -> Tuple[List[str], List[str]]:
+    """The families and the models that may key an override in `space:`."""
+    families = [*FAMILIES, *sorted({s.family for s in model_specs.values()} - set(FAMILIES))]
+    models = [*list_models(), *(m for m in model_specs if is_timm(m))]
+    return families, models
+
+
+def _override(key: str, value: Any) -> Dict[str, Box]:
+    """A family's or model's override in `space:`, optimizer -> box."""
+    if not isinstance(value, dict):
+        _reject(f"space.{key}", value, "a mapping of optimizer -> {lr, wd}")
+    for opt in value:  # every optimizer name is checked before any box
+        if opt not in OPTIMIZERS:
+            _reject(f"space.{key}", opt, ", ".join(OPTIMIZERS), OPTIMIZERS)
+    return {opt: _box(f"space.{key}.{opt}", box) for opt, box in value.items()}
+
+
+def _check_every_optimizer_boxed(raw: Mapping, space: Mapping[str, Box], optimizers: Tuple[str, ...]) -> None:
+    """SpecError naming the first listed optimizer that `space:` gives no box."""
     for opt in optimizers:
         if opt not in space:
             _reject("space", sorted(raw), f"a box for every listed optimizer; missing {opt!r}")
+
+
+def _check_one_kind_per_field(
+    space: Mapping[str, Box],
+    family_space: Mapping[str, Mapping[str, Box]],
+    model_space: Mapping[str, Mapping[str, Box]],
+) -> None:
+    """SpecError naming the first box that varies a recipe field with another distribution than an earlier box."""
     kinds: Dict[str, Tuple[str, str]] = {}
     for where, _, _, box in _named_boxes(space, family_space, model_space):
         for name, dist in box.recipe:
@@ -332,7 +359,6 @@ def _space(
             first_kind, first_where = kinds.setdefault(name, (dist.kind, where))
             if first_kind != dist.kind:
                 _reject(f"{where}.{name}", dist.raw(), f"a {first_kind} distribution, as in {first_where}.{name}")
-    return space, family_space, model_space
 
 
 def sampled_fields(raw_space: Any, raw_models: Any = None) -> Dict[str, str]:
@@ -348,6 +374,7 @@ def sampled_fields(raw_space: Any, raw_models: Any = None) -> Dict[str, str]:
 
 
 def _recipe(raw: Any, check_paths: bool) -> Dict[str, Any]:
+    """The spec's `recipe:`, TrialConfig fields fixed for every trial, with an init checkpoint pinned."""
     if raw is None:
         return {}
     if not isinstance(raw, dict):
@@ -362,6 +389,7 @@ def _recipe(raw: Any, check_paths: bool) -> Dict[str, Any]:
 
 
 def _resources(raw: Any) -> Resources:
+    """The spec's `resources:`, cpu and gpu per trial."""
     raw = raw or {}
     if not isinstance(raw, dict) or set(raw) - {"cpu", "gpu"}:
         typo = min(set(raw) - {"cpu", "gpu"}, key=str) if isinstance(raw, dict) else None
@@ -414,86 +442,40 @@ def _models(value: Any) -> Dict[str, ModelSpec]:
 
 def parse_spec(raw: Any, check_paths: bool = True) -> StudySpec:
     """Validate a raw spec mapping (as loaded from YAML) into a StudySpec."""
-    if not isinstance(raw, dict):
-        raise SpecError(f"spec: the file holds {_a(type(raw))}; allowed: a YAML mapping of the spec's keys")
-    unknown = sorted(set(raw) - _KEYS, key=str)
-    if unknown:
-        _reject("spec", unknown[0], f"the keys {', '.join(sorted(_KEYS))} (unknown keys are errors)", sorted(_KEYS))
-    name = raw.get("name")
-    if not isinstance(name, str) or not STUDY_NAME.fullmatch(name):
-        _reject(
-            "name",
-            name,
-            STUDY_NAME_RULE
-            + (
-                ""
-                if isinstance(name, str) or name is None
-                else " (quote it: YAML reads an unquoted 2001-12-14 as a date, 1e3 as a number)"
-            ),
-        )
-    try:
-        dataset = DataSpec.from_config(raw.get("dataset", "digits"))
-    except DataError as exc:
-        raise SpecError(f"{exc}{_dataset_hint(raw.get('dataset'))}")
+    # The fields are checked in this order so that the first bad one is the one an error names.
+    _check_keys(raw)
+    name = _name(raw.get("name"))
+    dataset = _dataset(raw)
     model_specs = _models(raw.get("models"))
-    models = tuple(model_specs)
     optimizers = _nonempty_list(raw, "optimizers", OPTIMIZERS)
-    epochs = _nonempty_list(raw, "epochs", kind=int)
-    for e in epochs:
-        if not whole_in(e, 1, MAX_EPOCHS):
-            _reject("epochs", e, f"integers in [1, {MAX_EPOCHS}]")
-    seeds = _nonempty_list(raw, "seeds", kind=int) if "seeds" in raw else (0,)
-    for s in seeds:
-        if not whole_in(s, 0, MAX_SEED):
-            _reject("seeds", s, "integers in [0, 2**63)")
-    samples = raw.get("samples")
-    if not isinstance(samples, int) or not whole_in(samples, 1, MAX_TRIALS):  # isinstance narrows the type
-        _reject("samples", samples, f"an integer in [1, {MAX_TRIALS}]")
-    n_trials = len(models) * len(optimizers) * len(epochs) * samples * len(seeds)
-    if n_trials > MAX_TRIALS:
-        _reject(
-            "samples",
-            samples,
-            f"at most {MAX_TRIALS} trials per study; this spec has {len(models)} "
-            f"models x {len(optimizers)} optimizers x {len(epochs)} epochs x "
-            f"{samples} samples x {len(seeds)} seeds = {n_trials} (split it into studies)",
-        )
-    sampler = raw.get("sampler", "random")
-    if sampler not in SAMPLERS:
-        _reject("sampler", sampler, ", ".join(SAMPLERS), SAMPLERS)
-    paired = raw.get("paired", True)
-    if not isinstance(paired, bool):
-        _reject("paired", paired, "true or false")
-    max_retries = raw.get("max_retries", 2)
-    if not whole_in(max_retries, 0, MAX_RETRIES):
-        _reject("max_retries", max_retries, f"an integer in [0, {MAX_RETRIES}]")
-    sampler_seed = raw.get("sampler_seed", 0)
-    if not whole_in(sampler_seed, 0, MAX_SEED):
-        _reject("sampler_seed", sampler_seed, "an integer in [0, 2**63)")
-    fuse = raw.get("fuse", "auto")
-    if fuse is False:  # YAML 1.1 reads an unquoted `off` (or `no`, `false`) as false
-        fuse = "off"
-    if fuse is True:
-        _reject("fuse", fuse, "off, auto or an integer K >= 1 (YAML reads on/yes/true as true: write auto or K)")
-    if not (fuse in FUSE_MODES or (isinstance(fuse, int) and not isinstance(fuse, bool) and fuse >= 1)):
-        _reject("fuse", fuse, "off, auto or an integer K >= 1", FUSE_MODES)
+    epochs = _integers(raw, "epochs", 1, MAX_EPOCHS, f"integers in [1, {MAX_EPOCHS}]")
+    seeds = _integers(raw, "seeds", 0, MAX_SEED, "integers in [0, 2**63)") if "seeds" in raw else (0,)
+    samples = _samples(raw.get("samples"))
+    _check_trial_count(len(model_specs), len(optimizers), len(epochs), samples, len(seeds))
+    sampler = _sampler(raw.get("sampler", "random"))
+    paired = _paired(raw.get("paired", True))
+    max_retries = _max_retries(raw.get("max_retries", 2))
+    sampler_seed = _sampler_seed(raw.get("sampler_seed", 0))
+    fuse = _fuse(raw.get("fuse", "auto"))
     space, family_space, model_space = _space(raw.get("space"), optimizers, model_specs)
+    recipe = _recipe(raw.get("recipe"), check_paths)
+    resources = _resources(raw.get("resources"))
     spec = StudySpec(
         name=name,
         dataset=dataset,
-        models=models,
+        models=tuple(model_specs),
         optimizers=optimizers,
         epochs=epochs,
         samples=samples,
         space=space,
         family_space=family_space,
         model_space=model_space,
-        recipe=_recipe(raw.get("recipe"), check_paths),
+        recipe=recipe,
         sampler=sampler,
         paired=paired,
         sampler_seed=sampler_seed,
         seeds=seeds,
-        resources=_resources(raw.get("resources")),
+        resources=resources,
         max_retries=max_retries,
         fuse=fuse,
         source=raw,
@@ -501,8 +483,108 @@ def parse_spec(raw: Any, check_paths: bool = True) -> StudySpec:
     )
     _check_recipe_values(spec)
     _check_space_values(spec)
-    try:  # the path checked; a prepared folder's digest pinned, so trial keys name its arrays
-        return dataclasses.replace(spec, dataset=pin_data(dataset, must_exist=check_paths))
+    return _pin_dataset(spec, check_paths)
+
+
+def _check_keys(raw: Any) -> None:
+    """SpecError unless the spec is a mapping of known keys (the first unknown one named)."""
+    if not isinstance(raw, dict):
+        raise SpecError(f"spec: the file holds {_a(type(raw))}; allowed: a YAML mapping of the spec's keys")
+    unknown = sorted(set(raw) - _KEYS, key=str)
+    if unknown:
+        _reject("spec", unknown[0], f"the keys {', '.join(sorted(_KEYS))} (unknown keys are errors)", sorted(_KEYS))
+
+
+def _name(value: Any) -> str:
+    """The study's `name:`, a string that STUDY_NAME matches."""
+    if not isinstance(value, str) or not STUDY_NAME.fullmatch(value):
+        # YAML reads some unquoted names as other types; say how to keep them strings
+        unquoted = not (isinstance(value, str) or value is None)
+        quote = " (quote it: YAML reads an unquoted 2001-12-14 as a date, 1e3 as a number)" if unquoted else ""
+        _reject("name", value, STUDY_NAME_RULE + quote)
+    return value
+
+
+def _dataset(raw: Mapping) -> DataSpec:
+    """The spec's `dataset:` (digits when absent) as a DataSpec, not yet pinned."""
+    try:
+        return DataSpec.from_config(raw.get("dataset", "digits"))
+    except DataError as exc:
+        raise SpecError(f"{exc}{_dataset_hint(raw.get('dataset'))}")
+
+
+def _integers(raw: Mapping, key: str, low: int, high: int, allowed: str) -> Tuple[int, ...]:
+    """`key`: a non-empty list of integers in [low, high] without repeats."""
+    values = _nonempty_list(raw, key, kind=int)
+    for value in values:
+        if not whole_in(value, low, high):
+            _reject(key, value, allowed)
+    return values
+
+
+def _samples(value: Any) -> int:
+    """`samples:`, the samples per cell, an integer in [1, MAX_TRIALS]."""
+    if not isinstance(value, int) or not whole_in(value, 1, MAX_TRIALS):  # isinstance narrows the type
+        _reject("samples", value, f"an integer in [1, {MAX_TRIALS}]")
+    return value
+
+
+def _check_trial_count(models: int, optimizers: int, epochs: int, samples: int, seeds: int) -> None:
+    """SpecError naming `samples` when the study would have more than MAX_TRIALS trials."""
+    n_trials = models * optimizers * epochs * samples * seeds
+    if n_trials > MAX_TRIALS:
+        _reject(
+            "samples",
+            samples,
+            f"at most {MAX_TRIALS} trials per study; this spec has {models} "
+            f"models x {optimizers} optimizers x {epochs} epochs x "
+            f"{samples} samples x {seeds} seeds = {n_trials} (split it into studies)",
+        )
+
+
+def _sampler(value: Any) -> str:
+    """`sampler:`, one of SAMPLERS."""
+    if value not in SAMPLERS:
+        _reject("sampler", value, ", ".join(SAMPLERS), SAMPLERS)
+    return value
+
+
+def _paired(value: Any) -> bool:
+    """`paired:`, true or false."""
+    if not isinstance(value, bool):
+        _reject("paired", value, "true or false")
+    return value
+
+
+def _max_retries(value: Any) -> int:
+    """`max_retries:`, an integer in [0, MAX_RETRIES]."""
+    if not whole_in(value, 0, MAX_RETRIES):
+        _reject("max_retries", value, f"an integer in [0, {MAX_RETRIES}]")
+    return value
+
+
+def _sampler_seed(value: Any) -> int:
+    """`sampler_seed:`, an integer in [0, 2**63)."""
+    if not whole_in(value, 0, MAX_SEED):
+        _reject("sampler_seed", value, "an integer in [0, 2**63)")
+    return value
+
+
+def _fuse(value: Any) -> Any:
+    """`fuse:`, off, auto or an integer K >= 1."""
+    if value is False:  # YAML 1.1 reads an unquoted `off` (or `no`, `false`) as false
+        value = "off"
+    if value is True:
+        _reject("fuse", value, "off, auto or an integer K >= 1 (YAML reads on/yes/true as true: write auto or K)")
+    if not (value in FUSE_MODES or (isinstance(value, int) and not isinstance(value, bool) and value >= 1)):
+        _reject("fuse", value, "off, auto or an integer K >= 1", FUSE_MODES)
+    return value
+
+
+def _pin_dataset(spec: StudySpec, check_paths: bool) -> StudySpec:
+    """The spec with its dataset's path checked and a prepared folder's digest pinned."""
+    try:  # so that trial keys name a prepared folder's arrays
+        return dataclasses.replace(spec, dataset=pin_data(spec.dataset, must_exist=check_paths))
     except DataError as exc:
         raise SpecError(str(exc))
 

@@ -8,7 +8,7 @@ Nothing downloads: `init` names a local file, a torch state dict (.pt, .pth, .bi
 
 import sys
 from functools import lru_cache
-from typing import Dict, List
+from typing import Any, Dict, List, Mapping
 
 import torch
 from timm.models import load_state_dict
@@ -31,6 +31,7 @@ def _classifier_keys(model: nn.Module) -> List[str]:
 
 
 def _named(keys: List[str]) -> str:
+    """The first NAMED keys, comma-separated, and how many more."""
     more = f" (+{len(keys) - NAMED} more)" if len(keys) > NAMED else ""
     return ", ".join(keys[:NAMED]) + more
 
@@ -40,6 +41,26 @@ def load_checkpoint(model: nn.Module, path: str, model_name: str) -> bool:
     another image size are resized by timm). Its classifier is kept as built, i.e. re-initialised, when
     the checkpoint's class count differs or it has none; returns whether it was. ConfigError naming the
     first mismatched keys when the checkpoint does not fit."""
+    state = _read_state(path)
+    own = model.state_dict()
+    state = _resized(model, state, own)
+    head = _classifier_keys(model)
+    reinit = any(key not in state or state[key].shape != own[key].shape for key in head)
+    if reinit:
+        state = {k: v for k, v in state.items() if k not in head}
+    problems = _fit_problems(state, own, head)
+    if problems:
+        raise ConfigError(
+            f"init: {shown(path)} does not fit model {model_name}: {'; '.join(problems)}; allowed: "
+            f"a checkpoint of {model_name} (any class count)"
+        )
+    with torch.no_grad():
+        model.load_state_dict(state, strict=False)
+    return reinit
+
+
+def _read_state(path: str) -> Dict[str, Any]:
+    """The checkpoint's state dict (its EMA weights where it holds them); ConfigError unless all tensors."""
     try:
         state = load_state_dict(path, use_ema=True, weights_only=True)
     except Exception as exc:  # torch.load and safetensors raise many types for a file they cannot read
@@ -52,14 +73,20 @@ def load_checkpoint(model: nn.Module, path: str, model_name: str) -> bool:
             f"{type(state[loose]).__name__}; allowed: {CHECKPOINT_KINDS}, e.g. a model's "
             f"state_dict() saved with torch.save"
         )
-    own = model.state_dict()
+    return state
+
+
+def _resized(model: nn.Module, state: Dict[str, Any], own: Mapping[str, Any]) -> Dict[str, Any]:
+    """The state with the entries the model's timm module filters (checkpoint_filter_fn) as it adapts them."""
     timm_filter = getattr(sys.modules[type(model).__module__], "checkpoint_filter_fn", None)
-    if timm_filter is not None:  # timm's: resizes position embeddings and tables to the model's image size
-        state = {**state, **timm_filter({k: v for k, v in state.items() if k in own}, model)}
-    head = _classifier_keys(model)
-    reinit = any(key not in state or state[key].shape != own[key].shape for key in head)
-    if reinit:
-        state = {k: v for k, v in state.items() if k not in head}
+    if timm_filter is None:
+        return state
+    # timm's filter resizes position embeddings and tables to the model's image size
+    return {**state, **timm_filter({k: v for k, v in state.items() if k in own}, model)}
+
+
+def _fit_problems(state: Mapping[str, Any], own: Mapping[str, Any], head: List[str]) -> List[str]:
+    """What keeps the state from loading into the model: missing, unexpected and mis-shaped keys, first few each."""
     missing = [k for k in own if k not in state and k not in head]
     unexpected = [k for k in state if k not in own]
     shapes = [
@@ -67,19 +94,11 @@ def load_checkpoint(model: nn.Module, path: str, model_name: str) -> bool:
         for k in state
         if k in own and state[k].shape != own[k].shape
     ]
-    problems = [
+    return [
         f"{what} {_named(keys)}"
         for what, keys in (("missing", missing), ("unexpected", unexpected), ("shape (checkpoint vs model)", shapes))
         if keys
     ]
-    if problems:
-        raise ConfigError(
-            f"init: {shown(path)} does not fit model {model_name}: {'; '.join(problems)}; allowed: "
-            f"a checkpoint of {model_name} (any class count)"
-        )
-    with torch.no_grad():
-        model.load_state_dict(state, strict=False)
-    return reinit
 
 
 def parameter_groups(model: nn.Module) -> Dict[int, List[str]]:
