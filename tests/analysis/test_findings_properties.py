@@ -37,6 +37,7 @@ from hpstudy.analysis.findings import (
     findings,
     findings_table,
 )
+from hpstudy.analysis.findings.compute import DELTA_APPROXIMATE_FROM
 from hpstudy.analysis.inference import (
     best_contrast,
     delta_power,
@@ -262,14 +263,17 @@ def check_delta(f: Finding, row: pd.Series) -> Dict[str, str]:
         assert f"{label} {g.diverged}/{g.n}" in s
     if f.verdict == "inconclusive" and t.decidable:
         detectable = re.search(r"detectable at 80% power: a probability ≥ ([\d.]+) or ≤ ([\d.]+)", s)
-        if np.isfinite(d.detectable):
+        if min(t.n) < DELTA_APPROXIMATE_FROM:  # the normal approximation overstates the power: nothing stated
+            assert d.detectable is None and not detectable and pd.isna(row["detectable"])
+            assert "below 24 trials per model this test's power is far under its normal approximation" in s
+        elif np.isfinite(d.detectable):
             assert detectable and agrees(d.detectable, detectable.group(1))
             assert agrees(1 - d.detectable, detectable.group(2)) and agrees(row["detectable"], detectable.group(1))
         else:
             assert "no difference is detectable at 80% power with these n" in s
         need = re.search(r"about (\d+) trials per model would find ([\d.]+) at 80% power", s)
-        if need:  # a plan: more trials than already ran, and enough for 80% power at the observed effect
-            assert int(need.group(1)) == d.trials_needed > max(t.n)
+        if need:  # a plan: more trials than already ran, at least 24, and enough for 80% power at the effect
+            assert int(need.group(1)) == d.trials_needed > max(t.n) and d.trials_needed >= DELTA_APPROXIMATE_FROM
             assert delta_power(t.estimate, (d.trials_needed, d.trials_needed)) >= 0.8
             assert agrees(t.estimate, need.group(2))
         else:

@@ -61,7 +61,8 @@ class DeltaDetail:
     area: float  # mean Δ of b - mean Δ of a (positive: a's trials nearer its best)
     area_ci: Tuple[float, float]  # bootstrap 95% interval of the area, references recomputed
     within: Tuple[float, float]  # share of a's and of b's trials within WITHIN points of their best
-    detectable: float  # the nearer-probability found at 80% power at these n (Noether)
+    detectable: Optional[float]  # the nearer-probability found at 80% power at these n (Noether); None below
+    # compute.DELTA_APPROXIMATE_FROM trials per model, where the approximation overstates the test's power
     trials_needed: Optional[int]  # per model, for the observed effect at 80% power; None if decided or no more
 
 

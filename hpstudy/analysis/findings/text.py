@@ -215,11 +215,16 @@ def _edf_sentence(f: Finding) -> str:
     need = ""
     if d.trials_needed is not None:
         need = f" (about {d.trials_needed} trials per model would find {t.estimate:.2f} at {POWER:.0%} power)"
-    detectable = (
-        f"; detectable at {POWER:.0%} power: a probability ≥ {d.detectable:.2f} or ≤ {1 - d.detectable:.2f}"
-        if np.isfinite(d.detectable)
-        else f"; no difference is detectable at {POWER:.0%} power with these n"
-    )
+    if d.detectable is None:
+        detectable = (
+            "; below 24 trials per model this test's power is far under its normal approximation (measured in "
+            "docs/calibration.md), so no detectable difference is stated"
+        )
+    elif np.isfinite(d.detectable):
+        low, high = 1 - d.detectable, d.detectable
+        detectable = f"; detectable at {POWER:.0%} power: a probability ≥ {high:.2f} or ≤ {low:.2f}"
+    else:
+        detectable = f"; no difference is detectable at {POWER:.0%} power with these n"
     return (
         f"{a} vs {b} Δ-EDFs ({where}): {undecided(f)}: a random {a} trial is nearer its best than a random {b} "
         f"trial with probability {t.estimate:.2f} (1/2: no difference; {RULES['delta']}, {p_text(t)}, n = {n})"
