@@ -40,7 +40,8 @@ RANGES_BEYOND_LOG = " (linear values of a uniform or int one; per value of a cho
 @dataclass(frozen=True)
 class Study:
     """What every figure entry reads: the study's rows, the counted ones, the good ranges per cell,
-    the metric, the sampled hyperparameters and the models' size classes."""
+    the metric, the sampled hyperparameters and the models' size classes (the sampled cells found once,
+    for every entry)."""
 
     trials: pd.DataFrame
     rows: Rows
@@ -49,12 +50,12 @@ class Study:
     keys: Keys
     sizes: Optional[Mapping[str, str]]
 
-    @property
+    @functools.cached_property
     def sampled(self) -> pd.DataFrame:
         """The trials of the cells that sampled lr/wd (seed-only cells are not lr/wd studies)."""
         return sampled_cells(self.trials)
 
-    @property
+    @functools.cached_property
     def sampled_rows(self) -> pd.DataFrame:
         """The counted trials of the cells that sampled lr/wd."""
         return sampled_cells(self.rows.kept)

@@ -13,7 +13,7 @@ import yaml
 from scipy import stats
 
 from hpstudy.analysis.findings import Seeds, claims_table, findings, findings_table, fmt_p, sig3
-from hpstudy.analysis.findings.compute import DELTA_APPROXIMATE_FROM
+from hpstudy.analysis.findings.model import DELTA_APPROXIMATE_FROM
 from hpstudy.analysis.gaps import optimizer_gap
 from hpstudy.analysis.inference import (
     CALIBRATION_STUDIES,

@@ -29,6 +29,7 @@ def test_a_big_samples_verdict_is_the_full_first_looks(monkeypatch, shift):
     rng = np.random.default_rng(7)
     ea = np.round(rng.gamma(2.0, 2.0, 1200) * 3.6) / 3.6 + 10
     eb = np.round(rng.gamma(2.0, 2.0 * (1 + shift), 1200) * 3.6) / 3.6 + 12
+    assert first_look(len(ea) + len(eb)) == 2 * BLOCK < FIRST  # the bound is what this test runs
     bounded = delta_test(ea, eb)
     monkeypatch.setattr(permutation, "FIRST_VALUES", 10**12)
     full = delta_test(ea, eb)

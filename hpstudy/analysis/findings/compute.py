@@ -31,7 +31,14 @@ import pandas as pd
 from scipy import stats as sps
 
 from hpstudy.analysis.catalogue import catalogue_order, model_label
-from hpstudy.analysis.findings.model import DeltaDetail, Finding, GapDetail, Level, ScopeDetail
+from hpstudy.analysis.findings.model import (
+    DELTA_APPROXIMATE_FROM,
+    DeltaDetail,
+    Finding,
+    GapDetail,
+    Level,
+    ScopeDetail,
+)
 from hpstudy.analysis.findings.text import WITHIN
 from hpstudy.analysis.inference import (
     ALPHA,
@@ -55,10 +62,6 @@ from hpstudy.trainers.schema import DIVERGED, FAILED
 
 SEED = 0  # mixed with the data into the area's bootstrap (inference.data_rng)
 PAIR, SINGLE = (1.0, -1.0, -1.0, 1.0), (1.0, -1.0)
-# The Δ-EDF test's power follows Noether's normal approximation from about this many trials per model; below,
-# it is far lower (docs/calibration.md, 1,000 normal studies a cell: a 4x spread found 0.11 of the time at
-# n = 8, 0.97 at 24; 2x: 0.01 and 0.42), so no detectable difference is stated and no plan asks for fewer
-DELTA_APPROXIMATE_FROM = 24
 SD_RANGE = 0.8  # the central share of a seed sd's chi-square interval a detectable difference is shown over
 
 

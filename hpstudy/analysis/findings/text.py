@@ -8,7 +8,14 @@ from typing import Callable, Dict, Optional, Sequence, Tuple
 import numpy as np
 
 from hpstudy.analysis.catalogue import model_label
-from hpstudy.analysis.findings.model import DeltaDetail, Finding, GapDetail, Level, ScopeDetail
+from hpstudy.analysis.findings.model import (
+    DELTA_APPROXIMATE_FROM,
+    DeltaDetail,
+    Finding,
+    GapDetail,
+    Level,
+    ScopeDetail,
+)
 from hpstudy.analysis.inference import POWER, RULES, Test
 from hpstudy.analysis.montecarlo import RISK
 
@@ -217,8 +224,8 @@ def _edf_sentence(f: Finding) -> str:
         need = f" (about {d.trials_needed} trials per model would find {t.estimate:.2f} at {POWER:.0%} power)"
     if d.detectable is None:
         detectable = (
-            "; below 24 trials per model this test's power is far under its normal approximation (measured in "
-            "docs/calibration.md), so no detectable difference is stated"
+            f"; below {DELTA_APPROXIMATE_FROM} trials per model this test's power is far under its normal "
+            "approximation (measured in docs/calibration.md), so no detectable difference is stated"
         )
     elif np.isfinite(d.detectable):
         low, high = 1 - d.detectable, d.detectable
