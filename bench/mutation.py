@@ -323,9 +323,9 @@ def _installed(module: str) -> str:
 
 
 def _scratch(work: Path, modules: List[str]) -> Path:
-    """A fresh copy of the tree for the mutants (mutmut writes mutants/ there, never here), with the
-    packages laid out as installed (hpstudy/analysis, ...): the tests import hpstudy.analysis, and
-    mutmut's mutants/ must come before the editable install on the import path under that name."""
+    """A fresh copy of the tree for the mutants (mutmut writes mutants/ there, never here), links kept:
+    the tests import hpstudy.analysis, and mutmut's mutants/ must come before the editable install on
+    the import path under that name."""
     path = work / "tree"
     if path.exists():
         shutil.rmtree(path)
@@ -333,14 +333,19 @@ def _scratch(work: Path, modules: List[str]) -> Path:
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache")
     tracked = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout
     copied = sorted({line.split("/", 1)[0] for line in tracked.splitlines()})  # the tests read docs and configs too
+    links = [name for name in copied if (REPO / name).is_symlink()]  # analysis/, study/, trainers/ -> hpstudy/
+    for name in links:  # in mutants/ too, made before mutmut runs: its also_copy would copy the unmutated code
+        for root in (path, path / "mutants"):
+            root.mkdir(exist_ok=True)
+            (root / name).symlink_to(os.readlink(REPO / name))
     for name in copied:
         source = REPO / name
+        if name in links:
+            continue
         if source.is_dir():
-            shutil.copytree(source, path / name, ignore=ignore)
+            shutil.copytree(source, path / name, ignore=ignore, symlinks=True)
         elif source.exists():
             shutil.copy2(source, path / name)
-    for folder in ("analysis", "trainers", "study"):
-        shutil.copytree(REPO / folder, path / "hpstudy" / folder, ignore=ignore)
     lines = [
         "[mutmut]",
         "source_paths =",
@@ -348,7 +353,7 @@ def _scratch(work: Path, modules: List[str]) -> Path:
         "only_mutate =",
         *(f"    {_installed(module)}" for module in modules),
         "also_copy =",
-        *(f"    {name}" for name in copied if name not in {"hpstudy", "tests"}),
+        *(f"    {name}" for name in copied if name not in {"hpstudy", "tests", *links}),
         "pytest_add_cli_args_test_selection =",
         *(f"    {arg}" for arg in TESTS),
         "pytest_add_cli_args =",
