@@ -13,6 +13,7 @@ from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Se
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as pads
 import pyarrow.fs as pafs
 
@@ -171,12 +172,27 @@ def _load(root: str, table: str, study: Optional[str], columns: Optional[Sequenc
     if fs.get_file_info(path).type == pafs.FileType.NotFound:
         return _empty(TABLES[table], columns)
     files = _list_files(fs, path + (f"/study={study}" if study else ""))
-    frame = _read_groups(fs, path, files, table, columns).to_pandas()
+    frame = to_frame(_read_groups(fs, path, files, table, columns))
     if table == "trials":
         frame = frame.sort_values("finished_at", kind="stable").drop_duplicates(["study", "trial_key"], keep="last")
     else:
         frame = _rows_of_newest_file(fs, frame).drop_duplicates(["study", "trial_key", "epoch"], keep="last")
     return frame.reset_index(drop=True)
+
+
+FLOAT_EXACT = 2**53  # the largest integer magnitude below which float64 holds every integer
+
+
+def to_frame(table: pa.Table) -> pd.DataFrame:
+    """The table as pandas makes it (an integer column with a null is float64, the null NaN), except an
+    integer column with a null and a value float64 would round (a seed of 2**53 + 1): nullable Int64."""
+    frame = table.to_pandas()
+    for name, column in zip(table.column_names, table.columns):
+        if pa.types.is_integer(column.type) and column.null_count and len(column) > column.null_count:
+            largest = pc.max(pc.abs(column)).as_py()
+            if largest > FLOAT_EXACT:
+                frame[name] = column.to_pandas(types_mapper={column.type: pd.Int64Dtype()}.get)
+    return frame
 
 
 FILE = "__filename"  # pyarrow's name for the file a dataset row was read from
