@@ -9,6 +9,7 @@ import yaml
 from hpstudy.study.gpu_plan import memory_plan
 from hpstudy.study.sampling import first_trials
 from hpstudy.study.spec import parse_spec, resolve_config
+from hpstudy.trainers import zoo
 from hpstudy.trainers.config import TrialConfig
 from hpstudy.trainers.memory import peak_memory_gb
 from tests.helpers import small_spec
@@ -124,3 +125,22 @@ def test_a_study_that_samples_the_batch_is_planned_at_each_model_s_largest_setti
     assert [(t.model, t.optimizer) for t in memory_trials(plain)] == [
         (m, o) for m in plain.models for o in plain.optimizers
     ]
+
+
+def _peak(checkpointing: bool):
+    """The bundled peak-performance spec, its 36 GF ViTs with or without gradient checkpointing."""
+    with open(resolve_config("paper_peak")) as f:
+        raw = yaml.safe_load(f)
+    for model in ("vit_p_36gf", "vit_c_36gf"):
+        raw["space"][model]["adamw"]["grad_checkpointing"] = checkpointing
+    return parse_spec(raw, check_paths=False)
+
+
+@pytest.mark.slow
+def test_the_peak_spec_holds_every_paper_model_and_fits_an_a100_by_checkpointing_the_36_gf_vits():
+    spec = _peak(True)
+    paper = {m for m in zoo.list_models() if m.startswith(("vit_p_", "vit_c_", "regnety_")) and "tiny" not in m}
+    assert set(spec.models) == paper  # every size, 1 to 36 GF
+    assert set(_verdicts(spec, 40).values()) == {"fits"}
+    without = _verdicts(_peak(False), 40)
+    assert {model for model, verdict in without.items() if verdict != "fits"} == {"vit_p_36gf", "vit_c_36gf"}
