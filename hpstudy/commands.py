@@ -73,8 +73,8 @@ def dry_run_warnings(path: str, spec: StudySpec, args: argparse.Namespace) -> Li
 def print_plan(spec: StudySpec, store: str, assume_tflops: Optional[float]) -> None:
     """The dry-run plan: trials per cell, boxes, resources and estimated trial-hours. Trials are
     counted, not expanded, unless some of the study is stored (then expanded, to match keys)."""
-    from hpstudy.study.fusion import fusion_notes  # torch, as flops
-    from hpstudy.trainers.flops import model_profile
+    from hpstudy.study.fusion import fusion_notes  # torch and timm (its fused trainer)
+    from hpstudy.trainers.flops import model_profile  # counts a model not in the model counts' cache (torch)
 
     n_train = nominal_train_size(spec.dataset)  # the dataset's registered nominal size (image folders: ImageNet-1k)
     tflops = assume_tflops or (100.0 if spec.resources.gpu else 0.02)
@@ -166,7 +166,7 @@ def run(args: argparse.Namespace) -> int:
     check_samples(spec)
     check_trackers(settings.trackers, keep=not args.dry_run)  # folders made and probed (a dry run's removed again)
     if args.dry_run:
-        from hpstudy.study.gpu_plan import memory_plan, memory_trials  # torch and timm
+        from hpstudy.study.gpu_plan import memory_plan, memory_trials  # torch and timm for a model not counted before
 
         for warning in dry_run_warnings(path, spec, args):
             print(f"warning: {warning} (a run stops here; the dry run's plan does not need it)", flush=True)

@@ -1,12 +1,21 @@
 """Shared test settings: CPU only, one thread, deterministic."""
 
+import atexit
 import os
+import shutil
+import tempfile
 
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 # One torch thread (read when torch is first imported, so no import here: collection stays light). The
 # tiny models gain little from a second thread, and a second one spin-waits whenever the machine is
 # busy: a 2-epoch CNN trial took 66-85 s with 2 threads on a loaded 2-core machine, 2.5-6.6 s with 1.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+# The tests' cache folder is never the user's: model counts and fusion measurements (hpstudy.trainers.model_counts,
+# hpstudy.study.fusion_cache) go to a fresh folder for the session, set before anything is collected, so every
+# test module and every subprocess a test starts sees it.
+os.environ["HPSTUDY_CACHE_DIR"] = tempfile.mkdtemp(prefix="hpstudy-test-cache-")
+atexit.register(shutil.rmtree, os.environ["HPSTUDY_CACHE_DIR"], ignore_errors=True)
 
 # A local Ray started by the tests binds to loopback only, as run_edf.py's does (ray reads this
 # when first imported).
@@ -22,7 +31,6 @@ settings.register_profile("hpstudy", deadline=None, print_blob=True, suppress_he
 settings.register_profile("ci", settings.get_profile("hpstudy"), derandomize=True)
 settings.load_profile("hpstudy")
 
-import shutil  # noqa: E402
 import subprocess  # noqa: E402
 import uuid  # noqa: E402
 

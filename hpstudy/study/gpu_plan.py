@@ -8,6 +8,7 @@ from hpstudy.trainers.config import TrialConfig
 from hpstudy.trainers.data_spec import nominal_classes
 from hpstudy.trainers.errors import ConfigError
 from hpstudy.trainers.memory import peak_memory_gb
+from hpstudy.trainers.model_counts import trial_config
 
 # cluster.yaml's p4d.24xlarge nodes carry A100s with 40 GB each.
 DEFAULT_GPU_MEMORY_GB = 40.0
@@ -29,7 +30,7 @@ def memory_plan(spec: StudySpec, trials: List[PlannedTrial], gpu_memory_gb: Opti
     for trial in trials:
         settings.setdefault(trial.model, {}).setdefault(tuple(trial.config.get(f) for f in MEMORY_FIELDS), trial)
     for model, distinct in settings.items():
-        cfgs = [TrialConfig.from_dict(t.config) for t in distinct.values()]
+        cfgs = [trial_config(t.config) for t in distinct.values()]
         need, cfg = max(((peak_memory_gb(c, classes), c) for c in cfgs), key=lambda pair: pair[0])
         verdict = "fits" if need <= budget else f"DOES NOT FIT: {_fix(cfg, classes, budget)}"
         largest = f" (the largest of {len(cfgs)} sampled settings)" if len(cfgs) > 1 else ""
@@ -55,7 +56,7 @@ def _fix(cfg: TrialConfig, classes: int, budget: float) -> str:
         if cfg.batch_size % steps:
             continue
         try:
-            smaller = TrialConfig.from_dict(dict(cfg.to_dict(), accum_steps=steps))
+            smaller = trial_config(dict(cfg.to_dict(), accum_steps=steps))
         except ConfigError:  # e.g. BatchNorm on micro-batches of one image; smaller ones are refused too
             break
         if peak_memory_gb(smaller, classes) <= budget:

@@ -14,6 +14,7 @@ from hpstudy.trainers.config import MAX_EPOCHS, OPTIMIZERS, TrialConfig
 from hpstudy.trainers.data_spec import DATASETS, MAX_SEED, DataSpec, finite_in, pin_data, whole_in
 from hpstudy.trainers.errors import MAX_SHOWN, ConfigError, DataError, HpstudyError, shown
 from hpstudy.trainers.init_file import pin_init
+from hpstudy.trainers.model_counts import check_timm_name, trial_config
 from hpstudy.trainers.zoo import FAMILIES, TIMM_MODELS, ModelSpec, did_you_mean, get_spec, is_timm, list_models
 
 SAMPLERS = ("random", "sobol", "grid")
@@ -605,12 +606,12 @@ def _dataset_hint(raw: Any) -> str:
 
 def _check_recipe_values(spec: StudySpec, check_model: bool = False) -> None:
     """Build one TrialConfig per model so bad recipe values fail now, not in a worker; an error
-    about a recipe field is named `recipe.<field>`. With `check_model`, each model is also built on the
-    meta device (TrialConfig.check_model), which imports torch: see check_models."""
+    about a recipe field is named `recipe.<field>`. With `check_model`, each model's own checks run too
+    (TrialConfig.check_model, read back from the model counts' cache when made before): see check_models."""
     for model in spec.models:
         box = spec.box(model, spec.optimizers[0])
         try:
-            TrialConfig.from_dict(
+            trial_config(
                 dict(
                     spec.recipe,
                     model=model,
@@ -677,9 +678,8 @@ def _check_space_values(spec: StudySpec) -> None:
 def check_models(spec: StudySpec) -> None:
     """SpecError when a model of the spec cannot train as its recipe and dataset ask (image size, batches of
     one image under BatchNorm, `freeze` beyond its parameter groups): run before any trial, after the
-    spec was read (reading it imports no torch; this does), or timm does not know a timm: model's name."""
-    from hpstudy.trainers.models import check_timm_name
-
+    spec was read, or timm does not know a timm: model's name. Reading the spec imports no torch; this builds
+    the models (torch, timm) unless each outcome is in the model counts' cache (hpstudy.trainers.model_counts)."""
     for index, model in enumerate(spec.models):
         try:
             check_timm_name(model)

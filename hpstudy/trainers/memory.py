@@ -9,20 +9,29 @@ the CUDA context come on top: `OVERHEAD_GB`).
 
 from functools import lru_cache
 
-import torch
-
 from hpstudy.trainers.config import TrialConfig
-from hpstudy.trainers.models import build_model
+from hpstudy.trainers.flops import parameter_count
+from hpstudy.trainers.model_counts import cached
 
 OVERHEAD_GB = 2.0  # CUDA context, cuDNN/cuBLAS workspaces, allocator slack
 OPTIMIZER_STATE = {"adamw": 2, "sgd": 1}  # fp32 tensors of state per parameter
 
 
 @lru_cache(maxsize=None)
-def activation_bytes_per_image(
-    model: str, num_classes: int, image_size: int, dtype: torch.dtype = torch.bfloat16
-) -> int:
-    """Bytes saved for the backward pass per training image (bf16 activations, as under autocast)."""
+def activation_bytes_per_image(model: str, num_classes: int, image_size: int) -> int:
+    """Bytes saved for the backward pass per training image (bf16 activations, as under autocast), counted
+    once per environment (hpstudy.trainers.model_counts)."""
+    count = lambda: {"activation_bytes": _count_activation_bytes(model, num_classes, image_size)}  # noqa: E731
+    return cached("activation_bytes", model, count, num_classes=num_classes, image_size=image_size)
+
+
+def _count_activation_bytes(model: str, num_classes: int, image_size: int) -> int:
+    """activation_bytes_per_image, counted: one training-mode forward pass in bf16 on the meta device."""
+    import torch
+
+    from hpstudy.trainers.models import build_model
+
+    dtype = torch.bfloat16
     with torch.device("meta"):
         net = build_model(model, num_classes, image_size).to(dtype).train()
         x = torch.zeros(2, 3, image_size, image_size, dtype=dtype)  # 2: BatchNorm needs > 1 sample
@@ -39,13 +48,6 @@ def activation_bytes_per_image(
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         net(x).float().logsumexp(-1).sum()
     return saved[0] // 2
-
-
-@lru_cache(maxsize=None)
-def parameter_count(model: str, num_classes: int, image_size: int) -> int:
-    """Parameters of a registered model (built on the meta device)."""
-    with torch.device("meta"):
-        return sum(p.numel() for p in build_model(model, num_classes, image_size).parameters())
 
 
 def peak_memory_gb(cfg: TrialConfig, num_classes: int, checkpointing_factor: float = 0.25) -> float:
