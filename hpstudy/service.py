@@ -67,15 +67,17 @@ def check_settings(settings: RunSettings) -> None:
 
 def check_local_resources(spec: StudySpec, num_cpus: Optional[int]) -> None:
     """A local Ray can never give a trial more CPUs or GPUs than this machine has."""
-    import torch
-
     cpus = num_cpus or os.cpu_count()  # None when Python cannot tell: then Ray finds out
-    gpus = torch.cuda.device_count()
     if cpus is not None and spec.resources.cpu > cpus:
         raise SpecError(
             f"resources.cpu: bad value {spec.resources.cpu}; allowed: <= {cpus} "
             f"(CPUs of the local Ray; pass --address to use a cluster)"
         )
+    if spec.resources.gpu == 0:
+        return  # torch (2 s to import) only to count GPUs that are asked for
+    import torch
+
+    gpus = torch.cuda.device_count()
     if spec.resources.gpu > gpus:
         raise SpecError(
             f"resources.gpu: bad value {spec.resources.gpu}; allowed: <= {gpus} "

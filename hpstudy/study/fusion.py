@@ -2,7 +2,8 @@
 
 Fused members share everything but PER_MEMBER (lr, wd, seed), so a cell whose box samples a recipe field
 fuses only trials of one sample (its seeds). `fuse: auto` measures what fusion gains once per machine
-(study/fusion_cache.py keeps it). Ray is imported where it is used: the dry run's plan (`fusion_notes`) needs none."""
+(study/fusion_cache.py keeps it). Ray and the fused trainer (torch) are imported where they are used: the
+dry run's plan (`fusion_notes`) needs neither."""
 
 import json
 import logging
@@ -15,7 +16,7 @@ from hpstudy.study.sampling import PlannedTrial
 from hpstudy.study.spec import SpecError, StudySpec
 from hpstudy.trainers.config import TrialConfig
 from hpstudy.trainers.errors import ConfigError
-from hpstudy.trainers.fused import PER_MEMBER, UNSUPPORTED, check_fusable, measure_fusion
+from hpstudy.trainers.fused_spec import PER_MEMBER, UNSUPPORTED, check_fusable
 
 logger = logging.getLogger(__name__)
 AUTO_FUSE_K = 8
@@ -157,6 +158,8 @@ def probed(probe: Probe, path: Optional[str]) -> Tuple[Dict[str, Any], bool]:
     entry = lookup(path, key) if path else None
     if entry:
         return entry, True
+    from hpstudy.trainers.fused import measure_fusion  # torch and timm: only to measure
+
     result = measure_fusion(
         probe.model,
         probe.optimizer,

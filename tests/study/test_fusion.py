@@ -9,7 +9,7 @@ from hpstudy.study.fusion import fusion_groups, fusion_notes, fusion_sizes
 from hpstudy.study.sampling import PlannedTrial, expand
 from hpstudy.study.spec import SpecError, parse_spec
 from hpstudy.trainers.config import TrialConfig
-from hpstudy.trainers.fused import check_fusable
+from hpstudy.trainers.fused_spec import check_fusable
 from tests.helpers import logged, small_spec
 
 

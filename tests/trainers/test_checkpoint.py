@@ -14,7 +14,7 @@ from hpstudy.study.store_read import load_trials
 from hpstudy.trainers.checkpoint import load_checkpoint
 from hpstudy.trainers.config import TrialConfig
 from hpstudy.trainers.errors import ConfigError
-from hpstudy.trainers.fused import check_fusable
+from hpstudy.trainers.fused_spec import check_fusable
 from hpstudy.trainers.init_file import file_sha256
 from hpstudy.trainers.models import build_model
 from hpstudy.trainers.trial import Trainer, train_trial

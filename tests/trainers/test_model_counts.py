@@ -211,12 +211,9 @@ print(json.dumps(sorted({m.split(".")[0] for m in sys.modules} & {"torch", "timm
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="two imports outside the model counts: hpstudy.study.fusion imports hpstudy.trainers.fused (torch, timm) "
-    "at the top, and the dry run's local-resources warning (hpstudy.service.check_local_resources) imports torch",
-)
 def test_a_second_dry_run_imports_no_torch(cache, tmp_path):
+    """The whole dry run of a CPU study, once its counts are cached, in a fresh interpreter: no torch, no timm
+    (fusion's plan reads hpstudy.trainers.fused_spec; GPUs are counted only when a trial asks for one)."""
     spec = write_spec(tmp_path, small_spec(models=["cnn_tiny"], optimizers=["sgd"]))
     store = str(tmp_path / "store")
     assert hpstudy_main(["run", "--config", spec, "--store", store, "--dry-run"]) == 0  # fills the cache
