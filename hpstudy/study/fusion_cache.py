@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Dict, List, Optional
 
+from hpstudy.trainers.model_counts import cache_folder
+
 logger = logging.getLogger(__name__)
 
 FILE = "fusion.json"
@@ -44,10 +46,7 @@ class Probe:
 
 def cache_path() -> str:
     """This user's cache file: in $HPSTUDY_CACHE_DIR, else $XDG_CACHE_HOME/hpstudy/, else ~/.cache/hpstudy/."""
-    folder = os.environ.get("HPSTUDY_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "hpstudy"
-    )
-    return os.path.join(folder, FILE)
+    return os.path.join(cache_folder(), FILE)
 
 
 def machine(probe: Probe) -> Dict[str, str]:
