@@ -13,6 +13,7 @@ import pyarrow.fs as pafs
 
 from hpstudy.analysis.captions import write_captions
 from hpstudy.analysis.edf import EDF_CONVENTION, bootstrap_band, dkw_epsilon
+from hpstudy.analysis.effects import effects_table
 from hpstudy.analysis.figures import STYLE, save_figure
 from hpstudy.analysis.findings import CALIBRATION_DOC, KINDS, findings_table
 from hpstudy.analysis.findings import findings as make_findings
@@ -171,6 +172,7 @@ def _write_report(trials: pd.DataFrame, epochs: pd.DataFrame, record: Optional[D
             "summary": summary_table(trials, metric),
             **{kind: findings_table(found, kind) for kind in KINDS if kind != "scope"},
             "good_ranges": ranges_table,
+            "effects": effects_table(trials, metric),
             "ema_gain": ema_gain(trials),
             "left_out": left_out_table(rows),
         }

@@ -1,0 +1,135 @@
+"""Effect sizes beside the verdicts: the probability of improvement and the interquartile mean, each with a
+bootstrap interval, per pair within a cell (never pooled across the cells the design separates).
+
+- Probability of improvement of a over b: the chance that a random trial of a ends with a lower error than a
+  random trial of b, ties counted half: the Mann-Whitney U of the two samples over n_a n_b, as rliable's
+  `probability_of_improvement` computes it (on scores, higher better; here on errors, lower better).
+- IQM: the mean of the middle half of a cell's errors (`scipy.stats.trim_mean` at 25%, rliable's `iqm`).
+
+Both count every trial that ended (diverged ones at their chance error: a random trial may diverge) and leave
+out failed ones. Their intervals are stratified percentile bootstraps (each group resampled on its own, as
+rliable's StratifiedBootstrap does per task), RESAMPLES resamples drawn as multinomial counts over the sorted
+values, so that one resample costs O(n) (no sort) and the same seed draws the same resamples; their
+coverage is measured by simulation (`python -m bench.effects`, docs/analysis.md).
+"""
+
+import itertools
+from typing import Dict, List, Sequence, Tuple
+
+import numpy as np
+import pandas as pd
+
+from hpstudy.analysis.catalogue import catalogue_order
+from hpstudy.analysis.metric import DEFAULT_METRIC, ERR, usable
+
+CONFIDENCE = 0.95
+RESAMPLES = 2_000
+SEED = 0
+CHUNK_VALUES = 1 << 20  # resampled values held at once
+# the fewest trials per group whose intervals are given: their coverage is measured from 8 (bench.effects); a
+# bootstrap of 3 seeds has 10 distinct resamples and no useful coverage
+INTERVAL_FROM = 8
+TRIM = 0.25  # IQM: a quarter cut at each end, as scipy.stats.trim_mean(x, 0.25)
+NUMBERS = [f"{name}{end}" for name in ("p_a_better", "iqm_a", "iqm_b") for end in ("", "_low", "_high")]
+# what each compared field holds fixed: a pair of models within an (optimizer, epochs) cell, and so on
+COMPARED = {"models": "model", "optimizers": "optimizer", "lengths": "epochs"}
+
+
+def probability_of_improvement(ea: np.ndarray, eb: np.ndarray) -> float:
+    """P(a random trial of a has a lower error than one of b), ties counted half: U / (n_a n_b)."""
+    a, b = np.sort(np.asarray(ea, float)), np.sort(np.asarray(eb, float))
+    below, above = (np.searchsorted(b, a, side=s) for s in ("left", "right"))
+    return float(np.sum((len(b) - above) + (above - below) / 2) / (len(a) * len(b)))
+
+
+def iqm(errors: np.ndarray) -> float:
+    """The interquartile mean: the mean of the sorted errors less int(n / 4) at each end (trim_mean(x, 0.25))."""
+    return float(_trimmed(np.sort(np.asarray(errors, float)), np.ones((1, len(errors))))[0])
+
+
+def _resample_counts(n: int, rows: int, rng: np.random.Generator) -> np.ndarray:
+    """rows x n counts: how often each of n values is drawn in each of `rows` resamples of n with replacement."""
+    drawn = rng.integers(0, n, size=(rows, n)) + n * np.arange(rows)[:, None]
+    return np.bincount(drawn.ravel(), minlength=rows * n).reshape(rows, n).astype(float)
+
+
+def _trimmed(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """The trimmed mean of each resample (rows of counts over the sorted `values`): every copy weighs one,
+    less the int(TRIM n) lowest and highest copies."""
+    n = int(round(counts[0].sum()))
+    cut = int(TRIM * n)
+    upto = np.cumsum(counts, axis=1)
+    kept = np.clip(np.minimum(upto, n - cut) - np.maximum(upto - counts, cut), 0, None)
+    return kept @ values / (n - 2 * cut)
+
+
+def _improvements(a: np.ndarray, b: np.ndarray, ca: np.ndarray, cb: np.ndarray) -> np.ndarray:
+    """The probability of improvement of each resample (counts ca over sorted a, cb over sorted b)."""
+    below, above = (np.searchsorted(b, a, side=s) for s in ("left", "right"))
+    upto = np.concatenate([np.zeros((len(cb), 1)), np.cumsum(cb, axis=1)], axis=1)  # copies of b[:j]
+    total = upto[:, -1:]
+    per_a = (total - upto[:, above]) + (upto[:, above] - upto[:, below]) / 2  # b above each a, ties half
+    return np.sum(ca * per_a, axis=1) / (ca.sum(axis=1) * cb.sum(axis=1))
+
+
+def _interval(estimates: np.ndarray) -> Tuple[float, float]:
+    """The central CONFIDENCE percentile interval of bootstrap estimates."""
+    tail = 100 * (1 - CONFIDENCE) / 2
+    low, high = np.percentile(estimates, [tail, 100 - tail])
+    return float(low), float(high)
+
+
+def pair_effects(ea: np.ndarray, eb: np.ndarray, seed: int = SEED) -> Dict[str, float]:
+    """The probability that a improves on b and both IQMs, each with its stratified bootstrap interval (NaN
+    below INTERVAL_FROM trials a group)."""
+    a, b = np.sort(np.asarray(ea, float)), np.sort(np.asarray(eb, float))
+    draws = [np.random.default_rng([seed, group]) for group in (0, 1)]  # a's and b's resamples: one stream each
+    rows = max(1, CHUNK_VALUES // max(len(a), len(b)))  # memory bounded whatever n
+    estimates: Dict[str, List[np.ndarray]] = {"p_a_better": [], "iqm_a": [], "iqm_b": []}
+    for start in range(0, RESAMPLES, rows):
+        k = min(rows, RESAMPLES - start)
+        ca, cb = (_resample_counts(len(v), k, rng) for v, rng in zip((a, b), draws))
+        estimates["p_a_better"].append(_improvements(a, b, ca, cb))
+        estimates["iqm_a"].append(_trimmed(a, ca))
+        estimates["iqm_b"].append(_trimmed(b, cb))
+    out = {
+        "n_a": len(a),
+        "n_b": len(b),
+        "p_a_better": probability_of_improvement(a, b),
+        "iqm_a": iqm(a),
+        "iqm_b": iqm(b),
+    }
+    measured = min(len(a), len(b)) >= INTERVAL_FROM
+    for name, parts in estimates.items():
+        out[f"{name}_low"], out[f"{name}_high"] = _interval(np.concatenate(parts)) if measured else (np.nan, np.nan)
+    return out
+
+
+def _levels(field: str, values: Sequence) -> List:
+    """A field's levels in the report's order: models as the catalogue lists them, the rest sorted."""
+    return catalogue_order(values) if field == "model" else sorted(set(values))
+
+
+def effects_table(trials: pd.DataFrame, metric: str = DEFAULT_METRIC, seed: int = SEED) -> pd.DataFrame:
+    """Every pair of models (per optimizer and epochs), of optimizers (per model and epochs) and of lengths (per
+    model and optimizer): pair_effects on the trials that ended, with the cell it holds fixed."""
+    kept = usable(trials, metric, "effects_table").kept
+    rows = []
+    for compared, field in COMPARED.items():
+        fixed = [f for f in COMPARED.values() if f != field]
+        for cell, group in kept.groupby(fixed, sort=True, observed=True):
+            errors = {level: g[ERR].to_numpy(float) for level, g in group.groupby(field, observed=True)}
+            for a, b in itertools.combinations(_levels(field, errors), 2):
+                rows.append(
+                    {
+                        "compared": compared,
+                        **dict(zip(fixed, cell)),
+                        field: None,
+                        "a": a,
+                        "b": b,
+                        **pair_effects(errors[a], errors[b], seed),
+                    }
+                )
+    columns = ["compared", "model", "optimizer", "epochs", "a", "b", "n_a", "n_b"]
+    table = pd.DataFrame(rows, columns=columns + NUMBERS)
+    return table.astype({"epochs": "Int64", "n_a": int, "n_b": int})
