@@ -13,8 +13,9 @@ values, so that one resample costs O(n) (no sort) and the same seed draws the sa
 coverage is measured by simulation (`python -m bench.effects`, docs/analysis.md).
 """
 
+import hashlib
 import itertools
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, Iterable, List, Tuple
 
 import numpy as np
 import pandas as pd
@@ -79,11 +80,20 @@ def _interval(estimates: np.ndarray) -> Tuple[float, float]:
     return float(low), float(high)
 
 
-def pair_effects(ea: np.ndarray, eb: np.ndarray, seed: int = SEED) -> Dict[str, float]:
+def _stream(values: np.ndarray, label: str, seed: int) -> np.random.Generator:
+    """A group's resampling stream, seeded by its sorted values and its label: a group's IQM interval is the same
+    in every pair it is part of, and two groups never share a stream."""
+    digest = hashlib.blake2b(values.tobytes() + label.encode(), digest_size=8).digest()
+    return np.random.default_rng([seed, int.from_bytes(digest, "little")])
+
+
+def pair_effects(
+    ea: np.ndarray, eb: np.ndarray, seed: int = SEED, labels: Tuple[str, str] = ("a", "b")
+) -> Dict[str, float]:
     """The probability that a improves on b and both IQMs, each with its stratified bootstrap interval (NaN
-    below INTERVAL_FROM trials a group)."""
+    below INTERVAL_FROM trials a group); `labels` name the groups (their streams)."""
     a, b = np.sort(np.asarray(ea, float)), np.sort(np.asarray(eb, float))
-    draws = [np.random.default_rng([seed, group]) for group in (0, 1)]  # a's and b's resamples: one stream each
+    draws = [_stream(values, label, seed) for values, label in zip((a, b), labels)]
     rows = max(1, CHUNK_VALUES // max(len(a), len(b)))  # memory bounded whatever n
     estimates: Dict[str, List[np.ndarray]] = {"p_a_better": [], "iqm_a": [], "iqm_b": []}
     for start in range(0, RESAMPLES, rows):
@@ -105,9 +115,14 @@ def pair_effects(ea: np.ndarray, eb: np.ndarray, seed: int = SEED) -> Dict[str, 
     return out
 
 
-def _levels(field: str, values: Sequence) -> List:
+def _levels(field: str, values: Iterable) -> List:
     """A field's levels in the report's order: models as the catalogue lists them, the rest sorted."""
     return catalogue_order(values) if field == "model" else sorted(set(values))
+
+
+def _group(cell: Dict) -> str:
+    """A group's label: its model, optimizer and epochs, whichever comparison it is part of."""
+    return "/".join(str(cell[f]) for f in ("model", "optimizer", "epochs"))
 
 
 def effects_table(trials: pd.DataFrame, metric: str = DEFAULT_METRIC, seed: int = SEED) -> pd.DataFrame:
@@ -120,6 +135,7 @@ def effects_table(trials: pd.DataFrame, metric: str = DEFAULT_METRIC, seed: int 
         for cell, group in kept.groupby(fixed, sort=True, observed=True):
             errors = {level: g[ERR].to_numpy(float) for level, g in group.groupby(field, observed=True)}
             for a, b in itertools.combinations(_levels(field, errors), 2):
+                labels = (_group({**dict(zip(fixed, cell)), field: a}), _group({**dict(zip(fixed, cell)), field: b}))
                 rows.append(
                     {
                         "compared": compared,
@@ -127,7 +143,7 @@ def effects_table(trials: pd.DataFrame, metric: str = DEFAULT_METRIC, seed: int 
                         field: None,
                         "a": a,
                         "b": b,
-                        **pair_effects(errors[a], errors[b], seed),
+                        **pair_effects(errors[a], errors[b], seed, labels),
                     }
                 )
     columns = ["compared", "model", "optimizer", "epochs", "a", "b", "n_a", "n_b"]

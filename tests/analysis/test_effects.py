@@ -102,6 +102,14 @@ def test_the_table_compares_every_pair_within_its_cell_and_never_pools_cells():
             assert n == sizes[key], (row, key)
             got = ended.set_index(["model", "optimizer", "epochs"]).loc[key, "top1_err"].to_numpy(float)
             assert (row.iqm_a if level == row.a else row.iqm_b) == pytest.approx(iqm(got))
+    # a group's IQM interval is one, whichever pair shows it
+    intervals: dict = {}
+    for row in table.itertuples(index=False):
+        field = effects.COMPARED[row.compared]
+        for level, ci in ((row.a, (row.iqm_a_low, row.iqm_a_high)), (row.b, (row.iqm_b_low, row.iqm_b_high))):
+            cell = tuple(level if f == field else getattr(row, f) for f in ("model", "optimizer", "epochs"))
+            assert intervals.setdefault(cell, ci) == ci, cell
+    assert len(intervals) == 3 * 2 * 2
 
 
 def test_the_page_shows_the_tables_numbers():
