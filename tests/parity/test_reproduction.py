@@ -77,3 +77,22 @@ def test_the_documents_findings_are_what_their_declared_family_gives(family):
     quoted = quoted_families()[family]
     assert quoted and quoted[0] == generated[0], (quoted[0], generated[0])
     assert all(sentence in generated for sentence in quoted), [s for s in quoted if s not in generated]
+
+
+def test_the_documents_effect_sizes_are_the_reports():
+    """Every probability of improvement the document quotes (value and interval, as the report's table shows it)
+    is the lr/wd study's, with its orientation: "ViT-C below ViT-P" is 1 - P(ViT-P better) and its interval
+    the complement's."""
+    from hpstudy.analysis.effects import effects_table
+
+    table = effects_table(load_study(STORE, "repro_digits_lr_wd")[0]).set_index(["compared", "a", "b"])
+    text = " ".join(open(DOC).read().split())
+
+    def shown(p, low, high):
+        return f"{p:.2f} [{low:.2f}, {high:.2f}]"
+
+    models = table.loc[("models", "vit_p_tiny", "vit_c_tiny")]
+    for row in models.itertuples():
+        assert shown(1 - row.p_a_better, 1 - row.p_a_better_high, 1 - row.p_a_better_low) in text, row
+    for row in table.loc[("optimizers", "adamw", "sgd")].itertuples():
+        assert shown(row.p_a_better, row.p_a_better_low, row.p_a_better_high) in text, row
