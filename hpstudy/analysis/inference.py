@@ -202,8 +202,21 @@ def _half_law(laws: Laws, weights: Sequence[float]) -> Tuple[np.ndarray, np.ndar
         values = (values[:, :, None] + w * v[:, None, :]).reshape(len(v), -1)
         probs = (probs[:, :, None] * p[:, None, :]).reshape(len(v), -1)
     values = np.round(values, DIGITS)  # a contrast equal to 0 in decimals is 0, not float32 noise of 1e-6
-    order = np.argsort(values, axis=1, kind="stable")
+    order = _stable_order(values)
     return np.take_along_axis(values, order, 1), np.take_along_axis(probs, order, 1)
+
+
+def _stable_order(rounded: np.ndarray) -> np.ndarray:
+    """np.argsort(rounded, axis=1, kind="stable") of values rounded to DIGITS decimals, by one sort of unique
+    integer keys (the value in units of 10^-DIGITS, then its place) where they fit in 64 bits."""
+    width = rounded.shape[1].bit_length()
+    ticks = np.rint(rounded * 10.0**DIGITS)
+    # np.round is rint(x * 10^d) / 10^d, so below 2^40 ticks the ticks are exact integers in the values'
+    # order, equal exactly where the values are: the keys' order is the stable one (about 3x faster)
+    if not np.all(np.abs(ticks) < 2.0 ** min(40, 62 - width)):  # also NaN and inf
+        return np.argsort(rounded, axis=1, kind="stable")
+    keys = (ticks.astype(np.int64) << width) | np.arange(rounded.shape[1])
+    return np.sort(keys, axis=1) & ((1 << width) - 1)
 
 
 def raw_ps(laws: Laws, weights: Sequence[float]) -> np.ndarray:
@@ -261,12 +274,25 @@ def calibrated(
     return sequential(count_more, thresholds, CALIBRATION_STUDIES)
 
 
-def _split_laws(values: np.ndarray, splits: np.ndarray, n_a: int) -> Laws:
-    """Each split's two minimum laws (`min_law`), rows: splits."""
-    a = np.sort(np.where(splits, values, np.inf), axis=1)[:, : min(n_a, TAIL + 1)]
+def _split_laws(ordered: np.ndarray, order: np.ndarray, splits: np.ndarray, n_a: int) -> Laws:
+    """Each split's two minimum laws (`min_law`), rows: splits; `ordered` is the pooled values sorted, `order`
+    their positions (np.argsort): a group's smallest values are read off the sorted values, no split sorted."""
+    in_a = splits[:, order]
     n_b = splits.shape[1] - n_a
-    b = np.sort(np.where(splits, np.inf, values), axis=1)[:, : min(n_b, TAIL + 1)]
-    return [_law(a, n_a), _law(b, n_b)]
+    return [_law(_first(ordered, in_a, n_a), n_a), _law(_first(ordered, ~in_a, n_b), n_b)]
+
+
+def _first(ordered: np.ndarray, members: np.ndarray, size: int) -> np.ndarray:
+    """Per row of `members` (columns: the sorted values `ordered`; `size` True a row), the values of its first
+    min(size, TAIL + 1) members: read in the shortest prefix that holds them in every row, from twice its
+    expected width on."""
+    k = min(size, TAIL + 1)
+    head = min(members.shape[1], 2 * k * members.shape[1] // size)
+    counts = np.cumsum(members[:, :head], axis=1, dtype=np.int32)
+    while counts[:, -1].min() < k:
+        head = min(members.shape[1], 2 * head)
+        counts = np.cumsum(members[:, :head], axis=1, dtype=np.int32)
+    return ordered[np.nonzero(members[:, :head] & (counts <= k))[1]].reshape(len(members), k)
 
 
 def _permuted_best(
@@ -278,7 +304,9 @@ def _permuted_best(
     values = np.concatenate([x, y])
     n_a = len(x)
     raw = raw_p([x, y], weights)
-    extreme = lambda splits: raw_ps(_split_laws(values, splits, n_a), weights) <= raw + 1e-12
+    order = np.argsort(values)
+    ordered = values[order]
+    extreme = lambda splits: raw_ps(_split_laws(ordered, order, splits, n_a), weights) <= raw + 1e-12
     seed_words = [seed, *data_rng(seed, x, y).integers(0, 2**32, 4).tolist()]
     mc = permutation.permutation_p(n_a, len(values), extreme, thresholds, seed_words)
     return mc, permutation.smallest_p(n_a, len(values), 2)  # fully apart, either way
@@ -373,10 +401,28 @@ def nearer_prob(values: np.ndarray, is_a: np.ndarray, n_a: int) -> np.ndarray:
     best_a = np.where(is_a, v, np.inf).min(-1, keepdims=True)
     best_b = np.where(is_a, np.inf, v).min(-1, keepdims=True)
     span = float(np.max(values) - np.min(values))
-    ranks = sps.rankdata(_merge_ties(v - np.where(is_a, best_a, best_b), 1e-6 * span), axis=-1)
+    delta = v - np.where(is_a, best_a, best_b)
+    # any sort will do: a tie's members share one rank, and the sums of half-integer ranks are exact
+    order = np.argsort(delta, axis=-1)
+    ranks = _tie_ranks(np.take_along_axis(delta, order, -1), 1e-6 * span)
     n_b = is_a.shape[-1] - n_a
-    u_b = np.where(is_a, 0.0, ranks).sum(-1) - n_b * (n_b + 1) / 2  # pairs with Δ_b above Δ_a, ties half
+    in_b = ~np.take_along_axis(is_a, order, -1)
+    u_b = np.where(in_b, ranks, 0.0).sum(-1) - n_b * (n_b + 1) / 2  # pairs with Δ_b above Δ_a, ties half
     return u_b / (n_a * n_b)
+
+
+def _tie_ranks(ordered: np.ndarray, tol: float) -> np.ndarray:
+    """The average ranks (from 1) of values sorted along the last axis, each run of values within `tol` of
+    their sorted neighbour one tie (`_merge_ties`' runs, as scipy.stats.rankdata ranks them once merged)."""
+    size = ordered.shape[-1]
+    place = np.arange(size)
+    starts = np.ones(ordered.shape, bool)
+    starts[..., 1:] = np.diff(ordered, axis=-1) > tol
+    ends = np.ones(ordered.shape, bool)
+    ends[..., :-1] = starts[..., 1:]
+    first = np.maximum.accumulate(np.where(starts, place, 0), axis=-1)
+    last = np.minimum.accumulate(np.where(ends, place, size - 1)[..., ::-1], axis=-1)[..., ::-1]
+    return (first + last) / 2 + 1
 
 
 class DeltaTest(NamedTuple):
