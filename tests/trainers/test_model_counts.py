@@ -193,6 +193,7 @@ def _in_fresh_python(code: str, *argv: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow  # two fresh interpreters importing torch: ~9 s
 def test_checking_and_planning_a_spec_again_imports_no_torch(cache, tmp_path):
     """check_models, the memory plan and the FLOPs of a plan, in a fresh interpreter: torch and timm the first
     time (counting), neither the second (every count read back), and the same lines."""
@@ -210,6 +211,7 @@ print(json.dumps(sorted({m.split(".")[0] for m in sys.modules} & {"torch", "timm
 """
 
 
+@pytest.mark.slow  # two fresh interpreters importing torch: ~9 s
 def test_a_second_dry_run_imports_no_torch(cache, tmp_path):
     """The whole dry run of a CPU study, once its counts are cached, in a fresh interpreter: no torch, no timm
     (fusion's plan reads hpstudy.trainers.fused_spec; GPUs are counted only when a trial asks for one)."""
