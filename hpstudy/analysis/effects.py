@@ -93,6 +93,15 @@ def pair_effects(
     """The probability that a improves on b and both IQMs, each with its stratified bootstrap interval (NaN
     below INTERVAL_FROM trials a group); `labels` name the groups (their streams)."""
     a, b = np.sort(np.asarray(ea, float)), np.sort(np.asarray(eb, float))
+    out = {
+        "n_a": len(a),
+        "n_b": len(b),
+        "p_a_better": probability_of_improvement(a, b),
+        "iqm_a": iqm(a),
+        "iqm_b": iqm(b),
+    }
+    if min(len(a), len(b)) < INTERVAL_FROM:
+        return {**out, **{name: np.nan for name in NUMBERS if name.endswith(("_low", "_high"))}}
     draws = [_stream(values, label, seed) for values, label in zip((a, b), labels)]
     rows = max(1, CHUNK_VALUES // max(len(a), len(b)))  # memory bounded whatever n
     estimates: Dict[str, List[np.ndarray]] = {"p_a_better": [], "iqm_a": [], "iqm_b": []}
@@ -102,16 +111,8 @@ def pair_effects(
         estimates["p_a_better"].append(_improvements(a, b, ca, cb))
         estimates["iqm_a"].append(_trimmed(a, ca))
         estimates["iqm_b"].append(_trimmed(b, cb))
-    out = {
-        "n_a": len(a),
-        "n_b": len(b),
-        "p_a_better": probability_of_improvement(a, b),
-        "iqm_a": iqm(a),
-        "iqm_b": iqm(b),
-    }
-    measured = min(len(a), len(b)) >= INTERVAL_FROM
     for name, parts in estimates.items():
-        out[f"{name}_low"], out[f"{name}_high"] = _interval(np.concatenate(parts)) if measured else (np.nan, np.nan)
+        out[f"{name}_low"], out[f"{name}_high"] = _interval(np.concatenate(parts))
     return out
 
 

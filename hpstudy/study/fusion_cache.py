@@ -7,18 +7,17 @@ else `~/.cache/hpstudy`), one entry per probe and machine (host, device name, to
 replaced whole (temp file + rename), and a file that cannot be read is ignored with a warning and rewritten.
 Deleting it measures again."""
 
-import contextlib
 import dataclasses
 import json
 import logging
 import math
 import os
 import socket
-import tempfile
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Dict, List, Optional
 
+from hpstudy.trainers.json_file import replace_json
 from hpstudy.trainers.model_counts import cache_folder
 
 logger = logging.getLogger(__name__)
@@ -114,19 +113,8 @@ def store(path: str, key: Dict[str, Any], result: Dict[str, float]) -> Dict[str,
     entry. A cache that cannot be written is a warning: the study goes on, and measures again next time."""
     entry = new_entry(key, result)
     entries = [e for e in _entries(path) if e["key"] != key] + [entry]
-    folder = os.path.dirname(path) or "."
-    temp = None
     try:
-        os.makedirs(folder, exist_ok=True)
-        with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=folder, prefix=f".{FILE}.", delete=False) as f:
-            temp = f.name
-            json.dump({"format": FORMAT, "entries": entries}, f, indent=1, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(temp, path)
+        replace_json(path, {"format": FORMAT, "entries": entries}, indent=1, sort_keys=True)
     except OSError as exc:
         logger.warning("fuse auto: could not write the cache %s (%s); the next study measures again", path, exc)
-        if temp:
-            with contextlib.suppress(OSError):
-                os.unlink(temp)
     return entry

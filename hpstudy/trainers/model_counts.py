@@ -10,13 +10,11 @@ is counted again); one that cannot be read is ignored (a debug log) and rewritte
 written leaves every count still counted. Deleting the file counts again. Counting imports torch; reading does not.
 """
 
-import contextlib
 import dataclasses
 import hashlib
 import json
 import logging
 import os
-import tempfile
 from functools import lru_cache
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -24,6 +22,7 @@ from typing import Any, Callable, Dict, Optional
 
 from hpstudy.trainers.config import TrialConfig
 from hpstudy.trainers.errors import ConfigError
+from hpstudy.trainers.json_file import replace_json
 from hpstudy.trainers.zoo import get_spec
 
 logger = logging.getLogger(__name__)
@@ -172,15 +171,7 @@ def _store(path: Path, new: Dict[str, Any]) -> None:
     it whole; a cache that cannot be written is a debug log (the next run counts again)."""
     entries = {key: value for key, value in _entries(path).items() if key not in new}
     entries.update(new)  # last: the newest entries are the ones MAX_ENTRIES keeps
-    temp = None
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=path.parent, prefix=f".{FILE}.", delete=False) as f:
-            temp = f.name
-            json.dump({"format": FORMAT, "entries": dict(list(entries.items())[-MAX_ENTRIES:])}, f, indent=0)
-        os.replace(temp, path)
+        replace_json(str(path), {"format": FORMAT, "entries": dict(list(entries.items())[-MAX_ENTRIES:])}, indent=0)
     except OSError as exc:
         logger.debug("model counts: could not write the cache %s (%s); the next run counts again", path, exc)
-        if temp:
-            with contextlib.suppress(OSError):
-                os.unlink(temp)
