@@ -6,7 +6,9 @@ cluster's address is probed (a TCP connection, then a GCS client, which a head w
 authentication answers at once) before `ray.init`, whose own connect loop waits 20 x 41 s on an
 address nothing answers at and 20 s on a token it refuses, printing a warning a second. What Ray's
 own processes print while a run goes on (a lost node's raylet dumps its state) goes to the driver's
-terminal only with --debug (this module's logger at DEBUG)."""
+terminal only with --debug (this module's logger at DEBUG); so does what the trials' workers print once
+the run is stopping (workers_stopping): Ray ends them with SIGTERM, whose handler can print Python's
+"Exception ignored ... SystemExit" traceback."""
 
 import contextlib
 import logging
@@ -22,6 +24,9 @@ from hpstudy.study.store import StoreFault
 from hpstudy.trainers.errors import HpstudyError, shown
 
 logger = logging.getLogger(__name__)
+
+# set from the moment a run stops (workers_stopping) to the next ray_session: workers' lines at DEBUG only
+_STOPPING = threading.Event()
 
 # Read by Tune when a run starts (not at import): its JSON/CSV/TensorBoard loggers cost driver
 # memory and files per trial (the store is the record), and our ProgressPrinter replaces its tables.
@@ -186,15 +191,23 @@ def _is_router(printer: Any) -> TypeGuard[_Router]:
     return bool(getattr(printer, "hpstudy_router", False))
 
 
+def workers_stopping() -> None:
+    """Say that the run is stopping: from now to the next ray_session, the lines of the trials' workers
+    (which Ray is ending) reach the terminal only with --debug, like Ray's own processes' lines."""
+    _STOPPING.set()
+
+
 def _system_log_router(show: Callable[..., None]) -> _Router:
     """Ray's printer of the lines its processes send the driver (`show(data, ...)`), except that lines of
     its own processes (pid `raylet`: a lost node's state dump and "marked dead", the cluster's error
-    messages; `gcs_server`; not the trials' workers' nor the autoscaler's) are shown only when this
-    module's logger is at DEBUG (--debug)."""
+    messages; `gcs_server`) are shown only when this module's logger is at DEBUG (--debug), and so are
+    the trials' workers' lines (a numeric pid) once the run is stopping (workers_stopping); the
+    autoscaler's always."""
 
     def route(data: Dict[str, Any], *args: Any, **kwargs: Any) -> None:
         pid = str(data.get("pid", ""))
-        if pid.isdigit() or pid == "autoscaler" or logger.isEnabledFor(logging.DEBUG):
+        worker = pid.isdigit() and not _STOPPING.is_set()
+        if worker or pid == "autoscaler" or logger.isEnabledFor(logging.DEBUG):
             show(data, *args, **kwargs)
 
     router = cast(_Router, route)  # a function with the two attributes set below
@@ -234,6 +247,7 @@ def ray_session(address: Optional[str], num_cpus: Optional[int]) -> Iterator[Non
     the cluster cannot be reached or joined (probe_cluster)."""
     for name, value in TUNE_ENV.items():
         os.environ.setdefault(name, value)
+    _STOPPING.clear()
     if ray.is_initialized():
         yield
         return
@@ -268,5 +282,6 @@ def ray_session(address: Optional[str], num_cpus: Optional[int]) -> Iterator[Non
     try:
         yield
     finally:
+        workers_stopping()  # ray.shutdown ends the workers with SIGTERM
         ray.shutdown()
         unroute()

@@ -8,6 +8,7 @@ from typing import Dict
 from ray.tune.stopper import Stopper
 
 from hpstudy.study.progress import SavedEmpty
+from hpstudy.study.ray_session import workers_stopping
 from hpstudy.study.tune_store_writer import StoreWriter
 
 logger = logging.getLogger(__name__)
@@ -26,7 +27,8 @@ class RunStopper(SavedEmpty, Stopper):
         return False
 
     def stop_all(self) -> bool:
-        """True once a write has failed, a node cannot run trials, or a stop signal came."""
+        """True once a write has failed, a node cannot run trials, or a stop signal came (then what the
+        trials' workers print as Ray ends them reaches the terminal only with --debug)."""
         interruption = self.writer.interruption
         if interruption.signum is not None and not interruption.noted:
             interruption.noted = True
@@ -35,4 +37,7 @@ class RunStopper(SavedEmpty, Stopper):
                 "finished trials stay stored; send it again to quit at once",
                 signal.Signals(interruption.signum).name,
             )
-        return self.writer.fault is not None or self.writer.stop_reason is not None or interruption.signum is not None
+        stop = self.writer.fault is not None or self.writer.stop_reason is not None or interruption.signum is not None
+        if stop:
+            workers_stopping()
+        return stop

@@ -106,16 +106,23 @@ def _system_line(pid, text):
     return {"pid": pid, "lines": [text], "is_err": True}
 
 
+@pytest.mark.parametrize("stopping", [False, True])
 @pytest.mark.parametrize("debug", [False, True])
-def test_ray_system_lines_reach_the_terminal_only_with_debug(debug, request):
+def test_ray_system_lines_reach_the_terminal_only_with_debug(debug, stopping, request):
     """The router in front of Ray's printers: a raylet's state dump (pid `raylet`) and the GCS's lines
-    only at DEBUG; a trial worker's own output (a numeric pid) and the autoscaler's always."""
+    only at DEBUG; a trial worker's own output (a numeric pid) until the run is stopping (then Ray's
+    SIGTERM of the workers can make them print a traceback), after that only at DEBUG; the autoscaler's
+    always."""
     shown = []
     route = session._system_log_router(lambda data, *args: shown.append((data["pid"], args)))
     hpstudy_logger = logging.getLogger("hpstudy")  # what --debug sets to DEBUG
     before = hpstudy_logger.level
     hpstudy_logger.setLevel(logging.DEBUG if debug else logging.NOTSET)
     request.addfinalizer(lambda: hpstudy_logger.setLevel(before))
+    session._STOPPING.clear()  # as a session starts (an earlier session's end set it)
+    request.addfinalizer(session._STOPPING.clear)
+    if stopping:
+        session.workers_stopping()
     lines = [
         _system_line("raylet", "Raylet is terminated. Last 20 lines of the Raylet logs:"),
         _system_line("gcs_server", "Failed to remove 1 bundle(s)"),
@@ -125,7 +132,20 @@ def test_ray_system_lines_reach_the_terminal_only_with_debug(debug, request):
     for data in lines:
         route(data, False)
     expected = ["raylet", "gcs_server", "4242", "autoscaler"] if debug else ["4242", "autoscaler"]
+    if stopping and not debug:
+        expected.remove("4242")
     assert shown == [(pid, (False,)) for pid in expected]
+
+
+def test_a_new_session_shows_the_workers_lines_again(request, no_ray):
+    """workers_stopping lasts until the next ray_session starts (a notebook's second run prints again)."""
+    request.addfinalizer(session._STOPPING.clear)
+    session.workers_stopping()
+    with ray_session(None, 1):
+        shown = []
+        session._system_log_router(lambda data, *args: shown.append(data["pid"]))(_system_line("4242", "a print"))
+        assert shown == ["4242"]
+    assert session._STOPPING.is_set()  # its end stops the workers again
 
 
 HEAD = textwrap.dedent(

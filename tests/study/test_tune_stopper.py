@@ -7,20 +7,33 @@ from types import SimpleNamespace
 
 import pytest
 
+from hpstudy.study import ray_session
 from hpstudy.study.interruption import Interruption
 from hpstudy.study.tune_stopper import RunStopper
 from tests.helpers import logged
 
 
-@pytest.mark.parametrize("cause", ["fault", "stop_reason"])
-def test_a_store_fault_or_a_node_that_cannot_run_trials_stops_the_run(cause, caplog):
+@pytest.fixture
+def stopping_cleared(request):
+    """No earlier session's end has marked the workers as stopping (as at a session's start), nor after."""
+    ray_session._STOPPING.clear()
+    request.addfinalizer(ray_session._STOPPING.clear)
+
+
+@pytest.mark.parametrize("cause", ["fault", "stop_reason", "signum"])
+def test_each_cause_stops_the_run_and_from_then_hides_what_the_ended_workers_print(cause, caplog, stopping_cleared):
     writer = SimpleNamespace(interruption=Interruption(), fault=None, stop_reason=None)
     stopper = RunStopper(writer)
-    with caplog.at_level(logging.DEBUG, logger="hpstudy"):
+    with caplog.at_level(logging.DEBUG, logger="hpstudy.study.tune_stopper"):
         assert not stopper.stop_all() and not stopper("t0", {"loss": 1.0})
-        setattr(writer, cause, "the cause")
+        assert not ray_session._STOPPING.is_set()  # a running study's workers are shown
+        if cause == "signum":
+            writer.interruption.signum = signal.SIGINT
+        else:
+            setattr(writer, cause, "the cause")
         assert stopper.stop_all() and not stopper("t0", {"loss": 1.0})  # the run, not a trial, stops
-    assert not caplog.records
+    assert ray_session._STOPPING.is_set()
+    assert len(caplog.records) == (cause == "signum")  # only a signal is announced
 
 
 def test_a_signal_stops_the_run_and_is_announced_once(caplog):
