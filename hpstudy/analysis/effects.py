@@ -15,7 +15,7 @@ coverage is measured by simulation (`python -m bench.effects`, docs/analysis.md)
 
 import hashlib
 import itertools
-from typing import Dict, Iterable, List, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, Tuple
 
 import numpy as np
 import pandas as pd
@@ -126,27 +126,28 @@ def _group(cell: Dict) -> str:
     return "/".join(str(cell[f]) for f in ("model", "optimizer", "epochs"))
 
 
+def compared_pairs(kept: pd.DataFrame) -> Iterator[Tuple[str, Dict, Any, Any, np.ndarray, np.ndarray]]:
+    """Every pair the design compares among counted rows (an ERR column): two models per (optimizer, epochs),
+    two optimizers per (model, epochs), two lengths per (model, optimizer), never pooled across cells; each as
+    (compared, the cell it holds fixed with the compared field None, a, b, a's errors, b's errors)."""
+    for compared, field in COMPARED.items():
+        fixed = [f for f in COMPARED.values() if f != field]
+        for values, group in kept.groupby(fixed, sort=True, observed=True):
+            cell = {**dict(zip(fixed, values)), field: None}
+            errors = {level: g[ERR].to_numpy(float) for level, g in group.groupby(field, observed=True)}
+            for a, b in itertools.combinations(_levels(field, errors), 2):
+                yield compared, cell, a, b, errors[a], errors[b]
+
+
 def effects_table(trials: pd.DataFrame, metric: str = DEFAULT_METRIC, seed: int = SEED) -> pd.DataFrame:
     """Every pair of models (per optimizer and epochs), of optimizers (per model and epochs) and of lengths (per
     model and optimizer): pair_effects on the trials that ended, with the cell it holds fixed."""
     kept = usable(trials, metric, "effects_table").kept
     rows = []
-    for compared, field in COMPARED.items():
-        fixed = [f for f in COMPARED.values() if f != field]
-        for cell, group in kept.groupby(fixed, sort=True, observed=True):
-            errors = {level: g[ERR].to_numpy(float) for level, g in group.groupby(field, observed=True)}
-            for a, b in itertools.combinations(_levels(field, errors), 2):
-                labels = (_group({**dict(zip(fixed, cell)), field: a}), _group({**dict(zip(fixed, cell)), field: b}))
-                rows.append(
-                    {
-                        "compared": compared,
-                        **dict(zip(fixed, cell)),
-                        field: None,
-                        "a": a,
-                        "b": b,
-                        **pair_effects(errors[a], errors[b], seed, labels),
-                    }
-                )
+    for compared, cell, a, b, ea, eb in compared_pairs(kept):
+        field = COMPARED[compared]
+        labels = (_group({**cell, field: a}), _group({**cell, field: b}))
+        rows.append({"compared": compared, **cell, "a": a, "b": b, **pair_effects(ea, eb, seed, labels)})
     columns = ["compared", "model", "optimizer", "epochs", "a", "b", "n_a", "n_b"]
     table = pd.DataFrame(rows, columns=columns + NUMBERS)
     return table.astype({"epochs": "Int64", "n_a": int, "n_b": int})

@@ -39,9 +39,18 @@ from matplotlib.ticker import FixedFormatter, FixedLocator, Formatter, NullForma
 
 from hpstudy.analysis.catalogue import catalogue_order, known, model_label, model_size
 from hpstudy.analysis.edf import edf_table
+from hpstudy.analysis.effects import COMPARED, compared_pairs
 from hpstudy.analysis.gaps import length_gap
 from hpstudy.analysis.metric import DEFAULT_METRIC, ERR, usable, warn_left_out
-from hpstudy.analysis.stats import Keys, choice_values, expected_best, expected_best_band, hp_kinds, value_label
+from hpstudy.analysis.stats import (
+    Keys,
+    best_of_k_win,
+    choice_values,
+    expected_best,
+    expected_best_band,
+    hp_kinds,
+    value_label,
+)
 from hpstudy.trainers.schema import DIVERGED, OK
 from hpstudy.trainers.zoo import SIZE_ORDER, get_spec, list_models
 
@@ -749,6 +758,104 @@ def expected_best_figure(
         integer_ticks(ax, trial_count_ticks(int(panel["k"].max())))
     caption = expected_best_caption(table)
     _finish(fig, axes, caption, title, ["bootstrap 95% band"])
+    return Plot(fig, table, caption)
+
+
+def best_of_k_table(trials: pd.DataFrame, metric: str = DEFAULT_METRIC, compared: Optional[str] = None) -> pd.DataFrame:
+    """For every pair the design compares (hpstudy.analysis.effects.compared_pairs; only `compared`'s pairs
+    when given), the probability that a's best of k random trials beats b's (best_of_k_win, unbiased) for
+    k = 1..min(n_a, n_b), with the cell it holds fixed."""
+    used = usable(trials, metric, "best_of_k_table")
+    rows = []
+    for kind, cell, a, b, ea, eb in compared_pairs(used.kept):
+        if compared is not None and kind != compared:
+            continue
+        ks = np.arange(1, min(len(ea), len(eb)) + 1)
+        pair = {"compared": kind, **cell, "a": a, "b": b, "n_a": len(ea), "n_b": len(eb)}
+        rows += [{**pair, "k": int(k), "p_a_wins": p} for k, p in zip(ks, best_of_k_win(ea, eb, ks))]
+    columns = ["compared", "model", "optimizer", "epochs", "a", "b", "n_a", "n_b", "k", "p_a_wins"]
+    return pd.DataFrame(rows, columns=columns).assign(metric=used.metric)
+
+
+def _level(field: str, value: Any) -> str:
+    """A compared level as a legend says it: a model's label, an optimizer's name, `16 ep`."""
+    return model_label(value) if field == "model" else _opt(value) if field == "optimizer" else f"{value:g} ep"
+
+
+def _pair_label(row: Mapping[str, Any]) -> str:
+    """A pair's legend entry: `ViT-C vs ViT-P`, or with the model it holds fixed, `ViT-C: AdamW vs SGD`."""
+    field = COMPARED[row["compared"]]
+    pair = f"{_level(field, row['a'])} vs {_level(field, row['b'])}"
+    return pair if field == "model" else f"{model_label(row['model'])}: {pair}"
+
+
+def _pair_style(row: Mapping[str, Any], drawn: Sequence[str]) -> ModelStyle:
+    """A pair's line: a pair of models in its first model's colour and line style with its second's marker
+    (two pairs of one model look apart in grayscale too); a pair of optimizers or lengths as its model."""
+    if COMPARED[row["compared"]] != "model":
+        return model_style(row["model"], drawn)
+    return {**model_style(row["a"], drawn), "marker": model_style(row["b"], drawn)["marker"]}
+
+
+def _panel_fields(table: pd.DataFrame) -> List[str]:
+    """The fields a best-of-k panel holds fixed: the pair's cell but its model (a line each)."""
+    fields = {COMPARED[c] for c in table["compared"].unique()}
+    return [f for f in ("optimizer", "epochs") if f not in fields]
+
+
+def best_of_k_caption(table: pd.DataFrame) -> str:
+    """What best_of_k_figure draws, on which metric, of how many trials (a probability: no reference)."""
+    n = pd.concat([table["n_a"], table["n_b"]])
+    kinds = " and ".join(sorted({c if c != "lengths" else "training lengths" for c in table["compared"]}))
+    fields = _panel_fields(table)
+    per = " and ".join({"optimizer": "optimizer", "epochs": "length"}[f] for f in fields)
+    return (
+        f"Probability that the best of k random lr/wd trials of the first of a pair of {kinds} has a lower top-1 "
+        f"error than the best of k of the second, ties counted half ({_cell(table, fields)}; k of the n trials without "
+        f"replacement, in closed form from the order statistics: at k = 1 the probability of improvement, at "
+        f"k = n the observed bests compared), a line per pair{f', a panel per {per}' if per else ''}, "
+        f"from n = {_n_range(n)} trials per group; dotted: 0.5, neither ahead. No band: at k = 1 this is the "
+        f"effect-size table's probability of improvement, with its interval from 8 trials a group; towards k = n "
+        f"it rests on each group's few best trials (at k = n on one), a description of the sample, not a test. "
+        f"{_metric(table)}"
+    )
+
+
+def best_of_k_figure(
+    table: pd.DataFrame, size: Optional[str] = None, fig: Optional[Figure] = None, title: bool = False
+) -> Plot:
+    """The probability that a's best of k trials beats b's against k, a panel per cell the pairs share (the
+    model aside), a line per pair (_pair_style); ValueError for a
+    table of several comparisons (their cells differ: a panel of them would pool what the design separates)."""
+    kinds = sorted(table["compared"].unique())
+    if len(kinds) > 1:
+        raise ValueError(
+            f"best_of_k_figure: table: bad value, {len(kinds)} comparisons ({', '.join(kinds)}); allowed: one per "
+            f"figure (best_of_k_table(..., compared=...))"
+        )
+    fields = _panel_fields(table)
+    panels = sorted(table.groupby(fields, observed=True).groups) if fields else [()]
+    fig, axes = _grid(len(panels), size, fig)
+    by_model = table["compared"] == "models"
+    drawn = sorted(set(table.loc[by_model, "a"]) | set(table.loc[by_model, "b"]) | set(table.loc[~by_model, "model"]))
+    for ax, values in zip(axes, panels):
+        values = values if isinstance(values, tuple) else (values,)
+        panel = table[np.logical_and.reduce([table[f] == v for f, v in zip(fields, values)])] if fields else table
+        for _, curve in panel.groupby(["compared", "model", "optimizer", "epochs", "a", "b"], dropna=False, sort=False):
+            first = curve.iloc[0]
+            ax.plot(curve["k"], curve["p_a_wins"], label=_pair_label(first), markevery=0.2, **_pair_style(first, drawn))
+        ax.axhline(0.5, color=BAND_GREY, linestyle=":", linewidth=0.8, label="_even")
+        named = {"optimizer": _opt, "epochs": lambda e: f"{e:g} epochs"}
+        ax.set(
+            title=", ".join(named[f](v) for f, v in zip(fields, values)) if len(panels) > 1 else "",
+            xscale="log",
+            ylim=(-0.02, 1.02),
+            xlabel="trials k of each",
+            ylabel="P(first's best of k wins)",
+        )
+        integer_ticks(ax, trial_count_ticks(int(panel["k"].max())))
+    caption = best_of_k_caption(table)
+    _finish(fig, axes, caption, title)
     return Plot(fig, table, caption)
 
 

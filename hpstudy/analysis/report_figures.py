@@ -11,8 +11,11 @@ import numpy as np
 import pandas as pd
 
 from hpstudy.analysis.edf import EDF_CONVENTION
+from hpstudy.analysis.effects import COMPARED
 from hpstudy.analysis.figures import (
     Plot,
+    best_of_k_figure,
+    best_of_k_table,
     cell_name,
     delta_edf_figure,
     delta_edf_table,
@@ -214,6 +217,27 @@ def _expected_bests(study: Study) -> Iterator[Planned]:
             ),
             cell=(opt, epochs),
         )
+
+
+@register_figure("best_of_k")
+def _best_of_ks(study: Study) -> Iterator[Planned]:
+    """Per comparison the design holds (models, optimizers, lengths) with two or more trials in some pair, the
+    probability that the first's best of k beats the second's, in that comparison's section."""
+    for compared in COMPARED:
+        table = best_of_k_table(study.sampled, study.metric, compared)
+        if len(table) and table["k"].max() >= 2:
+            yield Planned(
+                f"best_of_k_{compared}",
+                compared,
+                table,
+                best_of_k_figure,
+                dict(
+                    estimator="closed form, k of the n trials without replacement (as the expected best's unbiased)",
+                    ties="counted half",
+                    reference="none: a probability",
+                    n_per_group=sorted({int(n) for n in pd.concat([table["n_a"], table["n_b"]])}),
+                ),
+            )
 
 
 def _several_lengths(study: Study) -> bool:

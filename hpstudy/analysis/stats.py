@@ -50,20 +50,43 @@ def expected_best(errors: np.ndarray, ks: Iterable[int], estimator: str = "unbia
     return _best_weights(n, ks, estimator) @ v
 
 
-def _check_budgets(ks: np.ndarray, n: int) -> None:
-    """StatsError unless there are n >= 1 finite errors and one or more budgets k, each in [1, n]."""
+def best_of_k_win(ea: np.ndarray, eb: np.ndarray, ks: Iterable[int], estimator: str = "unbiased") -> np.ndarray:
+    """For each k, the probability that the best of k random trials of a has a lower error than the best of k
+    of b, ties counted half (Sivaprasad et al. 2020's question, in closed form from the order statistics).
+
+    Each best is distributed as `expected_best` weighs it (unbiased: k of the n trials without replacement,
+    so at k = n it compares the observed bests; plugin: k draws with replacement), a and b independently;
+    at k = 1 both give the probability of improvement (Mann-Whitney U / n_a n_b). StatsError as
+    expected_best for either sample, and for a k above the smaller n."""
+    if estimator not in ESTIMATORS:
+        raise StatsError(f"best_of_k_win: estimator: bad value {estimator!r}; allowed: {', '.join(ESTIMATORS)}")
+    a = np.sort(finite(ea, "best_of_k_win")[0])[::-1]
+    b = np.sort(finite(eb, "best_of_k_win")[0])  # best last: b's weights reversed below
+    ks = np.asarray(list(ks), dtype=int)
+    _check_budgets(ks, min(len(a), len(b)), "best_of_k_win")
+    wa, wb = _best_weights(len(a), ks, estimator), _best_weights(len(b), ks, estimator)[:, ::-1]
+    # for each value of a, the mass of b's best above it (a wins) and at it (a tie, half)
+    below, above = np.searchsorted(b, a, side="left"), np.searchsorted(b, a, side="right")
+    upto = np.concatenate([np.zeros((len(ks), 1)), np.cumsum(wb, axis=1)], axis=1)  # b's mass below index j
+    beaten = upto[:, -1:] - upto[:, above] + (upto[:, above] - upto[:, below]) / 2
+    return np.clip(np.sum(wa * beaten, axis=1), 0.0, 1.0)
+
+
+def _check_budgets(ks: np.ndarray, n: int, caller: str = "expected_best") -> None:
+    """StatsError (naming `caller`) unless there are n >= 1 finite errors and one or more budgets k, each in
+    [1, n]."""
     if not n:
         raise StatsError(
-            "expected_best: errors: no finite error (n = 0 trials); allowed: at least one trial with a finite error"
+            f"{caller}: errors: no finite error (n = 0 trials); allowed: at least one trial with a finite error"
         )
     allowed = (
-        f"k must be in [1, {n}] for n = {n} trials (finite errors): the expected best is not "
+        f"k must be in [1, {n}] for n = {n} trials (finite errors): the best of k is not "
         f"extrapolated beyond the trials observed"
     )
     if not len(ks):
-        raise StatsError(f"expected_best: ks: bad value [] (no k); {allowed}")
+        raise StatsError(f"{caller}: ks: bad value [] (no k); {allowed}")
     if ks.min() < 1 or ks.max() > n:
-        raise StatsError(f"expected_best: ks: bad value {ks.min()}..{ks.max()}; {allowed}")
+        raise StatsError(f"{caller}: ks: bad value {ks.min()}..{ks.max()}; {allowed}")
 
 
 def expected_best_band(

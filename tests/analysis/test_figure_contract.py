@@ -26,6 +26,8 @@ from hpstudy.analysis.catalogue import catalogue_order, model_family, model_labe
 from hpstudy.analysis.figures import (
     SIZES,
     STYLE,
+    best_of_k_figure,
+    best_of_k_table,
     delta_edf_figure,
     delta_edf_table,
     delta_error_vs_epochs_figure,
@@ -97,6 +99,7 @@ FIGURES = {
     "delta_error_vs_epochs": (lambda: delta_error_vs_epochs_table(STUDY, "final"), delta_error_vs_epochs_figure, "gap"),
     "expected_best": (lambda: expected_best_table(STUDY, "final", n_boot=20), expected_best_figure, "expected_best"),
     "generalization": (lambda: generalization_table(STUDY, "final"), generalization_figure, "error"),
+    "best_of_k": (lambda: best_of_k_table(STUDY, "final", "models"), best_of_k_figure, "p_a_wins"),
 }
 
 
@@ -358,7 +361,8 @@ def _table(name: str, study: pd.DataFrame) -> pd.DataFrame:
     table = getattr(figures, f"{name}_table")
     if name in ("delta_edf", "hp_scatter"):  # figures of one (optimizer, epochs) cell
         study = study[(study["optimizer"] == "adamw") & (study["epochs"] == 10)]
-    return table(study, "final", n_boot=20) if name == "expected_best" else table(study, "final")
+    options = {"expected_best": {"n_boot": 20}, "best_of_k": {"compared": "models"}}.get(name, {})
+    return table(study, "final", **options)
 
 
 def test_the_catalogue_lookups_agree_with_the_zoo_and_take_any_other_name():
@@ -382,7 +386,9 @@ def test_legends_list_models_in_catalogue_order_not_by_identifier():
     # the study holds vit_c_tiny and cnn_tiny: by identifier cnn_tiny would come first
     assert list_models().index("vit_c_tiny") < list_models().index("cnn_tiny")
     for name, fig in _figures_of(STUDY).items():
-        models = [label.split(" (")[0] for label in _series(fig) if label.split(" (")[0] in ("ViT-C tiny", "CNN tiny")]
+        # the models in the order the legend names them (a best-of-k pair names both: `ViT-C tiny vs CNN tiny`)
+        text = " | ".join(label.split(" (")[0] for label in _series(fig))
+        models = sorted({"ViT-C tiny", "CNN tiny"} & set(re.split(r" \| | vs |: ", text)), key=text.index)
         if name == "hp_scatter":  # one row of panels per model, labelled on the y axis
             models = [ax.get_ylabel().split("\n")[0] for ax in fig.axes if ax.get_ylabel()]
         assert models and models.index("ViT-C tiny") < models.index("CNN tiny"), (name, models)

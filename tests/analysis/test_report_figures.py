@@ -66,4 +66,13 @@ def test_each_figure_has_one_name_and_no_figure_pools_training_lengths(epochs, o
     for p in per_cell:
         assert set(p.table["epochs"]) <= {p.meta["epochs"]} and set(p.table["optimizer"]) <= {p.meta["optimizer"]}
     lengths = {p.name for p in planned if p.section == "lengths"}
-    assert lengths == ({"error_vs_epochs", "delta_error_vs_epochs"} if len(epochs) > 1 else set())
+    several = len(epochs) > 1
+    assert lengths == ({"error_vs_epochs", "delta_error_vs_epochs", "best_of_k_lengths"} if several else set())
+    # a best-of-k figure per comparison the design holds, in its section; a pair's curve is one cell's k = 1..n
+    best_of_k = {p.section: p.table for p in planned if p.name.startswith("best_of_k_")}
+    held = {"models": True, "optimizers": len(optimizers) > 1, "lengths": several}
+    assert set(best_of_k) == {kind for kind, holds in held.items() if holds}
+    for kind, table in best_of_k.items():
+        assert set(table["compared"]) == {kind}
+        for _, curve in table.groupby(["model", "optimizer", "epochs", "a", "b"], dropna=False):
+            assert curve["k"].tolist() == list(range(1, min(curve["n_a"].iloc[0], curve["n_b"].iloc[0]) + 1))
