@@ -183,6 +183,29 @@ def make_trials(
     return pd.DataFrame(rows)
 
 
+def epochs_of(trials: pd.DataFrame) -> pd.DataFrame:
+    """Epoch rows for `trials` (make_trials' or any with top1_err and epochs): each trial that ran falls by 2.5
+    points an epoch to its final top1_err (a diverged one stays at its error), and where it has a
+    best_ema_top1_err its EMA error falls to that; the lowest raw error over the epochs is then the final one."""
+    rows = []
+    for trial in trials[trials["status"] != "failed"].itertuples(index=False):
+        last = int(trial.epochs)
+        ema = getattr(trial, "best_ema_top1_err", np.nan)
+        for epoch in range(1, last + 1):
+            fall = 0.0 if trial.status == "diverged" else 2.5 * (last - epoch)
+            rows.append(
+                epoch_row(
+                    trial_key=trial.trial_key,
+                    model=trial.model,
+                    optimizer=trial.optimizer,
+                    epoch=epoch,
+                    top1_err=trial.top1_err + fall,
+                    ema_top1_err=ema + fall if np.isfinite(ema) else np.nan,
+                )
+            )
+    return pd.DataFrame(rows)
+
+
 SMALL = {
     "name": "e2e",
     "dataset": {"name": "digits", "image_size": 16},

@@ -35,7 +35,7 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
-from matplotlib.ticker import FixedFormatter, FixedLocator, Formatter, NullFormatter, NullLocator
+from matplotlib.ticker import FixedFormatter, FixedLocator, Formatter, MaxNLocator, NullFormatter, NullLocator
 
 from hpstudy.analysis.catalogue import catalogue_order, known, model_label, model_size
 from hpstudy.analysis.edf import edf_table
@@ -325,7 +325,8 @@ def _legend(fig: Figure, axes: Iterable[Axes], bands: Sequence[str] = ()) -> Non
     for band in bands:
         handles[band] = Patch(facecolor=BAND_GREY, alpha=BAND_ALPHA * 2, linewidth=0)
     if handles:
-        longest = max(len(label) for label in handles) + 5  # characters, with the line sample
+        # characters, with the line sample, the gap to its text and the gap to the next column (2 + 0.8 + 2 em)
+        longest = max(len(label) for label in handles) + 7
         cols = max(1, min(len(handles), int(fig.get_figwidth() * 14 // longest)))  # 7 pt: ~14 per inch
         fig.legend(list(handles.values()), list(handles), loc="outside lower center", ncols=cols)
 
@@ -817,7 +818,7 @@ def best_of_k_caption(table: pd.DataFrame) -> str:
         f"from n = {_n_range(n)} trials per group; dotted: 0.5, neither ahead. No band: at k = 1 this is the "
         f"effect-size table's probability of improvement, with its interval from 8 trials a group; towards k = n "
         f"it rests on each group's few best trials (at k = n on one), a description of the sample, not a test. "
-        f"{_metric(table)}"
+        f"A probability (no reference). {_metric(table)}"
     )
 
 
@@ -855,6 +856,82 @@ def best_of_k_figure(
         )
         integer_ticks(ax, trial_count_ticks(int(panel["k"].max())))
     caption = best_of_k_caption(table)
+    _finish(fig, axes, caption, title)
+    return Plot(fig, table, caption)
+
+
+BEST_CURVES = 5  # best_curves: the trials drawn per model and cell, as pycls's plot_curves is given a few runs
+
+
+def _epoch_errors(epochs: pd.DataFrame, metric: str) -> pd.Series:
+    """Each epoch row's validation error of the weights `metric` is about: EMA where the metric takes EMA
+    (ema_best; paper where that epoch has an EMA error), else the raw weights'."""
+    ema = epochs["ema_top1_err"].astype(float) if "ema_top1_err" in epochs else pd.Series(np.nan, epochs.index)
+    raw = epochs["top1_err"].astype(float)
+    if metric == "ema_best":
+        return ema
+    return ema.where(np.isfinite(ema), raw) if metric == DEFAULT_METRIC else raw
+
+
+def best_curves_table(
+    trials: pd.DataFrame, metric: str = DEFAULT_METRIC, *, epochs: pd.DataFrame, best: int = BEST_CURVES
+) -> pd.DataFrame:
+    """Per (model, optimizer, epochs) cell, the `best` trials with the lowest `metric` error (ties by trial key)
+    and their stored validation error at every epoch (`epochs`: the study's epoch rows), with the trial's
+    rank, its metric error (`final`) and the cell's counted trials `n`."""
+    used = usable(trials, metric, "best_curves_table")
+    ranked = used.kept.sort_values(["optimizer", "epochs", "model", ERR, "trial_key"], kind="stable")
+    ranked = ranked.assign(
+        rank=ranked.groupby(["optimizer", "epochs", "model"], observed=True).cumcount() + 1,
+        n=ranked.groupby(["optimizer", "epochs", "model"], observed=True)[ERR].transform("size"),
+    )
+    chosen = ranked[ranked["rank"] <= best][["trial_key", "model", "optimizer", "epochs", "rank", "n", ERR]]
+    curves = epochs[epochs["trial_key"].isin(chosen["trial_key"])]
+    curves = curves[["trial_key", "epoch"]].assign(error=_epoch_errors(curves, metric))
+    table = chosen.rename(columns={ERR: "final"}).merge(curves, on="trial_key", how="inner")
+    columns = ["model", "optimizer", "epochs", "rank", "trial_key", "epoch", "error", "final", "n"]
+    return table[columns].sort_values(["optimizer", "epochs", "model", "rank", "epoch"]).assign(metric=used.metric)
+
+
+def best_curves_caption(table: pd.DataFrame) -> str:
+    """What best_curves_figure draws, on which metric, of how many trials (absolute errors)."""
+    n = table.groupby(["model", "optimizer", "epochs"])["n"].first()
+    shown = table.groupby(["model", "optimizer", "epochs"])["rank"].max()
+    return (
+        f"Validation top-1 error against the epoch of each model's {_n_range(shown)} best trials ({_cell(table)}; "
+        f"best by the metric below, of n = {_n_range(n)} trials per model), a line per trial in its model's "
+        f"style, the best one marked and the others lighter: flat curves at the end say the schedule ran its "
+        f"course, falling ones that longer training would gain. Absolute errors (no reference). {_metric(table)}"
+    )
+
+
+def best_curves_figure(
+    table: pd.DataFrame, size: Optional[str] = None, fig: Optional[Figure] = None, title: bool = False
+) -> Plot:
+    """The best trials' validation error over the epochs (pycls's plot_curves, for the best few of a cell), all
+    models in one panel: the best trial of each model drawn with its markers, the next ones thinner and
+    lighter; one (optimizer, epochs) cell (one_cell)."""
+    one_cell(table, "best_curves_figure")
+    fig, axes = _grid(1, size, fig)
+    ax = axes[0]
+    drawn = table["model"].unique()
+    for model, group in _by_model(table):
+        st = model_style(model, drawn)
+        for rank, curve in group.groupby("rank", sort=True):
+            first = rank == 1
+            ax.plot(
+                curve["epoch"],
+                curve["error"],
+                label=model_label(model) if first else "_next",
+                alpha=1.0 if first else 0.45,
+                linewidth=None if first else 0.8,
+                markevery=0.25 if first else [],
+                **st,
+            )
+    ax.set(yscale="log", xlabel="epoch", ylabel="validation top-1 error (%)")
+    log_ticks(ax.yaxis, table["error"])
+    ax.xaxis.set_major_locator(MaxNLocator(nbins=8, integer=True, min_n_ticks=2))
+    caption = best_curves_caption(table)
     _finish(fig, axes, caption, title)
     return Plot(fig, table, caption)
 

@@ -120,12 +120,13 @@ def _figures(
     metric: str,
     keys: Keys = ("lr", "wd"),
     sizes: Optional[Dict[str, str]] = None,
+    epochs: Optional[pd.DataFrame] = None,
 ) -> List[Drawn]:
     """Draw every figure the data supports (hpstudy.analysis.report_figures.FIGURES) in the house style,
     each from its table, saved beside it with the metric, its caption and its entry's metadata."""
     stated = {"metric": rows.metric, "metric_definition": METRIC_DOCS[metric]}
     made: List[Drawn] = []
-    for planned in planned_figures(Study(trials, rows, ranges, metric, keys, sizes)):
+    for planned in planned_figures(Study(trials, rows, ranges, metric, keys, sizes, epochs)):
         with matplotlib.style.context(STYLE):
             plot = planned.figure(planned.table)
             meta = {**stated, "caption": plot.caption, **planned.meta}
@@ -176,7 +177,7 @@ def _write_report(trials: pd.DataFrame, epochs: pd.DataFrame, record: Optional[D
             "ema_gain": ema_gain(trials),
             "left_out": left_out_table(rows),
         }
-        figures = _figures(trials, rows, ranges, out, metric, keys, spec_sizes(record))
+        figures = _figures(trials, rows, ranges, out, metric, keys, spec_sizes(record), epochs)
     completeness = (
         f"{finished} of {expected} trials stored as ok/diverged ({100 * finished / expected:.0f}%)"
         if expected

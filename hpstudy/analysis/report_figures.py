@@ -13,7 +13,10 @@ import pandas as pd
 from hpstudy.analysis.edf import EDF_CONVENTION
 from hpstudy.analysis.effects import COMPARED
 from hpstudy.analysis.figures import (
+    BEST_CURVES,
     Plot,
+    best_curves_figure,
+    best_curves_table,
     best_of_k_figure,
     best_of_k_table,
     cell_name,
@@ -43,8 +46,8 @@ RANGES_BEYOND_LOG = " (linear values of a uniform or int one; per value of a cho
 @dataclass(frozen=True)
 class Study:
     """What every figure entry reads: the study's rows, the counted ones, the good ranges per cell,
-    the metric, the sampled hyperparameters and the models' size classes (the sampled cells found once,
-    for every entry)."""
+    the metric, the sampled hyperparameters, the models' size classes and the study's epoch rows, if
+    given (the sampled cells found once, for every entry)."""
 
     trials: pd.DataFrame
     rows: Rows
@@ -52,6 +55,7 @@ class Study:
     metric: str
     keys: Keys
     sizes: Optional[Mapping[str, str]]
+    epochs: Optional[pd.DataFrame] = None
 
     @functools.cached_property
     def sampled(self) -> pd.DataFrame:
@@ -211,6 +215,31 @@ def _expected_bests(study: Study) -> Iterator[Planned]:
             dict(
                 estimator="unbiased, Tang et al. 2020",
                 band="bootstrap 95% pointwise",
+                n_per_model=table.groupby("model")["n"].first().to_dict(),
+                optimizer=opt,
+                epochs=epochs,
+            ),
+            cell=(opt, epochs),
+        )
+
+
+@register_figure("best_curves")
+def _best_curves(study: Study) -> Iterator[Planned]:
+    """Per sampled cell whose trials have stored epochs, the best trials' validation error over the epochs."""
+    if study.epochs is None or study.epochs.empty:
+        return
+    for opt, epochs, _, whole in study.cells():
+        table = best_curves_table(whole, study.metric, epochs=study.epochs)
+        if table.empty:
+            continue
+        yield Planned(
+            cell_name("best_curves", opt, epochs),
+            "sampled",
+            table,
+            best_curves_figure,
+            dict(
+                best=BEST_CURVES,
+                selection="the trials with the lowest error under the metric, ties by trial key",
                 n_per_model=table.groupby("model")["n"].first().to_dict(),
                 optimizer=opt,
                 epochs=epochs,

@@ -26,6 +26,8 @@ from hpstudy.analysis.catalogue import catalogue_order, model_family, model_labe
 from hpstudy.analysis.figures import (
     SIZES,
     STYLE,
+    best_curves_figure,
+    best_curves_table,
     best_of_k_figure,
     best_of_k_table,
     delta_edf_figure,
@@ -46,6 +48,7 @@ from hpstudy.analysis.figures import (
 from hpstudy.analysis.findings import findings
 from hpstudy.analysis.metric import LeftOutWarning
 from hpstudy.trainers.zoo import get_spec, list_models
+from tests.helpers import epochs_of
 
 CELL = ["model", "optimizer", "epochs"]
 pytestmark = pytest.mark.filterwarnings("ignore::hpstudy.analysis.metric.LeftOutWarning")  # the failed trial
@@ -100,6 +103,7 @@ FIGURES = {
     "expected_best": (lambda: expected_best_table(STUDY, "final", n_boot=20), expected_best_figure, "expected_best"),
     "generalization": (lambda: generalization_table(STUDY, "final"), generalization_figure, "error"),
     "best_of_k": (lambda: best_of_k_table(STUDY, "final", "models"), best_of_k_figure, "p_a_wins"),
+    "best_curves": (lambda: best_curves_table(ADAMW_10, "final", epochs=epochs_of(STUDY)), best_curves_figure, "error"),
 }
 
 
@@ -359,9 +363,13 @@ def _figures_of(study: pd.DataFrame):
 
 def _table(name: str, study: pd.DataFrame) -> pd.DataFrame:
     table = getattr(figures, f"{name}_table")
-    if name in ("delta_edf", "hp_scatter"):  # figures of one (optimizer, epochs) cell
+    if name in ("delta_edf", "hp_scatter", "best_curves"):  # figures of one (optimizer, epochs) cell
         study = study[(study["optimizer"] == "adamw") & (study["epochs"] == 10)]
-    options = {"expected_best": {"n_boot": 20}, "best_of_k": {"compared": "models"}}.get(name, {})
+    options = {
+        "expected_best": {"n_boot": 20},
+        "best_of_k": {"compared": "models"},
+        "best_curves": {"epochs": epochs_of(study)},
+    }.get(name, {})
     return table(study, "final", **options)
 
 

@@ -14,7 +14,7 @@ from matplotlib.ticker import FixedFormatter, NullFormatter
 
 from hpstudy.analysis import figures
 from hpstudy.analysis.figures import STYLE, Plain, delta_scale
-from tests.helpers import make_trials
+from tests.helpers import epochs_of, make_trials
 
 pytestmark = pytest.mark.filterwarnings("ignore::hpstudy.analysis.metric.LeftOutWarning")
 MODELS = ("vit_c_tiny", "timm:resnet10t")
@@ -37,11 +37,14 @@ TABLES = {
     "delta_error_vs_epochs": figures.delta_error_vs_epochs_table(STUDY, "final"),
     "expected_best": figures.expected_best_table(STUDY[STUDY["epochs"] == 16], "final", n_boot=20),
     "generalization": figures.generalization_table(STUDY, "final"),
+    "best_of_k": figures.best_of_k_table(STUDY, "final", "optimizers"),
+    "best_curves": figures.best_curves_table(CELL, "final", epochs=epochs_of(STUDY)),
 }
 BANDS = {"delta_edf": ["DKW 95% band"], "expected_best": ["bootstrap 95% band"]}
 REFERENCE = {  # what each caption says the numbers are measured from
     "delta_edf": "the model's own best trial (the reference)",
     "delta_error_vs_epochs": "the longest schedule (the reference: 16 epochs)",
+    "best_of_k": "A probability (no reference)",
 }
 
 
@@ -75,7 +78,7 @@ def test_the_legend_has_one_entry_per_series_then_one_per_kind_of_band(name):
     texts = [t.get_text() for t in legend.get_texts()]
     series = list(dict.fromkeys(_series(fig)))
     assert texts == series + BANDS.get(name, []) and len(texts) == len(set(texts))
-    shown = {label.split(" (")[0] for label in series}
+    shown = {label.split(" (")[0].split(": ")[0] for label in series}  # best of k: `ViT-C tiny: AdamW vs SGD`
     assert set(LABELS) <= shown  # both models of the study, by their names
 
 
