@@ -38,6 +38,7 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import FixedFormatter, FixedLocator, Formatter, MaxNLocator, NullFormatter, NullLocator
 
 from hpstudy.analysis.catalogue import catalogue_order, known, model_label, model_size
+from hpstudy.analysis.cost import trial_hours
 from hpstudy.analysis.edf import edf_table
 from hpstudy.analysis.effects import COMPARED, compared_pairs
 from hpstudy.analysis.gaps import length_gap
@@ -710,54 +711,81 @@ def expected_best_table(
     trials: pd.DataFrame, metric: str = DEFAULT_METRIC, estimator: str = "unbiased", n_boot: int = 200
 ) -> pd.DataFrame:
     """The expected best error after k = 1..n random trials per (model, optimizer, epochs) cell, never
-    pooled across cells, with its bootstrap band (`lo`, `hi`) and the cell's counted trials `n`."""
+    pooled across cells, with its bootstrap band (`lo`, `hi`), the cell's counted trials `n` and what k of
+    them cost on average (`hours`: k times their mean cost.trial_hours)."""
     used = usable(trials, metric, "expected_best_table")
+    kept = used.kept.assign(cost=trial_hours(used.kept))
     rows = []
-    for (opt, epochs, model), group in used.kept.groupby(["optimizer", "epochs", "model"], observed=True):
+    for (opt, epochs, model), group in kept.groupby(["optimizer", "epochs", "model"], observed=True):
         errors = group[ERR].to_numpy(float)
         ks = np.arange(1, len(errors) + 1)
         curve = expected_best(errors, ks, estimator)
         lo, hi = expected_best_band(errors, ks, estimator, n_boot=n_boot)
         cell = {"model": model, "optimizer": opt, "epochs": epochs, "n": len(errors)}
+        per_trial = float(group["cost"].mean())  # NaN where a trial's wall time is missing
         rows += [
-            {**cell, "k": int(k), "expected_best": c, "lo": low, "hi": high}
+            {**cell, "k": int(k), "hours": k * per_trial, "expected_best": c, "lo": low, "hi": high}
             for k, c, low, high in zip(ks, curve, lo, hi)
         ]
     return pd.DataFrame(rows).assign(metric=used.metric)
 
 
-def expected_best_caption(table: pd.DataFrame) -> str:
-    """What expected_best_figure draws, on which metric, of how many trials (absolute errors)."""
+BUDGETS = ("trials", "hours")  # expected_best_figure's x axis: k, or what k trials cost in hours
+HOURS_BUDGET = (
+    "the hours k random trials take on average (k times the cell's mean wall time a trial of that model, a fused "
+    "group's wall time shared among its members)"
+)
+
+
+def expected_best_caption(table: pd.DataFrame, budget: str = "trials") -> str:
+    """What expected_best_figure draws against `budget`, on which metric, of how many trials (absolute errors)."""
     n = table.groupby(["model", "optimizer", "epochs"])["n"].first()
     panels = "" if table.groupby(["optimizer", "epochs"]).ngroups == 1 else "a panel per optimizer and length, "
+    against = f", against {HOURS_BUDGET}" if budget == "hours" else ""
     return (
         f"Expected best top-1 error after k random lr/wd trials (unbiased estimator, Tang et al. 2020; "
-        f"{_cell(table)}), {panels}a line per model, from n = {_n_range(n)} trials per model and cell; shaded: "
-        f"bootstrap 95% pointwise bands. Absolute errors (no reference). {_metric(table)}"
+        f"{_cell(table)}){against}, {panels}a line per model, from n = {_n_range(n)} trials per model and cell; "
+        f"shaded: bootstrap 95% pointwise bands. Absolute errors (no reference). {_metric(table)}"
     )
 
 
 def expected_best_figure(
-    table: pd.DataFrame, size: Optional[str] = None, fig: Optional[Figure] = None, title: bool = False
+    table: pd.DataFrame,
+    size: Optional[str] = None,
+    fig: Optional[Figure] = None,
+    title: bool = False,
+    budget: str = "trials",
 ) -> Plot:
-    """Expected best error against the number of random trials k, a panel per (optimizer, epochs) cell, a
-    line and its shaded bootstrap band per model."""
+    """Expected best error against the number of random trials k (`budget="hours"`: against what k trials take
+    in hours, Dodge et al. 2019's budget in compute), a panel per (optimizer, epochs) cell, a line and its
+    shaded bootstrap band per model; ValueError for another budget, or hours where a cost is missing."""
+    if budget not in BUDGETS:
+        raise ValueError(f"expected_best_figure: budget: bad value {budget!r}; allowed: {', '.join(BUDGETS)}")
+    if budget == "hours" and not np.isfinite(table["hours"].astype(float)).all():
+        raise ValueError(
+            "expected_best_figure: budget: bad value 'hours' for this table; allowed: 'trials' (some trials have "
+            "no wall_s to cost them)"
+        )
+    x = "k" if budget == "trials" else "hours"
     cells = sorted(table.groupby(["optimizer", "epochs"]).groups)
     fig, axes = _grid(len(cells), size, fig)
     for ax, (opt, epochs) in zip(axes, cells):
         panel = table[(table["optimizer"] == opt) & (table["epochs"] == epochs)]
         for model, curve in _by_model(panel):
             st = model_style(model, table["model"].unique())
-            ax.plot(curve["k"], curve["expected_best"], label=model_label(model), markevery=0.15, **st)
-            _band(ax, curve["k"], curve["lo"], curve["hi"], st, step=False)
+            ax.plot(curve[x], curve["expected_best"], label=model_label(model), markevery=0.15, **st)
+            _band(ax, curve[x], curve["lo"], curve["hi"], st, step=False)
         ax.set(
             title=f"{_opt(opt)}, {epochs:g} epochs" if len(cells) > 1 else "",
             xscale="log",
-            xlabel="trials k",
+            xlabel="trials k" if budget == "trials" else "hours of k trials",
             ylabel="expected best top-1 error (%)",
         )
-        integer_ticks(ax, trial_count_ticks(int(panel["k"].max())))
-    caption = expected_best_caption(table)
+        if budget == "trials":
+            integer_ticks(ax, trial_count_ticks(int(panel["k"].max())))
+        else:
+            log_ticks(ax.xaxis, panel["hours"])
+    caption = expected_best_caption(table, budget)
     _finish(fig, axes, caption, title, ["bootstrap 95% band"])
     return Plot(fig, table, caption)
 

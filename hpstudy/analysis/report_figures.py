@@ -14,6 +14,7 @@ from hpstudy.analysis.edf import EDF_CONVENTION
 from hpstudy.analysis.effects import COMPARED
 from hpstudy.analysis.figures import (
     BEST_CURVES,
+    HOURS_BUDGET,
     Plot,
     best_curves_figure,
     best_curves_table,
@@ -267,6 +268,35 @@ def _best_of_ks(study: Study) -> Iterator[Planned]:
                     n_per_group=sorted({int(n) for n in pd.concat([table["n_a"], table["n_b"]])}),
                 ),
             )
+
+
+@register_figure("expected_best_hours")
+def _expected_best_hours(study: Study) -> Iterator[Planned]:
+    """Where the sampled cells compare two or more models and every counted trial has a wall time, the expected
+    best against what k trials take in hours, a panel per cell: models whose trials cost differently compared
+    at equal compute (with one model it would only rescale the expected best's axis)."""
+    counted = study.sampled_rows
+    if counted["model"].nunique() < 2 or counted.groupby(CELL, observed=True).size().max() < 2:
+        return
+    table = expected_best_table(study.sampled, study.metric)
+    if np.isfinite(table["hours"].astype(float)).all():
+        yield Planned(
+            "expected_best_hours",
+            "sampled",
+            table,
+            functools.partial(expected_best_figure, budget="hours"),
+            dict(
+                estimator="unbiased, Tang et al. 2020",
+                band="bootstrap 95% pointwise",
+                budget=HOURS_BUDGET,
+                hours_per_trial={"/".join(map(str, cell)): round(float(h), 6) for cell, h in _first_k(table).items()},
+            ),
+        )
+
+
+def _first_k(table: pd.DataFrame) -> pd.Series:
+    """An expected-best table's hours of one trial per (model, optimizer, epochs) cell."""
+    return table[table["k"] == 1].set_index(CELL)["hours"]
 
 
 def _several_lengths(study: Study) -> bool:

@@ -112,6 +112,7 @@ def test_one_section_per_comparison_the_design_holds_named_by_what_it_compares(r
         "expected_best_adamw_6ep",
         "hp_scatter_adamw_16ep",
         "expected_best_adamw_16ep",
+        "expected_best_hours",  # a panel per cell: the expected best at equal compute
     ]
     assert "label_smoothing" in _section(page, "sampled")
 

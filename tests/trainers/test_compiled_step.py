@@ -153,6 +153,12 @@ HEAD_ROWS = {
 }
 
 
+# float64 kernels sum in an order that a library release or a CPU's vector width may change: the same step
+# then differs in the last bits (seen: train_loss 2.3096365384413597 against 2.30963653844136 from the rows
+# below); a step that changed what it computes differs by 1e-6 of a value or more
+FLOAT64_ROUNDING = 1e-12
+
+
 @pytest.fixture(autouse=True)
 def one_thread():
     """One torch thread, as HEAD_ROWS were written with (two threads sum in another order)."""
@@ -178,8 +184,11 @@ def epochs_and_sums(trainer: Trainer):
 @pytest.mark.parametrize("case", CASES)
 def test_the_capturable_step_trains_as_the_eager_step_did_in_float64(case):
     epochs, sums = epochs_and_sums(Trainer(TrialConfig.from_dict(dict(BASE, **CASES[case]))))
-    assert epochs == HEAD_ROWS[case]["epochs"]
-    assert sums == HEAD_ROWS[case]["sums"]
+    want = HEAD_ROWS[case]["epochs"]
+    assert len(epochs) == len(want)
+    for got, row in zip(epochs, want):
+        assert got == pytest.approx(row, rel=FLOAT64_ROUNDING, abs=0)
+    assert sums == pytest.approx(HEAD_ROWS[case]["sums"], rel=FLOAT64_ROUNDING, abs=0)
 
 
 # The traced AdamW (torch's capturable form) computes its bias corrections from a float32 step count,
