@@ -83,18 +83,26 @@ def coverage(name: str, n: int, studies: int, seed: int) -> Dict[str, object]:
     return out
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--studies", type=int, default=1000, help="simulated pairs per distribution and n")
-    parser.add_argument("--ns", default="8,24,64", help="trials per cell, comma-separated")
+def run_cells(bench: str, doc: str, measure: Callable, argv, studies: int, ns: str, **stated) -> int:
+    """The command line of a bench of simulated pairs of cells: `measure(distribution, n, studies, seed)` for every
+    distribution and n, printed as one JSON object with `stated` and the seconds it took."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--studies", type=int, default=studies, help="simulated pairs per distribution and n")
+    parser.add_argument("--ns", default=ns, help="trials per cell, comma-separated")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     start = time.time()
-    cells = [coverage(name, int(n), args.studies, args.seed) for name in DISTRIBUTIONS for n in args.ns.split(",")]
-    report = {"bench": "effects", "confidence": CONFIDENCE, "cells": cells, "seconds": round(time.time() - start, 1)}
-    json.dump(report, sys.stdout, indent=1)
+    cells = [measure(name, int(n), args.studies, args.seed) for name in DISTRIBUTIONS for n in args.ns.split(",")]
+    json.dump(
+        {"bench": bench, **stated, "cells": cells, "seconds": round(time.time() - start, 1)}, sys.stdout, indent=1
+    )
     print()
     return 0
+
+
+def main(argv=None) -> int:
+    """Print the coverage of every distribution and n as one JSON object."""
+    return run_cells("effects", __doc__, coverage, argv, 1000, "8,24,64", confidence=CONFIDENCE)
 
 
 if __name__ == "__main__":

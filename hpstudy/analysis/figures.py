@@ -713,10 +713,10 @@ def expected_best_table(
     """The expected best error after k = 1..n random trials per (model, optimizer, epochs) cell, never
     pooled across cells, with its bootstrap band (`lo`, `hi`), the cell's counted trials `n` and what k of
     them cost on average (`hours`: k times their mean cost.trial_hours)."""
-    used = usable(trials, metric, "expected_best_table")
-    kept = used.kept.assign(cost=trial_hours(used.kept))
+    # costed before any row is left out: a fused group's wall time is shared among all the rows it stored
+    used = usable(trials.assign(cost=trial_hours(trials)), metric, "expected_best_table")
     rows = []
-    for (opt, epochs, model), group in kept.groupby(["optimizer", "epochs", "model"], observed=True):
+    for (opt, epochs, model), group in used.kept.groupby(["optimizer", "epochs", "model"], observed=True):
         errors = group[ERR].to_numpy(float)
         ks = np.arange(1, len(errors) + 1)
         curve = expected_best(errors, ks, estimator)
@@ -732,8 +732,8 @@ def expected_best_table(
 
 BUDGETS = ("trials", "hours")  # expected_best_figure's x axis: k, or what k trials cost in hours
 HOURS_BUDGET = (
-    "the hours k random trials take on average (k times the cell's mean wall time a trial of that model, a fused "
-    "group's wall time shared among its members)"
+    "the hours k random trials take on average (k times the mean wall time of that model's trials in the cell, a "
+    "fused group's wall time shared among its members; wall times on a shared machine include waiting for it)"
 )
 
 
@@ -840,12 +840,14 @@ def best_of_k_caption(table: pd.DataFrame) -> str:
     per = " and ".join({"optimizer": "optimizer", "epochs": "length"}[f] for f in fields)
     return (
         f"Probability that the best of k random lr/wd trials of the first of a pair of {kinds} has a lower top-1 "
-        f"error than the best of k of the second, ties counted half ({_cell(table, fields)}; k of the n trials without "
-        f"replacement, in closed form from the order statistics: at k = 1 the probability of improvement, at "
-        f"k = n the observed bests compared), a line per pair{f', a panel per {per}' if per else ''}, "
-        f"from n = {_n_range(n)} trials per group; dotted: 0.5, neither ahead. No band: at k = 1 this is the "
-        f"effect-size table's probability of improvement, with its interval from 8 trials a group; towards k = n "
-        f"it rests on each group's few best trials (at k = n on one), a description of the sample, not a test. "
+        f"error than the best of k of the second, ties counted half ({_cell(table, fields)}; k of each group's "
+        f"trials without replacement, in closed form from the order statistics, up to k = min(n_a, n_b): at k = 1 "
+        f"the probability of improvement, at k = n_a = n_b the two observed bests compared), a line per pair"
+        f"{f', a panel per {per}' if per else ''}, from n = {_n_range(n)} trials per group; dotted: 0.5, neither "
+        f"ahead. A description of the sample, not a test, with no band: at k = 1 it is the effect-size table's "
+        f"probability of improvement, whose interval is there (from 8 trials a group); as k grows it rests on each "
+        f"group's few best trials and strays from 0.5 even between groups that do not differ (at 24 trials a "
+        f"group its spread is 0.08 at k = 1, 0.23 at k = 8, 0.5 at k = 24: bench.best_of_k). "
         f"A probability (no reference). {_metric(table)}"
     )
 
@@ -927,9 +929,10 @@ def best_curves_caption(table: pd.DataFrame) -> str:
     shown = table.groupby(["model", "optimizer", "epochs"])["rank"].max()
     return (
         f"Validation top-1 error against the epoch of each model's {_n_range(shown)} best trials ({_cell(table)}; "
-        f"best by the metric below, of n = {_n_range(n)} trials per model), a line per trial in its model's "
-        f"style, the best one marked and the others lighter: flat curves at the end say the schedule ran its "
-        f"course, falling ones that longer training would gain. Absolute errors (no reference). {_metric(table)}"
+        f"of n = {_n_range(n)} trials per model, chosen by the metric below on the same validation set, so the "
+        f"curves are the luckiest as well as the best; ties by trial key), a line per trial in its model's style, "
+        f"the best one marked and the others lighter; a curve stops at the last epoch its trial stored. Absolute "
+        f"errors (no reference). {_metric(table)}"
     )
 
 

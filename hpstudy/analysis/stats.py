@@ -55,7 +55,7 @@ def best_of_k_win(ea: np.ndarray, eb: np.ndarray, ks: Iterable[int], estimator: 
     of b, ties counted half (Sivaprasad et al. 2020's question, in closed form from the order statistics).
 
     Each best is distributed as `expected_best` weighs it (unbiased: k of the n trials without replacement,
-    so at k = n it compares the observed bests; plugin: k draws with replacement), a and b independently;
+    so at k = n_a = n_b it compares the observed bests; plugin: k draws with replacement), a and b independently;
     at k = 1 both give the probability of improvement (Mann-Whitney U / n_a n_b). StatsError as
     expected_best for either sample, and for a k above the smaller n."""
     if estimator not in ESTIMATORS:

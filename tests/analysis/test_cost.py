@@ -29,7 +29,11 @@ groups = st.lists(
 @settings(max_examples=100, deadline=None)
 @given(groups, st.randoms(use_true_random=False))
 def test_a_fused_groups_wall_time_is_shared_among_its_members_and_no_hour_is_lost(stored, rnd):
-    rows = [{"node": node, "wall_s": wall, "group": i} for i, (node, k, wall) in enumerate(stored) for _ in range(k)]
+    rows = [
+        {"node": node, "model": "m", "optimizer": "adamw", "epochs": 4, "wall_s": wall, "group": i}
+        for i, (node, k, wall) in enumerate(stored)
+        for _ in range(k)
+    ]
     rnd.shuffle(rows)  # rows of a group need not be neighbours
     frame = pd.DataFrame(rows)
     hours = trial_hours(frame)
@@ -44,6 +48,15 @@ def test_a_trial_without_a_wall_time_costs_nothing_known():
     assert trial_hours(frame.drop(columns="wall_s")).isna().all()
 
 
+def test_equal_wall_times_are_one_group_only_within_a_cell_on_a_node_of_a_store():
+    """Rounded or generated wall times repeat: without a node (not a store's rows) nothing is shared, and two
+    cells' or nodes' rows never form one group."""
+    frame = pd.DataFrame({"wall_s": [60.0] * 4, "model": ["a", "a", "b", "b"], "optimizer": "adamw", "epochs": 4})
+    assert trial_hours(frame).tolist() == [60 / 3600] * 4
+    on_nodes = frame.assign(node=["n0", "n0", "n0", "n1"])
+    assert trial_hours(on_nodes).tolist() == [30 / 3600, 30 / 3600, 60 / 3600, 60 / 3600]
+
+
 def test_the_expected_bests_hours_are_k_times_the_cells_mean_cost_of_a_counted_trial():
     trials = make_trials(["vit_c_tiny", "cnn_tiny"], ["adamw"], epochs=(4, 8), n=6, seed=4, fail_share=0.2)
     trials["wall_s"] = np.random.default_rng(0).uniform(10, 100, len(trials))
@@ -52,6 +65,16 @@ def test_the_expected_bests_hours_are_k_times_the_cells_mean_cost_of_a_counted_t
     for (model, opt, epochs), curve in table.groupby(["model", "optimizer", "epochs"]):
         walls = counted[(counted["model"] == model) & (counted["epochs"] == epochs)]["wall_s"]
         np.testing.assert_allclose(curve["hours"], curve["k"] * walls.mean() / 3600)
+
+
+def test_a_fused_member_left_out_still_shares_its_groups_wall_time():
+    """A group of 4 fused trials (one wall time on one node) whose last member failed: the 3 counted ones cost
+    a quarter of the group's wall time each, not a third."""
+    trials = make_trials(["cnn_tiny"], ["adamw"], epochs=(4,), n=4, seed=4, diverge_share=0.0)
+    trials = trials.assign(wall_s=7200.0, node="n0")  # one group: one wall time in one cell on one node
+    trials.loc[trials.index[-1], ["status", "top1_err"]] = ["failed", np.nan]
+    table = expected_best_table(trials, "final", n_boot=20)
+    np.testing.assert_allclose(table["hours"], table["k"] * 0.5)
 
 
 def test_the_hours_figure_draws_its_tables_hours_and_refuses_a_table_that_cannot_be_costed():

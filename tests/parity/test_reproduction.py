@@ -132,3 +132,14 @@ def test_the_documents_best_of_k_table_is_rederived_from_the_rows():
         if label != "CNN tiny":  # docs/reproduction.md quotes the ViTs' k = 1, 2, 4, 8 to two decimals
             shown = " / ".join(f"{_best_of_k_rederived(errors['adamw'], errors['sgd'], k):.2f}" for k in (1, 2, 4, 8))
             assert shown in " ".join(open(DOC).read().split()), (label, epochs, shown)
+
+
+def test_the_fused_groups_costed_as_shared_are_the_trials_that_ran_fused():
+    """On the committed store, the rows cost.trial_hours finds sharing a group's wall time are exactly the trials
+    whose epochs have no train error (a fused trial records none): 48 cnn_tiny trials at 6 epochs, 8 a group."""
+    from hpstudy.analysis.cost import trial_hours
+
+    trials, epochs, _ = load_study(STORE, "repro_digits_lr_wd")
+    shared = trials.loc[trial_hours(trials) * 3600 < trials["wall_s"] - 1e-9, "trial_key"]
+    fused = epochs.groupby("trial_key")["train_top1_err"].apply(lambda e: e.isna().all())
+    assert set(shared) == set(fused[fused].index) and len(shared) == 48
