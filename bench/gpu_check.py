@@ -64,7 +64,7 @@ def run_cuda_tests() -> dict:
 def quarter_gpu_study(tmp: str, trials: int = 32, gpu: float = 0.25) -> dict:
     """A study of `trials` short trials with `gpu` (a quarter) each, run by run_edf.py through a
     local Ray; wall time, statuses and the trials' summed wall over the study's (Ray's start in it)."""
-    from hpstudy.study.store_read import load_trials
+    from hpstudy.study.store.read import load_trials
 
     per_cell = trials // 4
     spec = {

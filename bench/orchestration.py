@@ -34,7 +34,7 @@ from hpstudy.study.ray_session import TUNE_ENV  # noqa: E402
 from hpstudy.study.runner import run_study  # noqa: E402
 from hpstudy.study.sampling import expand  # noqa: E402
 from hpstudy.study.spec import parse_spec  # noqa: E402
-from hpstudy.study.store_read import load_trials  # noqa: E402
+from hpstudy.study.store.read import load_trials  # noqa: E402
 from hpstudy.trainers.trial import train_trial  # noqa: E402
 
 MICRO_DATA = {"name": "synthetic", "image_size": 8, "n_train": 32, "n_val": 16, "num_classes": 4}

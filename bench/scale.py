@@ -34,8 +34,9 @@ import numpy as np
 from bench.store_files import _command, _peak_mb
 from hpstudy.study.sampling import PlannedTrial, expand
 from hpstudy.study.spec import parse_spec
-from hpstudy.study.store import _to_table, _write_table, open_root, partition_dir
-from hpstudy.study.store_spec_record import write_spec_record
+from hpstudy.study.store.layout import _to_table, _write_table
+from hpstudy.study.store.spec_record import write_spec_record
+from hpstudy.study.store.store import Store
 from hpstudy.trainers.config import TrialConfig
 from hpstudy.trainers.schema import DIVERGED, FAILED, OK, TRIAL_FIELDS, TRIAL_SCHEMA
 
@@ -98,12 +99,12 @@ def build(root: str, trials: int) -> int:
     """A store holding a study of about `trials` trials (see the module's docstring); its row count."""
     spec_source = design(trials)
     planned = expand(parse_spec(spec_source))
-    fs, _ = open_root(root)
-    _, directory = partition_dir(root, "trials", STUDY)
+    store = Store.open(root)
+    directory = store.partition("trials", STUDY)
     for first in range(0, len(planned), MERGED):
         table = _to_table(stored_rows(planned[first : first + MERGED], seed=first), TRIAL_SCHEMA, "trial row")
-        _write_table(fs, directory, f"compact-{uuid.uuid4().hex[:12]}.parquet", table)
-    write_spec_record(root, STUDY, spec_source, len(planned), [t.key for t in planned])
+        _write_table(store.fs, directory, f"compact-{uuid.uuid4().hex[:12]}.parquet", table)
+    write_spec_record(store, STUDY, spec_source, len(planned), [t.key for t in planned])
     return len(planned)
 
 
@@ -112,7 +113,7 @@ def _call(name: str, root: str, out: str):
     from hpstudy.cli import hpstudy_main
 
     if name == "load_study":
-        from hpstudy.study.store_read import load_study
+        from hpstudy.study.store.read import load_study
 
         return lambda: len(load_study(root, STUDY)[0])
     argv = {

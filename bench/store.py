@@ -3,7 +3,7 @@
     python -m bench.store [--trials 20000] [--epochs 2] [--store DIR]
 
 Writes `trials` complete rows (and `epochs` epoch rows each) one file per trial as a run does
-(hpstudy.study.store.write_trial), then times load_trials / load_epochs / pd.read_parquet on the
+(hpstudy.study.store.layout.write_trial), then times load_trials / load_epochs / pd.read_parquet on the
 per-trial files, compacts (timed), and times the same reads on the compacted study. Local disk
 (a temporary folder unless --store); each read is timed once, cold in this process.
 """
@@ -18,9 +18,9 @@ from datetime import datetime, timedelta, timezone
 
 import pandas as pd
 
-from hpstudy.study.store import write_trial
-from hpstudy.study.store_compaction import compact
-from hpstudy.study.store_read import load_epochs, load_trials
+from hpstudy.study.store.compaction import compact
+from hpstudy.study.store.layout import write_trial
+from hpstudy.study.store.read import load_epochs, load_trials
 from hpstudy.trainers.schema import EPOCH_FIELDS, TRIAL_FIELDS
 
 STUDY = "bench_store"

@@ -7,7 +7,7 @@ Writes `files` trial rows, one file each (and each trial's `epochs` epoch rows, 
 into one study's partitions, as a run with `--compact-every 0` (or one killed before its compaction)
 leaves them; then runs each reader in a fresh process, on the files and again after `compact` (itself
 run and measured in a fresh process): `load_trials`, `load_epochs`, `load_study` and `stored_keys`
-(hpstudy.study.store_read), and the commands `hpstudy status` and `hpstudy query` (their output
+(hpstudy.study.store.read), and the commands `hpstudy status` and `hpstudy query` (their output
 captured; `--readers ""`: the compaction alone). Per reader and case, and for the compaction: `call_s`
 (the call alone, in its process), `wall_s` (the process, start to exit: what a user waits for),
 `cpu_s` (the process' user and system time), `peak_rss_mb` (the process' peak resident memory, VmHWM:
@@ -33,7 +33,7 @@ from typing import Callable, Dict, List
 
 import pyarrow.parquet as pq
 
-from hpstudy.study.store import _to_table
+from hpstudy.study.store.layout import _to_table
 from hpstudy.trainers.schema import EPOCH_FIELDS, EPOCH_SCHEMA, TRIAL_FIELDS, TRIAL_SCHEMA
 
 STUDY = "bench_files"
@@ -49,14 +49,14 @@ COMMANDS = {
 def _reader(name: str, root: str) -> Callable[[], object]:
     """The reader `name` on the study, imported: a function of no arguments returning its rows (or count)."""
     if name == "compact":
-        from hpstudy.study.store_compaction import compact
+        from hpstudy.study.store.compaction import compact
 
         return lambda: compact(root, STUDY)["trials"]["merged_rows"]
     if name in COMMANDS:
         from hpstudy.cli import hpstudy_main
 
         return lambda: _command(hpstudy_main, [COMMANDS[name][0], "--store", root, *COMMANDS[name][1:]], name)
-    from hpstudy.study.store_read import load_epochs, load_study, load_trials, stored_keys
+    from hpstudy.study.store.read import load_epochs, load_study, load_trials, stored_keys
 
     return {
         "load_trials": lambda: len(load_trials(root, STUDY)),

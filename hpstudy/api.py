@@ -16,8 +16,8 @@ import pandas as pd
 from hpstudy.analysis.metric_names import DEFAULT_METRIC
 from hpstudy.analysis.stats import good_ranges
 from hpstudy.study.spec import SpecError, StudySpec, load_spec, parse_spec, resolve_config
-from hpstudy.study.store import StoreError
-from hpstudy.study.store_read import API, load_study
+from hpstudy.study.store.layout import StoreError
+from hpstudy.study.store.read import API, load_study
 from hpstudy.study.suggest import suggestion
 from hpstudy.study.trackers import trackers_of
 from hpstudy.trainers.errors import ConfigError, HpstudyError, shown

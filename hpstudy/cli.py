@@ -311,7 +311,7 @@ def guarded(args: argparse.Namespace) -> int:
     library logs is shown on the terminal for the command (console: INFO on stdout, warnings on stderr; with
     --debug its DEBUG lines too, on stderr)."""
     from hpstudy.commands import COMMANDS
-    from hpstudy.study.store import StoreFault
+    from hpstudy.study.store.layout import StoreFault
 
     try:
         with console(args.debug):

@@ -29,21 +29,15 @@ from hpstudy.service import (
 )
 from hpstudy.study.sampling import cells, check_samples, expand_for_store
 from hpstudy.study.spec import SpecError, StudySpec, check_models, load_spec, parse_spec, resolve_config
-from hpstudy.study.store import StoreError, StoreFault, check_study_name, open_root, store_io
-from hpstudy.study.store_compaction import compact
-from hpstudy.study.store_lease import ForeignLease, Lease, describe, hold_lease
-from hpstudy.study.store_read import (
-    load_study,
-    load_trials,
+from hpstudy.study.store.layout import StoreError, StoreFault, check_study_name, store_io
+from hpstudy.study.store.lease import ForeignLease, Lease, describe
+from hpstudy.study.store.read import (
     require_rows,
     require_store,
-    require_study,
     split_by_spec,
-    stored_keys,
     with_sampled_columns,
 )
-from hpstudy.study.store_running import read_running
-from hpstudy.study.store_spec_record import load_spec_record
+from hpstudy.study.store.store import Store
 from hpstudy.study.suggest import suggest as suggest_lines
 from hpstudy.study.trackers import check_trackers, trackers_of
 from hpstudy.trainers.data_spec import nominal_train_size
@@ -70,7 +64,7 @@ def dry_run_warnings(path: str, spec: StudySpec, args: argparse.Namespace) -> Li
     return warnings
 
 
-def print_plan(spec: StudySpec, store: str, assume_tflops: Optional[float]) -> None:
+def print_plan(spec: StudySpec, store: Store, assume_tflops: Optional[float]) -> None:
     """The dry-run plan: trials per cell, boxes, resources and estimated trial-hours. Trials are
     counted, not expanded, unless some of the study is stored (then expanded, to match keys)."""
     from hpstudy.study.fusion import fusion_notes  # torch and timm (its fused trainer)
@@ -79,7 +73,7 @@ def print_plan(spec: StudySpec, store: str, assume_tflops: Optional[float]) -> N
     n_train = nominal_train_size(spec.dataset)  # the dataset's registered nominal size (image folders: ImageNet-1k)
     tflops = assume_tflops or (100.0 if spec.resources.gpu else 0.02)
     per_cell = spec.samples * len(spec.seeds)
-    done = stored_keys(store, spec.name)
+    done = store.stored_keys(spec.name)
     to_run = (
         Counter((t.model, t.optimizer, t.epochs) for t in expand_for_store(spec, store) if t.key not in done)
         if done
@@ -170,8 +164,9 @@ def run(args: argparse.Namespace) -> int:
 
         for warning in dry_run_warnings(path, spec, args):
             print(f"warning: {warning} (a run stops here; the dry run's plan does not need it)", flush=True)
-        print_note(args.store, spec)
-        print_plan(spec, args.store, args.assume_tflops)
+        store = Store.open(args.store)
+        print_note(store, spec)
+        print_plan(spec, store, args.assume_tflops)
         if spec.resources.gpu:
             print("\n".join(memory_plan(spec, memory_trials(spec), args.gpu_memory_gb)))
         return 0
@@ -228,27 +223,29 @@ def status(args: argparse.Namespace) -> int:
     if args.config:
         spec = load_spec(resolve_config(args.config), check_paths=False)
         args.study = args.study or spec.name
-        record = {"trial_keys": [t.key for t in expand_for_store(spec, args.store)]}
     if args.study:
         check_study_name(args.study)  # a bad name is named before the store
-    require_store(args.store)
+    store = Store.open(args.store)
+    if spec is not None:
+        record = {"trial_keys": [t.key for t in expand_for_store(spec, store)]}
+    require_store(store)
     if args.study and not args.config:
-        record = load_spec_record(args.store, args.study)
+        record = store.spec_record(args.study)
         # the recorded keys say which rows are the spec's, its cells what each cell plans: no expansion
         spec = _recorded_spec(record) if record and "trial_keys" in record else None
-    current, earlier = split_by_spec(load_trials(args.store, args.study, columns=SUMMARY_COLUMNS), record)
+    current, earlier = split_by_spec(store.load_trials(args.study, columns=SUMMARY_COLUMNS), record)
     if args.study and not record and current.empty and earlier.empty:
-        require_study(args.store, args.study)  # a study neither run nor stored: its name is mistyped
+        store.require_study(args.study)  # a study neither run nor stored: its name is mistyped
     holder = None
     if args.study:
-        holder, line = read_lease(args.store, args.study)
+        holder, line = read_lease(store, args.study)
         print(line)
     if record and "trial_keys" in record:
         finished = int(current["status"].isin(FINISHED).sum())
         print(f"{finished}/{len(record['trial_keys'])} trials of the spec stored as ok/diverged")
     print_summary(current)
     if spec:
-        running = read_running(args.store, args.study, holder["host"], holder["pid"]) if holder else {}
+        running = store.running(args.study, holder["host"], holder["pid"]) if holder else {}
         print_cells(spec, current, running)
     if len(earlier):
         print(
@@ -266,8 +263,8 @@ def _recorded_spec(record: Optional[Dict]) -> Optional[StudySpec]:
     return None
 
 
-def read_lease(store: str, study: str) -> Tuple[Optional[Dict], str]:
-    """The lease of the driver running `study` now (hpstudy.study.store_lease) or None when there is none or it is
+def read_lease(store: Store, study: str) -> Tuple[Optional[Dict], str]:
+    """The lease of the driver running `study` now (hpstudy.study.store.lease) or None when there is none or it is
     stale (its driver died), and one line saying which."""
     try:
         lease = Lease(store, study, "hpstudy status")._read()
@@ -313,17 +310,18 @@ def compact_study(args: argparse.Namespace) -> int:
     from hpstudy.study.interruption import RunStopped
 
     check_study_name(args.study)
-    check_store_exists(args.store, "")  # no lease written into a mistyped --store (a run may have no trials yet)
+    store = Store.open(args.store)
+    check_store_exists(store, "")  # no lease written into a mistyped --store (a run may have no trials yet)
     try:
-        with hold_lease(args.store, args.study, "hpstudy compact", args.wait):
-            print_compaction(args.store, compact(args.store, args.study))
+        with store.lease(args.study, "hpstudy compact", args.wait):
+            print_compaction(store, store.compact(args.study))
     except RunStopped as stop:
         print(stop, file=sys.stderr, flush=True)
         return stop.exit_code
     return 0
 
 
-def print_compaction(store: str, counts: Dict[str, Dict[str, int]]) -> None:
+def print_compaction(store: Store, counts: Dict[str, Dict[str, int]]) -> None:
     """One line per table: what compaction merged, kept apart, dropped and quarantined."""
     for table, c in counts.items():
         print(
@@ -357,38 +355,38 @@ def prepare_data(args: argparse.Namespace) -> int:
     return 0
 
 
-def check_store_exists(store: str, folder: str = "trials") -> None:
+def check_store_exists(store: Store, folder: str = "trials") -> None:
     """StoreError (exit 2) if `store`, or its `folder`, does not exist: a mistyped --store, not a store."""
-    fs, base = open_root(store)
-    path = f"{base}/{folder}" if folder else base
+    path = f"{store.base}/{folder}" if folder else store.base
     with store_io(f"read {store}"):
-        if fs.get_file_info(path).type == pafs.FileType.NotFound:
-            raise StoreError(f"--store: no store at {shown(store)} ({path} does not exist)")
+        if store.fs.get_file_info(path).type == pafs.FileType.NotFound:
+            raise StoreError(f"--store: no store at {shown(store.uri)} ({path} does not exist)")
 
 
-def stored_trials(store: str, study: Optional[str]) -> pd.DataFrame:
+def stored_trials(store: Store, study: Optional[str]) -> pd.DataFrame:
     """The store's trials (of `study` when given); StoreError if there is no store, or no row of the study."""
     if study is not None:
         check_study_name(study)  # a bad name is named before the store
     require_store(store)
-    trials = load_trials(store, study)
+    trials = store.load_trials(study)
     return trials if study is None else require_rows(trials, store, study)
 
 
-def _sampled_fields(store: str, study: str) -> List[str]:
+def _sampled_fields(store: Store, study: str) -> List[str]:
     """The recipe fields the study's spec record says it samples; none when it has no readable record
     (the rows are still queried: a damaged record is named by `hpstudy status` and rewritten by a run)."""
     try:
-        return list(((load_spec_record(store, study) or {}).get("sampled")) or ())
+        return list(((store.spec_record(study) or {}).get("sampled")) or ())
     except StoreFault:
         return []
 
 
 def query(store: str, study: Optional[str], expr: str, columns: str) -> str:
     """The `columns` of the stored trials that match the filter `expr` (hpstudy.analysis.query), as text."""
-    trials = stored_trials(store, study)
+    opened = Store.open(store)
+    trials = stored_trials(opened, study)
     if study is not None:  # the recipe fields the study samples are columns too (label_smoothing, ...)
-        trials = with_sampled_columns(trials, _sampled_fields(store, study))
+        trials = with_sampled_columns(trials, _sampled_fields(opened, study))
     wanted = columns.split(",")
     unknown = [name for name in wanted if name not in trials.columns]
     if unknown:
@@ -412,8 +410,8 @@ def family_findings(args: argparse.Namespace) -> int:
     (hpstudy.analysis.findings.findings_across), as sentences and the paper's claims table, or as JSON."""
     from hpstudy.analysis.findings import claims_table, findings_across  # scipy and the model catalogue
 
-    studies = list(dict.fromkeys(args.study))
-    found = findings_across({study: load_study(args.store, study)[0] for study in studies}, args.metric)
+    studies, store = list(dict.fromkeys(args.study)), Store.open(args.store)
+    found = findings_across({study: store.load_study(study)[0] for study in studies}, args.metric)
     claims = claims_table(found)
     if args.json:
         print(json.dumps({"findings": [f.as_dict() for f in found], "claims": claims.to_dict(orient="records")}))
@@ -461,10 +459,11 @@ def stored_trial(store: str, study: Optional[str], key: str) -> tuple:
     of the store); SpecError naming --key for no such trial (with the nearest key) or several."""
     if study is not None:
         check_study_name(study)
-    require_store(store)
-    rows = load_trials(store, study, columns=STORED_COLUMNS)
+    opened = Store.open(store)
+    require_store(opened)
+    rows = opened.load_trials(study, columns=STORED_COLUMNS)
     if study is not None and rows.empty:
-        require_study(store, study)
+        opened.require_study(study)
     where = f"study {study!r}" if study is not None else "the store"
     if not (isinstance(key, str) and key):
         raise SpecError(f"--key: bad value {shown(key)}; allowed: a trial key of {where}, or a prefix of one")

@@ -18,10 +18,10 @@ from hpstudy.analysis.metric import DEFAULT_METRIC, usable
 from hpstudy.analysis.report_folder import check_report_dir, check_report_path, owned, publish
 from hpstudy.study.sampling import check_samples, expand_for_store
 from hpstudy.study.spec import SpecError, StudySpec, check_models
-from hpstudy.study.store import StoreFault, store_io
-from hpstudy.study.store_lease import hold_lease
-from hpstudy.study.store_read import CLI, Fields, load_study, load_trials, require_study
-from hpstudy.study.store_spec_record import load_spec_record, report_location
+from hpstudy.study.store.layout import StoreFault, StoreLike, store_io
+from hpstudy.study.store.read import CLI, Fields
+from hpstudy.study.store.spec_record import report_location
+from hpstudy.study.store.store import Store
 
 logger = logging.getLogger(__name__)
 PROGRESS_INTERVAL = 10.0  # seconds between status lines in a terminal (`hpstudy run --progress-interval`)
@@ -86,7 +86,7 @@ def check_local_resources(spec: StudySpec, num_cpus: Optional[int]) -> None:
 
 
 def check_before_trials(
-    spec: StudySpec, store: str, address: Optional[str], num_cpus: Optional[int], report: Optional[str]
+    spec: StudySpec, store: StoreLike, address: Optional[str], num_cpus: Optional[int], report: Optional[str]
 ) -> None:
     """What a run checks once its spec is read and before any trial: this machine's CPUs and GPUs for a
     local Ray, and that the report can be written (`report`: None in the store, "none" no report, else a
@@ -99,12 +99,12 @@ def check_before_trials(
         check_report_dir(report, "--report")
 
 
-def spec_change_note(store: str, spec: StudySpec) -> Optional[str]:
+def spec_change_note(store: Store, spec: StudySpec) -> Optional[str]:
     """A note when the study already has a recorded spec whose trials differ from this spec's: how
     many stored rows belong to the earlier spec (they stay, but status and the report leave them out).
     None too when the store cannot be read: the store probe (or the plan) that follows reports that."""
     try:
-        record = load_spec_record(store, spec.name)
+        record = store.spec_record(spec.name)
     except StoreFault:
         return None
     if record is None or record["spec"] == json.loads(json.dumps(spec.source)):
@@ -112,7 +112,7 @@ def spec_change_note(store: str, spec: StudySpec) -> Optional[str]:
     keys = {t.key for t in expand_for_store(spec, store)}
     if set(record.get("trial_keys", ())) == keys:
         return None
-    earlier = len(set(load_trials(store, spec.name)["trial_key"]) - keys)
+    earlier = len(set(store.load_trials(spec.name)["trial_key"]) - keys)
     return (
         f"note: study {spec.name!r} in {store} was run with a different spec; {earlier} stored rows "
         f"come from that earlier spec: they stay in the store, but this run's summary, `hpstudy status` "
@@ -120,7 +120,7 @@ def spec_change_note(store: str, spec: StudySpec) -> Optional[str]:
     )
 
 
-def print_note(store: str, spec: StudySpec) -> None:
+def print_note(store: Store, spec: StudySpec) -> None:
     """Show spec_change_note's note, if there is one (this module's logger, at INFO: the API's too)."""
     note = spec_change_note(store, spec)
     if note:
@@ -130,7 +130,9 @@ def print_note(store: str, spec: StudySpec) -> None:
 STORE_REPORT = "report folder in the store"  # how errors name <store>/reports/<study>/
 
 
-def write_report(store: str, study: str, out: Optional[str], metric: str = DEFAULT_METRIC, fields: Fields = CLI) -> str:
+def write_report(
+    store: StoreLike, study: str, out: Optional[str], metric: str = DEFAULT_METRIC, fields: Fields = CLI
+) -> str:
     """Load a study from the store and write its analysis report (figures, tables, HTML) on the
     `metric` error into the folder `out`, or by default into the store (<store>/reports/<study>/,
     through its filesystem, so the report lives as long as the rows); shows (logs) the full location of
@@ -139,14 +141,15 @@ def write_report(store: str, study: str, out: Optional[str], metric: str = DEFAU
     A missing store or study is named as `fields` say (the flags, or the API's arguments)."""
     if out:
         check_report_path(out, "--out")
-    require_study(store, study, fields)  # before --out is made: a mistyped store leaves no empty folder behind
+    store = Store.of(store, fields.store)
+    store.require_study(study, fields)  # before --out is made: a mistyped store leaves no empty folder behind
     if out:
         check_report_dir(out, "--out")
     else:
         check_store_report_dir(store, study)
     from hpstudy.analysis.report import build_report  # matplotlib: only when a report is written
 
-    trials, epochs, record = load_study(store, study, fields)
+    trials, epochs, record = store.load_study(study, fields)
     if out:
         page = os.path.abspath(build_report(trials, epochs, record, out, metric))
     else:
@@ -161,7 +164,7 @@ def write_report(store: str, study: str, out: Optional[str], metric: str = DEFAU
     return page
 
 
-def check_store_report_dir(store: str, study: str) -> None:
+def check_store_report_dir(store: StoreLike, study: str) -> None:
     """ReportError (exit 2) now, not after a study, when the study's report folder in the store is not
     hpstudy's to write (a user's files in it, or a symbolic link out of the store). A store that cannot
     be read is left to the store probe that follows (it says what to fix)."""
@@ -193,12 +196,13 @@ def run(
     report is written; a missing store or study is named as `fields` say."""
     from hpstudy.study.runner import check_store_writable, run_study  # torch and Ray: only when a study runs
 
-    check_store_writable(settings.store)
-    with hold_lease(settings.store, spec.name, command, wait, how) as lease:
-        print_note(settings.store, spec)
+    store = Store.open(settings.store)
+    check_store_writable(store)
+    with store.lease(spec.name, command, wait, how) as lease:
+        print_note(store, spec)
         stored = run_study(
             spec,
-            settings.store,
+            store,
             fresh=settings.fresh,
             address=settings.address,
             max_concurrent=settings.max_concurrent,
@@ -212,5 +216,5 @@ def run(
             on_stored(stored)
         location = None
         if settings.report != NO_REPORT:
-            location = write_report(settings.store, spec.name, settings.report, fields=fields)
+            location = write_report(store, spec.name, settings.report, fields=fields)
     return stored, location

@@ -371,13 +371,17 @@ def hostile_values():
 
 
 def module_files():
-    """{module name (hpstudy.<package>.<module>, hpstudy.<module>): source path} of every module of the
-    three packages and of the command line above them (hpstudy/)."""
+    """{module name (hpstudy.<package>[.<subpackage>].<module>, hpstudy.<module>): source path} of every
+    module of the three packages, their subpackages (hpstudy.study.store, ...) and the command line above
+    them (hpstudy/)."""
     files = {}
-    for package in (*PACKAGES, ""):
-        folder = os.path.join(REPO, "hpstudy", package)
-        prefix = f"hpstudy.{package}" if package else "hpstudy"
-        for name in sorted(os.listdir(folder)):
+    root = os.path.join(REPO, "hpstudy")
+    for folder, _, names in sorted(os.walk(root)):
+        if not os.path.isfile(os.path.join(folder, "__init__.py")):
+            continue  # data folders (the bundled specs)
+        relative = os.path.relpath(folder, root)
+        prefix = ".".join(["hpstudy", *([] if relative == os.curdir else relative.split(os.sep))])
+        for name in sorted(names):
             if name.endswith(".py"):
                 files[prefix if name == "__init__.py" else f"{prefix}.{name[:-3]}"] = os.path.join(folder, name)
     return files

@@ -305,7 +305,7 @@ def _curves(epochs: Any, rows: pd.DataFrame) -> Dict[Any, Dict[int, float]]:
         what = shown(type(epochs).__name__) if not isinstance(epochs, pd.DataFrame) else "a table without them"
         raise ExportError(
             f"epochs: bad value {what}; allowed: None or the study's epoch records (a DataFrame with trial_key, "
-            "epoch and top1_err: hpstudy.study.store_read.load_study)"
+            "epoch and top1_err: hpstudy.study.store.read.load_study)"
         )
     if "trial_key" not in rows:
         raise ExportError("epochs: the trials have no trial_key column to match epoch records by; allowed: None")

@@ -1,6 +1,6 @@
 """Live progress of a study on the driver: done / running / pending (a fused group's members each count),
 ETA, best error per model; as a line every few seconds (a terminal), a tqdm bar (a notebook) or not at all;
-the trials running per cell are recorded in the store for `hpstudy status` (study/store_running.py). A
+the trials running per cell are recorded in the store for `hpstudy status` (study/store/running.py). A
 trial that fails (a lost node, a killed worker) is one warning line of this module's logger, whether Ray
 retries it or it is stored failed; Tune's traceback of it is kept for --debug (this logger at DEBUG)."""
 
@@ -18,7 +18,7 @@ from ray import tune
 from tqdm.auto import tqdm
 
 from hpstudy.study.spec import SpecError
-from hpstudy.study.store_running import clear_running, write_running
+from hpstudy.study.store.running import clear_running, write_running
 from hpstudy.trainers.errors import shown
 from hpstudy.trainers.schema import FAILED, STATUSES
 

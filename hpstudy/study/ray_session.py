@@ -20,7 +20,7 @@ from typing import Any, Callable, Dict, Iterator, Optional, Protocol, Tuple, Typ
 
 import ray
 
-from hpstudy.study.store import StoreFault
+from hpstudy.study.store.layout import StoreFault
 from hpstudy.trainers.errors import HpstudyError, shown
 
 logger = logging.getLogger(__name__)

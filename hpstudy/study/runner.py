@@ -22,17 +22,15 @@ from hpstudy.study.progress import ProgressPrinter, Tally
 from hpstudy.study.ray_session import ray_session
 from hpstudy.study.sampling import PlannedTrial, expand, expand_for_store
 from hpstudy.study.spec import StudySpec
-from hpstudy.study.store import StoreFault, delete_study, probe_store
-from hpstudy.study.store_compaction import compact
-from hpstudy.study.store_lease import Lease, hold_lease
-from hpstudy.study.store_read import load_trials, stored_keys
-from hpstudy.study.store_spec_record import write_spec_record
+from hpstudy.study.store.layout import StoreFault, StoreLike
+from hpstudy.study.store.lease import Lease
+from hpstudy.study.store.store import Store
 from hpstudy.study.trackers import Tracker, backfill, check_trackers, close_all, trackers_of
 from hpstudy.study.trainable import run_tune_trial
-from hpstudy.study.tune_scheduler import IdleActorsToNewTrials
-from hpstudy.study.tune_searcher import GroupQueue
-from hpstudy.study.tune_stopper import RunStopper
-from hpstudy.study.tune_store_writer import StoreWriter
+from hpstudy.study.tune.scheduler import IdleActorsToNewTrials
+from hpstudy.study.tune.searcher import GroupQueue
+from hpstudy.study.tune.stopper import RunStopper
+from hpstudy.study.tune.store_writer import StoreWriter
 
 logger = logging.getLogger(__name__)
 
@@ -70,7 +68,7 @@ TUNE_STORAGE = os.path.join(tempfile.gettempdir(), "hpstudy-tune")
 def run_trials(
     study: str,
     trials: List[PlannedTrial],
-    store: str,
+    store: Store,
     resources: Dict[str, float],
     max_retries: int,
     max_concurrent: Optional[int] = None,
@@ -168,7 +166,7 @@ COMPACT_EVERY = 1000
 
 def run_study(
     spec: StudySpec,
-    store: str,
+    store: StoreLike,
     fresh: bool = False,
     address: Optional[str] = None,
     max_concurrent: Optional[int] = None,
@@ -182,7 +180,7 @@ def run_study(
     """Run every trial of `spec` not yet stored as ok/diverged; return the study's stored trials
     (SUMMARY_COLUMNS, with trial_key and study).
 
-    The study's lease (hpstudy.study.store_lease) is held from before anything of the study is
+    The study's lease (hpstudy.study.store.lease) is held from before anything of the study is
     written to the end: the caller's `lease`, else one taken here after the store probe (StudyBusy
     while another driver holds it; with `wait`, waiting for it). Losing it stops the run (StoreFault).
 
@@ -191,11 +189,12 @@ def run_study(
 
     The store is probed (a file written and deleted) before anything runs; a store fault at any
     point raises StoreFault saying what is stored and that rerunning the same command resumes.
-    The study's files are compacted (hpstudy.study.store_compaction.compact) before the run, every `compact_every`
+    The study's files are compacted (hpstudy.study.store.compaction.compact) before the run, every `compact_every`
     stored trials (0: not during the run) and after it, so a long study stays a few files to read.
     SIGINT or SIGTERM stops the run (see Interruption) and raises RunStopped with exit code 128 +
     the signal's number; so does a node that cannot run the trials, with exit code 1. On a local
     Ray (no `address`) at most `local_slots` trials run at once (`max_concurrent` may cap lower)."""
+    store = Store.of(store)
     trackers = trackers_of(trackers)
     check_trackers(trackers)  # each folder created and probed: a bad target stops the run before any trial
     with close_all(trackers), contextlib.ExitStack() as held:
@@ -203,21 +202,21 @@ def run_study(
         keys = {t.key for t in trials}
         if lease is None:
             check_store_writable(store)
-            lease = held.enter_context(hold_lease(store, spec.name, "hpstudy.run", wait, "wait=True"))
+            lease = held.enter_context(store.lease(spec.name, "hpstudy.run", wait, "wait=True"))
         done = set()
         interruption = Interruption()
         try:
             with interruption:
                 lease.check()  # before the first file of the study is deleted or rewritten
                 if fresh:
-                    delete_study(store, spec.name)
-                compact(store, spec.name)  # also finishes a compaction a killed driver left half done
+                    store.delete_study(spec.name)
+                store.compact(spec.name)  # also finishes a compaction a killed driver left half done
                 trials = expand_for_store(spec, store)  # after the compaction: read from fewer files
                 keys = {t.key for t in trials}
                 if spec.source is None:  # parse_spec keeps the raw spec; the record is made of it
                     raise TypeError(f"run_study: spec {spec.name!r} has no source (make it with parse_spec)")
-                write_spec_record(store, spec.name, spec.source, len(trials), keys)
-                done = stored_keys(store, spec.name)
+                store.write_spec_record(spec.name, spec.source, len(trials), keys)
+                done = store.stored_keys(spec.name)
                 pending = [t for t in trials if t.key not in done]
                 logger.info(
                     "study %s: %d trials, %d already stored, %d to run; store %s",
@@ -254,8 +253,8 @@ def run_study(
                             )
                     if interruption.signum is None:
                         lease.check()
-                        compact(store, spec.name)
-            stored = load_trials(store, spec.name, columns=SUMMARY_COLUMNS)
+                        store.compact(spec.name)
+            stored = store.load_trials(spec.name, columns=SUMMARY_COLUMNS)
         except StoreFault as exc:
             raise StoreFault(
                 f"{exc}; {len(done & keys)} of the study's {len(trials)} trials were stored before "
@@ -278,16 +277,16 @@ def run_study(
         return stored[stored["trial_key"].isin(keys)].reset_index(drop=True)
 
 
-def check_store_writable(store: str) -> None:
+def check_store_writable(store: Store) -> None:
     """StoreFault, saying that no trial was run, unless a file can be written to the store and deleted."""
     try:
-        probe_store(store)
+        store.probe()
     except StoreFault as exc:
         raise StoreFault(
             f"{exc}; the store {store} must be writable: no trial was run; fix it and rerun the same command"
         ) from exc
 
 
-def _count_finished(store: str, study: str, keys: set) -> int:
+def _count_finished(store: Store, study: str, keys: set) -> int:
     """How many of `keys` are stored as ok/diverged."""
-    return len(stored_keys(store, study) & keys)
+    return len(store.stored_keys(study) & keys)

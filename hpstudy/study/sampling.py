@@ -17,7 +17,8 @@ import pandas as pd
 from scipy.stats import qmc
 
 from hpstudy.study.spec import Box, Distribution, SpecError, StudySpec
-from hpstudy.study.store_read import load_trials
+from hpstudy.study.store.layout import StoreLike
+from hpstudy.study.store.read import load_trials
 from hpstudy.trainers.config import TrialConfig
 from hpstudy.trainers.schema import FINISHED
 from hpstudy.trainers.zoo import is_timm
@@ -221,6 +222,6 @@ def adopt_stored_keys(trials: List[PlannedTrial], stored: pd.DataFrame) -> List[
     return adopted
 
 
-def expand_for_store(spec: StudySpec, store: str) -> List[PlannedTrial]:
+def expand_for_store(spec: StudySpec, store: StoreLike) -> List[PlannedTrial]:
     """`expand(spec)`, each trial under the key its row has in `store` (see adopt_stored_keys)."""
     return adopt_stored_keys(expand(spec), load_trials(store, spec.name, columns=["config_json", "status"]))

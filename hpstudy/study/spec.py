@@ -9,7 +9,7 @@ from typing import Any, Dict, Hashable, List, Mapping, NoReturn, Optional, Seque
 
 import yaml
 
-from hpstudy.study.store import STUDY_NAME, STUDY_NAME_RULE
+from hpstudy.study.store.layout import STUDY_NAME, STUDY_NAME_RULE
 from hpstudy.trainers.config import MAX_EPOCHS, OPTIMIZERS, TrialConfig
 from hpstudy.trainers.data_spec import DATASETS, MAX_SEED, DataSpec, finite_in, pin_data, whole_in
 from hpstudy.trainers.errors import MAX_SHOWN, ConfigError, DataError, HpstudyError, shown

@@ -41,7 +41,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence
 
 import pandas as pd
 
-from hpstudy.study.store_read import CLI, Fields, load_study
+from hpstudy.study.store.read import CLI, Fields, load_study
 from hpstudy.trainers.errors import ConfigError
 from hpstudy.trainers.schema import FAILED
 from hpstudy.trainers.zoo import list_models

@@ -15,13 +15,30 @@ import logging
 import os
 import uuid
 from datetime import datetime
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Protocol, Sequence, Set, Tuple, Union
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    Dict,
+    Iterable,
+    Iterator,
+    List,
+    Mapping,
+    Protocol,
+    Sequence,
+    Set,
+    Tuple,
+    Union,
+)
 
 import pyarrow as pa
 
 from hpstudy.trainers import schema
 from hpstudy.trainers.errors import HpstudyError, shown
 from hpstudy.trainers.zoo import did_you_mean
+
+if TYPE_CHECKING:  # pyarrow: only when stored trials are sent
+    from hpstudy.study.store.layout import StoreLike
 
 logger = logging.getLogger(__name__)
 
@@ -366,7 +383,7 @@ def trackers_of(values: Sequence[Union[str, Tracker]], flag: str = "trackers") -
     return [parse_track(v, flag) if isinstance(v, str) else v for v in values]
 
 
-def backfill(trackers: Sequence[Tracker], store: str, study: str, keys: Iterable[str]) -> List[str]:
+def backfill(trackers: Sequence[Tracker], store: "StoreLike", study: str, keys: Iterable[str]) -> List[str]:
     """Send each tracker the study's stored ok/diverged trials among `keys` (those this run will not
     store again) that it does not hold yet: a run with --track on a study stored without it, or
     stopped before, fills the tracker in. A tracker without `logged_keys` (a Python object) is not
@@ -392,7 +409,7 @@ def backfill(trackers: Sequence[Tracker], store: str, study: str, keys: Iterable
         if missing:
             wanted[id(tracker)] = (tracker, missing)
     if wanted:
-        from hpstudy.study.store_read import load_epochs, load_trials  # pandas, only when some are sent
+        from hpstudy.study.store.read import load_epochs, load_trials  # pandas, only when some are sent
 
         needed = set().union(*(missing for _, missing in wanted.values()))
         rows = {

@@ -31,9 +31,9 @@ from hpstudy.analysis.figures import (
 from hpstudy.analysis.report import build_report
 from hpstudy.analysis.stats import StatsError, expected_best, expected_best_band, good_ranges
 from hpstudy.cli import hpstudy_main
-from hpstudy.study.store import write_trial
-from hpstudy.study.store_read import load_study, load_trials
-from hpstudy.study.store_spec_record import write_spec_record
+from hpstudy.study.store.layout import write_trial
+from hpstudy.study.store.read import load_study, load_trials
+from hpstudy.study.store.spec_record import write_spec_record
 from hpstudy.trainers.schema import TRIAL_SCHEMA
 from hpstudy.trainers.zoo import get_spec
 from tests.helpers import make_trials, stored_row

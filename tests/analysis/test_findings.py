@@ -13,7 +13,7 @@ import yaml
 from scipy import stats
 
 from hpstudy.analysis.findings import Seeds, claims_table, findings, findings_table, fmt_p, sig3
-from hpstudy.analysis.findings.model import DELTA_APPROXIMATE_FROM
+from hpstudy.analysis.findings.details import DELTA_APPROXIMATE_FROM
 from hpstudy.analysis.gaps import optimizer_gap
 from hpstudy.analysis.inference import (
     CALIBRATION_STUDIES,
@@ -27,9 +27,9 @@ from hpstudy.analysis.stats import good_ranges
 from hpstudy.cli import hpstudy_main
 from hpstudy.study.sampling import expand
 from hpstudy.study.spec import parse_spec
-from hpstudy.study.store import write_trial
-from hpstudy.study.store_read import load_study
-from hpstudy.study.store_spec_record import write_spec_record
+from hpstudy.study.store.layout import write_trial
+from hpstudy.study.store.read import load_study
+from hpstudy.study.store.spec_record import write_spec_record
 from hpstudy.study.suggest import fixed_points, space_lines
 from tests.helpers import make_trials, small_spec, stored_row
 

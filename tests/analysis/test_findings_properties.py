@@ -37,7 +37,7 @@ from hpstudy.analysis.findings import (
     findings,
     findings_table,
 )
-from hpstudy.analysis.findings.model import DELTA_APPROXIMATE_FROM
+from hpstudy.analysis.findings.details import DELTA_APPROXIMATE_FROM
 from hpstudy.analysis.inference import (
     best_contrast,
     delta_power,

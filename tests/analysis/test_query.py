@@ -10,7 +10,7 @@ import pytest
 
 from hpstudy.analysis.query import MAX_DEPTH, MAX_LENGTH, QueryError, filter_rows
 from hpstudy.cli import hpstudy_main
-from hpstudy.study.store import write_trial
+from hpstudy.study.store.layout import write_trial
 from hpstudy.trainers.errors import HpstudyError
 from tests.helpers import stored_row
 

@@ -11,8 +11,8 @@ import pytest
 import hpstudy.analysis.report_folder as report_folder
 from hpstudy.analysis.report_folder import MANIFEST, ReportError, owned, publish
 from hpstudy.cli import hpstudy_main, run_edf_main
-from hpstudy.study.store import write_trial
-from hpstudy.study.store_spec_record import write_spec_record
+from hpstudy.study.store.layout import write_trial
+from hpstudy.study.store.spec_record import write_spec_record
 from tests.helpers import small_spec, stored_row, write_spec
 
 LOCAL = pafs.LocalFileSystem()

@@ -7,7 +7,7 @@ import pytest
 from bench.scale import COMMANDS, STUDY, build, design
 from hpstudy.study.sampling import expand
 from hpstudy.study.spec import parse_spec
-from hpstudy.study.store_read import load_study
+from hpstudy.study.store.read import load_study
 from hpstudy.trainers.schema import STATUSES
 from tests.helpers import REPO
 

@@ -2,7 +2,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from bench.store_files import STUDY, TARGET_PEAK_MB, TARGET_RATIO, compare, run_child, write_files
-from hpstudy.study.store_read import load_epochs, load_trials
+from hpstudy.study.store.read import load_epochs, load_trials
 from hpstudy.trainers.schema import TRIAL_SCHEMA
 
 

@@ -17,8 +17,8 @@ import hpstudy
 from hpstudy.cli import hpstudy_main
 from hpstudy.study.sampling import expand
 from hpstudy.study.spec import SpecError, parse_spec
-from hpstudy.study.store import StoreError, write_trial
-from hpstudy.study.store_spec_record import write_spec_record
+from hpstudy.study.store.layout import StoreError, write_trial
+from hpstudy.study.store.spec_record import write_spec_record
 from hpstudy.trainers.errors import HpstudyError
 from hpstudy.trainers.schema import FINISHED, TRIAL_FIELDS
 from tests.helpers import REPO, planned_row, small_spec, stored_row, write_spec
@@ -89,7 +89,7 @@ def test_the_apis_own_arguments_are_checked_before_anything_runs(kwargs, message
 
 
 def test_a_run_of_a_study_another_driver_writes_raises_studybusy_naming_it(tmp_path):
-    from hpstudy.study.store_lease import StudyBusy, hold_lease
+    from hpstudy.study.store.lease import StudyBusy, hold_lease
 
     store = str(tmp_path / "store")
     with hold_lease(store, "e2e", "hpstudy run"):
@@ -243,7 +243,7 @@ def test_show_output_is_undone_by_turning_it_off(capsys):
     hpstudy_logger = logging.getLogger("hpstudy")
     before = (list(hpstudy_logger.handlers), hpstudy_logger.level, hpstudy_logger.propagate)
     hpstudy.show_output(True)
-    logging.getLogger("hpstudy.study.store_lease").info("waiting for the lease")
+    logging.getLogger("hpstudy.study.store.lease").info("waiting for the lease")
     logging.getLogger("hpstudy.study.trackers").warning("warning: tracker t did not close: OSError: x")
     hpstudy.show_output(False)
     assert (hpstudy_logger.handlers, hpstudy_logger.level, hpstudy_logger.propagate) == before

@@ -10,7 +10,7 @@ import pytest
 
 from hpstudy import __version__
 from hpstudy.cli import hpstudy_main, parser, run_edf_main
-from hpstudy.study.store import write_trial
+from hpstudy.study.store.layout import write_trial
 from tests.helpers import stored_row
 
 HEAVY = ("torch", "timm", "torchvision", "ray", "pandas", "pyarrow", "numpy", "scipy", "matplotlib")

@@ -16,9 +16,10 @@ from hpstudy.cli import hpstudy_main, run_edf_main
 from hpstudy.commands import fetch_hint, print_summary, run_exit_code
 from hpstudy.service import check_store_report_dir
 from hpstudy.study.progress import ProgressPrinter, Tally
-from hpstudy.study.store import open_root, write_trial
-from hpstudy.study.store_read import load_trials
-from hpstudy.study.store_spec_record import report_location, write_spec_record
+from hpstudy.study.store.layout import write_trial
+from hpstudy.study.store.read import load_trials
+from hpstudy.study.store.spec_record import report_location, write_spec_record
+from hpstudy.study.store.store import Store
 from tests.helpers import image_folder, make_trials, small_spec, stored_row, write_spec
 
 
@@ -282,8 +283,9 @@ def test_the_report_of_an_s3_store_is_written_into_the_bucket(s3_root, capsys):
     assert hpstudy_main(["report", "--store", s3_root, "--study", "s"]) == 0
     bucket = s3_root.removeprefix("s3://").split("/")[0]
     assert f"report: s3://{bucket}/results/reports/s/index.html\n" in capsys.readouterr().out
-    fs, base = open_root(s3_root)
-    stored = {info.base_name for info in fs.get_file_info(pafs.FileSelector(f"{base}/reports/s", recursive=True))}
+    store = Store.open(s3_root)
+    listed = store.fs.get_file_info(pafs.FileSelector(f"{store.base}/reports/s", recursive=True))
+    stored = {info.base_name for info in listed}
     assert {"index.html", "report.json"} <= stored
 
 
@@ -337,7 +339,7 @@ def test_query_shows_the_recipe_fields_a_study_samples_and_the_rows_past_a_damag
 
 def _held_elsewhere(store: str):
     """The lease of study `s`, held by this process as another driver of the study would hold it."""
-    from hpstudy.study.store_lease import hold_lease
+    from hpstudy.study.store.lease import hold_lease
 
     return hold_lease(store, "s", "hpstudy run")
 

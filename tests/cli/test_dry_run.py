@@ -6,7 +6,7 @@ import pytest
 from hpstudy.cli import run_edf_main
 from hpstudy.study.sampling import expand
 from hpstudy.study.spec import parse_spec
-from hpstudy.study.store import write_trial
+from hpstudy.study.store.layout import write_trial
 from hpstudy.trainers.flops import model_profile
 from tests.helpers import planned_row, small_spec, write_spec
 

@@ -14,10 +14,10 @@ from hpstudy.cli import hpstudy_main
 from hpstudy.study.progress import ProgressPrinter, Tally
 from hpstudy.study.sampling import expand
 from hpstudy.study.spec import parse_spec
-from hpstudy.study.store import write_trial
-from hpstudy.study.store_lease import hold_lease
-from hpstudy.study.store_running import RUNNING, read_running, write_running
-from hpstudy.study.store_spec_record import write_spec_record
+from hpstudy.study.store.layout import write_trial
+from hpstudy.study.store.lease import hold_lease
+from hpstudy.study.store.running import RUNNING, read_running, write_running
+from hpstudy.study.store.spec_record import write_spec_record
 from tests.helpers import planned_row, small_spec
 
 SPEC = small_spec(name="s", samples=2)  # 2 models x 2 optimizers x 1 length = 4 cells of 2 trials

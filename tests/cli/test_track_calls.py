@@ -10,7 +10,7 @@ from hpstudy.cli import run_edf_main
 from hpstudy.study.runner import run_study
 from hpstudy.study.sampling import expand
 from hpstudy.study.spec import parse_spec
-from hpstudy.study.store import write_trial
+from hpstudy.study.store.layout import write_trial
 from hpstudy.study.trackers import TrackerError
 from tests.helpers import epoch_row, logged, planned_row, small_spec, spec_text
 

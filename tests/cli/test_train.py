@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from hpstudy.cli import hpstudy_main
 from hpstudy.study.sampling import expand
 from hpstudy.study.spec import parse_spec
-from hpstudy.study.store import write_trial
+from hpstudy.study.store.layout import write_trial
 from hpstudy.trainers.config import TrialConfig
 from hpstudy.trainers.train import build_parser, config_from_args
 from hpstudy.trainers.trial import train_trial

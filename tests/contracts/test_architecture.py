@@ -18,8 +18,8 @@ from hpstudy.cli import hpstudy_main, run_edf_main
 from hpstudy.study.ray_session import TUNE_ENV
 from hpstudy.study.sampling import expand
 from hpstudy.study.spec import parse_spec
-from hpstudy.study.store import write_trial
-from hpstudy.study.store_read import load_trials
+from hpstudy.study.store.layout import write_trial
+from hpstudy.study.store.read import load_trials
 from hpstudy.trainers.schema import FAILED, RESULT_FIELDS, TRIAL_FIELDS
 from hpstudy.trainers.train import main as train_main
 from tests.helpers import PACKAGES, REPO, module_files, small_spec
@@ -53,12 +53,16 @@ def is_entry_script(path: str) -> bool:
 
 def import_graph():
     """{module: (hpstudy modules it imports, other top-level packages it imports)}, counting imports
-    inside functions too."""
+    inside functions too, not those only a type checker runs (`if TYPE_CHECKING:`)."""
     files = module_files()
     graph = {}
     for module, path in files.items():
+        tree = ast.parse(open(path).read())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
+                node.body = []
         names = set()
-        for node in ast.walk(ast.parse(open(path).read())):
+        for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 names |= {alias.name for alias in node.names}
             elif isinstance(node, ast.ImportFrom) and node.module:
@@ -77,7 +81,7 @@ def test_layers_point_one_way():
         "cli": {"trainers", "study", "analysis", "cli"},
     }
     graph, files = import_graph(), module_files()
-    assert {"hpstudy.study.store", "hpstudy.trainers.schema"} <= graph["hpstudy.study.tune_store_writer"][
+    assert {"hpstudy.study.store.layout", "hpstudy.trainers.schema"} <= graph["hpstudy.study.tune.store_writer"][
         0
     ]  # edges are seen
     assert "hpstudy.cli" in graph["hpstudy.study.run_edf"][0] and is_entry_script(files["hpstudy.study.run_edf"])
@@ -284,12 +288,15 @@ def test_the_import_check_sees_every_spelling_of_a_test_module_import(tmp_path):
 
 
 def test_every_test_file_sits_with_the_code_it_tests_or_in_a_suite_named_for_what_it_guards():
-    """tests/<package>/test_<module>.py for unit tests (bench/'s scripts too); contracts, parity, hostile and e2e
-    for cross-cutting suites."""
+    """tests/<package>/test_<module>.py for unit tests (bench/'s scripts too), tests/<package>/<subpackage>/ for a
+    subpackage's (tests/study/store/ for hpstudy/study/store/); contracts, parity, hostile and e2e for cross-cutting
+    suites."""
     homes = {"trainers", "study", "analysis", "cli", "bench", "contracts", "parity", "hostile", "e2e"}
     for name in _test_files():
         folder = os.path.dirname(name)
-        assert folder in homes | {""}, name
+        home, _, subpackage = folder.partition(os.sep)
+        assert home in homes | {""}, name
+        assert not subpackage or os.path.isfile(os.path.join(REPO, "hpstudy", folder, "__init__.py")), name
         assert folder or not os.path.basename(name).startswith("test_"), f"tests/{name}: not filed by module or suite"
 
 
@@ -339,7 +346,7 @@ def test_every_column_the_analysis_and_the_cli_ask_for_is_a_stored_trial_column(
 def test_a_failed_trials_row_is_a_complete_schema_row_from_its_planned_trial(tmp_path):
     """failed_row: exactly the schema's keys, status failed, no result, the error's last 4000
     characters, and the config columns of the trial that was planned; the store takes it as is."""
-    from hpstudy.study.tune_store_writer import failed_row
+    from hpstudy.study.tune.store_writer import failed_row
 
     trial = expand(parse_spec(small_spec(models=["cnn_tiny"], optimizers=["sgd"], samples=1)))[0]
     error = "Traceback (most recent call last):\n" + "x" * 5000 + "\nRuntimeError: boom"

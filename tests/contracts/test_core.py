@@ -12,10 +12,11 @@ import pytest
 import torch
 
 from hpstudy.analysis.report_folder import publish
-from hpstudy.study.store import StoreError, StoreFault, delete_study, open_root, probe_store, write_trial
-from hpstudy.study.store_compaction import compact
-from hpstudy.study.store_read import load_epochs, load_study, load_trials
-from hpstudy.study.store_spec_record import report_location
+from hpstudy.study.store.compaction import compact
+from hpstudy.study.store.layout import StoreError, StoreFault, delete_study, probe_store, write_trial
+from hpstudy.study.store.read import load_epochs, load_study, load_trials
+from hpstudy.study.store.spec_record import report_location
+from hpstudy.study.store.store import Store
 from hpstudy.trainers.loop import resolve_device
 from hpstudy.trainers.schema import EPOCH_SCHEMA, TRIAL_SCHEMA
 from tests.helpers import epoch_row, row, write_file
@@ -88,11 +89,11 @@ def test_a_store_with_unreadable_files_gives_the_readable_rows_and_the_columns_a
 
 
 def test_a_uri_root_keeps_its_path_but_the_trailing_slash(tmp_path):
-    """open_root strips the trailing slash of a URI's path, nothing else (a name may end in any
+    """Store.open strips the trailing slash of a URI's path, nothing else (a name may end in any
     character), and a trial written through the URI lands in that folder."""
     for name in ("storeX", "store_x", "s.t"):
-        fs, base = open_root(f"file://{tmp_path}/{name}/")
-        assert isinstance(fs, pafs.LocalFileSystem) and base == f"{tmp_path}/{name}"
+        store = Store.open(f"file://{tmp_path}/{name}/")
+        assert isinstance(store.fs, pafs.LocalFileSystem) and store.base == f"{tmp_path}/{name}"
     write_trial(f"file://{tmp_path}/storeX/", "s", row("a"))
     assert (tmp_path / "storeX/trials/study=s/a.parquet").exists()
 
@@ -103,7 +104,7 @@ def test_a_root_that_is_no_path_nor_known_uri_is_refused_with_what_is_allowed():
         match=r"--store: bad value 'nosuch://x'; allowed: a local path or a "
         r"filesystem URI such as s3://bucket/prefix \(Unrecognized",
     ):
-        open_root("nosuch://x")
+        Store.open("nosuch://x")
 
 
 def test_a_report_written_through_a_uri_says_where_it_is_as_that_uri(tmp_path):

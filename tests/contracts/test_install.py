@@ -14,7 +14,7 @@ import pytest
 import ray
 import yaml
 
-from hpstudy.study.store_read import load_trials
+from hpstudy.study.store.read import load_trials
 from tests.helpers import REPO, small_spec, write_spec
 
 # Run before the code under test: every `import ray` fails as on a machine without Ray.

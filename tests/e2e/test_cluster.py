@@ -14,7 +14,7 @@ from ray.cluster_utils import Cluster
 
 from hpstudy.study.runner import run_study
 from hpstudy.study.spec import parse_spec
-from hpstudy.study.store_read import load_trials
+from hpstudy.study.store.read import load_trials
 from tests.helpers import REPO, run_edf_command, small_spec, write_spec
 
 

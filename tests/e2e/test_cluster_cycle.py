@@ -19,7 +19,7 @@ import psutil
 import pytest
 import yaml
 
-from hpstudy.study.store_read import load_trials
+from hpstudy.study.store.read import load_trials
 from tests.helpers import REPO, free_port, in_terminal, require_programs, small_spec
 
 pytestmark = pytest.mark.slow

@@ -17,8 +17,8 @@ import pytest
 
 from hpstudy.study.sampling import expand
 from hpstudy.study.spec import parse_spec
-from hpstudy.study.store_lease import STALE_ENV, Lease, StudyBusy
-from hpstudy.study.store_read import load_trials
+from hpstudy.study.store.lease import STALE_ENV, Lease, StudyBusy
+from hpstudy.study.store.read import load_trials
 from tests.helpers import REPO, run_edf_command, small_spec, write_spec
 
 pytestmark = pytest.mark.slow

@@ -13,7 +13,7 @@ import pytest
 
 from hpstudy.study.sampling import expand
 from hpstudy.study.spec import parse_spec
-from hpstudy.study.store_read import load_trials
+from hpstudy.study.store.read import load_trials
 from tests.helpers import REPO, in_terminal, run_edf, run_edf_command, small_spec, write_spec
 
 pytestmark = pytest.mark.slow

@@ -18,8 +18,8 @@ from hpstudy.study.faults import CRASH_DIR_ENV
 from hpstudy.study.runner import run_study
 from hpstudy.study.sampling import expand
 from hpstudy.study.spec import parse_spec
-from hpstudy.study.store_lease import STALE_ENV
-from hpstudy.study.store_read import load_epochs, load_trials
+from hpstudy.study.store.lease import STALE_ENV
+from hpstudy.study.store.read import load_epochs, load_trials
 from hpstudy.trainers.schema import TRIAL_SCHEMA
 from tests.helpers import REPO, logged, run_edf, run_edf_command, small_spec, stored_row, write_spec
 
@@ -152,7 +152,7 @@ def test_worker_crash_is_retried_then_failed_trials_rerun(tmp_path):
 @pytest.mark.slow
 def test_fused_groups_store_k_rows_and_resume_per_member(local_ray, tmp_path, caplog):
     from hpstudy.study.fusion import AUTO_FUSE_MIN_SPEEDUP, fusion_groups, fusion_sizes
-    from hpstudy.study.store import write_trial
+    from hpstudy.study.store.layout import write_trial
 
     spec = parse_spec(small_spec(name="fused", models=["cnn_tiny"], optimizers=["adamw"], samples=4, fuse=2))
     trials = expand(spec)
@@ -196,7 +196,7 @@ def test_a_study_longer_than_one_tune_run_stores_each_trial_once_and_compacts_as
     store is compacted before the run, every 2 stored trials and after it; each Tune run's folder is
     removed when it ends."""
     import hpstudy.study.runner as runner
-    import hpstudy.study.tune_store_writer as tune_store_writer
+    import hpstudy.study.tune.store_writer as tune_store_writer
 
     compactions = []
     real_compact = runner.compact

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import hpstudy
-from hpstudy.study.store import write_trial
+from hpstudy.study.store.layout import write_trial
 from hpstudy.trainers.errors import HpstudyError
 from tests.helpers import epoch_row, hostile_values, row, small_spec
 

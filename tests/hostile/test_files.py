@@ -14,9 +14,9 @@ import yaml
 
 from hpstudy.cli import hpstudy_main, run_edf_main
 from hpstudy.study.spec import load_spec
-from hpstudy.study.store import write_trial
-from hpstudy.study.store_read import load_epochs, load_trials
-from hpstudy.study.store_spec_record import write_spec_record
+from hpstudy.study.store.layout import write_trial
+from hpstudy.study.store.read import load_epochs, load_trials
+from hpstudy.study.store.spec_record import write_spec_record
 from hpstudy.trainers.errors import HpstudyError
 from tests.helpers import REPO, epoch_row, row, small_spec, spec_text, write_spec
 

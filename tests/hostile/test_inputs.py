@@ -12,7 +12,7 @@ import yaml
 import hpstudy.study.sampling
 from hpstudy.cli import hpstudy_main, run_edf_main
 from hpstudy.study.spec import SpecError, SpecLoader, load_spec
-from hpstudy.study.store import write_trial
+from hpstudy.study.store.layout import write_trial
 from hpstudy.trainers.train import main as train_main
 from tests.helpers import spec_text, stored_row
 

@@ -9,7 +9,7 @@ import pytest
 from hpstudy.cli import hpstudy_main, run_edf_main
 from hpstudy.study.sampling import expand
 from hpstudy.study.spec import load_spec
-from hpstudy.study.store_read import load_study, load_trials
+from hpstudy.study.store.read import load_study, load_trials
 from tests.helpers import free_port, run_edf, small_spec, write_spec
 
 pytestmark = pytest.mark.slow

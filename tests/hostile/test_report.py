@@ -13,10 +13,10 @@ import pytest
 from hpstudy.analysis.report import ReportError, build_report
 from hpstudy.analysis.report_folder import check_report_dir
 from hpstudy.cli import hpstudy_main
-from hpstudy.study.store import REQUIRED, TABLES, write_trial
-from hpstudy.study.store_compaction import compact
-from hpstudy.study.store_read import load_epochs, load_study, load_trials, stored_keys
-from hpstudy.study.store_spec_record import write_spec_record
+from hpstudy.study.store.compaction import compact
+from hpstudy.study.store.layout import REQUIRED, TABLES, write_trial
+from hpstudy.study.store.read import load_epochs, load_study, load_trials, stored_keys
+from hpstudy.study.store.spec_record import write_spec_record
 from tests.helpers import epoch_row, stored_row
 
 GOOD = ("a", "b", "c")

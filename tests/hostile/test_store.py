@@ -11,10 +11,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from hpstudy.cli import hpstudy_main
-from hpstudy.study.store import StoreError, StoreFault, probe_store, write_trial
-from hpstudy.study.store_compaction import compact
-from hpstudy.study.store_read import load_epochs, load_study, load_trials
-from hpstudy.study.store_spec_record import load_spec_record, write_spec_record
+from hpstudy.study.store.compaction import compact
+from hpstudy.study.store.layout import StoreError, StoreFault, probe_store, write_trial
+from hpstudy.study.store.read import load_epochs, load_study, load_trials
+from hpstudy.study.store.spec_record import load_spec_record, write_spec_record
 from hpstudy.trainers.schema import EPOCH_SCHEMA, TRIAL_SCHEMA
 from tests.helpers import epoch_row, row, write_file
 

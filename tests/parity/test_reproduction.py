@@ -15,7 +15,7 @@ import pytest
 from hpstudy.analysis.findings import findings_across, sources_of
 from hpstudy.study.sampling import expand_for_store
 from hpstudy.study.spec import load_spec, resolve_config
-from hpstudy.study.store_read import load_study
+from hpstudy.study.store.read import load_study
 from tests.helpers import REPO
 
 STORE = os.path.join(REPO, "docs", "reproduction", "store")

@@ -11,7 +11,7 @@ import pytest
 
 from hpstudy.analysis import montecarlo
 from hpstudy.analysis.findings import Seeds, findings
-from hpstudy.study.store_read import load_study
+from hpstudy.study.store.read import load_study
 from tests.helpers import REPO, make_trials
 
 STORE = os.path.join(REPO, "docs", "reproduction", "store")

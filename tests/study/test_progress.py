@@ -21,8 +21,8 @@ from hpstudy.study.progress import (
 )
 from hpstudy.study.sampling import expand
 from hpstudy.study.spec import SpecError, parse_spec
-from hpstudy.study.tune_stopper import RunStopper
-from hpstudy.study.tune_store_writer import StoreWriter
+from hpstudy.study.tune.stopper import RunStopper
+from hpstudy.study.tune.store_writer import StoreWriter
 from tests.helpers import logged, small_spec
 
 

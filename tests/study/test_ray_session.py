@@ -22,7 +22,7 @@ from hpstudy.study.ray_session import (
     ray_start_timeout_is_settable,
     start_help,
 )
-from hpstudy.study.store import StoreFault
+from hpstudy.study.store.layout import StoreFault
 from tests.helpers import REPO, free_port
 
 TOKEN = "0123456789abcdef0123456789abcdef"

@@ -13,8 +13,8 @@ from scipy.stats import qmc
 
 from hpstudy.study.sampling import cells, expand, expand_for_store, first_trials, sample_box, scale_to_box, unit_points
 from hpstudy.study.spec import Box, SpecError, parse_spec
-from hpstudy.study.store import write_trial
-from hpstudy.study.store_read import load_trials, stored_keys
+from hpstudy.study.store.layout import write_trial
+from hpstudy.study.store.read import load_trials, stored_keys
 from hpstudy.trainers.config import TrialConfig
 from hpstudy.trainers.data_spec import DataSpec
 from tests.helpers import planned_row, small_spec

@@ -12,9 +12,9 @@ import hpstudy.study.sampling
 from hpstudy.cli import hpstudy_main, run_edf_main
 from hpstudy.study.sampling import expand, expand_for_store, unit_points
 from hpstudy.study.spec import Box, SpecError, load_spec, parse_spec, resolve_config
-from hpstudy.study.store import write_trial
-from hpstudy.study.store_read import load_trials
-from hpstudy.study.store_spec_record import write_spec_record
+from hpstudy.study.store.layout import write_trial
+from hpstudy.study.store.read import load_trials
+from hpstudy.study.store.spec_record import write_spec_record
 from hpstudy.trainers.config import TrialConfig
 from tests.helpers import small_spec, stored_row, write_spec
 

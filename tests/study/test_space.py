@@ -8,9 +8,9 @@ import pytest
 
 from hpstudy.study.sampling import expand
 from hpstudy.study.spec import Box, Distribution, SpecError, load_spec, parse_spec, sampled_fields
-from hpstudy.study.store import StoreFault, write_trial
-from hpstudy.study.store_read import load_study, with_sampled_columns
-from hpstudy.study.store_spec_record import load_spec_record, write_spec_record
+from hpstudy.study.store.layout import StoreFault, write_trial
+from hpstudy.study.store.read import load_study, with_sampled_columns
+from hpstudy.study.store.spec_record import load_spec_record, write_spec_record
 from tests.helpers import planned_row, small_spec, write_spec
 
 BASE = {

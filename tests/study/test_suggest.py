@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from hpstudy.study.spec import parse_spec
-from hpstudy.study.store import write_trial
-from hpstudy.study.store_spec_record import write_spec_record
+from hpstudy.study.store.layout import write_trial
+from hpstudy.study.store.spec_record import write_spec_record
 from hpstudy.study.suggest import suggest, yaml_number
 from hpstudy.trainers.errors import ConfigError
 from tests.helpers import small_spec, stored_row

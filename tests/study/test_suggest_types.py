@@ -4,7 +4,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hpstudy.analysis.stats import good_ranges
-from hpstudy.study.store import write_trial
+from hpstudy.study.store.layout import write_trial
 from hpstudy.study.suggest import suggestion
 from tests.helpers import stored_row
 

@@ -12,8 +12,8 @@ import pytest
 from hpstudy.study.runner import run_study
 from hpstudy.study.sampling import expand
 from hpstudy.study.spec import parse_spec
-from hpstudy.study.store import StoreFault, write_trial
-from hpstudy.study.store_read import load_epochs, load_trials
+from hpstudy.study.store.layout import StoreFault, write_trial
+from hpstudy.study.store.read import load_epochs, load_trials
 from hpstudy.study.trackers import (
     KINDS,
     TensorBoardTracker,
@@ -25,7 +25,7 @@ from hpstudy.study.trackers import (
     run_folder,
     trackers_of,
 )
-from hpstudy.study.tune_store_writer import StoreWriter
+from hpstudy.study.tune.store_writer import StoreWriter
 from hpstudy.trainers.config import TrialConfig
 from tests.helpers import epoch_row, logged, planned_row, small_spec
 

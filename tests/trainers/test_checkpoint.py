@@ -10,7 +10,7 @@ from safetensors.torch import save_file
 from hpstudy.study.runner import run_study
 from hpstudy.study.sampling import expand
 from hpstudy.study.spec import SpecError, parse_spec
-from hpstudy.study.store_read import load_trials
+from hpstudy.study.store.read import load_trials
 from hpstudy.trainers.checkpoint import load_checkpoint
 from hpstudy.trainers.config import TrialConfig
 from hpstudy.trainers.errors import ConfigError

@@ -17,7 +17,7 @@ from hpstudy.cli import run_edf_main
 from hpstudy.study.runner import run_study
 from hpstudy.study.sampling import expand
 from hpstudy.study.spec import SpecError, check_models, parse_spec
-from hpstudy.study.store_read import load_trials
+from hpstudy.study.store.read import load_trials
 from hpstudy.trainers.config import TrialConfig
 from hpstudy.trainers.errors import ConfigError
 from hpstudy.trainers.flops import model_profile

@@ -31,14 +31,8 @@ import pandas as pd
 from scipy import stats as sps
 
 from hpstudy.analysis.catalogue import catalogue_order, model_label
-from hpstudy.analysis.findings.model import (
-    DELTA_APPROXIMATE_FROM,
-    DeltaDetail,
-    Finding,
-    GapDetail,
-    Level,
-    ScopeDetail,
-)
+from hpstudy.analysis.findings.details import DELTA_APPROXIMATE_FROM, DeltaDetail, GapDetail, Level, ScopeDetail
+from hpstudy.analysis.findings.model import Finding
 from hpstudy.analysis.findings.text import WITHIN
 from hpstudy.analysis.inference import (
     ALPHA,

@@ -7,7 +7,8 @@ import numpy as np
 import pandas as pd
 
 from hpstudy.analysis.catalogue import model_family, model_label
-from hpstudy.analysis.findings.model import DeltaDetail, Finding, GapDetail
+from hpstudy.analysis.findings.details import DeltaDetail, GapDetail
+from hpstudy.analysis.findings.model import Finding
 from hpstudy.analysis.findings.text import WITHIN, cell_text, p_holm_text
 from hpstudy.analysis.inference import RULES
 

@@ -3,21 +3,17 @@ seeds, the cells' lowest errors, the nearness of trials to their own best), with
 Monte-Carlo p's interval where the verdict would depend on the seed) and, where the errors lie on a
 grid of validation images, how many images the bests are."""
 
-from typing import Callable, Dict, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
 from hpstudy.analysis.catalogue import model_label
-from hpstudy.analysis.findings.model import (
-    DELTA_APPROXIMATE_FROM,
-    DeltaDetail,
-    Finding,
-    GapDetail,
-    Level,
-    ScopeDetail,
-)
+from hpstudy.analysis.findings.details import DELTA_APPROXIMATE_FROM, DeltaDetail, GapDetail, Level, ScopeDetail
 from hpstudy.analysis.inference import POWER, RULES, Test
 from hpstudy.analysis.montecarlo import RISK
+
+if TYPE_CHECKING:  # a Finding's `sentence` is rendered here: the type only, no import when run
+    from hpstudy.analysis.findings.model import Finding
 
 CALIBRATION_DOC = "docs/calibration.md"
 WITHIN = 2  # points: "share of trials within 2 points of the model's own best" (findings.compute)
@@ -49,7 +45,7 @@ def p_text(test: Test) -> str:
     return fmt_p(test.p)
 
 
-def p_holm_text(f: Finding) -> str:
+def p_holm_text(f: "Finding") -> str:
     """The finding's Holm-adjusted p (an upper bound where its test's p is a Monte-Carlo floor)."""
     assert f.p_holm is not None and f.test is not None
     bound = f.test.mc is not None and f.test.mc[0] == 0.0 and f.p_holm >= 1e-3
@@ -139,7 +135,7 @@ def test_words(test: Test) -> str:
     return f"{RULES[test.rule]}, {p_text(test)}"
 
 
-def _holm(f: Finding) -> str:
+def _holm(f: "Finding") -> str:
     """The finding's standing after Holm's adjustment, where it was decided per test."""
     if f.verdict in ("inconclusive", "info", "borderline") or f.p_holm is None:
         return ""
@@ -150,7 +146,7 @@ def _holm(f: Finding) -> str:
     return f" [{standing} after Holm's adjustment over the family's {f.family} tests: {p_holm_text(f)}{bounds}]"
 
 
-def undecided(f: Finding) -> str:
+def undecided(f: "Finding") -> str:
     """Why a test did not decide: untestable, the design cannot reach alpha, borderline, or not at this n."""
     t = f.test
     assert t is not None
@@ -169,7 +165,7 @@ def undecided(f: Finding) -> str:
     return "inconclusive at this n"
 
 
-def _welch_power(f: Finding) -> str:
+def _welch_power(f: "Finding") -> str:
     """What 80% power needs, for an undecided Welch test, with the range its sd estimates allow."""
     d = f.detail
     if f.verdict != "inconclusive" or not isinstance(d, GapDetail) or d.detectable is None:
@@ -187,7 +183,7 @@ def _welch_power(f: Finding) -> str:
 # ---- sentences -------------------------------------------------------------------------------------
 
 
-def _edf_effect(f: Finding, d: DeltaDetail) -> str:
+def _edf_effect(f: "Finding", d: DeltaDetail) -> str:
     """The Δ-EDFs' numbers read beside the test: mean Δ and the signed area, shares near the best, D."""
     a, b = d.groups
     nearer, farther = (a, b) if d.area >= 0 else (b, a)
@@ -205,7 +201,7 @@ def _edf_effect(f: Finding, d: DeltaDetail) -> str:
     )
 
 
-def _edf_sentence(f: Finding) -> str:
+def _edf_sentence(f: "Finding") -> str:
     d, t = f.detail, f.test
     assert isinstance(d, DeltaDetail) and t is not None
     a, b = (g.label for g in d.groups)
@@ -239,7 +235,7 @@ def _edf_sentence(f: Finding) -> str:
     )
 
 
-def gap_numbers(f: Finding, images: Optional[int]) -> str:
+def gap_numbers(f: "Finding", images: Optional[int]) -> str:
     """The numbers of a gap (or gap-pair, or peak) finding: estimate, interval, test, per-group levels."""
     t, d = f.test, f.detail
     assert t is not None and isinstance(d, GapDetail)
@@ -251,11 +247,11 @@ def gap_numbers(f: Finding, images: Optional[int]) -> str:
     )
 
 
-def _inconclusive(f: Finding, title: str, images: Optional[int]) -> str:
+def _inconclusive(f: "Finding", title: str, images: Optional[int]) -> str:
     return f"{title}: {undecided(f)}: {gap_numbers(f, images)}{_welch_power(f)}"
 
 
-def _optimizer_gap_sentence(f: Finding, images: Optional[int]) -> str:
+def _optimizer_gap_sentence(f: "Finding", images: Optional[int]) -> str:
     model, where = model_label(f.models[0]), cell_text(epochs=f.cell["epochs"])
     if f.verdict not in ("adamw_better", "sgd_better"):
         return _inconclusive(f, f"{model}'s optimizer gap ({where})", images)
@@ -272,7 +268,7 @@ def _optimizer_gap_sentence(f: Finding, images: Optional[int]) -> str:
     return f"{claim}{_holm(f)}: {gap_numbers(f, images)}"
 
 
-def _pair_sentence(f: Finding, images: Optional[int], what: str, title: str) -> str:
+def _pair_sentence(f: "Finding", images: Optional[int], what: str, title: str) -> str:
     """A difference of two models' gaps: which model's gap is larger, by how much, of which quantity."""
     a, b = map(model_label, f.models)
     where = cell_text(f.cell.get("optimizer") if f.kind == "length_gap_pair" else None, f.cell["epochs"])
@@ -287,7 +283,7 @@ def _pair_sentence(f: Finding, images: Optional[int], what: str, title: str) -> 
     )
 
 
-def _length_gap_sentence(f: Finding, images: Optional[int]) -> str:
+def _length_gap_sentence(f: "Finding", images: Optional[int]) -> str:
     d = f.detail
     assert isinstance(d, GapDetail) and f.test is not None
     model, opt = model_label(f.models[0]), _opt(f.cell["optimizer"])
@@ -309,7 +305,7 @@ def _length_gap_sentence(f: Finding, images: Optional[int]) -> str:
     return f"{claim}{_holm(f)}: {gap_numbers(f, images)}{tail}"
 
 
-def _peak_sentence(f: Finding, images: Optional[int]) -> str:
+def _peak_sentence(f: "Finding", images: Optional[int]) -> str:
     a, b = map(model_label, f.models)
     where = cell_text(f.cell["optimizer"], f.cell["epochs"])
     if f.verdict not in ("a_better", "b_better"):
@@ -325,7 +321,7 @@ def _peak_sentence(f: Finding, images: Optional[int]) -> str:
     )
 
 
-def _scope_sentence(f: Finding, images: Optional[int]) -> str:
+def _scope_sentence(f: "Finding", images: Optional[int]) -> str:
     d = f.detail
     assert isinstance(d, ScopeDetail)
     rules = ", ".join(f"{RULES[r]} ({k})" for r, k in d.rules.items())
@@ -351,7 +347,7 @@ def _scope_sentence(f: Finding, images: Optional[int]) -> str:
     )
 
 
-RENDER: Dict[str, Callable[[Finding, Optional[int]], str]] = {
+RENDER: Dict[str, Callable[["Finding", Optional[int]], str]] = {
     "scope": _scope_sentence,
     "edf_pair": lambda f, images: _edf_sentence(f),
     "optimizer_gap": _optimizer_gap_sentence,
@@ -366,7 +362,7 @@ RENDER: Dict[str, Callable[[Finding, Optional[int]], str]] = {
 }
 
 
-def sentence(f: Finding) -> str:
+def sentence(f: "Finding") -> str:
     """The finding in words (RENDER, by kind); in a family over several studies, its source first."""
     source = f"[{' + '.join(f.studies)}] " if f.studies else ""
     return source + RENDER[f.kind](f, f.detail.images)

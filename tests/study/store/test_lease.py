@@ -1,4 +1,4 @@
-"""One writer per study (study/store_lease.py), with real processes on a local disk and on S3 (moto's
+"""One writer per study (study/store/lease.py), with real processes on a local disk and on S3 (moto's
 server): of drivers racing for a study's lease exactly one holds it at any moment; the others are
 refused naming it, or wait and take it in turn; a SIGKILLed holder's lease is taken over once stale
 and not before; a paused holder that was taken over finds out and never deletes the new lease; and a
@@ -14,15 +14,15 @@ import time
 
 import pytest
 
-from hpstudy.study.store import StoreError
-from hpstudy.study.store_lease import SETTLE_S, STALE_ENV, ForeignLease, Lease, StudyBusy, hold_lease
+from hpstudy.study.store.layout import StoreError
+from hpstudy.study.store.lease import SETTLE_S, STALE_ENV, ForeignLease, Lease, StudyBusy, hold_lease
 from tests.helpers import REPO
 
 # A driver stand-in: takes the lease (or is refused), says so with its times, holds it, releases it.
 DRIVER = textwrap.dedent(
     """
     import os, sys, time
-    from hpstudy.study.store_lease import Lease, StudyBusy
+    from hpstudy.study.store.lease import Lease, StudyBusy
     root, go, wait, hold = sys.argv[1], sys.argv[2], sys.argv[3] == "wait", float(sys.argv[4])
     lease = Lease(root, "s", "test driver")
     print("ready", flush=True)
@@ -287,7 +287,7 @@ def test_sigterm_while_holding_or_waiting_exits_143_and_leaves_no_lease_of_its_o
     root = str(tmp_path / "store")
     code = (
         "import sys, time\n"
-        "from hpstudy.study.store_lease import hold_lease\n"
+        "from hpstudy.study.store.lease import hold_lease\n"
         "with hold_lease(sys.argv[1], 's', 'term', wait=True):\n"
         "    print('held', flush=True)\n"
         "    time.sleep(60)\n"

@@ -14,8 +14,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hpstudy.study import store_read
-from hpstudy.study.store_read import load_epochs, load_trials, stored_keys
+from hpstudy.study.store import read as store_read
+from hpstudy.study.store.read import load_epochs, load_trials, stored_keys
+from hpstudy.study.store.store import Store
 from hpstudy.trainers.schema import EPOCH_SCHEMA, FINISHED, STATUSES, TRIAL_SCHEMA
 from tests.helpers import epoch_row, row, write_file
 
@@ -133,9 +134,9 @@ def test_a_partition_of_one_row_files_is_one_chunk_per_group_not_per_file(n_file
     for i in range(n_files):
         write_file(folder / f"k{i}.parquet", [row(f"k{i}")], TRIAL_SCHEMA)
     monkeypatch.setattr(store_read, "GROUP_FILES", group)
-    fs, base = store_read.open_root(str(tmp_path))
-    files = store_read._list_files(fs, f"{base}/trials")
-    table = store_read._read_groups(fs, f"{base}/trials", files, "trials", None)
+    store = Store.open(str(tmp_path))
+    files = store_read._list_files(store.fs, f"{store.base}/trials")
+    table = store_read._read_groups(store.fs, f"{store.base}/trials", files, "trials", None)
     assert table.num_rows == n_files and table.column("trial_key").num_chunks == -(-n_files // group)
     assert set(table.column("study").to_pylist()) == {"s"}
 

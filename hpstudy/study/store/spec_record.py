@@ -9,33 +9,41 @@ from typing import Dict, Iterable, Optional, Tuple
 import pyarrow.fs as pafs
 
 from hpstudy.study.spec import sampled_fields
-from hpstudy.study.store import StoreFault, _first_line, _write_atomic, check_study_name, open_root, store_io
+from hpstudy.study.store.layout import (
+    Location,
+    StoreFault,
+    StoreLike,
+    _first_line,
+    _write_atomic,
+    check_study_name,
+    store_io,
+)
 
 REPORTS = "reports"  # <root>/reports/<name>/: the study's report, as long-lived as its rows
 MAX_SPEC_RECORD_BYTES = 64 << 20  # a record of 100,000 trial keys is ~3 MB
 
 
 def write_spec_record(
-    root: str, study: str, spec_source: Dict, n_trials: int, trial_keys: Optional[Iterable[str]] = None
+    store: StoreLike, study: str, spec_source: Dict, n_trials: int, trial_keys: Optional[Iterable[str]] = None
 ) -> None:
     """Keep the spec that produced a study, its trial count, its trial keys and (for a spec with a `space:`) the
     fields it samples (`sampled`: field -> distribution, hpstudy.study.spec.sampled_fields) beside the tables:
     reports and `hpstudy status` cover the rows of this spec only."""
-    fs, base = open_root(root)
+    store = Location.of(store)
     record = {"study": check_study_name(study), "n_trials": n_trials, "spec": spec_source}
     if "space" in spec_source:
         record["sampled"] = sampled_fields(spec_source["space"], spec_source.get("models"))
     if trial_keys is not None:
         record["trial_keys"] = sorted(trial_keys)
     text = json.dumps(record, sort_keys=True, indent=1).encode()
-    _write_atomic(fs, f"{base}/specs", f"{study}.json", lambda out: out.write(text))
+    _write_atomic(store.fs, f"{store.base}/specs", f"{study}.json", lambda out: out.write(text))
 
 
-def load_spec_record(root: str, study: str) -> Optional[Dict]:
+def load_spec_record(store: StoreLike, study: str) -> Optional[Dict]:
     """The spec record written by `write_spec_record`, or None; StoreFault naming the file when it cannot
     be read as one (truncated, damaged): a run of the study's spec rewrites it."""
-    fs, base = open_root(root)
-    path = f"{base}/specs/{check_study_name(study)}.json"
+    store = Location.of(store)
+    fs, path = store.fs, f"{store.base}/specs/{check_study_name(study)}.json"
     with store_io(f"read {path}"):
         info = fs.get_file_info(path)
         if info.type == pafs.FileType.NotFound:
@@ -68,9 +76,10 @@ def load_spec_record(root: str, study: str) -> Optional[Dict]:
     return record
 
 
-def report_location(root: str, study: str) -> Tuple[pafs.FileSystem, str, str, str]:
+def report_location(store: StoreLike, study: str) -> Tuple[pafs.FileSystem, str, str, str]:
     """(filesystem, store base, folder, location) of a study's report in the store: <root>/reports/<study>/;
     the location is a path, or the store's URI without its query."""
-    fs, base = open_root(root)
-    where = root.split("?", 1)[0].rstrip("/") if "://" in root else base
+    store = Location.of(store)
+    fs, base = store.fs, store.base
+    where = store.uri.split("?", 1)[0].rstrip("/") if "://" in store.uri else base
     return fs, base, f"{base}/{REPORTS}/{check_study_name(study)}", f"{where}/{REPORTS}/{study}"

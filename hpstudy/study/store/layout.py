@@ -10,16 +10,20 @@ under a dot-prefixed temporary name and renamed, so readers (which skip dot file
 file. The `study` column comes from the partition directory, so
 `pd.read_parquet(f"{root}/trials")` returns every study's trials with a `study` column.
 
-Reading the store is hpstudy.study.store_read, merging its files hpstudy.study.store_compaction,
-the spec record and the report folder hpstudy.study.store_spec_record.
+A store is opened once from its URI: `Location.open`, or `Store.open` (hpstudy.study.store.store: the same
+with the store's operations as methods); every function of the package takes an open one or a URI
+(opened then). Reading the store is hpstudy.study.store.read, merging its files
+hpstudy.study.store.compaction, the spec record and the report folder hpstudy.study.store.spec_record,
+the study's writer hpstudy.study.store.lease.
 """
 
 import contextlib
+import dataclasses
 import os
 import re
 import uuid
 from datetime import datetime
-from typing import Callable, Dict, Iterable, Iterator, Sequence, Tuple
+from typing import Callable, Dict, Iterable, Iterator, Sequence, Type, TypeVar, Union
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -37,6 +41,9 @@ REQUIRED = {
 }
 STUDY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 STUDY_NAME_RULE = "1 to 128 letters, digits, '-', '_' or '.', starting with a letter or digit"
+
+
+L = TypeVar("L", bound="Location")
 
 
 class StoreError(HpstudyError):
@@ -70,30 +77,49 @@ def check_study_name(study: str, field: str = "--study") -> str:
     return study
 
 
-def open_root(root: str, field: str = "--store") -> Tuple[pafs.FileSystem, str]:
-    """(filesystem, base path) for a local path or a pyarrow filesystem URI; StoreError naming `field`
-    for a URI pyarrow cannot open, or a path that is not UTF-8 text (Arrow's filesystems take no other)."""
-    try:
-        root.encode("utf-8")
-    except UnicodeEncodeError:  # a command line's byte that is not UTF-8, read as a lone surrogate
-        raise StoreError(f"{field}: bad value {shown(root)}; allowed: a path or URI of UTF-8 text") from None
-    if "://" in root:
+@dataclasses.dataclass(frozen=True)
+class Location:
+    """A store opened once: the URI it was given as (what messages show), its pyarrow filesystem and its
+    base path there."""
+
+    uri: str
+    fs: pafs.FileSystem
+    base: str
+
+    @classmethod
+    def open(cls: Type[L], uri: str, field: str = "--store") -> L:
+        """The store at a local path or a pyarrow filesystem URI; StoreError naming `field` for a URI pyarrow
+        cannot open, or a path that is not UTF-8 text (Arrow's filesystems take no other)."""
         try:
-            with store_io(f"open {root}"):
-                fs, path = pafs.FileSystem.from_uri(root)
-        except pa.ArrowInvalid as exc:
-            raise StoreError(
-                f"{field}: bad value {shown(root)}; allowed: a local path or a filesystem URI "
-                f"such as s3://bucket/prefix ({_first_line(exc)})"
-            )
-        return fs, path.rstrip("/")
-    return pafs.LocalFileSystem(), os.path.abspath(root)
+            uri.encode("utf-8")
+        except UnicodeEncodeError:  # a command line's byte that is not UTF-8, read as a lone surrogate
+            raise StoreError(f"{field}: bad value {shown(uri)}; allowed: a path or URI of UTF-8 text") from None
+        if "://" in uri:
+            try:
+                with store_io(f"open {uri}"):
+                    fs, path = pafs.FileSystem.from_uri(uri)
+            except pa.ArrowInvalid as exc:
+                raise StoreError(
+                    f"{field}: bad value {shown(uri)}; allowed: a local path or a filesystem URI "
+                    f"such as s3://bucket/prefix ({_first_line(exc)})"
+                )
+            return cls(uri, fs, path.rstrip("/"))
+        return cls(uri, pafs.LocalFileSystem(), os.path.abspath(uri))
+
+    @classmethod
+    def of(cls: Type[L], store: "StoreLike", field: str = "--store") -> L:
+        """`store` if it is open as this class, else the store its URI names (open, errors naming `field`)."""
+        return store if isinstance(store, cls) else cls.open(str(store), field)
+
+    def __str__(self) -> str:
+        return self.uri
+
+    def partition(self, table: str, study: str) -> str:
+        """The folder of one study's partition of a table."""
+        return f"{self.base}/{table}/study={check_study_name(study)}"
 
 
-def partition_dir(root: str, table: str, study: str) -> Tuple[pafs.FileSystem, str]:
-    """(filesystem, folder) of one study's partition of a table."""
-    fs, base = open_root(root)
-    return fs, f"{base}/{table}/study={check_study_name(study)}"
+StoreLike = Union[Location, str]  # an open store, or the URI to open it from
 
 
 def _to_table(rows: Sequence[Dict], schema: pa.Schema, what: str) -> pa.Table:
@@ -131,28 +157,30 @@ def _write_table(fs: pafs.FileSystem, directory: str, name: str, table: pa.Table
     return _write_atomic(fs, directory, name, lambda out: pq.write_table(table, out))
 
 
-def probe_store(root: str) -> None:
+def probe_store(store: StoreLike) -> None:
     """StoreFault unless a file can be written to the store and deleted again (run before any trial)."""
-    fs, base = open_root(root)
-    path = _write_atomic(fs, base, f".probe-{uuid.uuid4().hex}", lambda out: out.write(b"hpstudy"))
+    store = Location.of(store)
+    fs = store.fs
+    path = _write_atomic(fs, store.base, f".probe-{uuid.uuid4().hex}", lambda out: out.write(b"hpstudy"))
     with store_io(f"delete {path}"):
         fs.delete_file(path)
 
 
-def write_trial(root: str, study: str, row: Dict, epoch_rows: Iterable[Dict] = ()) -> str:
+def write_trial(store: StoreLike, study: str, row: Dict, epoch_rows: Iterable[Dict] = ()) -> str:
     """Store one finished trial (and its epochs); rewriting the same trial_key replaces it."""
     key = row["trial_key"]
     epoch_rows = [dict(e, trial_key=key, model=row["model"], optimizer=row["optimizer"]) for e in epoch_rows]
+    store = Location.of(store)
     if epoch_rows:
-        fs, directory = partition_dir(root, "epochs", study)
-        _write_table(fs, directory, f"{key}.parquet", _to_table(epoch_rows, EPOCH_SCHEMA, "epoch row"))
+        table = _to_table(epoch_rows, EPOCH_SCHEMA, "epoch row")
+        _write_table(store.fs, store.partition("epochs", study), f"{key}.parquet", table)
     # the trial file goes last: its presence is what marks the trial as stored
-    fs, directory = partition_dir(root, "trials", study)
-    return _write_table(fs, directory, f"{key}.parquet", _to_table([row], TRIAL_SCHEMA, "trial row"))
+    table = _to_table([row], TRIAL_SCHEMA, "trial row")
+    return _write_table(store.fs, store.partition("trials", study), f"{key}.parquet", table)
 
 
-def delete_study(root: str, study: str) -> None:
+def delete_study(store: StoreLike, study: str) -> None:
     """Delete a study's trial and epoch rows (its spec record stays until the next run writes it)."""
+    store = Location.of(store)
     for table in TABLES:
-        fs, directory = partition_dir(root, table, study)
-        fs.delete_dir_contents(directory, missing_dir_ok=True)
+        store.fs.delete_dir_contents(store.partition(table, study), missing_dir_ok=True)

@@ -29,7 +29,7 @@ from typing import Callable, Dict, Iterator, List, Optional, Tuple
 import pyarrow.fs as pafs
 
 from hpstudy.study.interruption import RunStopped
-from hpstudy.study.store import StoreError, StoreFault, check_study_name, open_root, store_io
+from hpstudy.study.store.layout import Location, StoreError, StoreFault, StoreLike, check_study_name, store_io
 from hpstudy.trainers.errors import shown
 
 logger = logging.getLogger(__name__)
@@ -93,10 +93,10 @@ def describe(holder: Dict) -> str:
 class Lease:
     """A study's lease as this process takes, renews and releases it (see the module's docstring)."""
 
-    def __init__(self, root: str, study: str, command: str):
-        self.fs, base = open_root(root)
-        self.root, self.study = root, check_study_name(study)
-        self.directory = f"{base}/{LEASES}"
+    def __init__(self, store: StoreLike, study: str, command: str):
+        self.store = Location.of(store)
+        self.fs, self.study = self.store.fs, check_study_name(study)
+        self.directory = f"{self.store.base}/{LEASES}"
         self.path = f"{self.directory}/{study}.json"
         self.local = isinstance(self.fs, pafs.LocalFileSystem)
         self.stale_s = seconds_from_env(STALE_ENV, STALE_S)
@@ -381,7 +381,7 @@ class Lease:
         """Why this driver is refused: who holds the lease, and how to wait for it."""
         age = max(0.0, time.time() - holder["heartbeat_at"])
         return (
-            f"study {self.study!r} in {self.root} is being written by {describe(holder)} (lease {self.path}, "
+            f"study {self.study!r} in {self.store} is being written by {describe(holder)} (lease {self.path}, "
             f"last heartbeat {age:.0f} s ago); wait for it to end, or pass {how} (a driver that died without "
             f"releasing it is taken over {holder['stale_after_s']:g} s after its last heartbeat)"
         )
@@ -440,10 +440,10 @@ def _create_exclusive(path: str, data: bytes) -> bool:
 
 
 @contextlib.contextmanager
-def hold_lease(root: str, study: str, command: str, wait: bool = False, how: str = "--wait") -> Iterator[Lease]:
+def hold_lease(store: StoreLike, study: str, command: str, wait: bool = False, how: str = "--wait") -> Iterator[Lease]:
     """Hold the study's lease for the block (Lease.acquire: refused, or waiting with `wait`); it is
     released however the block ends."""
-    lease = Lease(root, study, command)
+    lease = Lease(store, study, command)
     with _exit_on_sigterm():
         lease.acquire(wait, how)
         try:

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from hpstudy.study.store import StoreError, write_trial
-from hpstudy.study.store_read import API, CLI, load_study, require_store, require_study, stored_studies
+from hpstudy.study.store.layout import StoreError, write_trial
+from hpstudy.study.store.read import API, CLI, load_study, require_store, require_study, stored_studies
 from hpstudy.trainers.errors import shown
 from tests.helpers import row
 

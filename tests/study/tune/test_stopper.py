@@ -1,4 +1,4 @@
-"""The Tune stopper (study/tune_stopper.py): the whole run stops on a fault, a node that cannot run
+"""The Tune stopper (study/tune/stopper.py): the whole run stops on a fault, a node that cannot run
 trials or a signal; a signal is announced once."""
 
 import logging
@@ -9,7 +9,7 @@ import pytest
 
 from hpstudy.study import ray_session
 from hpstudy.study.interruption import Interruption
-from hpstudy.study.tune_stopper import RunStopper
+from hpstudy.study.tune.stopper import RunStopper
 from tests.helpers import logged
 
 
@@ -24,7 +24,7 @@ def stopping_cleared(request):
 def test_each_cause_stops_the_run_and_from_then_hides_what_the_ended_workers_print(cause, caplog, stopping_cleared):
     writer = SimpleNamespace(interruption=Interruption(), fault=None, stop_reason=None)
     stopper = RunStopper(writer)
-    with caplog.at_level(logging.DEBUG, logger="hpstudy.study.tune_stopper"):
+    with caplog.at_level(logging.DEBUG, logger="hpstudy.study.tune.stopper"):
         assert not stopper.stop_all() and not stopper("t0", {"loss": 1.0})
         assert not ray_session._STOPPING.is_set()  # a running study's workers are shown
         if cause == "signum":

@@ -14,9 +14,10 @@ import pandas as pd
 import pyarrow.dataset as pads
 import pytest
 
-from hpstudy.study.store import open_root, write_trial
-from hpstudy.study.store_compaction import compact
-from hpstudy.study.store_read import load_epochs, load_trials
+from hpstudy.study.store.compaction import compact
+from hpstudy.study.store.layout import write_trial
+from hpstudy.study.store.read import load_epochs, load_trials
+from hpstudy.study.store.store import Store
 from tests.helpers import REPO, epoch_row, row
 
 
@@ -84,7 +85,7 @@ def test_compaction_merges_finished_trials_into_one_file_and_every_reader_sees_t
 _KILLER = textwrap.dedent("""
     import contextlib, os, signal, sys
     import pyarrow.parquet as pq
-    import hpstudy.study.store_compaction as compaction
+    import hpstudy.study.store.compaction as compaction
     point, nth = sys.argv[2], int(sys.argv[3])
     seen = {"delete": 0}
     real_io, real_write = compaction.store_io, pq.write_table
@@ -236,8 +237,8 @@ def _compactions_at_once(root: str, k: int, *flags: str) -> list:
 
 def _raw_keys(root: str) -> list:
     """Every trial_key row on disk, as pyarrow reads the files (duplicates included)."""
-    fs, base = open_root(root)
-    dataset = pads.dataset(f"{base}/trials", filesystem=fs, format="parquet", partitioning="hive")
+    store = Store.open(root)
+    dataset = pads.dataset(f"{store.base}/trials", filesystem=store.fs, format="parquet", partitioning="hive")
     return dataset.to_table(columns=["trial_key"]).column("trial_key").to_pylist()
 
 
@@ -271,7 +272,7 @@ def test_compactions_started_at_once_never_fail_nor_leave_a_row_twice(where, tri
 def test_compaction_in_groups_of_any_size_keeps_the_same_rows(group, tmp_path, monkeypatch):
     """It reads GROUP_FILES files per scan in both passes: a trial's rows split over groups (a failed row in one
     group, its rerun in another) are merged as from one read."""
-    from hpstudy.study import store_read
+    from hpstudy.study.store import read as store_read
 
     root = str(tmp_path / "store")
     _store(root)

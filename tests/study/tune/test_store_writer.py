@@ -1,11 +1,11 @@
-"""The store-writing Tune callback (study/tune_store_writer.py), driven directly with the real store."""
+"""The store-writing Tune callback (study/tune/store_writer.py), driven directly with the real store."""
 
 from types import SimpleNamespace
 
 from hpstudy.study.sampling import expand
 from hpstudy.study.spec import parse_spec
-from hpstudy.study.store_read import load_trials
-from hpstudy.study.tune_store_writer import StoreWriter
+from hpstudy.study.store.read import load_trials
+from hpstudy.study.tune.store_writer import StoreWriter
 from tests.helpers import small_spec
 
 

@@ -17,8 +17,17 @@ import pyarrow.compute as pc
 import pyarrow.dataset as pads
 import pyarrow.fs as pafs
 
-from hpstudy.study.store import REQUIRED, TABLES, StoreError, _first_line, check_study_name, open_root, store_io
-from hpstudy.study.store_spec_record import load_spec_record
+from hpstudy.study.store.layout import (
+    REQUIRED,
+    TABLES,
+    Location,
+    StoreError,
+    StoreLike,
+    _first_line,
+    check_study_name,
+    store_io,
+)
+from hpstudy.study.store.spec_record import load_spec_record
 from hpstudy.trainers.config import TrialConfig
 from hpstudy.trainers.errors import shown
 from hpstudy.trainers.schema import FINISHED
@@ -160,10 +169,10 @@ _IDENTITY = {"trials": ["trial_key", "finished_at"], "epochs": ["trial_key", "ep
 PARTITIONING = pads.partitioning(pa.schema([("study", pa.string())]), flavor="hive")
 
 
-def _load(root: str, table: str, study: Optional[str], columns: Optional[Sequence[str]] = None) -> pd.DataFrame:
+def _load(store: StoreLike, table: str, study: Optional[str], columns: Optional[Sequence[str]] = None) -> pd.DataFrame:
     """A table's rows (of `study`, or all studies): one per trial_key, or per trial_key and epoch."""
-    fs, base = open_root(root)
-    path = f"{base}/{table}"
+    store = Location.of(store)
+    fs, path = store.fs, f"{store.base}/{table}"
     if columns is not None:
         unknown = sorted(set(columns) - set(TABLES[table].names) - {"study"})
         if unknown:
@@ -214,17 +223,17 @@ def _rows_of_newest_file(fs: pafs.FileSystem, frame: pd.DataFrame) -> pd.DataFra
     return frame.drop(columns=FILE)
 
 
-def load_trials(root: str, study: Optional[str] = None, columns: Optional[Sequence[str]] = None) -> pd.DataFrame:
+def load_trials(store: StoreLike, study: Optional[str] = None, columns: Optional[Sequence[str]] = None) -> pd.DataFrame:
     """All stored trials (one row per trial_key per study), with a `study` column; only `columns`
     (and the key columns) when given, which reads only those from the files."""
-    with store_io(f"read {root}"):
-        return _load(root, "trials", None if study is None else check_study_name(study), columns)
+    with store_io(f"read {store}"):
+        return _load(store, "trials", None if study is None else check_study_name(study), columns)
 
 
-def load_epochs(root: str, study: Optional[str] = None) -> pd.DataFrame:
+def load_epochs(store: StoreLike, study: Optional[str] = None) -> pd.DataFrame:
     """All stored epoch rows, with a `study` column."""
-    with store_io(f"read {root}"):
-        return _load(root, "epochs", None if study is None else check_study_name(study))
+    with store_io(f"read {store}"):
+        return _load(store, "epochs", None if study is None else check_study_name(study))
 
 
 def split_by_spec(trials: pd.DataFrame, record: Optional[Dict]) -> Tuple[pd.DataFrame, pd.DataFrame]:
@@ -268,7 +277,7 @@ class Fields(NamedTuple):
     study: str
 
 
-CLI = Fields("--store", "--study")  # the commands' flags (and the default, as check_study_name's and open_root's)
+CLI = Fields("--store", "--study")  # the commands' flags (and the default, as check_study_name's and Store.open's)
 API = Fields("store", "study")  # hpstudy.load(store, study), hpstudy.report(...): the arguments' names
 
 
@@ -309,84 +318,85 @@ def _near_store(fs: pafs.FileSystem, base: str) -> Optional[str]:
     return None
 
 
-def require_store(root: str, fields: Fields = CLI) -> None:
-    """StoreError unless `root` is a store (holds a trials/ or specs/ folder): one line naming `fields.store`,
+def require_store(store: StoreLike, fields: Fields = CLI) -> None:
+    """StoreError unless `store` is a store (holds a trials/ or specs/ folder): one line naming `fields.store`,
     the value and the nearest store beside it."""
-    fs, base = open_root(root, fields.store)
-    with store_io(f"read {root}"):
-        if _is_store(fs, base):
+    store = Location.of(store, fields.store)
+    with store_io(f"read {store}"):
+        if _is_store(store.fs, store.base):
             return
-        near = _near_store(fs, base)
+        near = _near_store(store.fs, store.base)
     raise StoreError(
-        f"{fields.store}: no hpstudy store at {shown(root)} (no trials/ or specs/ folder there)"
-        + (f"; nearest store: {shown(_beside(root, near))}" if near else "")
+        f"{fields.store}: no hpstudy store at {shown(store.uri)} (no trials/ or specs/ folder there)"
+        + (f"; nearest store: {shown(_beside(store.uri, near))}" if near else "")
     )
 
 
-def stored_studies(root: str) -> List[str]:
+def stored_studies(store: StoreLike) -> List[str]:
     """The studies of which the store holds trial files, sorted."""
-    fs, base = open_root(root)
-    with store_io(f"list the studies in {root}"):
-        files = _list_files(fs, f"{base}/trials")
-    return sorted({_study_of(path, f"{base}/trials") for path in files} - {""})
+    store = Location.of(store)
+    with store_io(f"list the studies in {store}"):
+        files = _list_files(store.fs, f"{store.base}/trials")
+    return sorted({_study_of(path, f"{store.base}/trials") for path in files} - {""})
 
 
-def require_study(root: str, study: str, fields: Fields = CLI) -> None:
-    """StoreError unless the store at `root` holds trial files of `study`: one line naming `fields.study`,
-    the value, the studies stored and the nearest of them (require_store's error if `root` is no store)."""
+def require_study(store: StoreLike, study: str, fields: Fields = CLI) -> None:
+    """StoreError unless `store` holds trial files of `study`: one line naming `fields.study`, the value,
+    the studies stored and the nearest of them (require_store's error if `store` is no store)."""
     check_study_name(study, fields.study)
-    require_store(root, fields)
-    studies = stored_studies(root)
+    store = Location.of(store, fields.store)
+    require_store(store, fields)
+    studies = stored_studies(store)
     if study in studies:
         return
     near = _close(study, studies)
     raise StoreError(
-        f"{fields.study}: no trials of study {shown(study)} in store {shown(root)}; studies stored: "
+        f"{fields.study}: no trials of study {shown(study)} in store {shown(store.uri)}; studies stored: "
         + (shown(studies) if studies else "none")
         + (f"; nearest: {shown(near[0])}" if near else "")
     )
 
 
-def require_rows(trials: pd.DataFrame, root: str, study: str, fields: Fields = CLI) -> pd.DataFrame:
+def require_rows(trials: pd.DataFrame, store: StoreLike, study: str, fields: Fields = CLI) -> pd.DataFrame:
     """`trials` (the rows read of `study`), or StoreError if there are none: require_study's if the store
     or the study is not there, else one saying that none of the study's files can be read."""
     if trials.empty:
-        require_study(root, study, fields)
+        require_study(store, study, fields)
         raise StoreError(
-            f"{fields.study}: no trial of study {shown(study)} in store {shown(root)} can be read "
+            f"{fields.study}: no trial of study {shown(study)} in store {shown(str(store))} can be read "
             f"(the warnings name its files)"
         )
     return trials
 
 
-def load_study(root: str, study: str, fields: Fields = CLI) -> Tuple[pd.DataFrame, pd.DataFrame, Optional[Dict]]:
+def load_study(store: StoreLike, study: str, fields: Fields = CLI) -> Tuple[pd.DataFrame, pd.DataFrame, Optional[Dict]]:
     """(trials, epochs, spec record) of one study's current spec: rows whose trial_key the recorded
     spec does not produce (an earlier version of the spec) are left out, counted in the record's
     `earlier_spec_rows` and named in a warning; StoreError (naming `fields`) if there is no such store
     or study (require_study), or no readable trial of the study's recorded spec.
     Each recipe field the record says the spec samples (`sampled`) is a column of `trials`
     (with_sampled_columns)."""
-    open_root(root, fields.store)
-    trials = require_rows(load_trials(root, check_study_name(study, fields.study)), root, study, fields)
-    record = load_spec_record(root, study)
+    store = Location.of(store, fields.store)
+    trials = require_rows(load_trials(store, check_study_name(study, fields.study)), store, study, fields)
+    record = load_spec_record(store, study)
     trials, earlier = split_by_spec(trials, record)
     if trials.empty:
         raise StoreError(
             f"{fields.study}: none of the {len(earlier)} stored trials of study {study!r} in store "
-            f"{root!r} belongs to the spec recorded last for it (`hpstudy status` lists them)"
+            f"{store.uri!r} belongs to the spec recorded last for it (`hpstudy status` lists them)"
         )
     if record is not None and len(earlier):  # split_by_spec finds earlier rows only against a record
         record = dict(record, earlier_spec_rows=len(earlier))
         warnings.warn(
             f"hpstudy store: {len(earlier)} rows from an earlier spec of study {study!r} are "
-            f"not in these figures (`hpstudy status --store {root} --study {study}` lists them)"
+            f"not in these figures (`hpstudy status --store {store} --study {study}` lists them)"
         )
     trials = with_sampled_columns(trials, (record or {}).get("sampled", {}))
-    epochs = load_epochs(root, study)
+    epochs = load_epochs(store, study)
     return trials, epochs[epochs["trial_key"].isin(set(trials["trial_key"]))].reset_index(drop=True), record
 
 
-def stored_keys(root: str, study: str, statuses: Sequence[str] = FINISHED) -> set:
+def stored_keys(store: StoreLike, study: str, statuses: Sequence[str] = FINISHED) -> set:
     """trial_keys already stored with one of `statuses` (resume skips these)."""
-    trials = load_trials(root, study, columns=["status"])
+    trials = load_trials(store, study, columns=["status"])
     return set(trials.loc[trials["status"].isin(statuses), "trial_key"])

@@ -1,6 +1,6 @@
 """Compaction: merging a study's files stored since the last compaction into one file per table,
 one row per trial_key, and moving unreadable files to the quarantine. It reads in two passes, each a
-dataset scan of GROUP_FILES files at a time (hpstudy.study.store_read): the columns that decide which
+dataset scan of GROUP_FILES files at a time (hpstudy.study.store.read): the columns that decide which
 rows are kept, then the kept rows, streamed into the merged file; so it holds a group's rows and a
 small record per trial and file, never all the rows it merges (docs/performance.md)."""
 
@@ -17,19 +17,19 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from hpstudy.study import store_read
-from hpstudy.study.store import (
+from hpstudy.study.store import read as store_read
+from hpstudy.study.store.layout import (
     TABLES,
+    Location,
     StoreFault,
+    StoreLike,
     _first_line,
     _write_atomic,
     _write_table,
-    open_root,
-    partition_dir,
     store_io,
 )
-from hpstudy.study.store_lease import Lease
-from hpstudy.study.store_read import FILE, IncompleteFile, _list_files, _read_file, _read_group
+from hpstudy.study.store.lease import Lease
+from hpstudy.study.store.read import FILE, IncompleteFile, _list_files, _read_file, _read_group
 from hpstudy.trainers.schema import FINISHED
 
 MERGED_PREFIX = "compact-"  # <partition>/compact-<id>.parquet: rows merged by one compaction
@@ -39,7 +39,7 @@ ROW_GROUP_ROWS = 1 << 16  # kept rows gathered before the merged file gets a row
 DECIDING = {"trials": ["trial_key", "status", "finished_at"], "epochs": ["trial_key", "epoch"]}
 
 
-def compact(root: str, study: str, lease: Optional[Lease] = None) -> Dict[str, Dict[str, int]]:
+def compact(store: StoreLike, study: str, lease: Optional[Lease] = None) -> Dict[str, Dict[str, int]]:
     """Merge the rows of a study's finished (ok/diverged) trials stored since the last compaction
     into a new merged file per table (`compact-<id>.parquet`), one row per trial_key (ok/diverged
     beat failed, then the newest wins); rows of unfinished trials stay in (or move to) their own
@@ -49,11 +49,12 @@ def compact(root: str, study: str, lease: Optional[Lease] = None) -> Dict[str, D
     last one, not the study's. Unreadable files move to <root>/quarantine/ with a note. A file is
     deleted only after the rows it holds are written elsewhere, and only while `lease` (the study's,
     held by the caller) is still held. Returns counts per table."""
-    fs, base = open_root(root)
+    store = Location.of(store)
+    fs, base = store.fs, store.base
     counts: Dict[str, Dict[str, int]] = {}
     finished: Set[str] = set()
     for table in TABLES:
-        _, directory = partition_dir(root, table, study)
+        directory = store.partition(table, study)
         _remove_stale_temporaries(fs, directory)
         survey = _survey(fs, base, directory, table)
         plan = _plan(survey, directory, table, finished)

@@ -2,8 +2,8 @@ import json
 
 import pytest
 
-from hpstudy.study.store import StoreFault
-from hpstudy.study.store_spec_record import load_spec_record
+from hpstudy.study.store.layout import StoreFault
+from hpstudy.study.store.spec_record import load_spec_record
 
 
 @pytest.mark.parametrize("record", [{"spec": {}}, {"n_trials": "8", "spec": {}}, {"n_trials": 8}, [8]])

@@ -2,9 +2,9 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from hpstudy.study.store import write_trial
-from hpstudy.study.store_compaction import compact
-from hpstudy.study.store_read import load_epochs, load_trials, stored_keys
+from hpstudy.study.store.compaction import compact
+from hpstudy.study.store.layout import write_trial
+from hpstudy.study.store.read import load_epochs, load_trials, stored_keys
 from hpstudy.trainers.errors import SchemaError
 from hpstudy.trainers.schema import EPOCH_SCHEMA, TRIAL_SCHEMA
 from tests.helpers import epoch_row, row

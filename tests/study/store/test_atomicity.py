@@ -1,19 +1,20 @@
 """The store never loses what it held: a write that fails halfway leaves the old file readable (and
 readers never see the half-written one), and a group's error keeps the rows it had already stored."""
 
+import dataclasses
 import json
 
 import pyarrow.parquet as pq
 import pytest
 
-import hpstudy.study.store
-import hpstudy.study.store_spec_record
+import hpstudy.study.store.layout
 from hpstudy.study.sampling import expand
 from hpstudy.study.spec import parse_spec
-from hpstudy.study.store import StoreFault, write_trial
-from hpstudy.study.store_read import load_epochs, load_trials
-from hpstudy.study.store_spec_record import load_spec_record, write_spec_record
-from hpstudy.study.tune_store_writer import StoreWriter
+from hpstudy.study.store.layout import StoreFault, write_trial
+from hpstudy.study.store.read import load_epochs, load_trials
+from hpstudy.study.store.spec_record import load_spec_record, write_spec_record
+from hpstudy.study.store.store import Store
+from hpstudy.study.tune.store_writer import StoreWriter
 from tests.helpers import epoch_row, small_spec, stored_row
 
 
@@ -40,7 +41,7 @@ def test_a_trial_rewrite_that_fails_halfway_keeps_the_old_trial(table, tmp_path,
         seen.append(load_trials(str(root), "s")["top1_err"].tolist())
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(hpstudy.study.store.pq, "write_table", write_half)
+    monkeypatch.setattr(hpstudy.study.store.layout.pq, "write_table", write_half)
     epochs = [epoch_row(epoch=1, train_loss=1.0)] if table == "epochs" else []
     with pytest.raises(StoreFault, match=f"cannot write .*{table}/study=s/a.parquet.*No space left"):
         write_trial(str(root), "s", _row("a", 5.0), epochs)
@@ -85,14 +86,10 @@ def test_a_spec_record_rewrite_that_fails_halfway_keeps_the_old_record(tmp_path,
         def open_output_stream(self, path, *args, **kwargs):
             return HalfStream(self.fs.open_output_stream(path, *args, **kwargs))
 
-    open_root = hpstudy.study.store_spec_record.open_root
-    monkeypatch.setattr(
-        hpstudy.study.store_spec_record,
-        "open_root",
-        lambda r: (HalfWritingFileSystem(open_root(r)[0]), open_root(r)[1]),
-    )
+    store = Store.open(root)
+    half_writing = dataclasses.replace(store, fs=HalfWritingFileSystem(store.fs))
     with pytest.raises(StoreFault, match="Input/output error"):
-        write_spec_record(root, "s", {"samples": 16}, 32, ["k1"])
+        write_spec_record(half_writing, "s", {"samples": 16}, 32, ["k1"])
     monkeypatch.undo()
     assert [r["n_trials"] for r in written] == [8]
     record = load_spec_record(root, "s")

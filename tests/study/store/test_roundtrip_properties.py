@@ -1,4 +1,4 @@
-"""Store write -> read round trip (hpstudy.study.store.write_trial, then hpstudy.study.store_read.load_trials
+"""Store write -> read round trip (hpstudy.study.store.layout.write_trial, then hpstudy.study.store.read.load_trials
 and load_epochs), over generated rows (Hypothesis): any value the schema's Arrow type holds (NaN, +-inf,
 -0.0, subnormals, the ends of int32 and int64, any Unicode text beyond the BMP, NUL, empty text, null in
 every column not in REQUIRED) reads back as the value written, row by row, in a study of several trials.
@@ -17,8 +17,8 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hpstudy.study.store import REQUIRED, write_trial
-from hpstudy.study.store_read import load_epochs, load_trials
+from hpstudy.study.store.layout import REQUIRED, write_trial
+from hpstudy.study.store.read import load_epochs, load_trials
 from hpstudy.trainers.schema import EPOCH_COLUMNS, TRIAL_COLUMNS
 from tests.helpers import stored_row
 

@@ -9,7 +9,7 @@ from ray.tune.stopper import Stopper
 
 from hpstudy.study.progress import SavedEmpty
 from hpstudy.study.ray_session import workers_stopping
-from hpstudy.study.tune_store_writer import StoreWriter
+from hpstudy.study.tune.store_writer import StoreWriter
 
 logger = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
-"""The Tune searcher (study/tune_searcher.py): a study's groups first..stop-1, each once, in order."""
+"""The Tune searcher (study/tune/searcher.py): a study's groups first..stop-1, each once, in order."""
 
-from hpstudy.study.tune_searcher import GroupQueue
+from hpstudy.study.tune.searcher import GroupQueue
 
 
 def test_the_queue_hands_out_its_groups_in_order_then_finishes():

@@ -10,8 +10,8 @@ from ray import tune
 from hpstudy.study.interruption import Interruption
 from hpstudy.study.progress import SavedEmpty, Tally
 from hpstudy.study.sampling import PlannedTrial
-from hpstudy.study.store import StoreFault, write_trial
-from hpstudy.study.store_compaction import compact
+from hpstudy.study.store.layout import StoreFault, StoreLike
+from hpstudy.study.store.store import Store
 from hpstudy.study.trackers import Tracker, warn
 from hpstudy.trainers import schema
 from hpstudy.trainers.config import TrialConfig
@@ -39,7 +39,7 @@ class StoreWriter(SavedEmpty, tune.Callback):
 
     def __init__(
         self,
-        store: str,
+        store: StoreLike,
         study: str,
         trials: List[PlannedTrial],
         groups: List[Dict],
@@ -47,7 +47,7 @@ class StoreWriter(SavedEmpty, tune.Callback):
         compact_every: int = 0,
         trackers: Sequence[Tracker] = (),
     ):
-        self.store, self.study, self.compact_every = store, study, compact_every
+        self.store, self.study, self.compact_every = Store.of(store), study, compact_every
         self.trackers = trackers
         self.by_key = {t.key: t for t in trials}
         self.groups = groups
@@ -86,7 +86,7 @@ class StoreWriter(SavedEmpty, tune.Callback):
             return
         try:
             with self.interruption.writing():
-                write_trial(self.store, self.study, row, epochs)
+                self.store.write_trial(self.study, row, epochs)
         except StoreFault as exc:
             self.fault = exc
             return
@@ -94,7 +94,7 @@ class StoreWriter(SavedEmpty, tune.Callback):
         self._track(row, epochs)
         if self.compact_every and len(self.tally) % self.compact_every == 0:
             try:
-                compact(self.store, self.study)
+                self.store.compact(self.study)
             except StoreFault as exc:
                 self.fault = exc
 
