@@ -68,6 +68,12 @@ class Study:
         """The counted trials of the cells that sampled lr/wd."""
         return sampled_cells(self.rows.kept)
 
+    @functools.cached_property
+    def expected_bests(self) -> Dict[Tuple[str, int], pd.DataFrame]:
+        """Per sampled (optimizer, epochs) cell, its expected-best table (with its bootstrap band), made once
+        for the figures against trials and against hours."""
+        return {(opt, epochs): expected_best_table(whole, self.metric) for opt, epochs, _, whole in self.cells()}
+
     def cells(self) -> Iterator[Tuple[str, int, pd.DataFrame, pd.DataFrame]]:
         """Per sampled (optimizer, epochs) cell, never pooled across lengths: (optimizer, epochs, its
         counted rows, all its trials)."""
@@ -201,27 +207,35 @@ def _hp_scatters(study: Study) -> Iterator[Planned]:
         )
 
 
+def _sampled_cell(kind: str, opt: str, epochs: int, table: pd.DataFrame, figure, **meta) -> Planned:
+    """The figure `kind` of one sampled (optimizer, epochs) cell, in the sampled section; its metadata names the
+    cell and each model's counted trials (the table's `n`)."""
+    n_per_model = table.groupby("model")["n"].first().to_dict()
+    return Planned(
+        cell_name(kind, opt, epochs),
+        "sampled",
+        table,
+        figure,
+        dict(meta, n_per_model=n_per_model, optimizer=opt, epochs=epochs),
+        cell=(opt, epochs),
+    )
+
+
 @register_figure("expected_best")
 def _expected_bests(study: Study) -> Iterator[Planned]:
     """Per sampled cell where a model has two or more trials, the expected best of k trials."""
-    for opt, epochs, counted, whole in study.cells():
-        if counted.groupby("model").size().max() < 2:
-            continue
-        table = expected_best_table(whole, study.metric)
-        yield Planned(
-            cell_name("expected_best", opt, epochs),
-            "sampled",
-            table,
-            expected_best_figure,
-            dict(
+    for opt, epochs, counted, _ in study.cells():
+        if counted.groupby("model").size().max() >= 2:
+            table = study.expected_bests[(opt, epochs)]
+            yield _sampled_cell(
+                "expected_best",
+                opt,
+                epochs,
+                table,
+                expected_best_figure,
                 estimator="unbiased, Tang et al. 2020",
                 band="bootstrap 95% pointwise",
-                n_per_model=table.groupby("model")["n"].first().to_dict(),
-                optimizer=opt,
-                epochs=epochs,
-            ),
-            cell=(opt, epochs),
-        )
+            )
 
 
 @register_figure("best_curves")
@@ -231,22 +245,16 @@ def _best_curves(study: Study) -> Iterator[Planned]:
         return
     for opt, epochs, _, whole in study.cells():
         table = best_curves_table(whole, study.metric, epochs=study.epochs)
-        if table.empty:
-            continue
-        yield Planned(
-            cell_name("best_curves", opt, epochs),
-            "sampled",
-            table,
-            best_curves_figure,
-            dict(
+        if not table.empty:
+            yield _sampled_cell(
+                "best_curves",
+                opt,
+                epochs,
+                table,
+                best_curves_figure,
                 best=BEST_CURVES,
                 selection="the trials with the lowest error under the metric, ties by trial key",
-                n_per_model=table.groupby("model")["n"].first().to_dict(),
-                optimizer=opt,
-                epochs=epochs,
-            ),
-            cell=(opt, epochs),
-        )
+            )
 
 
 @register_figure("best_of_k")
@@ -278,7 +286,7 @@ def _expected_best_hours(study: Study) -> Iterator[Planned]:
     counted = study.sampled_rows
     if counted["model"].nunique() < 2 or counted.groupby(CELL, observed=True).size().max() < 2:
         return
-    table = expected_best_table(study.sampled, study.metric)
+    table = pd.concat(study.expected_bests.values(), ignore_index=True)
     if np.isfinite(table["hours"].astype(float)).all():
         yield Planned(
             "expected_best_hours",

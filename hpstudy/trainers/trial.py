@@ -115,6 +115,20 @@ def evaluate(models: Dict[str, torch.nn.Module], batches, autocast) -> Dict[str,
     }
 
 
+@dataclasses.dataclass
+class StepTensors:
+    """What changes from step to step, kept on the device and updated in place by the step itself, so a
+    captured or compiled step reads no host value."""
+
+    step: torch.Tensor  # the step count (int64, one element)
+    lr_table: torch.Tensor  # the lr of every step (float32 on CUDA, whose kernels read it so; float64 on a CPU)
+    lr: torch.Tensor  # the step's lr, which fused and traced optimizers take as a tensor (index_select writes it)
+    wd: torch.Tensor  # the weight decay a traced step applies (a new value compiles nothing new; build_optimizer)
+    ema_weights: torch.Tensor  # the EMA's weight at every step, in the model's dtype (lerp_ takes it so); empty
+    mix_weights: torch.Tensor  # an epoch's mixing draws (mix_draws): (image, target) weights per step; empty ...
+    mix_boxes: torch.Tensor  # ... and CutMix boxes per step, without mixing
+
+
 class Trainer:
     """Holds the model, optimizer, schedule and data of one trial and trains it epoch by epoch."""
 
@@ -146,32 +160,16 @@ class Trainer:
         if self.traced:
             prime_state(self.optimizer)
         self.steps_per_epoch = data.steps_per_epoch(cfg.batch_size)
-        total_steps = cfg.epochs * self.steps_per_epoch
-        # What changes from step to step lives on the device, updated in place by the step itself (a
-        # captured or compiled step reads no host value): the step count, the lr (fused and traced
-        # optimizers take it as a tensor; the CUDA kernels read it as float32), the EMA's weight.
-        self.step_t = torch.zeros(1, dtype=torch.int64, device=self.device)
-        lr_dtype = torch.float64 if self.device.type == "cpu" else torch.float32
-        self.lr_table = torch.empty(total_steps, dtype=lr_dtype, device=self.device)
-        self.lr = torch.empty(1, dtype=lr_dtype, device=self.device)  # index_select writes the step's lr into it
-        self._set_schedule(cfg)
-        # the weight decay a traced step applies (a tensor: a new value compiles nothing new; see build_optimizer)
-        self.wd = torch.tensor([cfg.wd], dtype=lr_dtype, device=self.device)
         self.decayed = self.optimizer.param_groups[0]["params"]  # param_groups' first group: the decayed weights
         self.ema = ModelEmaV3(self.model, decay=cfg.ema_decay, use_warmup=True) if cfg.ema_decay else None
         self.ema_lerped, self.ema_copied = [], []
-        self.ema_weights = torch.zeros(0, dtype=self.dtype, device=self.device)
         if self.ema is not None:
             pairs = list(zip(*(m.state_dict(keep_vars=True).values() for m in (self.ema.module, self.model))))
             self.ema_lerped = [pair for pair in pairs if pair[0].is_floating_point()]
             self.ema_copied = [pair for pair in pairs if not pair[0].is_floating_point()]
-            # in the model's dtype: lerp_ takes the weight in it
-            self.ema_weights = torch.tensor(self._ema_weights(), dtype=self.dtype, device=self.device)
         self.mixup = mixer(cfg, self.num_classes)
-        mixing = self.mixup is not None
-        # an epoch's draws (none without mixing), filled in at its start (mix_draws)
-        self.mix_weights = torch.ones(self.steps_per_epoch * mixing, 2, dtype=torch.float64, device=self.device)
-        self.mix_boxes = torch.zeros(self.steps_per_epoch * mixing, 4, dtype=torch.int64, device=self.device)
+        self.per_step = self._step_tensors(cfg)
+        self._set_schedule(cfg)
         self.params = [p for group in self.optimizer.param_groups for p in group["params"]]
         # compiled: torch.optim's step without its wrapper (grad mode, hooks, profiler label), at which Dynamo
         # breaks the graph; _apply_update runs it under no_grad
@@ -180,6 +178,21 @@ class Trainer:
         self._gradients = compiled_step(self._forward_backward, cfg.compile)
         self._update = compiled_step(self._apply_update, cfg.compile)
         self.step = 0
+
+    def _step_tensors(self, cfg: TrialConfig) -> StepTensors:
+        """The trial's per-step tensors on its device: the step at 0, the EMA's weights, room for the schedule
+        (_set_schedule fills it) and for an epoch's mixing draws (train_epoch fills them)."""
+        device, lr_dtype = self.device, torch.float64 if self.device.type == "cpu" else torch.float32
+        mixed_steps = self.steps_per_epoch * (self.mixup is not None)
+        return StepTensors(
+            step=torch.zeros(1, dtype=torch.int64, device=device),
+            lr_table=torch.empty(cfg.epochs * self.steps_per_epoch, dtype=lr_dtype, device=device),
+            lr=torch.empty(1, dtype=lr_dtype, device=device),
+            wd=torch.tensor([cfg.wd], dtype=lr_dtype, device=device),
+            ema_weights=torch.tensor(self._ema_weights(cfg), dtype=self.dtype, device=device),
+            mix_weights=torch.ones(mixed_steps, 2, dtype=torch.float64, device=device),
+            mix_boxes=torch.zeros(mixed_steps, 4, dtype=torch.int64, device=device),
+        )
 
     def _seeded_model(self, cfg: TrialConfig) -> torch.nn.Module:
         """The trial's model as its seed builds it on the CPU, after seeding torch's and numpy's global generators
@@ -196,20 +209,23 @@ class Trainer:
             group["lr"] = cfg.peak_lr
         self.schedule = trial_schedule(self.optimizer, cfg, self.steps_per_epoch)
         self.lrs = scheduled_lrs(self.schedule, cfg.epochs * self.steps_per_epoch)
-        self.lr_table.copy_(torch.tensor(self.lrs, dtype=self.lr_table.dtype))
+        lr_table = self.per_step.lr_table
+        lr_table.copy_(torch.tensor(self.lrs, dtype=lr_table.dtype))
         if self.traced:  # traced AdamW divides by the lr (torch's capturable form): a warmup's first lr, 0, gave NaN
-            self.lr_table.clamp_(min=1e-12 * cfg.peak_lr)
-        self.lr.copy_(self.lr_table[:1])
+            lr_table.clamp_(min=1e-12 * cfg.peak_lr)
+        self.per_step.lr.copy_(lr_table[:1])
         for group in self.optimizer.param_groups:
-            group["lr"] = self.lr
+            group["lr"] = self.per_step.lr
             # the base lr timm's scheduler notes in the groups (it keeps its own): a compiled step guards on every
             # float of a group, and a scheduler made for the next trial would take it as its base lr
             del group["initial_lr"]
 
-    def _ema_weights(self) -> List[float]:
-        """The EMA's weight at every step: timm's ModelEmaV3.update lerps by 1 - decay, its decay warming up."""
-        assert self.ema is not None
-        return [1.0 - self.ema.get_decay(step) for step in range(len(self.lr_table))]
+    def _ema_weights(self, cfg: TrialConfig) -> List[float]:
+        """The EMA's weight at every step of `cfg` (none without an EMA): timm's ModelEmaV3.update lerps by
+        1 - decay, its decay warming up."""
+        if self.ema is None:
+            return []
+        return [1.0 - self.ema.get_decay(step) for step in range(cfg.epochs * self.steps_per_epoch)]
 
     def restarts_for(self, cfg: TrialConfig) -> bool:
         """Whether `restart` can train `cfg`: a trial of this trainer's `shape`, from scratch (not fine-tuned)."""
@@ -232,15 +248,15 @@ class Trainer:
         else:
             self.optimizer.state.clear()  # eager torch.optim creates it at the first step
             self.optimizer.param_groups[0]["weight_decay"] = cfg.wd
-        self.wd.fill_(cfg.wd)
+        self.per_step.wd.fill_(cfg.wd)
         self._set_schedule(cfg)
         if self.ema is not None and cfg.ema_decay:  # both or neither: the shape says whether the EMA is on
             self.ema.decay = cfg.ema_decay
             for ema_value, value in self.ema_lerped + self.ema_copied:
                 ema_value.copy_(value)
-            self.ema_weights.copy_(torch.tensor(self._ema_weights(), dtype=self.dtype))
+            self.per_step.ema_weights.copy_(torch.tensor(self._ema_weights(cfg), dtype=self.dtype))
         self.mixup = mixer(cfg, self.num_classes)
-        self.step_t.zero_()
+        self.per_step.step.zero_()
 
     def autocast(self):
         """bf16 autocast when AMP is on (CUDA by default; CPU autocast also works), else a no-op."""
@@ -262,16 +278,16 @@ class Trainer:
         return loss, correct
 
     def _at_step(self, table: torch.Tensor) -> torch.Tensor:
-        """Row `step_t` of a per-step table, read on the device."""
-        return table.index_select(0, self.step_t)[0]
+        """The step's row of a per-step table, read on the device."""
+        return table.index_select(0, self.per_step.step)[0]
 
     def _mixed(self, x: torch.Tensor, y: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         """The batch mixed as timm's Mixup mixes it (mode batch), with the step's draws read on the device:
         images blended with the batch flipped, or the CutMix box pasted from it; soft targets."""
         assert self.mixup is not None
-        in_epoch = self.step_t.remainder(self.steps_per_epoch)
-        weight, target_weight = self.mix_weights.index_select(0, in_epoch)[0]
-        yl, yh, xl, xh = self.mix_boxes.index_select(0, in_epoch)[0]
+        in_epoch = self.per_step.step.remainder(self.steps_per_epoch)
+        weight, target_weight = self.per_step.mix_weights.index_select(0, in_epoch)[0]
+        yl, yh, xl, xh = self.per_step.mix_boxes.index_select(0, in_epoch)[0]
         flipped = x.flip(0)
         blended = x * weight + flipped * (1.0 - weight)
         rows = torch.arange(x.shape[-2], device=x.device)
@@ -300,20 +316,21 @@ class Trainer:
 
     def _apply_update(self) -> None:
         """The step's update: the lr of the step, clipping, the optimizer's step, the EMA, the step count."""
+        per_step = self.per_step
         with torch.no_grad():
-            torch.index_select(self.lr_table, 0, self.step_t, out=self.lr)
+            torch.index_select(per_step.lr_table, 0, per_step.step, out=per_step.lr)
             if self.cfg.grad_clip:
                 torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
             if self.traced:
-                apply_weight_decay(self.cfg.optimizer, self.decayed, self.lr, self.wd)
+                apply_weight_decay(self.cfg.optimizer, self.decayed, per_step.lr, per_step.wd)
             self.optimizer_step(self.optimizer)
             if self.ema is not None:
-                weight = self._at_step(self.ema_weights)
+                weight = self._at_step(per_step.ema_weights)
                 for ema_value, value in self.ema_lerped:
                     ema_value.lerp_(value, weight)
                 for ema_value, value in self.ema_copied:
                     ema_value.copy_(value)
-            self.step_t += 1
+            per_step.step += 1
 
     def train_epoch(self) -> Dict[str, float]:
         """One epoch; returns mean train loss, train top-1 error and last lr, or {"diverged": True}.
@@ -326,11 +343,11 @@ class Trainer:
         correct = torch.zeros((), device=self.device, dtype=torch.int64)
         bad = torch.zeros((), device=self.device, dtype=torch.bool)
         total, lr = 0, self.lrs[self.step]
-        self.step_t.fill_(self.step)  # steps run outside an epoch (a benchmark's) leave the schedule where it was
+        self.per_step.step.fill_(self.step)  # steps run outside an epoch (a benchmark's) leave the schedule as it was
         if self.mixup is not None:
             weights, boxes = mix_draws(self.mixup, self.steps_per_epoch, self.cfg.dataset.size)
-            self.mix_weights.copy_(torch.tensor(weights, dtype=torch.float64))
-            self.mix_boxes.copy_(torch.tensor(boxes, dtype=torch.int64))
+            self.per_step.mix_weights.copy_(torch.tensor(weights, dtype=torch.float64))
+            self.per_step.mix_boxes.copy_(torch.tensor(boxes, dtype=torch.int64))
         for i, (x, y) in enumerate(self.batches.train(self.cfg.batch_size, self.generator)):
             lr = self.lrs[self.step]
             loss, hits = self._train_step(x, y)
@@ -376,9 +393,8 @@ class Trainer:
     def release(self) -> None:
         """Free model, optimizer, schedule, EMA and loaders (and cached GPU memory) so a reused
         actor starts the next trial clean."""
-        del self.model, self.optimizer, self.schedule, self.ema, self.mixup, self.batches
-        del self.params, self._gradients, self._update, self.ema_lerped, self.ema_copied, self.ema_weights
-        del self.step_t, self.lr, self.lr_table, self.wd, self.decayed, self.mix_weights, self.mix_boxes
+        del self.model, self.optimizer, self.schedule, self.ema, self.mixup, self.batches, self.per_step
+        del self.params, self.decayed, self.ema_lerped, self.ema_copied, self._gradients, self._update
         release_device_memory(self.device)
 
 
