@@ -2,7 +2,7 @@
 
 One import root over three layers: `hpstudy.trainers` (one trial), `hpstudy.analysis` (DataFrames in,
 tables and figures out) and `hpstudy.study` (specs, Ray Tune, the Parquet store); `hpstudy.cli` is the
-command line above them (docs/architecture.md). The Python API, `hpstudy.run`, `load`, `report`,
+command line above them (docs/architecture.md). The Python API, `hpstudy.plan`, `run`, `load`, `report`,
 `suggest` (hpstudy.api), `to_optuna` (hpstudy.analysis.optuna_export) and `show_output`
 (hpstudy.trainers.console: the API prints nothing unless it is on), is imported on first use, so
 `import hpstudy` and `hpstudy --help` load nothing heavy (docs/python-api.md).
@@ -11,11 +11,11 @@ command line above them (docs/architecture.md). The Python API, `hpstudy.run`, `
 import importlib
 
 __version__ = "0.2.0"
-__all__ = ["run", "load", "report", "suggest", "to_optuna", "show_output"]
+__all__ = ["plan", "run", "load", "report", "suggest", "to_optuna", "show_output"]
 
 
 _HOMES = {
-    **dict.fromkeys(("run", "load", "report", "suggest"), "hpstudy.api"),
+    **dict.fromkeys(("plan", "run", "load", "report", "suggest"), "hpstudy.api"),
     "to_optuna": "hpstudy.analysis.optuna_export",
     "show_output": "hpstudy.trainers.console",
 }

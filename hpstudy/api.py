@@ -1,4 +1,5 @@
-"""The Python API, for notebooks and scripts: what `hpstudy run`, `report` and `suggest` do, returning
+"""The Python API, for notebooks and scripts: what `hpstudy run` (and its `--dry-run` plan), `report` and
+`suggest` do, returning
 data instead of printing it (docs/python-api.md). `import hpstudy` exposes these lazily.
 
 Each function calls what the command calls (hpstudy.commands, hpstudy.study), so a bad argument
@@ -105,6 +106,17 @@ def run(
         check_run(study, settings)
         run_under_lease(study, settings, "hpstudy.run", wait, "wait=True", fields=API)
     return load(settings.store, study.name)
+
+
+def plan(
+    spec: Union[PathLike, Dict], store: PathLike = "results", assume_tflops: Optional[float] = None
+) -> pd.DataFrame:
+    """The plan `hpstudy run --dry-run` prints, one row per (model, optimizer, epochs) cell: its trials, those
+    not yet stored in `store`, its lr and wd boxes, the model's forward GMACs per image and the estimated
+    trial-hours (at `assume_tflops` effective TFLOP/s per trial; default 100 on a GPU, 0.02 on a CPU)."""
+    from hpstudy import service  # counts a model not counted before (torch): only when a plan is asked for
+
+    return service.plan(_spec(spec), _path("store", store), assume_tflops).cells
 
 
 def load(store: PathLike, study: str) -> pd.DataFrame:

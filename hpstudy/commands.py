@@ -21,6 +21,7 @@ from hpstudy.analysis.query import QueryError, filter_rows
 from hpstudy.analysis.stats import good_ranges
 from hpstudy.service import (
     RunSettings,
+    StudyPlan,
     check_before_trials,
     check_local_resources,
     check_settings,
@@ -40,7 +41,6 @@ from hpstudy.study.store.read import (
 from hpstudy.study.store.store import Store
 from hpstudy.study.suggest import suggest as suggest_lines
 from hpstudy.study.trackers import check_trackers, trackers_of
-from hpstudy.trainers.data_spec import nominal_train_size
 from hpstudy.trainers.errors import ConfigError, shown
 from hpstudy.trainers.schema import DIVERGED, FAILED, FINISHED, OK
 from hpstudy.trainers.zoo import did_you_mean
@@ -64,23 +64,11 @@ def dry_run_warnings(path: str, spec: StudySpec, args: argparse.Namespace) -> Li
     return warnings
 
 
-def print_plan(spec: StudySpec, store: Store, assume_tflops: Optional[float]) -> None:
-    """The dry-run plan: trials per cell, boxes, resources and estimated trial-hours. Trials are
-    counted, not expanded, unless some of the study is stored (then expanded, to match keys)."""
+def print_plan(spec: StudySpec, plan: StudyPlan) -> None:
+    """The dry-run plan (service.plan): trials per cell, boxes, resources and estimated trial-hours."""
     from hpstudy.study.fusion import fusion_notes  # torch and timm (its fused trainer)
-    from hpstudy.trainers.flops import model_profile  # counts a model not in the model counts' cache (torch)
 
-    n_train = nominal_train_size(spec.dataset)  # the dataset's registered nominal size (image folders: ImageNet-1k)
-    tflops = assume_tflops or (100.0 if spec.resources.gpu else 0.02)
-    per_cell = spec.samples * len(spec.seeds)
-    done = store.stored_keys(spec.name)
-    to_run = (
-        Counter((t.model, t.optimizer, t.epochs) for t in expand_for_store(spec, store) if t.key not in done)
-        if done
-        else None
-    )
-    plan = [(cell, to_run[cell] if to_run is not None else per_cell) for cell in cells(spec)]
-    total, pending = per_cell * len(plan), sum(todo for _, todo in plan)
+    total, pending = int(plan.cells["trials"].sum()), int(plan.cells["to_run"].sum())
     print(
         f"study {spec.name}: {total} trials, {pending} to run "
         f"({total - pending} already stored); sampler {spec.sampler}, "
@@ -92,18 +80,13 @@ def print_plan(spec: StudySpec, store: Store, assume_tflops: Optional[float]) ->
         f"{'model':<{w}} {'optimizer':<9} {'epochs':>6} {'trials':>6} {'to run':>6}  "
         f"{'lr box':<22} {'wd box':<22} {'GMACs':>7} {'trial-h':>8}"
     )
-    total_hours = 0.0
-    for (model, opt, epochs), todo in plan:
-        box = spec.box(model, opt)
-        flops = model_profile(model, 10, spec.dataset.size)[0]  # class count barely moves FLOPs
-        hours = todo * 3 * 2 * flops * n_train * epochs / (tflops * 1e12) / 3600
-        total_hours += hours
-        lr_box, wd_box = (f"[{lo:.3g}, {hi:.3g}]" for lo, hi in (box.lr, box.wd))
+    for row in plan.cells.itertuples(index=False):
+        lr_box, wd_box = (f"[{lo:.3g}, {hi:.3g}]" for lo, hi in ((row.lr_low, row.lr_high), (row.wd_low, row.wd_high)))
         print(
-            f"{model:<{w}} {opt:<9} {epochs:>6} {per_cell:>6} {todo:>6}  {lr_box:<22} {wd_box:<22} "
-            f"{flops / 1e9:>7.3f} {hours:>8.2f}"
+            f"{row.model:<{w}} {row.optimizer:<9} {row.epochs:>6} {row.trials:>6} {row.to_run:>6}  {lr_box:<22} "
+            f"{wd_box:<22} {row.gmacs:>7.3f} {row.trial_hours:>8.2f}"
         )
-    for model, opt in dict.fromkeys((m, o) for (m, o, _), _ in plan):
+    for model, opt in dict.fromkeys(zip(plan.cells["model"], plan.cells["optimizer"])):
         extra = spec.box(model, opt).axes()[2:]  # after lr and wd: the recipe fields this box samples
         if extra:
             fields = ", ".join(f"{name} {dist.kind} {list(dist.values)}" for name, dist in extra)
@@ -111,8 +94,8 @@ def print_plan(spec: StudySpec, store: Store, assume_tflops: Optional[float]) ->
     for note in fusion_notes(spec):
         print(note)
     print(
-        f"estimated compute to run: {total_hours:.2f} trial-hours (3 x forward FLOPs (2 per multiply-add) x "
-        f"{n_train} images x epochs at {tflops:g} effective TFLOP/s per trial)"
+        f"estimated compute to run: {plan.trial_hours:.2f} trial-hours (3 x forward FLOPs (2 per multiply-add) x "
+        f"{plan.n_train} images x epochs at {plan.tflops:g} effective TFLOP/s per trial)"
     )
 
 
@@ -166,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"warning: {warning} (a run stops here; the dry run's plan does not need it)", flush=True)
         store = Store.open(args.store)
         print_note(store, spec)
-        print_plan(spec, store, args.assume_tflops)
+        print_plan(spec, service.plan(spec, store, args.assume_tflops))
         if spec.resources.gpu:
             print("\n".join(memory_plan(spec, memory_trials(spec), args.gpu_memory_gb)))
         return 0

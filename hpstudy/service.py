@@ -1,14 +1,17 @@
-"""A study's run as the command line (`hpstudy run`) and the Python API (`hpstudy.run`) share it: the
-settings of a run, the checks it makes before any trial, and the run itself under the study's lease
-(the spec-change note, the trials, the report). Each caller parses and validates its own arguments,
-calls these, and prints or returns what they give back; `write_report` is `hpstudy report`'s work too."""
+"""A study's plan, run and report as the command line (`hpstudy run [--dry-run]`, `hpstudy report`) and the
+Python API (`hpstudy.plan`, `run`, `report`) share them: the plan's numbers per cell, the settings of a
+run, the checks it makes before any trial, and the run itself under the study's lease (the spec-change
+note, the trials, the report). Each caller parses and validates its own arguments, calls these, and
+prints or returns what they give back."""
 
 import contextlib
 import json
 import logging
 import math
+import numbers
 import os
 import tempfile
+from collections import Counter
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence, Tuple
 
@@ -16,17 +19,79 @@ import pandas as pd
 
 from hpstudy.analysis.metric import DEFAULT_METRIC, usable
 from hpstudy.analysis.report_folder import check_report_dir, check_report_path, owned, publish
-from hpstudy.study.sampling import check_samples, expand_for_store
+from hpstudy.study.sampling import cells, check_samples, expand_for_store
 from hpstudy.study.spec import SpecError, StudySpec, check_models
 from hpstudy.study.store.layout import StoreFault, StoreLike, store_io
 from hpstudy.study.store.read import CLI, Fields
 from hpstudy.study.store.spec_record import report_location
 from hpstudy.study.store.store import Store
+from hpstudy.trainers.data_spec import nominal_train_size
+from hpstudy.trainers.errors import shown
 
 logger = logging.getLogger(__name__)
 PROGRESS_INTERVAL = 10.0  # seconds between status lines in a terminal (`hpstudy run --progress-interval`)
 COMPACT_EVERY = 1000  # stored trials between compactions during a run (`--compact-every`; 0: never)
 NO_REPORT = "none"  # RunSettings.report: no report after the run
+
+
+# a trial's assumed effective speed when none is given (--assume-tflops): a datacenter GPU, a CPU core
+ASSUMED_TFLOPS = {"gpu": 100.0, "cpu": 0.02}
+
+
+@dataclass(frozen=True)
+class StudyPlan:
+    """What a study would run: per (model, optimizer, epochs) cell its trials, those not yet stored, its
+    lr and wd boxes, the model's forward multiply-adds per image and the estimated trial-hours of the
+    trials to run (`cells`), at `tflops` effective TFLOP/s per trial over `n_train` images an epoch."""
+
+    cells: pd.DataFrame
+    tflops: float
+    n_train: int
+
+    @property
+    def trial_hours(self) -> float:
+        """The estimated compute of the trials to run, in trial-hours."""
+        return float(self.cells["trial_hours"].sum())
+
+
+def plan(spec: StudySpec, store: StoreLike, assume_tflops: Optional[float] = None) -> StudyPlan:
+    """The study's plan (StudyPlan). Trials are counted, not expanded, unless some of the study is stored
+    (then expanded, to match keys). A trial costs 3 x its forward FLOPs (2 per multiply-add) per image and
+    epoch, on the dataset's registered nominal size (image folders: ImageNet-1k)."""
+    from hpstudy.trainers.flops import model_profile  # counts a model not in the model counts' cache (torch)
+
+    if assume_tflops is not None and not (
+        isinstance(assume_tflops, numbers.Real) and not isinstance(assume_tflops, bool) and 0 < assume_tflops < math.inf
+    ):
+        raise SpecError(f"--assume-tflops: bad value {shown(assume_tflops)}; allowed: a number of TFLOP/s > 0")
+    store = Store.of(store)
+    n_train = nominal_train_size(spec.dataset)
+    tflops = assume_tflops or ASSUMED_TFLOPS["gpu" if spec.resources.gpu else "cpu"]
+    per_cell = spec.samples * len(spec.seeds)
+    done = store.stored_keys(spec.name)
+    stored = done and Counter((t.model, t.optimizer, t.epochs) for t in expand_for_store(spec, store) if t.key in done)
+    rows = []
+    for model, opt, epochs in cells(spec):
+        todo = per_cell - (stored[(model, opt, epochs)] if stored else 0)
+        box = spec.box(model, opt)
+        macs = model_profile(model, 10, spec.dataset.size)[0]  # class count barely moves the count
+        hours = todo * 3 * 2 * macs * n_train * epochs / (tflops * 1e12) / 3600
+        rows.append(
+            dict(
+                model=model,
+                optimizer=opt,
+                epochs=epochs,
+                trials=per_cell,
+                to_run=todo,
+                lr_low=box.lr[0],
+                lr_high=box.lr[1],
+                wd_low=box.wd[0],
+                wd_high=box.wd[1],
+                gmacs=macs / 1e9,
+                trial_hours=hours,
+            )
+        )
+    return StudyPlan(pd.DataFrame(rows), tflops, n_train)
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,15 @@
-"""The dry run's plan (hpstudy.commands.print_plan): trials to run per cell after a partial run, and
-their trial-hours by hand: to run x 3 x 2 x FLOPs x images x epochs / FLOP/s / 3600."""
+"""The dry run's plan (hpstudy.service.plan, printed by hpstudy.commands.print_plan, returned by hpstudy.plan):
+trials to run per cell after a partial run, and their trial-hours by hand: to run x 3 x 2 x FLOPs x images x
+epochs / FLOP/s / 3600."""
+
+import math
 
 import pytest
 
+import hpstudy
 from hpstudy.cli import run_edf_main
 from hpstudy.study.sampling import expand
-from hpstudy.study.spec import parse_spec
+from hpstudy.study.spec import SpecError, parse_spec
 from hpstudy.study.store.layout import write_trial
 from hpstudy.trainers.flops import model_profile
 from tests.helpers import planned_row, small_spec, write_spec
@@ -43,6 +47,43 @@ def test_the_plan_counts_a_failed_row_as_still_to_run_and_prices_each_schedule(t
         f"{DIGITS_TRAIN} images x epochs at 1e-06 effective TFLOP/s per trial)"
     )
     assert total == pytest.approx(hours[1] + hours[3], abs=0.006)
+
+
+def _stored(tmp_path, statuses):
+    """A store of RAW where the 3-epoch trials hold `statuses`, in order."""
+    store = str(tmp_path / "store")
+    long = [t for t in expand(parse_spec(RAW)) if t.epochs == 3]
+    for trial, status in zip(long, statuses):
+        write_trial(store, "hours", planned_row(trial, status=status))
+    return store
+
+
+@pytest.mark.parametrize("statuses", [(), ("ok",), ("failed",), ("ok", "diverged"), ("ok", "diverged", "ok", "ok")])
+def test_the_apis_plan_is_the_dry_runs_numbers_and_counts_only_finished_rows_as_done(statuses, tmp_path, capsys):
+    store = _stored(tmp_path, statuses)
+    plan = hpstudy.plan(RAW, store, assume_tflops=1e-6)
+    assert list(plan[["epochs", "trials"]].itertuples(index=False, name=None)) == [(1, 4), (3, 4)]
+    done = sum(status in ("ok", "diverged") for status in statuses)
+    assert plan.set_index("epochs")["to_run"].to_dict() == {1: 4, 3: 4 - done}
+    macs = model_profile("cnn_tiny", 10, 16)[0]
+    expected = [todo * 6 * macs * DIGITS_TRAIN * e / 1e6 / 3600 for e, todo in zip(plan["epochs"], plan["to_run"])]
+    assert plan["trial_hours"].tolist() == pytest.approx(expected, rel=1e-12)
+    assert plan["gmacs"].tolist() == pytest.approx([macs / 1e9] * 2, rel=1e-12)
+    assert (
+        run_edf_main(["--config", write_spec(tmp_path, RAW), "--store", store, "--dry-run", "--assume-tflops", "1e-6"])
+        == 0
+    )
+    printed = capsys.readouterr().out.splitlines()
+    rows = {int(line.split()[2]): line.split() for line in printed[2:4]}
+    for row in plan.itertuples(index=False):
+        assert rows[row.epochs][3:5] == [str(row.trials), str(row.to_run)]
+        assert float(rows[row.epochs][-1]) == pytest.approx(row.trial_hours, abs=0.006)
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, math.inf, math.nan, True, "100"])
+def test_a_tflops_that_is_no_positive_number_is_refused_before_any_model_is_counted(bad, tmp_path):
+    with pytest.raises(SpecError, match=r"^--assume-tflops: bad value .*; allowed: a number of TFLOP/s > 0$"):
+        hpstudy.plan(RAW, str(tmp_path / "store"), assume_tflops=bad)
 
 
 def test_a_cpu_trial_is_priced_at_0_02_tflops_by_default(tmp_path, capsys):

@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from hpstudy.commands import print_plan
+from hpstudy.service import plan
 from hpstudy.study.spec import SpecError, parse_spec
-from hpstudy.study.store.store import Store
 from hpstudy.trainers.data import TensorData, load_data
 from hpstudy.trainers.data_spec import (
     DATASETS,
@@ -85,7 +85,9 @@ def test_a_registered_dataset_is_one_entry_the_spec_the_loader_and_the_dry_run_r
 
     study = parse_spec(small_spec(dataset={"name": "tiny"}, models=["cnn_tiny"], optimizers=["sgd"]))
     assert study.dataset == spec
-    print_plan(study, Store.open(str(tmp_path / "store")), 1e-6)
+    planned = plan(study, str(tmp_path / "store"), 1e-6)
+    assert planned.n_train == TINY_TRAIN
+    print_plan(study, planned)
     assert f"x {TINY_TRAIN} images x epochs" in capsys.readouterr().out.splitlines()[-1]
 
     with pytest.raises(SpecError, match=r"allowed: digits, .*, synthetic, tiny; did you mean 'tiny'\?$"):
