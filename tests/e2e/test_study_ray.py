@@ -196,14 +196,14 @@ def test_a_study_longer_than_one_tune_run_stores_each_trial_once_and_compacts_as
     store is compacted before the run, every 2 stored trials and after it; each Tune run's folder is
     removed when it ends."""
     import hpstudy.study.runner as runner
-    import hpstudy.study.tune.store_writer as tune_store_writer
+    import hpstudy.study.store.store as store_module
 
     compactions = []
-    real_compact = runner.compact
+    real_compact = store_module.compact
     monkeypatch.setattr(runner, "TUNE_RUN_GROUPS", 3)
     monkeypatch.setattr(runner, "TUNE_STORAGE", str(tmp_path / "tune"))
-    for module in (runner, tune_store_writer):  # before the run, after it (runner) and during it (the writer)
-        monkeypatch.setattr(module, "compact", lambda *a: compactions.append(a) or real_compact(*a))
+    # Store.compact: before the run, after it (the runner) and during it (the writer)
+    monkeypatch.setattr(store_module, "compact", lambda *a: compactions.append(a) or real_compact(*a))
     spec = parse_spec(
         small_spec(
             name="long",
