@@ -314,9 +314,11 @@ def _is_layout(module: str, name: str) -> bool:
 
 
 def modules_of(package: str) -> List[str]:
-    """Every module of a package that mutmut can mutate, as a path from the repository root."""
+    """Every module of a package (its subpackages' too: study/store/, study/tune/, analysis/findings/) that
+    mutmut can mutate, as a path from the repository root; the command line's are hpstudy/'s own files."""
     folder = REPO / FOLDERS[package]
-    paths = sorted(str(p.relative_to(REPO)) for p in folder.glob("*.py") if p.name != "__init__.py")
+    files = folder.glob("*.py") if package == "cli" else folder.rglob("*.py")
+    paths = sorted(str(p.relative_to(REPO)) for p in files if p.name != "__init__.py")
     paths = [p for p in paths if p not in EXCLUDED]
     if package == "presentation":
         return [p for p in paths if p in PRESENTATION]

@@ -366,6 +366,8 @@ def _sampled_fields(store: Store, study: str) -> List[str]:
 
 def query(store: str, study: Optional[str], expr: str, columns: str) -> str:
     """The `columns` of the stored trials that match the filter `expr` (hpstudy.analysis.query), as text."""
+    if study is not None:
+        check_study_name(study)  # a bad name is named before the store
     opened = Store.open(store)
     trials = stored_trials(opened, study)
     if study is not None:  # the recipe fields the study samples are columns too (label_smoothing, ...)

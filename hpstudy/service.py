@@ -21,7 +21,7 @@ from hpstudy.analysis.metric import DEFAULT_METRIC, usable
 from hpstudy.analysis.report_folder import check_report_dir, check_report_path, owned, publish
 from hpstudy.study.sampling import cells, check_samples, expand_for_store
 from hpstudy.study.spec import SpecError, StudySpec, check_models
-from hpstudy.study.store.layout import StoreFault, StoreLike, store_io
+from hpstudy.study.store.layout import StoreFault, StoreLike, check_study_name, store_io
 from hpstudy.study.store.read import CLI, Fields
 from hpstudy.study.store.spec_record import report_location
 from hpstudy.study.store.store import Store
@@ -206,6 +206,7 @@ def write_report(
     A missing store or study is named as `fields` say (the flags, or the API's arguments)."""
     if out:
         check_report_path(out, "--out")
+    check_study_name(study, fields.study)  # a bad name is named before the store
     store = Store.of(store, fields.store)
     store.require_study(study, fields)  # before --out is made: a mistyped store leaves no empty folder behind
     if out:

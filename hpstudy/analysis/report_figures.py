@@ -286,7 +286,8 @@ def _expected_best_hours(study: Study) -> Iterator[Planned]:
     counted = study.sampled_rows
     if counted["model"].nunique() < 2 or counted.groupby(CELL, observed=True).size().max() < 2:
         return
-    table = pd.concat(study.expected_bests.values(), ignore_index=True)
+    # one table over every sampled cell, not the cells' own: the metric is resolved once for all its panels
+    table = expected_best_table(study.sampled, study.metric)
     if np.isfinite(table["hours"].astype(float)).all():
         yield Planned(
             "expected_best_hours",

@@ -160,6 +160,11 @@ def _store_without_study(tmp_path):
         (hpstudy_main, ["report", "--study", "nope"], "--store: no hpstudy store at"),
         (hpstudy_main, ["status", "--study", "nope"], "--store: no hpstudy store at"),
         (hpstudy_main, ["query", "no_such_column > 1"], "--store: no hpstudy store at"),
+        # a bad study name is named before a bad store, by every command that takes both
+        (hpstudy_main, ["query", "x > 1", "--study", "../bad", "--store", "nosuch://x"], "--study: bad value '../bad'"),
+        (hpstudy_main, ["report", "--study", "../bad", "--store", "nosuch://x"], "--study: bad value '../bad'"),
+        (hpstudy_main, ["status", "--study", "../bad", "--store", "nosuch://x"], "--study: bad value '../bad'"),
+        (hpstudy_main, ["compact", "--study", "../bad", "--store", "nosuch://x"], "--study: bad value '../bad'"),
         (hpstudy_main, ["run", "--config", "/no/such.yaml"], "--config: '/no/such.yaml' is not a file"),
         (run_edf_main, ["--max-concurrent", "0", "--dry-run"], "--max-concurrent: bad value 0"),
         (

@@ -116,7 +116,8 @@ def test_driver_sigkill_then_restart_stores_each_trial_once(tmp_path):
             pass
     stored_before = count()
     assert 3 <= stored_before < 12
-    time.sleep(3.5)  # the killed driver's lease is stale: the rerun takes it over (test_store_lease: before, refused)
+    # the killed driver's lease is stale: the rerun takes it over (tests/study/store/test_lease.py: before, refused)
+    time.sleep(3.5)
     done = run_edf(config, store, module=True)
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"{stored_before} already stored, {12 - stored_before} to run" in done.stdout

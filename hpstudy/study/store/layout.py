@@ -90,6 +90,8 @@ class Location:
     def open(cls: Type[L], uri: str, field: str = "--store") -> L:
         """The store at a local path or a pyarrow filesystem URI; StoreError naming `field` for a URI pyarrow
         cannot open, or a path that is not UTF-8 text (Arrow's filesystems take no other)."""
+        if not isinstance(uri, str):
+            raise StoreError(f"{field}: bad value {shown(uri)}; allowed: a path or URI of UTF-8 text")
         try:
             uri.encode("utf-8")
         except UnicodeEncodeError:  # a command line's byte that is not UTF-8, read as a lone surrogate
@@ -109,7 +111,9 @@ class Location:
     @classmethod
     def of(cls: Type[L], store: "StoreLike", field: str = "--store") -> L:
         """`store` if it is open as this class, else the store its URI names (open, errors naming `field`)."""
-        return store if isinstance(store, cls) else cls.open(str(store), field)
+        if isinstance(store, cls):
+            return store
+        return cls.open(store.uri if isinstance(store, Location) else store, field)
 
     def __str__(self) -> str:
         return self.uri

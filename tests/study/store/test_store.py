@@ -3,8 +3,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from hpstudy.study.store.compaction import compact
-from hpstudy.study.store.layout import write_trial
+from hpstudy.study.store.layout import StoreError, write_trial
 from hpstudy.study.store.read import load_epochs, load_trials, stored_keys
+from hpstudy.study.store.store import Store
 from hpstudy.trainers.errors import SchemaError
 from hpstudy.trainers.schema import EPOCH_SCHEMA, TRIAL_SCHEMA
 from tests.helpers import epoch_row, row
@@ -110,3 +111,32 @@ def test_a_row_with_an_unknown_or_missing_key_is_refused_naming_it(change, messa
     with pytest.raises(SchemaError, match="epoch row: unknown key 'loss'"):
         write_trial(str(tmp_path), "s", row("b"), [dict(epoch_row(epoch=1), loss=1.0)])
     assert not (tmp_path / "trials").exists()  # nothing half-stored
+
+
+@pytest.mark.parametrize("bad", [None, b"results", 3, 1.5, ["results"]])
+def test_a_store_that_is_no_text_is_refused_naming_the_field_by_every_entry(bad, tmp_path):
+    """Every store function takes an open Store or a URI: anything else is one StoreError naming the field,
+    never a folder named after its repr (`./None`)."""
+    calls = [
+        lambda: Store.open(bad),
+        lambda: Store.of(bad),
+        lambda: load_trials(bad),
+        lambda: write_trial(bad, "s", row("a")),
+        lambda: compact(bad, "s"),
+        lambda: stored_keys(bad, "s"),
+    ]
+    for call in calls:
+        with pytest.raises(StoreError, match=r"^--store: bad value .*; allowed: a path or URI of UTF-8 text$"):
+            call()
+    assert not any(tmp_path.iterdir())
+
+
+def test_an_open_store_is_the_same_object_through_every_function_and_reads_what_its_uri_reads(tmp_path):
+    root = str(tmp_path / "store")
+    store = Store.open(root)
+    assert Store.of(store) is store and str(store) == root and store.base == root
+    store.write_trial("s", row("a"), [epoch_row(epoch=0)])
+    write_trial(root, "s", row("b"))
+    assert sorted(store.load_trials("s")["trial_key"]) == sorted(load_trials(root, "s")["trial_key"]) == ["a", "b"]
+    assert store.studies() == ["s"] and store.stored_keys("s") == stored_keys(root, "s") == {"a", "b"}
+    assert list(store.load_epochs("s")["trial_key"]) == ["a"]

@@ -1,0 +1,29 @@
+"""The mutation bench's pools (bench.mutation.modules_of): every module of every package, subpackages included,
+in exactly one pool, so a moved module is never silently left out of the draw."""
+
+import os
+
+from bench.mutation import EXCLUDED, FOLDERS, modules_of
+from tests.helpers import module_files
+
+
+def _as_path(module: str, path: str) -> str:
+    """A module's path as the pools name it: from its top-level folder (study/, ...), or hpstudy/ for the
+    command line's."""
+    parts = module.split(".")
+    if len(parts) > 2 and parts[1] in ("trainers", "study", "analysis"):
+        return os.path.join(*parts[1:-1], os.path.basename(path))
+    return os.path.join("hpstudy", os.path.basename(path))
+
+
+def test_every_module_of_every_package_is_in_exactly_one_pool():
+    pooled = [path for package in FOLDERS if package != "presentation" for path in modules_of(package)]
+    pooled += modules_of("presentation")
+    assert len(pooled) == len(set(pooled))
+    expected = {
+        _as_path(module, path)
+        for module, path in module_files().items()
+        if not path.endswith("__init__.py") and module.count(".") >= 1
+    } - set(EXCLUDED)
+    assert set(pooled) == expected
+    assert {"study/store/read.py", "study/tune/store_writer.py", "analysis/findings/text.py"} <= set(pooled)
