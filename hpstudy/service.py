@@ -69,10 +69,12 @@ def plan(spec: StudySpec, store: StoreLike, assume_tflops: Optional[float] = Non
     tflops = assume_tflops or ASSUMED_TFLOPS["gpu" if spec.resources.gpu else "cpu"]
     per_cell = spec.samples * len(spec.seeds)
     done = store.stored_keys(spec.name)
-    stored = done and Counter((t.model, t.optimizer, t.epochs) for t in expand_for_store(spec, store) if t.key in done)
+    # expanded (slow for a big spec) only when some of it is stored, to match keys
+    planned = expand_for_store(spec, store) if done else []
+    stored = Counter((t.model, t.optimizer, t.epochs) for t in planned if t.key in done)
     rows = []
     for model, opt, epochs in cells(spec):
-        todo = per_cell - (stored[(model, opt, epochs)] if stored else 0)
+        todo = per_cell - stored[(model, opt, epochs)]
         box = spec.box(model, opt)
         macs = model_profile(model, 10, spec.dataset.size)[0]  # class count barely moves the count
         hours = todo * 3 * 2 * macs * n_train * epochs / (tflops * 1e12) / 3600

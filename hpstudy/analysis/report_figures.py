@@ -68,12 +68,6 @@ class Study:
         """The counted trials of the cells that sampled lr/wd."""
         return sampled_cells(self.rows.kept)
 
-    @functools.cached_property
-    def expected_bests(self) -> Dict[Tuple[str, int], pd.DataFrame]:
-        """Per sampled (optimizer, epochs) cell, its expected-best table (with its bootstrap band), made once
-        for the figures against trials and against hours."""
-        return {(opt, epochs): expected_best_table(whole, self.metric) for opt, epochs, _, whole in self.cells()}
-
     def cells(self) -> Iterator[Tuple[str, int, pd.DataFrame, pd.DataFrame]]:
         """Per sampled (optimizer, epochs) cell, never pooled across lengths: (optimizer, epochs, its
         counted rows, all its trials)."""
@@ -224,9 +218,9 @@ def _sampled_cell(kind: str, opt: str, epochs: int, table: pd.DataFrame, figure,
 @register_figure("expected_best")
 def _expected_bests(study: Study) -> Iterator[Planned]:
     """Per sampled cell where a model has two or more trials, the expected best of k trials."""
-    for opt, epochs, counted, _ in study.cells():
+    for opt, epochs, counted, whole in study.cells():
         if counted.groupby("model").size().max() >= 2:
-            table = study.expected_bests[(opt, epochs)]
+            table = expected_best_table(whole, study.metric)
             yield _sampled_cell(
                 "expected_best",
                 opt,
