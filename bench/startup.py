@@ -15,6 +15,10 @@ overlap in part (an actor imports while Tune starts the others) and leave out Tu
 and hpstudy's store and compactions, so they do not add up to `fixed_s`. `command_wall_s` is what a
 user waits for the smaller study from the command line (`python -m hpstudy run ... --report none`):
 the driver's own imports and its exit on top of run_study.
+With --reuse the same studies run again on one Ray started once before them (`ray start --head` on a
+free loopback port, as a user would for many short studies, joined with --address): `reused_ray`
+holds their walls, fixed and per-trial cost; what is left of the fixed cost there is the actors'
+imports and Tune. Refused when a Ray already runs on this machine (the bench stops the one it started).
 Targets: fixed <= 6 s, per trial <= 0.05 s.
 """
 
@@ -23,12 +27,14 @@ import contextlib
 import json
 import os
 import platform
+import shutil
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from typing import Dict, List, Sequence
+from typing import Dict, Iterator, List, Optional, Sequence
 
 import yaml
 
@@ -53,16 +59,16 @@ def line_through(points: Sequence[Sequence[float]]) -> Dict[str, float]:
     return {"fixed_s": wall0 - slope * n0, "per_trial_s": slope}
 
 
-def study_wall(trials: int, concurrency: int) -> float:
-    """Seconds run_study takes for `trials` near-zero trials on a fresh local Ray."""
+def study_wall(trials: int, concurrency: int, address: Optional[str] = None) -> float:
+    """Seconds run_study takes for `trials` near-zero trials on a fresh local Ray (or the Ray at `address`)."""
     spec = parse_spec(bench_spec(trials, 1, micro=True))
     with tempfile.TemporaryDirectory() as store, contextlib.redirect_stdout(sys.stderr):
         start = time.perf_counter()
-        run_study(spec, store, num_cpus=concurrency, progress_interval=1e9)
+        run_study(spec, store, address=address, num_cpus=concurrency, progress_interval=1e9)
         return time.perf_counter() - start
 
 
-def command_wall(trials: int, concurrency: int) -> float:
+def command_wall(trials: int, concurrency: int, address: Optional[str] = None) -> float:
     """Seconds `python -m hpstudy run` takes for `trials` near-zero trials, from its start to its exit."""
     with tempfile.TemporaryDirectory() as folder:
         config = os.path.join(folder, "startup.yaml")
@@ -70,6 +76,7 @@ def command_wall(trials: int, concurrency: int) -> float:
             yaml.safe_dump(bench_spec(trials, 1, micro=True), out)
         store = os.path.join(folder, "store")
         command = ["run", "--config", config, "--store", store, "--report", "none", "--num-cpus", str(concurrency)]
+        command += ["--address", address] if address else []
         start = time.perf_counter()
         subprocess.run([sys.executable, "-m", "hpstudy", *command], check=True, stdout=sys.stderr)
         return time.perf_counter() - start
@@ -81,6 +88,57 @@ def ray_session_walls(concurrency: int) -> Dict[str, float]:
     with ray_session(None, concurrency):
         started = time.perf_counter()
     return {"ray_start_s": started - start, "ray_stop_s": time.perf_counter() - started}
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _ray_command(*args: str) -> List[str]:
+    """The `ray` command of this interpreter's environment."""
+    found = shutil.which("ray", path=os.path.dirname(sys.executable)) or shutil.which("ray")
+    if found is None:
+        raise RuntimeError("bench.startup --reuse: the `ray` command is not installed beside this Python")
+    return [found, *args]
+
+
+def ray_is_running() -> bool:
+    """Whether a Ray runs on this machine (`ray status` finds one)."""
+    found = subprocess.run(_ray_command("status"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return found.returncode == 0
+
+
+@contextlib.contextmanager
+def running_ray(concurrency: int) -> Iterator[str]:
+    """A Ray started once with `ray start --head` on a free loopback port; yields its address, stops it after."""
+    if ray_is_running():
+        raise RuntimeError("bench.startup --reuse: a Ray already runs on this machine; stop it (`ray stop`) first")
+    address = f"127.0.0.1:{_free_port()}"
+    start = ["start", "--head", "--node-ip-address", "127.0.0.1", "--port", address.split(":")[1]]
+    start += ["--num-cpus", str(concurrency), "--include-dashboard", "false", "--disable-usage-stats"]
+    subprocess.run(_ray_command(*start), check=True, stdout=sys.stderr, stderr=sys.stderr)
+    try:
+        yield address
+    finally:
+        subprocess.run(_ray_command("stop"), check=False, stdout=sys.stderr, stderr=sys.stderr)
+
+
+def reused_ray_walls(sizes: Sequence[int], concurrency: int) -> Dict[str, object]:
+    """The studies of `sizes` and the smaller one's command on one Ray started before them."""
+    with running_ray(concurrency) as address:
+        walls = {}
+        for trials in sizes:
+            print(f"bench.startup: a study of {trials} trials on a running Ray ...", file=sys.stderr, flush=True)
+            walls[trials] = study_wall(trials, concurrency, address)
+        command = command_wall(sizes[0], concurrency, address)
+    line = line_through(sorted(walls.items()))
+    return {
+        "study_wall_s": {str(n): round(w, 2) for n, w in walls.items()},
+        "command_wall_s": {str(sizes[0]): round(command, 2)},
+        **{name: round(value, 3) for name, value in line.items()},
+    }
 
 
 def import_wall(statement: str, repeats: int = 3) -> float:
@@ -106,6 +164,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", default="4,64", help="two study sizes (default: 4,64)")
     parser.add_argument("--concurrency", type=int, default=2)
+    parser.add_argument("--reuse", action="store_true", help="also run the studies on one Ray started before them")
     args = parser.parse_args()
     try:
         sizes = parse_sizes(args.trials)
@@ -123,6 +182,7 @@ def main() -> None:
     print("bench.startup: the smaller study from the command line ...", file=sys.stderr, flush=True)
     command = command_wall(sizes[0], args.concurrency)
     line = line_through(sorted(walls.items()))
+    reused = {"reused_ray": reused_ray_walls(sizes, args.concurrency)} if args.reuse else {}
     rounded = lambda values: {k: round(v, 3) for k, v in values.items()}
     print(
         json.dumps(
@@ -133,6 +193,7 @@ def main() -> None:
                 "command_wall_s": {str(sizes[0]): round(command, 2)},
                 **rounded(line),
                 **rounded(parts),
+                **reused,
                 "target_fixed_s": TARGET_FIXED_S,
                 "target_per_trial_s": TARGET_PER_TRIAL_S,
                 "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.python_version()}",

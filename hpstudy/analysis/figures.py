@@ -58,6 +58,9 @@ from hpstudy.trainers.zoo import SIZE_ORDER, get_spec, list_models
 STYLE = os.path.join(os.path.dirname(__file__), "hpstudy.mplstyle")
 SIZES = {"column": 3.4, "text": 7.0}  # preset widths in inches: a journal's column and text width
 PNG_DPI = 300
+# a figure of more trial points than this draws them as an image (at PNG_DPI) inside its PDF and SVG, axes and text
+# still vector: 20,000 points as vector markers made a 3 MB SVG and an 18 MB report page (docs/performance.md)
+RASTER_POINTS = 2000
 OKABE_ITO = {
     "blue": "#0072B2",
     "sky": "#56B4E9",
@@ -567,6 +570,7 @@ def hp_scatter_figure(
                     cell["error"],
                     linestyle="none",
                     markersize=2.5,
+                    rasterized=len(table) > RASTER_POINTS,
                     label=f"{model_label(model)} ({_opt(opt)})",
                     **{k: v for k, v in series_style(model, opt, models).items() if k != "linestyle"},
                 )
@@ -1017,7 +1021,14 @@ def generalization_figure(
         for model, group in _by_model(cell):
             st = {k: v for k, v in model_style(model, table["model"].unique()).items() if k != "linestyle"}
             ax.plot(
-                group["train_loss"], group["error"], linestyle="none", markersize=2, alpha=0.5, label="_trials", **st
+                group["train_loss"],
+                group["error"],
+                linestyle="none",
+                markersize=2,
+                alpha=0.5,
+                label="_trials",
+                rasterized=len(table) > RASTER_POINTS,
+                **st,
             )
             ax.plot(
                 group["median_train_loss"].iloc[:1],

@@ -16,6 +16,7 @@ import hpstudy.analysis.report as report_module
 from hpstudy.analysis.edf import bootstrap_band, edf_table, step_points
 from hpstudy.analysis.figures import (
     PALETTE,
+    RASTER_POINTS,
     delta_edf_figure,
     delta_error_vs_epochs_figure,
     delta_error_vs_epochs_table,
@@ -23,6 +24,8 @@ from hpstudy.analysis.figures import (
     error_vs_epochs_table,
     expected_best_figure,
     expected_best_table,
+    generalization_figure,
+    generalization_table,
     hp_scatter_figure,
     hp_scatter_table,
     model_style,
@@ -109,6 +112,32 @@ def test_every_figure_renders_with_its_numbers_and_states_the_metric(tmp_path):
     ).all()
     with pytest.raises(ValueError, match="meta must state the metric"):
         save_figure(curves_fig, str(tmp_path), "unstated", curves, {})
+
+
+@pytest.mark.parametrize("extra", [0, 1])
+def test_trial_points_beyond_raster_points_are_an_image_in_the_vector_files_and_the_rest_stays_vector(tmp_path, extra):
+    """Both per-trial figures: at RASTER_POINTS trials every trial is a vector marker in the SVG and the PDF has no
+    image; one more and the markers are one image per panel (axes, ticks and text still vector, fonts embedded)."""
+    n = RASTER_POINTS // 3 + extra  # three models in one cell: 3n trials, 1,998 or 2,001 at 2,000
+    trials = make_trials(optimizers=("adamw",), n=n, diverge_share=0.0, seed=extra)
+    trials["train_loss"] = np.random.default_rng(1).uniform(0.1, 2.0, len(trials))
+    trials["family"] = trials["model"].map(lambda model: get_spec(model).family)
+    ranges = {m: good_ranges(g) for m, g in trials.groupby("model")}
+    for name, plot in {
+        "scatter": hp_scatter_figure(hp_scatter_table(trials), ranges),
+        "generalization": generalization_figure(generalization_table(trials)),
+    }.items():
+        dense = len(plot.data) > RASTER_POINTS
+        assert dense == bool(extra) and len(plot.data) == 3 * n, name
+        paths = save_figure(plot, str(tmp_path), name, plot.data, {"metric": "paper"})
+        svg, pdf = open(paths["svg"]).read(), open(paths["pdf"], "rb").read()
+        markers = len(re.findall(r"<use xlink:href=\"#m", svg))
+        if dense:
+            assert "<image" in svg and b"/Subtype /Image" in pdf and markers < 100, name
+        else:
+            assert "<image" not in svg and b"/Subtype /Image" not in pdf and markers >= len(plot.data), name
+        assert "<text" in svg or "<path" in svg  # the axes are drawn as vectors either way
+        assert b"/FontType /Type3" not in pdf
 
 
 def _fill_store(root, trials, expected):
