@@ -46,6 +46,7 @@ from hpstudy.analysis.metric import DEFAULT_METRIC, ERR, usable, warn_left_out
 from hpstudy.analysis.stats import (
     Keys,
     best_of_k_win,
+    budget_grid,
     choice_values,
     expected_best,
     expected_best_band,
@@ -714,15 +715,16 @@ def delta_error_vs_epochs_figure(
 def expected_best_table(
     trials: pd.DataFrame, metric: str = DEFAULT_METRIC, estimator: str = "unbiased", n_boot: int = 200
 ) -> pd.DataFrame:
-    """The expected best error after k = 1..n random trials per (model, optimizer, epochs) cell, never
-    pooled across cells, with its bootstrap band (`lo`, `hi`), the cell's counted trials `n` and what k of
-    them cost on average (`hours`: k times their mean cost.trial_hours)."""
+    """The expected best error after k random trials per (model, optimizer, epochs) cell, for k in
+    stats.budget_grid(n) (every k up to 64, then about 100 steps to n), never pooled across cells, with its
+    bootstrap band (`lo`, `hi`), the cell's counted trials `n` and what k of them cost on average (`hours`: k
+    times their mean cost.trial_hours)."""
     # costed before any row is left out: a fused group's wall time is shared among all the rows it stored
     used = usable(trials.assign(cost=trial_hours(trials)), metric, "expected_best_table")
     rows = []
     for (opt, epochs, model), group in used.kept.groupby(["optimizer", "epochs", "model"], observed=True):
         errors = group[ERR].to_numpy(float)
-        ks = np.arange(1, len(errors) + 1)
+        ks = budget_grid(len(errors))
         curve = expected_best(errors, ks, estimator)
         lo, hi = expected_best_band(errors, ks, estimator, n_boot=n_boot)
         cell = {"model": model, "optimizer": opt, "epochs": epochs, "n": len(errors)}
@@ -797,13 +799,13 @@ def expected_best_figure(
 def best_of_k_table(trials: pd.DataFrame, metric: str = DEFAULT_METRIC, compared: Optional[str] = None) -> pd.DataFrame:
     """For every pair the design compares (hpstudy.analysis.effects.compared_pairs; only `compared`'s pairs
     when given), the probability that a's best of k random trials beats b's (best_of_k_win, unbiased) for
-    k = 1..min(n_a, n_b), with the cell it holds fixed."""
+    k in stats.budget_grid(min(n_a, n_b)), with the cell it holds fixed."""
     used = usable(trials, metric, "best_of_k_table")
     rows = []
     for kind, cell, a, b, ea, eb in compared_pairs(used.kept):
         if compared is not None and kind != compared:
             continue
-        ks = np.arange(1, min(len(ea), len(eb)) + 1)
+        ks = budget_grid(min(len(ea), len(eb)))
         pair = {"compared": kind, **cell, "a": a, "b": b, "n_a": len(ea), "n_b": len(eb)}
         rows += [{**pair, "k": int(k), "p_a_wins": p} for k, p in zip(ks, best_of_k_win(ea, eb, ks))]
     columns = ["compared", "model", "optimizer", "epochs", "a", "b", "n_a", "n_b", "k", "p_a_wins"]

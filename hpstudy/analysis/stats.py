@@ -30,6 +30,20 @@ class StatsError(HpstudyError, ValueError):
 # tree) it stays at 1-6 s for 200-5,000 trials, and on a bowl with a known variance split (lr 0.941,
 # wd 0.059) it gives the same importances as the default within 0.003 (tests/analysis/test_stats.py).
 IMPORTANCE_DEPTH = 8
+# a curve over budgets k = 1..n (expected best, best of k) is computed at every k up to BUDGET_DENSE and at about
+# BUDGET_POINTS geometric steps from there to n: its weights are a (budgets x n) matrix, so every k of a cell of
+# 8,000 trials was 0.5 GB and O(n^2) time; a log axis shows no more than these (docs/performance.md)
+BUDGET_DENSE = 64
+BUDGET_POINTS = 100
+
+
+def budget_grid(n: int) -> np.ndarray:
+    """The budgets k at which a curve over 1..n is computed: every k up to BUDGET_DENSE, then about BUDGET_POINTS
+    geometrically spaced whole numbers up to n, n itself included (all of 1..n for n <= BUDGET_DENSE)."""
+    dense = np.arange(1, min(n, BUDGET_DENSE) + 1)
+    if n <= BUDGET_DENSE:
+        return dense
+    return np.union1d(dense, np.geomspace(BUDGET_DENSE, n, BUDGET_POINTS).round().astype(int))
 
 
 def expected_best(errors: np.ndarray, ks: Iterable[int], estimator: str = "unbiased") -> np.ndarray:

@@ -12,8 +12,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats as sps
 
-from hpstudy.analysis.figures import best_of_k_figure, best_of_k_table
-from hpstudy.analysis.stats import StatsError, best_of_k_win, expected_best
+from hpstudy.analysis.figures import best_of_k_figure, best_of_k_table, expected_best_table
+from hpstudy.analysis.stats import (
+    BUDGET_DENSE,
+    BUDGET_POINTS,
+    StatsError,
+    best_of_k_win,
+    budget_grid,
+    expected_best,
+)
 from tests.helpers import make_trials
 
 # small samples as users have them: errors on a grid of whole images (many ties), some at chance (diverged)
@@ -124,3 +131,31 @@ def test_the_table_holds_each_pair_within_its_cell_and_the_figure_one_comparison
     plot = best_of_k_figure(best_of_k_table(trials, "final", "optimizers"))
     assert [ax.get_title() for ax in plot.fig.axes] == ["6 epochs", "16 epochs"]
     assert "ViT-P tiny: AdamW vs SGD" in [t.get_text() for t in plot.fig.legends[0].get_texts()]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 200_000))
+def test_the_budget_grid_is_every_k_up_to_64_then_at_most_100_more_up_to_n(n):
+    grid = budget_grid(n)
+    assert grid.dtype.kind == "i" and grid[0] == 1 and grid[-1] == n and (np.diff(grid) > 0).all()
+    dense = min(n, BUDGET_DENSE)
+    assert grid[:dense].tolist() == list(range(1, dense + 1))
+    assert len(grid) <= BUDGET_DENSE + BUDGET_POINTS
+
+
+@pytest.mark.parametrize("n", [BUDGET_DENSE - 1, BUDGET_DENSE, BUDGET_DENSE + 1, 300])
+def test_curves_over_budgets_are_the_every_k_curves_read_at_the_grid(n):
+    """expected_best_table and best_of_k_table hold every k of a cell up to 64 trials and the grid's ks beyond,
+    each value what the curve over every k = 1..n gives at that k."""
+    trials = make_trials(models=("vit_p_tiny", "vit_c_tiny"), optimizers=("adamw",), n=n, diverge_share=0.2)
+    trials["wall_s"] = 10.0
+    curves = expected_best_table(trials)
+    for (model,), cell in curves.groupby(["model"]):
+        errors = trials.loc[(trials["model"] == model), "best_top1_err"].to_numpy(float)
+        assert cell["k"].tolist() == budget_grid(n).tolist()
+        every_k = expected_best(errors, np.arange(1, n + 1))
+        np.testing.assert_allclose(cell["expected_best"], every_k[cell["k"] - 1], rtol=1e-12)
+    wins = best_of_k_table(trials, compared="models")
+    assert wins["k"].tolist() == budget_grid(n).tolist()
+    a, b = (trials.loc[trials["model"] == m, "best_top1_err"].to_numpy(float) for m in wins[["a", "b"]].iloc[0])
+    np.testing.assert_allclose(wins["p_a_wins"], best_of_k_win(a, b, np.arange(1, n + 1))[wins["k"] - 1], rtol=1e-12)
