@@ -46,7 +46,7 @@ def run_cuda_tests() -> dict:
     """tests/e2e/test_cuda.py in a pytest subprocess with the GPU visible; its summary line."""
     env = dict(os.environ, CUDA_VISIBLE_DEVICES=os.environ.get("CUDA_VISIBLE_DEVICES") or "0")
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfEs", "tests/e2e/test_cuda.py"],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", "-rfEs", "tests/e2e/test_cuda.py"],
         cwd=REPO,
         env=env,
         capture_output=True,

@@ -46,6 +46,8 @@ TESTS = [
     "tests",
     "-m",
     "not slow",
+    "-n",  # one process: mutmut maps and runs tests itself (pyproject.toml's addopts would start xdist workers)
+    "0",
     "--deselect",
     "tests/study/test_spec.py::test_bundled_configs_are_valid",
     "--deselect",

@@ -115,3 +115,11 @@ def hpstudy_logger_as_found():
     before = (list(hpstudy.handlers), hpstudy.level, hpstudy.propagate)
     yield
     hpstudy.handlers[:], hpstudy.level, hpstudy.propagate = before[0], before[1], before[2]
+
+
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto` (pyproject.toml's addopts, with --dist loadfile: a module's tests on one worker, in order): every core
+    for the default tier (None: xdist's count); no worker, so one test at a time in this process, when the marker
+    expression may select the slow tier (`-m slow`, `-m ""`): its Ray clusters, servers and interrupted studies
+    assume the machine is theirs (a cluster's `ray stop` ends every Ray on it)."""
+    return None if config.option.markexpr == "not slow" else 0

@@ -87,7 +87,7 @@ def test_the_fused_step_compiles_whole_once_and_trains_as_eager(request, aot_eag
     (docs/fused-trials.md#compiled)."""
     if not os.environ.get(IN_FRESH_PROCESS):
         done = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "", request.node.nodeid],
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", "-m", "", request.node.nodeid],
             cwd=REPO,
             env={**os.environ, IN_FRESH_PROCESS: "1"},
             capture_output=True,
