@@ -57,8 +57,9 @@ def _load(folder: str, name: str):
 
 
 def _calls(edf_module, stats_module, inference_module, errors: np.ndarray) -> Dict[str, Callable[[], object]]:
-    """The report's bootstraps of one cell: as summary_table, expected_best_table and the Δ-EDF finding call them."""
-    ks = np.arange(1, len(errors) + 1)
+    """The report's bootstraps of one cell: as summary_table, expected_best_table and the Δ-EDF finding call them
+    (the budgets of this checkout's expected_best_table for either folder, so both compute the same curve)."""
+    ks = stats.budget_grid(len(errors))
     return {
         "bootstrap_band": lambda: edf_module.bootstrap_band(errors, n_boot=300),
         "expected_best_band": lambda: stats_module.expected_best_band(errors, ks, n_boot=200),

@@ -47,7 +47,7 @@ TESTS = [
     "-m",
     "not slow",
     "-n",  # one process: mutmut maps and runs tests itself (pyproject.toml's addopts would start xdist workers)
-    "0",
+    "0",  # also in pytest_add_cli_args below, since mutmut runs a mutant's tests without these selection args
     "--deselect",
     "tests/study/test_spec.py::test_bundled_configs_are_valid",
     "--deselect",
@@ -367,6 +367,8 @@ def _scratch(work: Path, modules: List[str]) -> Path:
         "pytest_add_cli_args_test_selection =",
         *(f"    {arg}" for arg in TESTS),
         "pytest_add_cli_args =",
+        "    -n",
+        "    0",
         "    -p",
         "    no:cacheprovider",
         "process_isolation = forkserver",

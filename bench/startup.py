@@ -17,8 +17,9 @@ user waits for the smaller study from the command line (`python -m hpstudy run .
 the driver's own imports and its exit on top of run_study.
 With --reuse the same studies run again on one Ray started once before them (`ray start --head` on a
 free loopback port, as a user would for many short studies, joined with --address): `reused_ray`
-holds their walls, fixed and per-trial cost; what is left of the fixed cost there is the actors'
-imports and Tune. Refused when a Ray already runs on this machine (the bench stops the one it started).
+holds their walls, fixed and per-trial cost (or `error`, the first part kept); what is left of the fixed
+cost there is the actors' imports and Tune. Refused before anything runs when a Ray already runs on this
+machine; the bench ends only the Ray it started.
 Targets: fixed <= 6 s, per trial <= 0.05 s.
 """
 
@@ -28,6 +29,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
@@ -104,25 +106,38 @@ def _ray_command(*args: str) -> List[str]:
     return [found, *args]
 
 
-def ray_is_running() -> bool:
-    """Whether a Ray runs on this machine (`ray status` finds one)."""
-    found = subprocess.run(_ray_command("status"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return found.returncode == 0
+def ray_is_running(address: Optional[str] = None) -> bool:
+    """Whether a Ray runs on this machine, or at `address` (`ray status` finds one)."""
+    command = _ray_command("status", *(["--address", address] if address else []))
+    return subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode == 0
 
 
 @contextlib.contextmanager
-def running_ray(concurrency: int) -> Iterator[str]:
-    """A Ray started once with `ray start --head` on a free loopback port; yields its address, stops it after."""
-    if ray_is_running():
-        raise RuntimeError("bench.startup --reuse: a Ray already runs on this machine; stop it (`ray stop`) first")
+def running_ray(concurrency: int, timeout: float = 120.0) -> Iterator[str]:
+    """A Ray started once with `ray start --head --block` on a free loopback port, in a process group of its
+    own; yields its address once it answers and ends that Ray after, so no other Ray on the machine is touched."""
     address = f"127.0.0.1:{_free_port()}"
-    start = ["start", "--head", "--node-ip-address", "127.0.0.1", "--port", address.split(":")[1]]
+    start = ["start", "--head", "--block", "--node-ip-address", "127.0.0.1", "--port", address.split(":")[1]]
     start += ["--num-cpus", str(concurrency), "--include-dashboard", "false", "--disable-usage-stats"]
-    subprocess.run(_ray_command(*start), check=True, stdout=sys.stderr, stderr=sys.stderr)
+    head = subprocess.Popen(_ray_command(*start), stdout=sys.stderr, stderr=sys.stderr, start_new_session=True)
     try:
+        deadline = time.monotonic() + timeout
+        while not ray_is_running(address):
+            if head.poll() is not None:
+                raise RuntimeError(f"bench.startup --reuse: `ray start` exited with {head.returncode}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"bench.startup --reuse: no Ray answered at {address} within {timeout:.0f} s")
+            time.sleep(0.5)
         yield address
     finally:
-        subprocess.run(_ray_command("stop"), check=False, stdout=sys.stderr, stderr=sys.stderr)
+        # SIGTERM to `ray start` alone: it drains its node through the GCS, then stops what it started (the
+        # whole group at once would end the GCS first and leave the drain waiting 30 s for it)
+        head.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            head.wait(timeout=60)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(head.pid, signal.SIGKILL)  # whatever of its group is left
+        head.wait()
 
 
 def reused_ray_walls(sizes: Sequence[int], concurrency: int) -> Dict[str, object]:
@@ -172,6 +187,8 @@ def main() -> None:
         parser.error(str(exc))
     if args.concurrency < 1:
         parser.error(f"--concurrency: bad value {args.concurrency}; allowed: >= 1")
+    if args.reuse and ray_is_running():
+        parser.error("--reuse: a Ray already runs on this machine; stop it (`ray stop`) first")
     print("bench.startup: the actor's imports, then Ray alone ...", file=sys.stderr, flush=True)
     parts = {"actor_import_s": import_wall(ACTOR_IMPORTS), "interpreter_s": import_wall("pass")}
     parts.update(ray_session_walls(args.concurrency))
@@ -182,7 +199,12 @@ def main() -> None:
     print("bench.startup: the smaller study from the command line ...", file=sys.stderr, flush=True)
     command = command_wall(sizes[0], args.concurrency)
     line = line_through(sorted(walls.items()))
-    reused = {"reused_ray": reused_ray_walls(sizes, args.concurrency)} if args.reuse else {}
+    reused: Dict[str, object] = {}
+    if args.reuse:
+        try:
+            reused["reused_ray"] = reused_ray_walls(sizes, args.concurrency)
+        except (RuntimeError, subprocess.CalledProcessError) as exc:  # the first part still prints
+            reused["reused_ray"] = {"error": str(exc)}
     rounded = lambda values: {k: round(v, 3) for k, v in values.items()}
     print(
         json.dumps(

@@ -60,7 +60,8 @@ STYLE = os.path.join(os.path.dirname(__file__), "hpstudy.mplstyle")
 SIZES = {"column": 3.4, "text": 7.0}  # preset widths in inches: a journal's column and text width
 PNG_DPI = 300
 # a figure of more trial points than this draws them as an image (at PNG_DPI) inside its PDF and SVG, axes and text
-# still vector: 20,000 points as vector markers made a 3 MB SVG and an 18 MB report page (docs/performance.md)
+# still vector: at 20,000 trials the scatter's vector markers made a 1.8 MB SVG and the report page 18 MB
+# (docs/performance.md)
 RASTER_POINTS = 2000
 OKABE_ITO = {
     "blue": "#0072B2",
@@ -1030,6 +1031,7 @@ def generalization_figure(
                 alpha=0.5,
                 label="_trials",
                 rasterized=len(table) > RASTER_POINTS,
+                zorder=1.9,  # every model's trials before the medians: one image per panel when rasterized
                 **st,
             )
             ax.plot(

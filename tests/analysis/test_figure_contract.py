@@ -329,7 +329,7 @@ def test_a_caption_names_the_optimizers_epochs_the_range_of_trials_per_model_and
 
 def test_a_band_is_shaded_over_the_same_x_as_its_line():
     """Each band (a filled area labelled `_band`, no outline) spans the x of the line drawn before it: the
-    Δs of a Δ-EDF, the k of an expected best (1..n per model)."""
+    Δs of a Δ-EDF, the k of an expected best (stats.budget_grid per model)."""
     for name in ("delta_edf", "expected_best"):
         for ax in _draw(name, "text").axes:
             lines = [line for line in ax.get_lines() if not line.get_label().startswith("_")]

@@ -69,6 +69,7 @@ def test_each_figure_has_one_name_and_no_figure_pools_training_lengths(epochs, o
     several = len(epochs) > 1
     assert lengths == ({"error_vs_epochs", "delta_error_vs_epochs", "best_of_k_lengths"} if several else set())
     # a best-of-k figure per comparison the design holds, in its section; a pair's curve is one cell's k = 1..n
+    # (stats.budget_grid: every k up to BUDGET_DENSE, which these cells are below)
     best_of_k = {p.section: p.table for p in planned if p.name.startswith("best_of_k_")}
     held = {"models": True, "optimizers": len(optimizers) > 1, "lengths": several}
     assert set(best_of_k) == {kind for kind, holds in held.items() if holds}
