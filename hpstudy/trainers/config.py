@@ -10,7 +10,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Dict, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from hpstudy.trainers.data_spec import MAX_SEED, SHA256, DataSpec, finite_in, raise_first_bad, whole_in
 from hpstudy.trainers.errors import ConfigError, shown
@@ -78,6 +78,20 @@ ADDED_SINCE_0_1 = {
     "compile": "off",
 }
 DATASET_ADDED_SINCE_0_1 = {"digest": None}  # the same for fields of the nested `dataset`
+# fields whose check reads their own value only: no other check, default or key rule (to_json) reads them, so a
+# config that differs from a validated one in these alone is valid when they pass (sampling.expand_cell)
+OWN_CHECKS: Dict[str, Tuple[Callable[[Any], bool], str]] = {
+    "lr": (lambda value: finite_in(value, 0, open_low=True), "> 0 (a finite number)"),
+    "wd": (lambda value: finite_in(value, 0), ">= 0 (a finite number)"),
+    "seed": (lambda value: whole_in(value, 0, MAX_SEED), "an integer in [0, 2**63)"),
+}
+
+
+def own_checks(values: Dict[str, Any]) -> List[Tuple[str, Any, bool, str]]:
+    """The (field, value, allowed?, what is allowed) checks of `values`' OWN_CHECKS fields, in that order."""
+    return [
+        (name, values[name], ok(values[name]), allowed) for name, (ok, allowed) in OWN_CHECKS.items() if name in values
+    ]
 
 
 def _doc(text: str, default: Any = dataclasses.MISSING, **kwargs) -> Any:
@@ -235,9 +249,7 @@ class TrialConfig:
             [
                 ("optimizer", self.optimizer, self.optimizer in OPTIMIZERS, f"one of {OPTIMIZERS}"),
                 ("epochs", self.epochs, whole_in(self.epochs, 1, MAX_EPOCHS), f"an integer in [1, {MAX_EPOCHS}]"),
-                ("lr", self.lr, finite_in(self.lr, 0, open_low=True), "> 0 (a finite number)"),
-                ("wd", self.wd, finite_in(self.wd, 0), ">= 0 (a finite number)"),
-                ("seed", self.seed, whole_in(self.seed, 0, MAX_SEED), "an integer in [0, 2**63)"),
+                *own_checks({name: getattr(self, name) for name in OWN_CHECKS}),
                 (
                     "batch_size",
                     self.batch_size,

@@ -15,7 +15,7 @@ from typing import Dict, Tuple
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hpstudy.study.sampling import expand
+from hpstudy.study.sampling import _planned, cells, expand, expand_cell, sampled_values
 from hpstudy.study.spec import parse_spec
 from hpstudy.trainers.config import TrialConfig
 from tests.helpers import REPO, small_spec
@@ -90,8 +90,21 @@ def test_every_trial_of_a_spec_has_its_own_key_and_a_key_is_the_hash_of_its_conf
     for t in trials:
         config = TrialConfig.from_dict(t.config, check_model=False)
         assert config.key == t.key  # the key is recomputed from the config alone
+        assert config.to_dict() == t.config  # as validated whole, in a cell whose trials vary only lr, wd, seed too
         design = dict(model=t.model, optimizer=t.optimizer, epochs=t.epochs, seed=t.seed)
         assert {name: t.config[name] for name in design} == design
+
+
+@settings(max_examples=30)
+@given(raw_specs())
+def test_a_cells_trials_are_those_that_validating_each_trial_whole_gives(raw):
+    """expand_cell's fast path (a cell varying lr, wd and seed alone: the first trial validated whole, the rest
+    filled in) and its general one give each trial's key, config and place as _planned, which validates it."""
+    spec = parse_spec(raw)
+    for cell in cells(spec):
+        samples = sampled_values(spec, *cell)
+        whole = [_planned(spec, *cell, i, values, seed) for i, values in enumerate(samples) for seed in spec.seeds]
+        assert expand_cell(spec, *cell) == whole
 
 
 @settings(max_examples=30)
@@ -130,7 +143,7 @@ def test_a_trials_key_does_not_depend_on_the_rest_of_the_spec(raw, data):
 
 SCRIPT = """
 import json, sys
-from hpstudy.study.sampling import expand
+from hpstudy.study.sampling import _planned, cells, expand, expand_cell, sampled_values
 from hpstudy.study.spec import parse_spec
 print(json.dumps([[t.key for t in expand(parse_spec(raw))] for raw in json.load(sys.stdin)]))
 """

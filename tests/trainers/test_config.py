@@ -3,9 +3,11 @@
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from hpstudy.trainers.config import MAX_BATCH, MAX_EPOCHS, TrialConfig
-from hpstudy.trainers.errors import ConfigError
+from hpstudy.trainers.config import MAX_BATCH, MAX_EPOCHS, OWN_CHECKS, TrialConfig, own_checks
+from hpstudy.trainers.errors import ConfigError, shown
 
 BASE = dict(model="cnn_tiny", optimizer="sgd", epochs=4, lr=0.1, wd=0.0, batch_size=8, device="cpu")
 
@@ -97,3 +99,28 @@ def test_a_dataset_that_is_not_a_data_spec_is_refused_by_name():
     """A TrialConfig built directly (not through from_dict) with a dataset name instead of a DataSpec."""
     with pytest.raises(ConfigError, match=r"^dataset: bad value 'digits'; allowed: a DataSpec$"):
         TrialConfig(**BASE, dataset="digits").validate(check_model=False)
+
+
+@settings(max_examples=200)
+@given(
+    st.sampled_from(sorted(OWN_CHECKS)),
+    st.one_of(
+        st.floats(allow_nan=True, allow_infinity=True),
+        st.integers(-(2**70), 2**70),
+        st.booleans(),
+        st.none(),
+        st.text(max_size=3),
+    ),
+)
+def test_a_field_checked_on_its_own_fails_validation_exactly_when_its_own_check_does(name, value):
+    """sampling.expand_cell validates a cell's first trial whole and checks only the OWN_CHECKS fields of the
+    rest: so a config that differs from a valid one in such a field alone must be valid exactly when that
+    field's own check passes, and fail with the same message."""
+    base = {"model": "cnn_tiny", "optimizer": "adamw", "epochs": 2, "lr": 1e-3, "wd": 0.05, "seed": 0}
+    ((_, _, ok, allowed),) = own_checks({name: value})
+    try:
+        TrialConfig.from_dict(dict(base, **{name: value}), check_model=False)
+    except ConfigError as exc:
+        assert not ok and str(exc) == f"{name}: bad value {shown(value)}; allowed: {allowed}"
+    else:
+        assert ok
