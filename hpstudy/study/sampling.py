@@ -10,7 +10,7 @@ import hashlib
 import json
 import math
 from dataclasses import dataclass
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 import pandas as pd
@@ -168,12 +168,14 @@ def _json_scalar(value: Any) -> str:
     return repr(value) if type(value) in (float, int) else json.dumps(value)
 
 
-def _varying(template: TrialConfig, names: List[str]) -> Tuple[List[str], List[str]]:
+def _varying(template: TrialConfig, names: List[str]) -> Optional[Tuple[List[str], List[str]]]:
     """The template's canonical JSON (to_json) cut where the `names` fields' values stand: (the text between
-    them, the names in the order they appear)."""
+    them, the names in the order they appear); None where a mark stands elsewhere too (a path that holds it)."""
     marks: Dict[str, Any] = {name: f"\x00{name}\x00" for name in names}
     text = dataclasses.replace(template, **marks).to_json()  # replace builds without validating: marks are str
     quoted = {name: json.dumps(mark) for name, mark in marks.items()}
+    if any(text.count(mark) != 1 for mark in quoted.values()):
+        return None
     ordered = sorted(names, key=lambda name: text.index(quoted[name]))
     parts = []
     for name in ordered:
@@ -188,16 +190,19 @@ def expand_cell(spec: StudySpec, model: str, optimizer: str, epochs: int) -> Lis
     others check those fields and fill them into its config and canonical JSON, giving the keys and configs
     that validating each whole gives, about 4x faster (docs/performance.md)."""
     samples = sampled_values(spec, model, optimizer, epochs)
-    names = list(dict.fromkeys([*samples[0], "seed"]))
-    if not set(names) <= set(OWN_CHECKS):
+    names = list(dict.fromkeys([name for values in samples[:1] for name in values] + ["seed"]))
+    cut = None
+    if samples and spec.seeds and set(names) <= set(OWN_CHECKS):
+        template = _config(spec, model, optimizer, epochs, samples[0], spec.seeds[0])
+        cut = _varying(template, names)
+    if cut is None:
         return [
             _planned(spec, model, optimizer, epochs, i, values, seed)
             for i, values in enumerate(samples)
             for seed in spec.seeds
         ]
-    template = _config(spec, model, optimizer, epochs, samples[0], spec.seeds[0])
     config = template.to_dict()
-    parts, ordered = _varying(template, names)
+    parts, ordered = cut
     # each trial's first bad field as validating it whole would name it: sample 0, then the seeds, then the rest
     for values in [samples[0], *({"seed": seed} for seed in spec.seeds), *samples[1:]]:
         raise_first_bad(own_checks(values), ConfigError)

@@ -107,6 +107,28 @@ def test_a_cells_trials_are_those_that_validating_each_trial_whole_gives(raw):
         assert expand_cell(spec, *cell) == whole
 
 
+@settings(max_examples=60)
+@given(
+    st.lists(
+        st.sampled_from(["\x00lr\x00", "\x00wd\x00", "\x00seed\x00", '"', "%", "%s", "\\", "/x", "é"]),
+        min_size=1,
+        max_size=4,
+    ),
+    st.sampled_from(["path", "init"]),
+)
+def test_free_text_in_a_config_moves_no_key_of_a_cell_that_varies_lr_wd_and_seed(pieces, where):
+    """A dataset path or init file (unchecked, as `hpstudy status --config` reads a spec) holding the text the
+    fast path marks its fields with, quotes, % or backslashes: each trial as validating it whole gives."""
+    text = "".join(pieces)
+    recipe = dict(small_spec()["recipe"], **({"init": "/" + text} if where == "init" else {}))
+    dataset = {"name": "cifar10", "path": text} if where == "path" else small_spec()["dataset"]
+    spec = parse_spec(small_spec(recipe=recipe, dataset=dataset, seeds=[0, 7]), check_paths=False)
+    for cell in cells(spec):
+        samples = sampled_values(spec, *cell)
+        whole = [_planned(spec, *cell, i, values, seed) for i, values in enumerate(samples) for seed in spec.seeds]
+        assert expand_cell(spec, *cell) == whole
+
+
 @settings(max_examples=30)
 @given(raw_specs(), st.randoms(use_true_random=False))
 def test_listing_the_specs_lists_in_another_order_moves_no_key(raw, rng):
