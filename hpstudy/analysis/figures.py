@@ -352,16 +352,23 @@ def save_figure(fig: Union[Figure, Plot], out_dir: str, name: str, data: pd.Data
     stem = os.path.join(out_dir, name)
     dated = "SOURCE_DATE_EPOCH" in os.environ
     paths, figure = {}, fig.fig if isinstance(fig, Plot) else fig
+    engine = figure.get_layout_engine()
     with matplotlib.rc_context(
         {"pdf.fonttype": 42, "ps.fonttype": 42, "svg.hashsalt": "hpstudy"}
     ):  # whatever the style
-        for ext, metadata in (
-            ("pdf", {} if dated else {"CreationDate": None}),
-            ("svg", {} if dated else {"Date": None}),
-            ("png", {}),
-        ):
-            paths[ext] = f"{stem}.{ext}"
-            figure.savefig(paths[ext], metadata=metadata, dpi=PNG_DPI)
+        try:
+            for ext, metadata in (
+                ("pdf", {} if dated else {"CreationDate": None}),
+                ("svg", {} if dated else {"Date": None}),
+                ("png", {}),
+            ):
+                paths[ext] = f"{stem}.{ext}"
+                figure.savefig(paths[ext], metadata=metadata, dpi=PNG_DPI)
+                if engine is not None:  # the PDF's layout for the other two: with an engine each save draws
+                    figure.set_layout_engine("none")  # the figure once more to lay it out (docs/performance.md)
+        finally:
+            if engine is not None:
+                figure.set_layout_engine(engine)  # the caller's figure as it was
     data.to_csv(f"{stem}.csv", index=False, float_format="%.6g")
     paths["csv"] = f"{stem}.csv"
     with open(f"{stem}.json", "w") as f:

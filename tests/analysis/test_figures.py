@@ -17,6 +17,7 @@ from hpstudy.analysis.edf import bootstrap_band, edf_table, step_points
 from hpstudy.analysis.figures import (
     PALETTE,
     RASTER_POINTS,
+    SIZES,
     delta_edf_figure,
     delta_error_vs_epochs_figure,
     delta_error_vs_epochs_table,
@@ -295,6 +296,23 @@ def test_a_report_draws_lr_wd_figures_of_sampled_cells_only_each_stating_its_cel
         assert stated == ("adamw", 1, {"vit_p_tiny": 2})
     best = pd.read_csv(tmp_path / "error_vs_epochs.csv")  # the best of each cell's two errors
     assert best[["epochs", "error"]].values.tolist() == [[1, 30], [2, 25]] and set(best["metric"]) == {"final"}
+
+
+@pytest.mark.parametrize("size", sorted(SIZES))
+def test_a_figure_is_laid_out_for_its_pdf_and_saved_in_every_format_at_that_layout(tmp_path, size):
+    """save_figure runs the figure's layout engine for the PDF only (with an engine, each savefig draws the
+    figure once more to lay it out) and draws the SVG and PNG at the PDF's positions, which are those of the
+    figure saved as a PDF alone; the figure keeps its engine (users save the Plot again)."""
+    table = edf_table(make_trials(n=8))
+    plot, alone = delta_edf_figure(table, size=size), delta_edf_figure(table, size=size)
+    engine, runs = plot.fig.get_layout_engine(), []
+    execute = engine.execute
+    engine.execute = lambda fig: (runs.append(fig), execute(fig))[1]
+    paths = save_figure(plot, str(tmp_path), "d", table, {"metric": "paper"})
+    assert len(runs) == 1 and set(paths) >= {"pdf", "svg", "png"}  # was once per format
+    assert plot.fig.get_layout_engine() is engine
+    alone.fig.savefig(tmp_path / "alone.pdf")
+    assert [ax.get_position().bounds for ax in plot.fig.axes] == [ax.get_position().bounds for ax in alone.fig.axes]
 
 
 def test_source_date_epoch_is_honoured(tmp_path, monkeypatch):
