@@ -356,6 +356,14 @@ def _scratch(work: Path, modules: List[str]) -> Path:
             shutil.copytree(source, path / name, ignore=ignore, symlinks=True)
         elif source.exists():
             shutil.copy2(source, path / name)
+    (path / "setup.cfg").write_text(
+        mutmut_config(modules, [n for n in copied if n not in {"hpstudy", "tests", *links}])
+    )
+    return path
+
+
+def mutmut_config(modules: List[str], also_copy: List[str]) -> str:
+    """The scratch tree's setup.cfg: what mutmut mutates, copies beside its mutants and runs pytest with."""
     lines = [
         "[mutmut]",
         "source_paths =",
@@ -363,7 +371,7 @@ def _scratch(work: Path, modules: List[str]) -> Path:
         "only_mutate =",
         *(f"    {_installed(module)}" for module in modules),
         "also_copy =",
-        *(f"    {name}" for name in copied if name not in {"hpstudy", "tests", *links}),
+        *(f"    {name}" for name in also_copy),
         "pytest_add_cli_args_test_selection =",
         *(f"    {arg}" for arg in TESTS),
         "pytest_add_cli_args =",
@@ -375,8 +383,7 @@ def _scratch(work: Path, modules: List[str]) -> Path:
         "use_git_change_detection = false",
         "",
     ]
-    (path / "setup.cfg").write_text("\n".join(lines))
-    return path
+    return "\n".join(lines)
 
 
 def _mutants(path: Path, modules: List[str]) -> Dict[str, Dict[str, str]]:

@@ -4,7 +4,7 @@ in exactly one pool, so a moved module is never silently left out of the draw.""
 import configparser
 import os
 
-from bench.mutation import EXCLUDED, FOLDERS, _scratch, modules_of
+from bench.mutation import EXCLUDED, FOLDERS, modules_of, mutmut_config
 from tests.helpers import module_files
 
 
@@ -30,12 +30,12 @@ def test_every_module_of_every_package_is_in_exactly_one_pool():
     assert {"study/store/read.py", "study/tune/store_writer.py", "analysis/findings/text.py"} <= set(pooled)
 
 
-def test_every_pytest_run_of_the_mutation_bench_is_one_process(tmp_path):
+def test_every_pytest_run_of_the_mutation_bench_is_one_process():
     """mutmut runs a mutant's tests with pytest_add_cli_args only (not the selection's), so both must turn
     pyproject.toml's xdist workers off: mutmut records which tests reach a function and switches the mutant
     on inside its own pytest process, which workers (other processes) escape."""
     config = configparser.ConfigParser()
-    config.read(_scratch(tmp_path, ["analysis/edf.py"]) / "setup.cfg")
+    config.read_string(mutmut_config(["analysis/edf.py"], ["docs"]))
     for key in ("pytest_add_cli_args", "pytest_add_cli_args_test_selection"):
         args = config["mutmut"][key].split()
         assert ["-n", "0"] in [args[i : i + 2] for i in range(len(args) - 1)], (key, args)
