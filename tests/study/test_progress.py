@@ -107,6 +107,9 @@ def _events(printer):
 
 def test_in_a_notebook_auto_shows_a_tqdm_bar_of_the_stored_trials_instead_of_lines(monkeypatch, capsys, caplog):
     _shell(monkeypatch, "IPKernelApp")
+    # a wide bar: tqdm 4.66 (the oldest pyproject.toml allows) reads its width from COLUMNS when its stream is no
+    # terminal, and pytest-xdist's workers set COLUMNS=80, which cut the bar's text
+    monkeypatch.setenv("COLUMNS", "500")
     with progress_display("auto"):
         printer = _printer(["ok", "failed"], 10)
     with caplog.at_level(logging.INFO, logger="hpstudy"):
