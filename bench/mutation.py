@@ -48,6 +48,8 @@ TESTS = [
     "not slow",
     "-n",  # one process: mutmut maps and runs tests itself (pyproject.toml's addopts would start xdist workers)
     "0",  # also in pytest_add_cli_args below, since mutmut runs a mutant's tests without these selection args
+    "-p",  # nor the seed-reach plugin (tests/seed_reach.py): its probes would run each mutant's seeded calls twice
+    "no:tests.seed_reach",
     "--deselect",
     "tests/study/test_spec.py::test_bundled_configs_are_valid",
     "--deselect",
@@ -379,6 +381,8 @@ def mutmut_config(modules: List[str], also_copy: List[str]) -> str:
         "    0",
         "    -p",
         "    no:cacheprovider",
+        "    -p",
+        "    no:tests.seed_reach",
         "process_isolation = forkserver",
         "use_git_change_detection = false",
         "",

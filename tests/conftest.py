@@ -38,6 +38,9 @@ import pytest  # noqa: E402
 
 from tests.helpers import free_port  # noqa: E402
 
+# Fails a test that varies a seed no result depends on (tests/seed_reach.py; `-p no:tests.seed_reach` turns it off)
+pytest_plugins = ["tests.seed_reach"]
+
 
 @pytest.fixture
 def s3_root(monkeypatch):

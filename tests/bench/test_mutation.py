@@ -30,12 +30,14 @@ def test_every_module_of_every_package_is_in_exactly_one_pool():
     assert {"study/store/read.py", "study/tune/store_writer.py", "analysis/findings/text.py"} <= set(pooled)
 
 
-def test_every_pytest_run_of_the_mutation_bench_is_one_process():
+def test_every_pytest_run_of_the_mutation_bench_is_one_process_without_seed_probes():
     """mutmut runs a mutant's tests with pytest_add_cli_args only (not the selection's), so both must turn
-    pyproject.toml's xdist workers off: mutmut records which tests reach a function and switches the mutant
-    on inside its own pytest process, which workers (other processes) escape."""
+    pyproject.toml's xdist workers off (mutmut records which tests reach a function and switches the mutant
+    on inside its own pytest process, which workers escape) and the seed-reach plugin (its probes would run
+    a mutant's seeded calls twice)."""
     config = configparser.ConfigParser()
     config.read_string(mutmut_config(["analysis/edf.py"], ["docs"]))
     for key in ("pytest_add_cli_args", "pytest_add_cli_args_test_selection"):
         args = config["mutmut"][key].split()
-        assert ["-n", "0"] in [args[i : i + 2] for i in range(len(args) - 1)], (key, args)
+        pairs = [args[i : i + 2] for i in range(len(args) - 1)]
+        assert ["-n", "0"] in pairs and ["-p", "no:tests.seed_reach"] in pairs, (key, args)
