@@ -26,7 +26,7 @@ from hpstudy.trainers.train import main as train_main
 from tests.helpers import PACKAGES, REPO, module_files, small_spec
 
 TESTS = os.path.join(REPO, "tests")
-SHARED_TEST_MODULES = {"tests.helpers", "tests.conftest"}
+SHARED_TEST_MODULES = {"tests.helpers", "tests.conftest", "tests.seed_reach"}  # helpers, fixtures, the seed plugin
 PARTITION_COLUMN = "study"  # added by the store's readers from the study=<name> folder, not stored in a row
 TORCH_FREE_TRAINERS = {"hpstudy.trainers.errors", "hpstudy.trainers.schema", "hpstudy.trainers.zoo"}
 
