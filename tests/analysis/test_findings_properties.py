@@ -2,9 +2,9 @@
 over generated trial tables and samples (Hypothesis):
 
 1. One table, one object: for every finding of every kind, each number its claims-table row, its
-   findings-table row and its report.json record (`as_dict`) state equals the number its sentence states,
-   after rounding, with the same sign and orientation (read back by parsing the sentence); and listing the
-   models the other way round mirrors every verdict.
+   findings-table row, the report page's row and its report.json record (`as_dict`) state equals the number
+   its sentence states, after rounding, with the same sign and orientation (read back by parsing the
+   sentence); and listing the models the other way round mirrors every verdict.
 2. The Δ-EDF test (`delta_test`, `nearer_prob`): a probability and a p in range, a verdict only where the
    p is settled at alpha, and the invariances of a test of shapes (location, order of the groups).
 3. Welch, the best rule and Holm's bounds: symmetric in the groups, bounds that bound.
@@ -47,6 +47,7 @@ from hpstudy.analysis.inference import (
     nearer_prob,
     welch,
 )
+from hpstudy.analysis.report_page import findings_rows
 
 MODELS = ("vit_p_tiny", "vit_c_tiny", "cnn_tiny", "timm:resnet10t")
 IMAGES = 360  # the grid errors lie on: k of 360 validation images, as in the reproduction
@@ -419,6 +420,55 @@ def check_claim(f: Finding, claim: pd.Series, read: object) -> None:
         assert claim["verdict"] == ("borderline" if f.verdict_holm == "borderline" else "not decided")
 
 
+def _page_p(p: float, text: str) -> bool:
+    """A p as the page's table shows it ('0.012', '< 0.001', '≤ 0.00012', '–' for none) against the p."""
+    if p is None:
+        return text == "–"
+    return p_agrees(p, f"p {text}" if text[0] in "<≤" else f"p = {text}")
+
+
+PAGE_VERDICT = {  # verdict after Holm -> what the page's words name: the model, optimizer or length favoured
+    "adamw_better": "AdamW lower",
+    "sgd_better": "SGD lower",
+    "shorter_worse": "shorter schedule higher",
+    "shorter_better": "shorter schedule lower",
+}
+
+
+def check_page_row(f: Finding, row: pd.Series, read: object) -> None:
+    """The report page's row of a finding (report_page.findings_rows): its numbers are the sentence's with the
+    same sign (the page's mean Δ is second − first, the sentence's first − second), intervals low to high,
+    p and Holm's p as the finding's, and the verdict's words favour the finding's side."""
+    assert row["models" if len(f.models) > 1 else "model"] == " vs ".join(model_label(m) for m in f.models)
+    assert row["n"] == "/".join(map(str, f.n))
+    assert _page_p(f.p, row["p"]) and _page_p(f.p_holm, row["p after Holm"]), (row, f.p, f.p_holm)
+    interval = rf"(?: \[({NUMBER}), ({NUMBER})\])?"
+    if isinstance(f.detail, DeltaDetail):
+        assert same_number(row["P(first's trial nearer its best)"], read["P"], 1e-9)
+        shown = row["mean Δ, second − first (pts) [95% CI]"]
+        mean, low, high = one(rf"^({NUMBER}){interval}$", shown, "page mean Δ").groups()
+        assert agrees(-float(read["mean"]), mean, 0.05), (mean, read, f.sentence)
+        # the sentence's interval is to one decimal (its half unit, 0.05, is the slack), the page's to two
+        assert low is not None and agrees(-read["interval"][1], low, 0.05) and agrees(-read["interval"][0], high, 0.05)
+    else:
+        shown = row["estimate (pts) [95% CI]" if "estimate (pts) [95% CI]" in row else "estimate (pts)"]
+        value, low, high = one(rf"^{re.escape(f.detail.quantity)} = ({NUMBER}){interval}$", shown, "page").groups()
+        assert same_number(value, read), (value, read, f.sentence)
+        assert (low is None) == (f.test.ci is None)
+        if low is not None:
+            assert agrees(min(f.test.ci), low) and agrees(max(f.test.ci), high) and float(low) <= float(high)
+    words = row["verdict after Holm"]
+    if f.verdict_holm in PAGE_VERDICT:
+        assert words == PAGE_VERDICT[f.verdict_holm]
+    elif f.verdict_holm in ("a_better", "b_better"):
+        favoured = model_label(f.models[0] if f.verdict_holm == "a_better" else f.models[-1])
+        assert words.startswith(f"{favoured}'s trials" if f.kind == "edf_pair" else f"{favoured} ")
+    else:
+        assert words.startswith(
+            {"borderline": "borderline", "inconclusive": ("not decided", "cannot be")}[f.verdict_holm]
+        )
+
+
 def check_scope(found: Sequence[Finding], trials: pd.DataFrame) -> None:
     scope, tested = found[0], found[1:]
     assert scope.kind == "scope" and scope.verdict == "info" and all(f.kind != "scope" for f in tested)
@@ -456,9 +506,11 @@ def check_one_object(found: List[Finding], trials: pd.DataFrame) -> None:
     assert len(claims) == len(claimed)
     claim_rows = dict(zip(map(id, claimed), (row for _, row in claims.iterrows())))
     tables = {kind: findings_table(found, kind) for kind in {f.kind for f in found[1:]}}
+    pages = {kind: findings_rows(found, kind) for kind in tables}
     seen: Dict[str, int] = {}
     for f, record in zip(found[1:], records[1:]):
         row = tables[f.kind].iloc[seen.setdefault(f.kind, 0)]
+        page = pages[f.kind].iloc[sum(g.kind == f.kind and g.test is not None for g in found[1 : found.index(f)])]
         seen[f.kind] += 1
         if len(f.models) == 2:
             assert [row["model a"], row["model b"]] == list(f.models)
@@ -468,6 +520,8 @@ def check_one_object(found: List[Finding], trials: pd.DataFrame) -> None:
         read = check_delta(f, row) if f.kind == "edf_pair" else check_gap(f, row)
         if id(f) in claim_rows:
             check_claim(f, claim_rows[id(f)], read)
+        if f.test is not None:
+            check_page_row(f, page, read)
 
 
 MIRROR = {"a_better": "b_better", "b_better": "a_better"}
