@@ -230,6 +230,23 @@ EQUIVALENT = {
         ('adamw = group.loc[group["optimizer"] == "adamw", ERR].to_numpy(None)',),
     ): _FLOAT_METRIC,
     ("analysis/gaps.py", "peak_table", ('for model, group in rows.kept.groupby("model", observed=True):',)): _SORTED,
+    ("analysis/gaps.py", "peak_table", ('for model, group in rows.kept.groupby("model", sort=True, ):',)): _OBSERVED,
+    (
+        "analysis/inference.py",
+        "_first",
+        ("counts = np.cumsum(members[:, :head], axis=1, )",),
+    ): "int64 counts instead of int32: the same counts (at most a row's length); int32 only halves the memory",
+    (
+        "analysis/inference.py",
+        "raw_ps",
+        ("span = 3 * float(max(np.abs(x).max(), np.abs(y).max())) + 1",),
+    ): "any span above twice the largest |atom| keeps each study's atoms and queries apart: 3x as 2x; a tie "
+    "x = -y stays a tie (offset + x either way)",
+    (
+        "analysis/stats.py",
+        "_fanova",
+        ("return dict(optuna.importance.get_param_importances(study, evaluator=evaluator, ))",),
+    ): "normalize=True is Optuna's default for get_param_importances",
     (
         "trainers/optim.py",
         "build_schedule",
@@ -274,6 +291,11 @@ EQUIVALENT = {
         ('tune.report({"final": 2, "top1_err": min(r["top1_err"] for r in rows), "rows_json": json.dumps(rows)})',),
     ): 'nothing reads the "final" metric\'s value (the store writer reads rows_json and trial_error; '
     "Tune only sees that it is reported)",
+    (
+        "hpstudy/cli.py",
+        "add_run_args",
+        ("-default=None,",),
+    ): "None is argparse's default for an option not given: --gpu-memory-gb is None either way",
     (
         "hpstudy/cli.py",
         "add_run_args",

@@ -65,3 +65,18 @@ def test_measure_counts_decisions_with_the_rates_own_standard_error():
     assert got["mc_se"] == pytest.approx(math.sqrt(got["rate"] * (1 - got["rate"]) / 200))
     assert set(HELD) == {"welch", "welch_pair", "best", "best_pair", "delta"}
     assert all(null in NULLS for nulls in HELD.values() for null in nulls)
+
+
+@pytest.mark.parametrize("name", [n for n, (_, weights, _) in RULES_MEASURED.items() if len(weights) == 2])
+def test_every_two_group_rule_decides_a_far_pair_and_not_a_sample_against_its_copy(name):
+    """Each rule the calibration measures, on the same data in both orders: 30 trials 10 points apart (and
+    spread unlike each other) decide; a sample against an exact copy of itself does not (a p of 1)."""
+    rule, weights, _ = RULES_MEASURED[name]
+    rng = np.random.default_rng(3)
+    near = 10 + rng.exponential(1.0, 30)
+    far = 20 + rng.exponential(4.0, 30)
+    if name != "delta_oracle":  # the oracle is told the groups share a location: a shift is not its question
+        assert rule([near, far], weights) and rule([far, near], weights)
+    else:
+        assert rule([near, 10 + (near - 10) * 6], weights)  # one location, another spread
+    assert not rule([near, near.copy()], weights)

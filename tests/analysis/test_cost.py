@@ -46,6 +46,8 @@ def test_a_trial_without_a_wall_time_costs_nothing_known():
     frame = pd.DataFrame({"wall_s": [3600.0, np.nan, 7200.0]})
     assert trial_hours(frame).tolist()[::2] == [1.0, 2.0] and np.isnan(trial_hours(frame).iloc[1])
     assert trial_hours(frame.drop(columns="wall_s")).isna().all()
+    named = [trial_hours(f).name for f in (frame, frame.drop(columns="wall_s"), frame.assign(node="n0"))]
+    assert named == ["hours"] * 3  # one column name whichever way the hours were found
 
 
 def test_equal_wall_times_are_one_group_only_within_a_cell_on_a_node_of_a_store():

@@ -62,8 +62,19 @@ def test_shared_trials_count_once_and_sources_are_never_pooled():
     assert {f.n for f in pairs} == {(12, 12), (8, 8)}
     assert all(f.family == len([t for t in tested if t.test.decidable]) for f in tested)
     assert all(f.sentence.startswith(f"[{' + '.join(f.studies)}] ") for f in tested)
+    assert (
+        "(the family: every finding below whose design can reach α, declared over a + b and c; studies "
+        in (scope.sentence)
+        and "each counted once (8 rows))" in scope.sentence
+    )
     with pytest.raises(StatsError, match="findings_across: tables: bad value"):
         findings_across({})
+
+
+def test_studies_that_share_nothing_are_declared_without_a_count_of_shared_rows():
+    found = findings_across({"a": _table("s", range(8)), "b": _table("t", range(8), model="vit_p_tiny", shift=3)})
+    assert found[0].detail.shared == 0
+    assert "(the family: every finding below whose design can reach α, declared over a and b); " in found[0].sentence
 
 
 def test_one_study_is_the_same_family_as_findings():

@@ -493,6 +493,7 @@ def check_scope(found: Sequence[Finding], trials: pd.DataFrame) -> None:
     assert f"{int((trials['status'] == 'failed').sum())} failed" in scope.sentence
     images = scope.detail.images
     assert (f"grid of {images} validation images" in scope.sentence) == (images is not None)
+    assert all(f.detail.images == images for f in tested if f.test is not None)  # every kind reads the grid
     if family:  # Holm's adjusted p of the family, from its p-values
         assert [f.p_holm for f in family] == pytest.approx(holm([f.test.p for f in family]).tolist(), rel=1e-12)
 

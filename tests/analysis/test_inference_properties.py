@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from scipy import stats as sps
 
 from hpstudy.analysis import inference
-from hpstudy.analysis.inference import best_contrast, delta_test, holm, welch
+from hpstudy.analysis.inference import best_contrast, canonical, delta_test, holm, welch
 from hpstudy.analysis.montecarlo import MonteCarloP
 
 ALPHAS = st.sampled_from([0.001, 0.01, 0.05, 0.1, 0.2, 0.5])
@@ -166,3 +166,28 @@ def test_holm_is_the_step_down_procedure_in_any_order_of_the_family(ps, rng):
     order = list(range(len(ps)))
     rng.shuffle(order)
     assert holm([ps[i] for i in order]).tolist() == adjusted[order].tolist()
+
+
+@pytest.mark.parametrize(
+    "rule,groups,why",
+    [
+        (welch, [[10.0], [12.0, 13.0]], "fewer than 2 seeds (n = 1/2)"),
+        (welch, [[10.0, 10.0], [10.0, 10.0]], "the seeds gave identical errors"),
+        (best_contrast, [[], [12.0, 13.0]], "no trial"),
+        (best_contrast, [[10.0, 11.0], [], [1.0], [2.0]], "no trial"),
+    ],
+)
+def test_a_test_without_a_p_says_why(rule, groups, why):
+    """Every rule, on data it cannot test: no p, no verdict, and the reason the finding's sentence shows."""
+    weights = (1.0, -1.0) if len(groups) == 2 else (1.0, -1.0, -1.0, 1.0)
+    t = rule([np.asarray(g, float) for g in groups], weights)
+    assert t.p is None and not t.significant and t.why_untestable == why
+
+
+@given(st.lists(st.integers(0, 360), min_size=1, max_size=12), st.lists(st.integers(0, 360), min_size=1, max_size=12))
+def test_two_samples_are_put_in_one_order_whatever_their_dtype(a, b):
+    """canonical orders two samples by their values, so integer counts and the same numbers as floats (and
+    float32 errors of whole points) draw the same splits."""
+    as_float = canonical(np.array(a, float), np.array(b, float))[2]
+    for dtype in (np.int64, np.int32, np.float32):
+        assert canonical(np.array(a, dtype), np.array(b, dtype))[2] == as_float

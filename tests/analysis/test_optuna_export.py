@@ -224,7 +224,11 @@ def test_a_locked_storage_is_refused_without_waiting_long_and_left_as_it_was(tab
         ("sqlite:////proc/hpstudy-optuna.db", "cannot be written (unable to open database file)"),
         ("nosuchdb://host/db", "bad value 'nosuchdb://host/db': not a database URL (Can't load plugin"),
         ("a file name", "bad value 'a file name': not a database URL (Could not parse"),
-        ("sqlite:///{{dir}}.db", "bad value 'sqlite:///{{dir}}.db': braces other than {{SCHEMA_VERSION}}"),
+        ("sqlite:///{{dir}}.db", "bad value 'sqlite:///{{dir}}.db': braces other than {{SCHEMA_VERSION}} ('dir')"),
+        (
+            "sqlite:///{{0}}.db",
+            "bad value 'sqlite:///{{0}}.db': braces other than {{SCHEMA_VERSION}} (Replacement index",
+        ),
         ("sqlite:///{dir}/\udcff.db", "bad value 'sqlite:///{dir}/\\udcff.db': not UTF-8 text"),
         (b"sqlite:///optuna.db", "bad value b'sqlite:///optuna.db'; allowed: None (in memory), a database URL"),
         (7, "bad value 7; allowed: None (in memory)"),

@@ -283,3 +283,12 @@ def test_cli_help_describes_the_filter_language(capsys):
         hpstudy_main(["query", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "never run as code" in text and "in / not in [literals]" in text and "DataFrame.query" not in text
+
+
+@pytest.mark.parametrize("frame", [None, [1, 2], {"lr": [1]}, np.zeros(3), pd.Series([1.0]), "trials.parquet"])
+def test_a_frame_that_is_no_dataframe_is_refused_naming_its_type(frame):
+    with pytest.raises(QueryError) as refused:
+        filter_rows(frame, "lr > 0")
+    assert str(refused.value) == (f"query: frame: bad value {type(frame).__name__!r}; allowed: a pandas DataFrame"), (
+        str(refused.value)
+    )

@@ -14,8 +14,10 @@ import yaml
 from hpstudy.analysis.report_folder import ReportError, publish
 from hpstudy.cli import hpstudy_main, run_edf_main
 from hpstudy.commands import fetch_hint, print_summary, run_exit_code
-from hpstudy.service import check_store_report_dir
+from hpstudy.service import RunSettings, check_before_trials, check_settings, check_store_report_dir, spec_change_note
 from hpstudy.study.progress import ProgressPrinter, Tally
+from hpstudy.study.sampling import expand
+from hpstudy.study.spec import SpecError, parse_spec
 from hpstudy.study.store.layout import write_trial
 from hpstudy.study.store.read import load_trials
 from hpstudy.study.store.spec_record import report_location, write_spec_record
@@ -83,6 +85,22 @@ def test_bundled_default_dry_run(capsys):
 def test_bad_flags_fail_before_anything_runs(argv, message, capsys):
     assert run_edf_main(argv + ["--dry-run"]) == 2
     assert message in capsys.readouterr().err
+
+
+SETTING_EDGES = {  # field -> (the smallest value allowed, the largest refused)
+    "max_concurrent": (1, 0),
+    "num_cpus": (1, 0),
+    "compact_every": (0, -1),
+    "progress_interval": (1e-9, 0.0),
+}
+
+
+@pytest.mark.parametrize("field", sorted(SETTING_EDGES))
+def test_each_run_setting_takes_its_smallest_allowed_value_and_refuses_the_next_below(field, tmp_path):
+    allowed, refused = SETTING_EDGES[field]
+    check_settings(RunSettings(store=str(tmp_path), **{field: allowed}))
+    with pytest.raises(SpecError, match=rf"^--{field.replace('_', '-')}: bad value {refused}; allowed: "):
+        check_settings(RunSettings(store=str(tmp_path), **{field: refused}))
 
 
 def test_store_that_is_a_file_is_rejected(tmp_path, capsys):
@@ -157,9 +175,9 @@ def test_status_counts_the_specs_rows_stored_ok_or_diverged_and_the_earlier_spec
 def test_the_summary_lists_models_in_alphabetical_order(capsys):
     trials = pd.DataFrame(
         {
-            "model": ["vit_c_tiny", "cnn_tiny", "vit_c_tiny"],
-            "status": ["ok", "ok", "failed"],
-            "top1_err": [20.0, 5.0, None],
+            "model": ["vit_c_tiny", "cnn_tiny", "vit_c_tiny", "vit_p_tiny", "vit_p_tiny"],
+            "status": ["ok", "ok", "failed", "failed", "failed"],
+            "top1_err": [20.0, 5.0, None, None, None],
         }
     )
     print_summary(trials)
@@ -167,6 +185,7 @@ def test_the_summary_lists_models_in_alphabetical_order(capsys):
         SUMMARY_HEADER,
         "cnn_tiny           1     1     0     0     5.00     5.00",
         "vit_c_tiny         2     1     0     1    20.00    20.00",
+        "vit_p_tiny         2     0     0     2        -        -",  # no error to show: a dash, not nan
     ]
 
 
@@ -378,3 +397,37 @@ def test_compact_needs_a_store_and_never_deletes_a_lease_file_it_did_not_write(t
     assert err.rstrip().endswith("if none runs, delete it and rerun the same command")
     assert (tmp_path / "store/leases/s.json").read_text() == '{"owner": "a lock of another tool"}'
     assert len(load_trials(store, "s")) == 1
+
+
+def test_a_local_run_counts_the_cpus_it_is_given_and_a_cluster_run_none_of_this_machines(tmp_path):
+    """--num-cpus caps a local Ray below this machine's CPUs: a trial asking for more is refused before any
+    runs, naming the cap; with --address the cluster's CPUs are not this machine's to check."""
+    cpus = os.cpu_count() or 1
+    spec = parse_spec(small_spec(resources={"cpu": cpus}))
+    check_before_trials(spec, str(tmp_path), None, None, "none")  # this machine's CPUs: allowed
+    if cpus > 1:
+        with pytest.raises(SpecError, match=rf"^resources.cpu: bad value {cpus}; allowed: <= 1 \(CPUs of the local"):
+            check_before_trials(spec, str(tmp_path), None, 1, "none")
+    check_before_trials(parse_spec(small_spec(resources={"cpu": cpus + 1})), str(tmp_path), "auto", 1, "none")
+
+
+def test_a_changed_spec_is_noted_with_its_earlier_rows_and_the_same_spec_is_not(tmp_path):
+    store = Store.open(str(tmp_path))
+    earlier = parse_spec(small_spec(samples=2))
+    keys = [t.key for t in expand(earlier)]
+    write_spec_record(store, earlier.name, earlier.source, len(keys), keys)
+    for key in keys[:3]:
+        write_trial(store, earlier.name, stored_row(trial_key=key, model="cnn_tiny", status="ok", top1_err=5.0))
+    assert spec_change_note(store, earlier) is None
+    keyless = Store.open(str(tmp_path / "older"))  # a record from before records held the trial keys
+    write_spec_record(keyless, earlier.name, earlier.source, len(keys))
+    assert spec_change_note(keyless, earlier) is None  # the same spec, told by the spec itself
+    rest = (
+        "they stay in the store, but this run's summary, `hpstudy status` and the report leave them out (--fresh "
+        "deletes them; a new name keeps the studies apart)"
+    )
+    for changed, earlier_rows in ((small_spec(samples=2, epochs=[2]), 3), (small_spec(samples=3), 0)):
+        assert spec_change_note(store, parse_spec(changed)) == (
+            f"note: study 'e2e' in {store} was run with a different spec; {earlier_rows} stored rows come from "
+            f"that earlier spec: {rest}"
+        )

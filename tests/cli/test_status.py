@@ -102,7 +102,10 @@ def test_a_record_of_another_process_or_an_unreadable_one_counts_nothing(tmp_pat
     assert read_running(store, "s", socket.gethostname(), os.getpid()) == {CELLS[0]: 1}
     assert read_running(store, "s", socket.gethostname(), os.getpid() + 1) == {}
     assert read_running(store, "s", "another-host", os.getpid()) == {}
-    for text in ("{", "[]", json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "running": [{"n": 1}]})):
+    mine = {"host": socket.gethostname(), "pid": os.getpid()}
+    cell = {"model": "m", "optimizer": "adamw", "epochs": 2, "n": 1}
+    damaged = [[{"n": 1}], [dict(cell, epochs=None)], [dict(cell, n=[1])], 5, [["m"]], None, [dict(cell, n="x")]]
+    for text in ("{", "[]", *(json.dumps(dict(mine, running=running)) for running in damaged)):
         (tmp_path / RUNNING / "s.json").write_text(text)
         assert read_running(store, "s", socket.gethostname(), os.getpid()) == {}
 

@@ -2,7 +2,9 @@
 spec (its recipe and dataset), one-line errors for a bad key or flag; and the one-trial trainer's defaults are
 a spec's."""
 
+import dataclasses
 import json
+import re
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -13,6 +15,7 @@ from hpstudy.study.sampling import expand
 from hpstudy.study.spec import parse_spec
 from hpstudy.study.store.layout import write_trial
 from hpstudy.trainers.config import TrialConfig
+from hpstudy.trainers.data_spec import DataSpec
 from hpstudy.trainers.train import build_parser, config_from_args
 from hpstudy.trainers.trial import train_trial
 from tests.helpers import small_spec, stored_row, write_spec
@@ -171,3 +174,16 @@ def test_the_one_trial_trainers_defaults_are_those_of_a_spec_without_a_recipe(mo
     (trial,) = expand(spec)
     assert {**trial.config, "lr": trainer["lr"], "wd": trainer["wd"]} == trainer
     assert (trial.config["lr"], trial.config["wd"]) == (pytest.approx(lr, rel=1e-5), pytest.approx(wd, rel=1e-5))
+
+
+def test_the_one_trial_trainers_help_names_its_command_and_shows_every_fields_doc():
+    """`python -m hpstudy.trainers.train --help`: the usage line names the command to type, and each flag's
+    help is its TrialConfig field's doc (the one place a field is described)."""
+    parser = build_parser()
+    text = " ".join(parser.format_help().split())
+    assert text.startswith("usage: python -m hpstudy.trainers.train ")
+    flagged = [f for f in dataclasses.fields(TrialConfig) if f.name != "dataset"]  # dataset: --dataset, --data-*
+    for field in flagged + [f for f in dataclasses.fields(DataSpec) if f.name != "name"]:
+        doc = " ".join(field.metadata.get("doc", "").split())
+        assert doc, f"{field.name} has no doc"
+        assert re.search(re.escape(doc[:60]), text), (field.name, doc)

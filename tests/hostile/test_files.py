@@ -42,7 +42,16 @@ BAD_SPEC_FILES = [
     (spec_text().replace("name: h", "name: caf\xe9").encode("latin-1"), ": not UTF-8 text (byte "),
     (b"name: h\n" + b"#" * (1 << 20), ": larger than 1048576 bytes"),
     (b"1: 2\nfoo: 3\n", "spec: bad value 1; allowed: the keys"),
-    (b"\x00\x01\x02", ": not valid YAML"),
+    (
+        b"\x00\x01\x02",
+        ': not valid YAML (unacceptable character #x0000: special characters are not allowed in "<unicode string>", '
+        "position 0)",
+    ),
+    (
+        b"name: h\x07\n",
+        ': not valid YAML (unacceptable character #x0007: special characters are not allowed in "<unicode string>", '
+        "position 7)",
+    ),
     (spec_text(resources="{cpu: 1" + "0" * 400 + "}").encode(), "resources.cpu: bad value 1000"),
     (
         spec_text(space="{adamw: {lr: [1.0e-4, 1" + "0" * 400 + "], wd: 0.1}}").encode(),
@@ -68,6 +77,7 @@ BAD_SPEC_FILES = [
         "huge",
         "mixed_keys",
         "binary",
+        "bell",
         "huge_int_cpu",
         "huge_int_lr",
         "huge_int_recipe",

@@ -9,10 +9,21 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from scipy.stats import qmc
 
-from hpstudy.study.sampling import cells, expand, expand_for_store, first_trials, sample_box, scale_to_box, unit_points
-from hpstudy.study.spec import Box, SpecError, parse_spec
+from hpstudy.study.sampling import (
+    cells,
+    expand,
+    expand_for_store,
+    first_trials,
+    sample_box,
+    scale_to_box,
+    scaled,
+    unit_points,
+)
+from hpstudy.study.spec import Box, Distribution, SpecError, parse_spec
 from hpstudy.study.store.layout import write_trial
 from hpstudy.study.store.read import load_trials, stored_keys
 from hpstudy.trainers.config import TrialConfig
@@ -370,3 +381,25 @@ def test_too_few_distinct_values_of_an_int_field_are_refused_before_trials_repea
         "cnn_tiny (adamw): it gives 3 distinct (lr, wd, warmup_epochs) points at 6 significant digits, so trials "
         "would repeat under one key; allowed: samples <= 3, or a wider box (repeat a fixed value with seeds)"
     )
+
+
+@given(
+    st.floats(-1e6, 1e6, allow_nan=False),
+    st.floats(1e-3, 1e6, allow_nan=False),
+    st.lists(st.floats(0, 1), min_size=1, max_size=20),
+)
+def test_unit_points_map_onto_a_uniform_and_a_log_uniform_range_in_order_end_to_end(low, width, units):
+    """0 is low, 1 is high, 1/2 the middle (arithmetic for uniform, geometric for log-uniform), to the 6
+    significant digits a sample keeps; every value inside [low, high] and in the order of its unit point, for
+    any box (not only one starting at 0 or 1)."""
+    high = low + width
+    for kind, lo, hi, middle in (
+        ("uniform", low, high, (low + high) / 2),
+        ("log_uniform", width, width * 50, width * math.sqrt(50)),
+    ):
+        dist = Distribution(kind, (lo, hi))
+        ends = scaled([0.0, 0.5, 1.0], dist)  # rounded to 6 significant digits, kept inside
+        close = lambda value: pytest.approx(value, rel=1e-5, abs=1e-5 * max(abs(lo), abs(hi)))
+        assert ends == [close(lo), close(middle), close(hi)], (kind, ends)
+        values = scaled(sorted(units), dist)
+        assert all(lo <= v <= hi for v in values) and values == sorted(values)

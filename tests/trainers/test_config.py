@@ -48,8 +48,9 @@ def test_each_field_takes_its_range_and_refuses_what_lies_outside_by_name(field,
     if ok:
         assert getattr(TrialConfig.from_dict(config, check_model=False), field) == value
     else:
-        with pytest.raises(ConfigError, match=rf"^{field}: "):
+        with pytest.raises(ConfigError, match=rf"^{field}: ") as refused:
             TrialConfig.from_dict(config, check_model=False)
+        assert shown(value) in str(refused.value), str(refused.value)  # the value refused, as given
 
 
 def test_every_field_with_a_range_is_covered_here():

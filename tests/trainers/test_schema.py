@@ -4,6 +4,8 @@ from datetime import datetime, timezone
 
 import pyarrow as pa
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from hpstudy.trainers.config import MAX_BATCH, MAX_EPOCHS
 from hpstudy.trainers.data_spec import MAX_SEED
@@ -14,10 +16,12 @@ from hpstudy.trainers.schema import (
     FAILED,
     OK,
     TRAINER_FIELDS,
+    TRIAL_COLUMNS,
     TRIAL_FIELDS,
     TRIAL_SCHEMA,
     check_keys,
     epoch_record,
+    names,
     trainer_row,
 )
 
@@ -85,3 +89,11 @@ def test_an_epoch_record_holds_exactly_the_epoch_columns():
 def test_an_unknown_key_is_refused_with_the_allowed_keys_listed_comma_separated():
     with pytest.raises(SchemaError, match=r"^row: unknown key 'c'; allowed: a, b$"):
         check_keys({"a": 1, "c": 2}, ("a", "b"), "row")
+
+
+@given(st.sets(st.sampled_from(sorted({c.kind for c in TRIAL_COLUMNS}) + ["no such kind"])), st.booleans())
+def test_column_names_are_every_columns_or_those_of_the_kinds_asked_in_schema_order(kinds, as_list):
+    every = [c.name for c in TRIAL_COLUMNS]
+    assert names(TRIAL_COLUMNS) == tuple(every) == TRIAL_FIELDS
+    picked = names(TRIAL_COLUMNS, sorted(kinds) if as_list else iter(kinds))
+    assert picked == tuple(c.name for c in TRIAL_COLUMNS if c.kind in kinds)

@@ -214,6 +214,9 @@ def test_one_trial_alone_takes_a_timm_model_and_refuses_an_unknown_one_naming_it
     assert config("timm:test_resnet").model == "timm:test_resnet"
     with pytest.raises(ConfigError, match="^model: unknown timm model 'timm:no_such_net'"):
         config("timm:no_such_net").validate()
+    with pytest.raises(ConfigError, match="^model: unknown timm model 'timm:resnet10x'") as near:
+        config("timm:resnet10x").validate()
+    assert "timm:resnet10t" in str(near.value).split("close: ")[1].split(", ")  # the names timm holds, close
 
 
 def test_a_timm_model_and_the_family_the_spec_gives_it_key_their_own_boxes_in_space():

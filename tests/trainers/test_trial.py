@@ -7,6 +7,7 @@ from hpstudy.trainers.errors import ConfigError
 from hpstudy.trainers.loop import chance_error
 from hpstudy.trainers.train import main as train_cli
 from hpstudy.trainers.trial import train_trial
+from tests.helpers import tiny_trainer
 
 BASE = dict(dataset={"name": "digits", "image_size": 16}, batch_size=64, warmup_epochs=1)
 
@@ -229,3 +230,21 @@ def test_cli_flags_are_the_config_fields_with_their_defaults():
         cfg.dataset.image_size,
     ) == (32, 0.0, 0.1, False, True, "float64", None, 2.0, 256, 24)
     assert "training batch size (default: 128)" in " ".join(parser.format_help().split())
+
+
+@pytest.mark.parametrize("weight,target_weight,smoothing", [(0.7, 0.6, 0.1), (0.25, 0.8, 0.0), (1.0, 0.35, 0.3)])
+def test_a_mixed_batch_is_timms_blend_and_its_targets_timms_smoothed_mix(weight, target_weight, smoothing):
+    """With a step's draws set (image weight, target weight, no CutMix box): the images are weight x + (1 -
+    weight) x flipped, and the targets target_weight y + (1 - target_weight) y flipped, each one-hot row
+    smoothed to (1 - s) + s / C on its class and s / C elsewhere (timm's mixup_target)."""
+    run = tiny_trainer(mixup=0.8, label_smoothing=smoothing)
+    run.per_step.mix_weights.copy_(torch.tensor([weight, target_weight], dtype=torch.float64))
+    run.per_step.mix_boxes.zero_()
+    x = torch.randn(4, 3, 8, 8, generator=torch.Generator().manual_seed(0))
+    y = torch.tensor([0, 1, 2, 3])
+    mixed, target = run._mixed(x, y)
+    torch.testing.assert_close(mixed, x * weight + x.flip(0) * (1 - weight))
+    classes = run.mixup.num_classes
+    smooth = lambda labels: torch.nn.functional.one_hot(labels, classes) * (1 - smoothing) + smoothing / classes
+    expected = target_weight * smooth(y) + (1 - target_weight) * smooth(y.flip(0))
+    torch.testing.assert_close(target, expected.to(target.dtype))

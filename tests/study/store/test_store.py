@@ -140,3 +140,7 @@ def test_an_open_store_is_the_same_object_through_every_function_and_reads_what_
     assert sorted(store.load_trials("s")["trial_key"]) == sorted(load_trials(root, "s")["trial_key"]) == ["a", "b"]
     assert store.studies() == ["s"] and store.stored_keys("s") == stored_keys(root, "s") == {"a", "b"}
     assert list(store.load_epochs("s")["trial_key"]) == ["a"]
+    store.write_trial("t", row("c"), [epoch_row(epoch=0), epoch_row(epoch=1)])  # another study's rows
+    assert list(store.load_epochs("s")["trial_key"]) == ["a"] and len(store.load_epochs()) == 3
+    store.delete_study("t")
+    assert store.studies() == ["s"] and list(store.load_epochs()["trial_key"]) == ["a"]
