@@ -293,6 +293,12 @@ EQUIVALENT = {
     ): 'nothing reads the "final" metric\'s value (the store writer reads rows_json and trial_error; '
     "Tune only sees that it is reported)",
     (
+        "trainers/checkpoint.py",
+        "_read_state",
+        ("state = load_state_dict(path, weights_only=True)",),
+    ): "use_ema=True is timm's default for load_state_dict (a training checkpoint's EMA weights are still the "
+    "ones loaded: test_a_training_checkpoint_loads_its_ema_weights)",
+    (
         "hpstudy/cli.py",
         "add_run_args",
         ("-default=None,",),

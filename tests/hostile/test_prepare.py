@@ -137,6 +137,8 @@ OUTS = [
     out_preparation_with_user_file,
     out_preparation_with_linked_array,
 ]
+# what an out holds that prepare did not write, which the refusal names
+FOREIGN = {out_preparation_with_user_file: ["notes.md"], out_preparation_with_linked_array: ["val_x.npy"]}
 
 
 @pytest.mark.parametrize("make", OUTS, ids=[f.__name__[4:] for f in OUTS])
@@ -155,6 +157,8 @@ def test_an_out_that_prepare_did_not_write_is_refused_before_decoding(make, tmp_
         and "allowed: a path that does not exist, an empty folder, or a folder written by `hpstudy prepare`" in err
     )
     assert tree(guarded) == before
+    if make in FOREIGN:  # what it holds that prepare did not write, named
+        assert f"holds {FOREIGN[make]}, which `hpstudy prepare` did not write" in err, err
 
 
 def test_a_preparation_is_replaced_deleting_only_its_own_files(tmp_path, source, capsys):
@@ -227,6 +231,12 @@ def _zero_byte(root):
     return root / "train" / "cat" / "0.JPEG", "cannot decode", "not an image PIL can read"
 
 
+def _dangling_link(root):
+    path = root / "train" / "dog" / "9.JPEG"  # a link whose image was moved away
+    path.symlink_to(root / "moved-away.JPEG")
+    return path, "cannot read", "No such file or directory"
+
+
 def _truncated(root):
     path = root / "val" / "dog" / "1.JPEG"
     path.write_bytes(path.read_bytes()[:300])
@@ -261,6 +271,7 @@ def _float_nan(root):
 # a pool of 2 decoding processes (~2.5 s to start) in the slow tier
 BAD_SOURCES = [
     (_zero_byte, 1),
+    (_dangling_link, 1),
     (_truncated, 1),
     (_empty_class, 1),
     (_val_without_classes, 1),
@@ -276,6 +287,7 @@ BAD_SOURCES = [
     BAD_SOURCES,
     ids=[
         "zero_byte-1",
+        "dangling_link-1",
         "truncated-1",
         "empty_class-1",
         "val_without_classes-1",

@@ -10,7 +10,7 @@ from timm.layers import Attention
 from torch.func import vmap
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from hpstudy.trainers.attention import attention, set_vmapped_attention
+from hpstudy.trainers.attention import _SDPAThroughOp, attention, set_vmapped_attention
 
 
 class AttentionCalls(TorchDispatchMode):
@@ -55,6 +55,18 @@ def test_the_op_is_sdpa_forward_and_backward(is_causal, scale):
     grad = torch.randn_like(out)
     got, expected = (torch.autograd.grad(o, (q, k, v), grad) for o in (out, want))
     torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("options", [{}, {"scale": 0.3}, {"is_causal": True}, {"is_causal": True, "scale": 2.0}])
+def test_sdpa_routed_through_the_op_keeps_every_option_it_is_given(options):
+    """Inside the routing mode, an SDPA call with any causal flag and scale goes to the op (one call) and gives
+    SDPA's own output for those options."""
+    q, k, v = qkv(2, 3, 5, 4)
+    want = F.scaled_dot_product_attention(q, k, v, **options)
+    with AttentionCalls() as calls, _SDPAThroughOp():
+        out = F.scaled_dot_product_attention(q, k, v, **options)
+    assert calls.shapes == [q.shape]
+    torch.testing.assert_close(out, want, rtol=1e-12, atol=1e-14)
 
 
 @under_vmap
