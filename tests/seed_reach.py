@@ -94,11 +94,10 @@ class SeedReach:
         self.probing = False
         self.wrapped = 0
 
-    def wrap(self, fn: Callable, name: str) -> Callable:
-        """`fn` recording and probing the seed passed as `name` by calls from outside hpstudy."""
+    def wrap(self, fn: Callable, name: str, package: str) -> Callable:
+        """`fn` recording and probing the seed passed as `name` by calls from outside `package` (hpstudy's folder)."""
         signature = inspect.signature(fn)
         label = f"{fn.__module__}.{fn.__qualname__}"
-        package = os.path.dirname(importlib.import_module("hpstudy").__file__)
 
         @functools.wraps(fn)
         def probed(*args, **kwargs):
@@ -145,7 +144,7 @@ class SeedReach:
                 if inspect.isfunction(value) and value.__module__.startswith("hpstudy") and id(value) not in wrappers:
                     name = next((p for p in SEED_NAMES if p in inspect.signature(value).parameters), None)
                     if name is not None:
-                        wrappers[id(value)] = self.wrap(value, name)
+                        wrappers[id(value)] = self.wrap(value, name, os.path.dirname(hpstudy.__file__))
         held = [module for name, module in list(sys.modules.items()) if name.split(".")[0] == "tests"]
         for module in modules + held:  # and the test modules imported before this (conftest, helpers)
             for attr, value in list(vars(module).items()):

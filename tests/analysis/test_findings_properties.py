@@ -507,11 +507,14 @@ def check_one_object(found: List[Finding], trials: pd.DataFrame) -> None:
     assert len(claims) == len(claimed)
     claim_rows = dict(zip(map(id, claimed), (row for _, row in claims.iterrows())))
     tables = {kind: findings_table(found, kind) for kind in {f.kind for f in found[1:]}}
-    pages = {kind: findings_rows(found, kind) for kind in tables}
+    page_rows = {}  # the report page's row of each tested finding, in the order of its kind's table
+    for kind in tables:
+        tested, page = [f for f in found[1:] if f.kind == kind and f.test is not None], findings_rows(found, kind)
+        assert len(page) == len(tested)
+        page_rows.update(zip(map(id, tested), (row for _, row in page.iterrows())))
     seen: Dict[str, int] = {}
     for f, record in zip(found[1:], records[1:]):
         row = tables[f.kind].iloc[seen.setdefault(f.kind, 0)]
-        page = pages[f.kind].iloc[sum(g.kind == f.kind and g.test is not None for g in found[1 : found.index(f)])]
         seen[f.kind] += 1
         if len(f.models) == 2:
             assert [row["model a"], row["model b"]] == list(f.models)
@@ -522,7 +525,7 @@ def check_one_object(found: List[Finding], trials: pd.DataFrame) -> None:
         if id(f) in claim_rows:
             check_claim(f, claim_rows[id(f)], read)
         if f.test is not None:
-            check_page_row(f, page, read)
+            check_page_row(f, page_rows[id(f)], read)
 
 
 MIRROR = {"a_better": "b_better", "b_better": "a_better"}

@@ -403,11 +403,10 @@ def test_a_local_run_counts_the_cpus_it_is_given_and_a_cluster_run_none_of_this_
     """--num-cpus caps a local Ray below this machine's CPUs: a trial asking for more is refused before any
     runs, naming the cap; with --address the cluster's CPUs are not this machine's to check."""
     cpus = os.cpu_count() or 1
-    spec = parse_spec(small_spec(resources={"cpu": cpus}))
-    check_before_trials(spec, str(tmp_path), None, None, "none")  # this machine's CPUs: allowed
-    if cpus > 1:
-        with pytest.raises(SpecError, match=rf"^resources.cpu: bad value {cpus}; allowed: <= 1 \(CPUs of the local"):
-            check_before_trials(spec, str(tmp_path), None, 1, "none")
+    check_before_trials(parse_spec(small_spec(resources={"cpu": cpus})), str(tmp_path), None, None, "none")
+    two = parse_spec(small_spec(resources={"cpu": 2}))
+    with pytest.raises(SpecError, match=r"^resources.cpu: bad value 2; allowed: <= 1 \(CPUs of the local Ray;"):
+        check_before_trials(two, str(tmp_path), None, 1, "none")
     check_before_trials(parse_spec(small_spec(resources={"cpu": cpus + 1})), str(tmp_path), "auto", 1, "none")
 
 

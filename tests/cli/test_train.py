@@ -4,7 +4,6 @@ a spec's."""
 
 import dataclasses
 import json
-import re
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -186,4 +185,4 @@ def test_the_one_trial_trainers_help_names_its_command_and_shows_every_fields_do
     for field in flagged + [f for f in dataclasses.fields(DataSpec) if f.name != "name"]:
         doc = " ".join(field.metadata.get("doc", "").split())
         assert doc, f"{field.name} has no doc"
-        assert re.search(re.escape(doc[:60]), text), (field.name, doc)
+        assert doc[:60] in text, (field.name, doc)
