@@ -42,3 +42,10 @@ def catalogue_order(models: Iterable[str]) -> List[str]:
     """The distinct `models` in catalogue order, the ones it does not know after them by name."""
     catalogue = {name: i for i, name in enumerate(list_models())}
     return sorted(set(models), key=lambda m: (catalogue.get(m, len(catalogue)), m))
+
+
+def catalogue_state() -> List[List[str]]:
+    """The catalogue as the analysis reads it, in plain values: [name, label, family, size class] per listed model,
+    in order (a report's worker draws only where its own catalogue is the report's: a model registered at run
+    time is not in a new process's)."""
+    return [[name, model_label(name), model_family(name), model_size(name)] for name in list_models()]

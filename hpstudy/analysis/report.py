@@ -1,10 +1,11 @@
 """One-command report of a study: figures, tables and a self-contained HTML page."""
 
+import functools
 import json
 import os
 import tempfile
 import warnings
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import matplotlib.style
 import numpy as np
@@ -12,6 +13,7 @@ import pandas as pd
 import pyarrow.fs as pafs
 
 from hpstudy.analysis.captions import write_captions
+from hpstudy.analysis.catalogue import catalogue_state
 from hpstudy.analysis.edf import EDF_CONVENTION, bootstrap_band, dkw_epsilon
 from hpstudy.analysis.effects import effects_table
 from hpstudy.analysis.figures import STYLE, save_figure
@@ -20,11 +22,14 @@ from hpstudy.analysis.findings import findings as make_findings
 from hpstudy.analysis.gaps import ema_gain
 from hpstudy.analysis.inference import ALPHA, design_of
 from hpstudy.analysis.metric import DEFAULT_METRIC, ERR, METRIC_DOCS, LeftOutWarning, Rows, usable
-from hpstudy.analysis.report_figures import CELL, Study, planned_figures
+from hpstudy.analysis.report_figures import CELL, Planned, Study, planned_figures
 from hpstudy.analysis.report_folder import FOLDER_RULE, ReportError, check_report_dir, publish
+from hpstudy.analysis.report_jobs import Job, JobFolder, finish, worker_beside, worker_wanted
 from hpstudy.analysis.report_page import Drawn, Page, render
 from hpstudy.analysis.stats import Keys, good_ranges, hp_importance, hp_kinds
 from hpstudy.trainers.schema import DIVERGED, FAILED, FINISHED, STATUSES
+
+Cell = Tuple[str, str, Any]  # (model, optimizer, epochs)
 
 
 def left_out_table(rows: Rows) -> pd.DataFrame:
@@ -76,34 +81,60 @@ def hp_keys(trials: pd.DataFrame, record: Optional[Dict]) -> Dict[str, str]:
     return {name: kind for name, kind in sampled.items() if name in trials}
 
 
-def ranges_and_importance(
+def cell_ranges(
     trials: pd.DataFrame, metric: str = DEFAULT_METRIC, keys: Keys = ("lr", "wd")
-) -> Tuple[pd.DataFrame, Dict]:
-    """Good ranges and fANOVA importance per (model, optimizer, epochs) cell with >= 8 counted trials, of
-    each sampled hyperparameter (`keys`, see hpstudy.analysis.stats.hp_kinds) that takes two values or more
-    there; never pooled across cells (the good lr of a 6- and a 16-epoch schedule differ). The table has a
-    row per cell and percentile with the cell's `n`; the ranges are keyed by (model, optimizer, epochs)."""
+) -> Dict[Cell, Tuple[pd.DataFrame, Dict[str, str]]]:
+    """Per (model, optimizer, epochs) cell with >= 8 counted trials: its good ranges (stats.good_ranges) of each
+    sampled hyperparameter (`keys`, see hpstudy.analysis.stats.hp_kinds) that takes two values or more there,
+    and those hyperparameters with their kinds; cells where none does are left out. Never pooled across
+    cells (the good lr of a 6- and a 16-epoch schedule differ)."""
     counted = usable(trials, metric, "ranges_and_importance").kept
     kinds = hp_kinds(keys)
-    out, ranges = [], {}
+    out = {}
     for key, group in counted.groupby(CELL, sort=True, observed=True):
         varied = {name: kind for name, kind in kinds.items() if group[name].nunique(dropna=False) >= 2}
-        if len(group) < 8 or not varied:
-            continue
-        cell = trials[(trials[CELL] == pd.Series(key, index=CELL)).all(axis=1)]
-        r = good_ranges(cell, metric, keys=varied)
-        ranges[key] = r
-        importance = hp_importance(cell, metric, keys=varied)
+        if len(group) >= 8 and varied:
+            out[key] = (good_ranges(_cell(trials, key), metric, keys=varied), varied)
+    return out
+
+
+def _cell(trials: pd.DataFrame, key: Cell) -> pd.DataFrame:
+    return trials[(trials[CELL] == pd.Series(key, index=CELL)).all(axis=1)]
+
+
+def cell_importance(trials: pd.DataFrame, metric: str, key: Cell, varied: Dict[str, str]) -> Dict:
+    """fANOVA importance (stats.hp_importance) of the `varied` hyperparameters in one (model, optimizer, epochs)
+    cell."""
+    return hp_importance(_cell(trials, key), metric, keys=varied)
+
+
+def ranges_table(
+    cells: Mapping[Cell, Tuple[pd.DataFrame, Dict[str, str]]], importances: Mapping[Cell, Dict], keys: Keys
+) -> pd.DataFrame:
+    """A row per cell (cell_ranges) and percentile: the good ranges, the cell's `n` and each sampled
+    hyperparameter's importance (`importance_<name>`; None where it did not vary in the cell)."""
+    out = []
+    for key, (r, _) in cells.items():
         for q in r.index:
             out.append(
                 {
                     **dict(zip(CELL, key)),
                     "percentile": q,
                     **r.loc[q].to_dict(),
-                    **{f"importance_{name}": importance.get(name) for name in kinds},
+                    **{f"importance_{name}": importances[key].get(name) for name in hp_kinds(keys)},
                 }
             )
-    return pd.DataFrame(out), ranges
+    return pd.DataFrame(out)
+
+
+def ranges_and_importance(
+    trials: pd.DataFrame, metric: str = DEFAULT_METRIC, keys: Keys = ("lr", "wd")
+) -> Tuple[pd.DataFrame, Dict]:
+    """Good ranges and fANOVA importance per cell of cell_ranges: the table (ranges_table) and the ranges
+    keyed by (model, optimizer, epochs)."""
+    cells = cell_ranges(trials, metric, keys)
+    importances = {key: cell_importance(trials, metric, key, varied) for key, (_, varied) in cells.items()}
+    return ranges_table(cells, importances, keys), {key: r for key, (r, _) in cells.items()}
 
 
 def spec_sizes(record: Optional[Dict]) -> Dict[str, str]:
@@ -112,27 +143,46 @@ def spec_sizes(record: Optional[Dict]) -> Dict[str, str]:
     return {m["name"]: m["size"] for m in models if isinstance(m, dict) and m.get("size")}
 
 
-def _figures(
+def _importance_job(key: Cell) -> str:
+    return "importance " + "/".join(map(str, key))
+
+
+def _figure_job(name: str) -> str:
+    return "figure " + name
+
+
+def _draw(planned: Planned, out: str, stated: Dict[str, str]) -> Dict:
+    """Draw one planned figure in the house style and save it beside its table, with the metric, its caption and
+    its entry's metadata; the Drawn's fields."""
+    with matplotlib.style.context(STYLE):
+        plot = planned.figure(planned.table)
+        meta = {**stated, "caption": plot.caption, **planned.meta}
+        paths = save_figure(plot, out, planned.name, planned.table, meta)
+    return {"name": planned.name, "section": planned.section, "caption": plot.caption, "paths": paths}
+
+
+def plan_jobs(
     trials: pd.DataFrame,
-    rows: Rows,
-    ranges: Dict,
-    out: str,
+    epochs: pd.DataFrame,
     metric: str,
-    keys: Keys = ("lr", "wd"),
-    sizes: Optional[Dict[str, str]] = None,
-    epochs: Optional[pd.DataFrame] = None,
-) -> List[Drawn]:
-    """Draw every figure the data supports (hpstudy.analysis.report_figures.FIGURES) in the house style,
-    each from its table, saved beside it with the metric, its caption and its entry's metadata."""
+    keys: Keys,
+    sizes: Optional[Dict[str, str]],
+    out: str,
+) -> Tuple[Dict[Cell, Tuple[pd.DataFrame, Dict[str, str]]], List[Planned], Dict[str, Job]]:
+    """The report's jobs that need nothing of each other, in the order they are taken (report_jobs): fANOVA
+    importance per cell of cell_ranges, then every figure the data supports (report_figures.FIGURES), each
+    saved into `out`. Returns the cells, the planned figures and the jobs by name."""
+    cells = cell_ranges(trials, metric, keys)
+    jobs: Dict[str, Job] = {
+        _importance_job(key): functools.partial(cell_importance, trials, metric, key, varied)
+        for key, (_, varied) in cells.items()
+    }
+    rows = usable(trials, metric)
+    ranges = {key: r for key, (r, _) in cells.items()}
+    planned = planned_figures(Study(trials, rows, ranges, metric, keys, sizes, epochs))
     stated = {"metric": rows.metric, "metric_definition": METRIC_DOCS[metric]}
-    made: List[Drawn] = []
-    for planned in planned_figures(Study(trials, rows, ranges, metric, keys, sizes, epochs)):
-        with matplotlib.style.context(STYLE):
-            plot = planned.figure(planned.table)
-            meta = {**stated, "caption": plot.caption, **planned.meta}
-            paths = save_figure(plot, out, planned.name, planned.table, meta)
-        made.append(Drawn(planned.name, planned.section, plot.caption, paths))
-    return made
+    jobs.update({_figure_job(p.name): functools.partial(_draw, p, out, stated) for p in planned})
+    return cells, planned, jobs
 
 
 def build_report(
@@ -164,20 +214,29 @@ def _write_report(trials: pd.DataFrame, epochs: pd.DataFrame, record: Optional[D
     expected = record["n_trials"] if record else None
     finished = int(trials["status"].isin(FINISHED).sum())
     earlier = (record or {}).get("earlier_spec_rows", 0)
+    sizes = spec_sizes(record)
     with warnings.catch_warnings():  # the report counts what it leaves out in its tables instead
         warnings.simplefilter("ignore", LeftOutWarning)
         keys = hp_keys(trials, record)
-        ranges_table, ranges = ranges_and_importance(trials, metric, keys)
-        found = make_findings(trials, metric)
+        with tempfile.TemporaryDirectory(prefix="hpstudy-report-jobs-") as folder:
+            jobs = JobFolder(folder)
+            inputs = {"trials": trials, "epochs": epochs}
+            params = {"metric": metric, "keys": keys, "sizes": sizes, "out": out, "catalogue": catalogue_state()}
+            with worker_beside(folder, inputs, params, worker_wanted(len(trials))) as worker:
+                found = make_findings(trials, metric)
+                summary, effects = summary_table(trials, metric), effects_table(trials, metric)
+                cells, planned, planned_jobs = plan_jobs(trials, epochs, metric, keys, sizes, out)
+                results = finish(jobs, planned_jobs, worker)
+        importances = {key: results[_importance_job(key)] for key in cells}
         tables = {
-            "summary": summary_table(trials, metric),
+            "summary": summary,
             **{kind: findings_table(found, kind) for kind in KINDS if kind != "scope"},
-            "good_ranges": ranges_table,
-            "effects": effects_table(trials, metric),
+            "good_ranges": ranges_table(cells, importances, keys),
+            "effects": effects,
             "ema_gain": ema_gain(trials),
             "left_out": left_out_table(rows),
         }
-        figures = _figures(trials, rows, ranges, out, metric, keys, spec_sizes(record), epochs)
+        figures = [Drawn(**results[_figure_job(p.name)]) for p in planned]
     completeness = (
         f"{finished} of {expected} trials stored as ok/diverged ({100 * finished / expected:.0f}%)"
         if expected

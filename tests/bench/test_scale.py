@@ -5,6 +5,7 @@ import sys
 import pytest
 
 from bench.scale import COMMANDS, STUDY, build, design
+from hpstudy.analysis.report_jobs import worker_wanted
 from hpstudy.study.sampling import expand
 from hpstudy.study.spec import parse_spec
 from hpstudy.study.store.read import load_study
@@ -41,3 +42,7 @@ def test_the_bench_at_its_smallest_size_prints_each_commands_figures():
         assert "failed" not in size[name], (name, size[name])
         assert size[name]["wall_s"] >= size[name]["call_s"] >= 0 and size[name]["peak_rss_mb"] > 0
     assert size["load_study"]["rows"] == 1992 and result["expand_s"] > 0
+    # 1,992 rows: the report shares its jobs with a worker (a thousand rows on, where two CPUs are there)
+    shared = worker_wanted(size["rows"])
+    assert (size["report"]["worker_cpu_s"] > 0) is shared and (size["report"]["worker_peak_rss_mb"] > 0) is shared
+    assert size["status"]["worker_cpu_s"] == 0 == size["status"]["worker_peak_rss_mb"]

@@ -1,0 +1,184 @@
+"""A report's jobs that need nothing of each other (fANOVA importance per cell, each figure), shared between
+the report's process and one worker process beside it on a machine with two CPUs or more.
+
+Both processes plan the same jobs from the same rows (the worker reads them from Parquet files in a
+private folder) and take them in plan order, each job claimed by creating its file (O_EXCL: one process
+runs it) and its JSON-able result written beside: the worker from the first, the report's process (once its
+own work is done) from the last. The worker is started as a module of its own
+(`python -m hpstudy.analysis.report_worker FOLDER`), not through multiprocessing, whose spawned workers run
+the calling script's top level again (a user's script without an `if __name__ == "__main__":` guard would
+run twice). When the report's own work is done it takes what is left, waits for the worker, and runs
+again here whatever has no result (a worker that died loses time, not a figure). The worker plans from
+hpstudy's registries as imported (a figure registered at run time by the user's code is drawn here) and with
+the rcParams a new process loads (where the caller changed them, the report runs alone).
+"""
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
+
+import matplotlib
+import pandas as pd
+import pyarrow as pa
+
+log = logging.getLogger(__name__)
+
+Job = Callable[[], Dict[str, Any]]  # returns a JSON-able result
+WORKER_FROM_TRIALS = 1_000  # below it the worker's start (~3 s of imports) costs about what it saves
+WORKER_MODULE = "hpstudy.analysis.report_worker"
+PARAMS = "params.json"
+# rcParams of the session, not of a saved figure (matplotlib's styles leave the same ones alone): pyplot and
+# matplotlib.use() change some of them in the calling process
+SESSION_RC = {"backend", "backend_fallback", "interactive", "toolbar", "figure.max_open_warning", "figure.raise_window"}
+SESSION_RC |= {"savefig.directory", "tk.window_focus", "docstring.hardcopy"} | {
+    k for k in matplotlib.rcParams if "webagg" in k
+}
+
+
+def available_cpus() -> int:
+    """The CPUs this process may run on (its affinity where the system tells it, else the machine's)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def worker_wanted(n_trials: int) -> bool:
+    """Whether a report of `n_trials` rows shares its jobs with a worker: WORKER_FROM_TRIALS rows or more, two
+    CPUs or more to run on, and this process drawing as a new one would (changed_rc)."""
+    if n_trials < WORKER_FROM_TRIALS or available_cpus() < 2:
+        return False
+    changed = changed_rc()
+    if changed:
+        log.info("report: no worker, this process changed matplotlib's rcParams (%s)", ", ".join(changed))
+    return not changed
+
+
+def changed_rc() -> List[str]:
+    """The matplotlib rcParams (but SESSION_RC) that differ from those a new process loads: the figures are
+    drawn with the caller's rcParams, and a worker would not have the caller's changes."""
+    loaded = matplotlib.rc_params()
+    return [key for key, value in matplotlib.rcParams.items() if key not in SESSION_RC and value != loaded[key]]
+
+
+class JobFolder:
+    """The folder two processes share a report's jobs through: `claims/` (one empty file per job taken)
+    and `results/` (one JSON file per job done), each named by a digest of the job's name."""
+
+    def __init__(self, folder: str):
+        self.folder = folder
+        for kind in ("claims", "results"):
+            os.makedirs(os.path.join(folder, kind), exist_ok=True)
+
+    def _path(self, kind: str, name: str) -> str:
+        return os.path.join(self.folder, kind, hashlib.sha256(name.encode()).hexdigest()[:32] + ".json")
+
+    def claim(self, name: str) -> bool:
+        """Take the job `name`: True for the one process that takes it first."""
+        try:
+            os.close(os.open(self._path("claims", name), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return False
+        return True
+
+    def save(self, name: str, result: Dict[str, Any], seconds: float) -> Dict[str, Any]:
+        """Write a job's record: its result, the process that ran it and its seconds (whole or not at all:
+        written aside, then renamed); the record."""
+        record = {"job": name, "pid": os.getpid(), "seconds": seconds, "result": result}
+        path = self._path("results", name)
+        with open(path + ".part", "w") as f:
+            json.dump(record, f)
+        os.replace(path + ".part", path)
+        return record
+
+    def done(self, name: str) -> Optional[Dict[str, Any]]:
+        """The saved record of the job `name` (job, pid, seconds, result), or None if no process finished it."""
+        try:
+            with open(self._path("results", name)) as f:
+                return json.load(f)
+        except FileNotFoundError:
+            return None
+
+    def run(self, jobs: Mapping[str, Job], backward: bool = False) -> None:
+        """Run, in order (from the last if `backward`), every job no process has claimed yet."""
+        items = list(jobs.items())
+        for name, job in reversed(items) if backward else items:
+            if self.claim(name):
+                self.run_one(name, job)
+
+    def run_one(self, name: str, job: Job) -> Dict[str, Any]:
+        """Run one job here (claimed or not) and save its result; the saved record."""
+        start = time.perf_counter()
+        result = job()
+        return self.save(name, result, round(time.perf_counter() - start, 3))
+
+
+def write_inputs(folder: str, frames: Mapping[str, pd.DataFrame], params: Dict[str, Any]) -> None:
+    """Put the frames (as `<name>.parquet`, empty ones left out) and the JSON-able params where a worker reads them."""
+    for name, frame in frames.items():
+        if len(frame.columns):
+            frame.to_parquet(os.path.join(folder, f"{name}.parquet"))
+    with open(os.path.join(folder, PARAMS), "w") as f:
+        json.dump({**params, "frames": [name for name, frame in frames.items() if len(frame.columns)]}, f)
+
+
+def read_inputs(folder: str) -> Tuple[Dict[str, pd.DataFrame], Dict[str, Any]]:
+    """The frames and params write_inputs put in `folder` (a frame it left out is not among them)."""
+    with open(os.path.join(folder, PARAMS)) as f:
+        params = json.load(f)
+    frames = {name: pd.read_parquet(os.path.join(folder, f"{name}.parquet")) for name in params.pop("frames")}
+    return frames, params
+
+
+def _start(folder: str) -> subprocess.Popen:
+    """`python -m hpstudy.analysis.report_worker FOLDER` with this interpreter and this hpstudy (its output
+    kept in FOLDER/worker.log)."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # above hpstudy/
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+    with open(os.path.join(folder, "worker.log"), "wb") as output:
+        return subprocess.Popen(
+            [sys.executable, "-m", WORKER_MODULE, folder], stdout=output, stderr=subprocess.STDOUT, env=env
+        )
+
+
+@contextlib.contextmanager
+def worker_beside(
+    folder: str, frames: Mapping[str, pd.DataFrame], params: Dict[str, Any], start: bool
+) -> Iterator[Optional[subprocess.Popen]]:
+    """A worker started on the inputs (write_inputs) if `start`, else None (also where a frame does not convert
+    to Parquet, e.g. a column of mixed types: the report then runs alone); killed on leaving if it still runs
+    (after `finish` it has exited: only an error on the way leaves it running)."""
+    worker = None
+    if start:
+        try:
+            write_inputs(folder, frames, params)
+        except (pa.ArrowException, ValueError, TypeError) as exc:
+            log.info("report: no worker, its inputs do not convert to Parquet (%s)", exc)
+        else:
+            worker = _start(folder)
+    try:
+        yield worker
+    finally:
+        if worker is not None and worker.poll() is None:
+            worker.kill()
+            worker.wait()
+
+
+def finish(jobs: JobFolder, planned: Mapping[str, Job], worker: Optional[subprocess.Popen]) -> Dict[str, Dict]:
+    """Run what no process has taken (from the last: the worker takes them from the first, so the two meet at
+    one job whichever is slower), wait for the worker, run here what it left unfinished; every job's result."""
+    jobs.run(planned, backward=True)
+    code = worker.wait() if worker is not None else 0
+    if code != 0:
+        with open(os.path.join(jobs.folder, "worker.log"), errors="replace") as f:
+            last = (f.read().strip().splitlines() or ["(no output)"])[-1]
+        log.warning("report worker exited with %s (%s); its unfinished jobs are run here", code, last)
+    records = {name: jobs.done(name) or jobs.run_one(name, job) for name, job in planned.items()}
+    by_worker = sum(record["pid"] != os.getpid() for record in records.values())
+    log.debug("report jobs: %d, %d of them by the worker", len(records), by_worker)
+    return {name: record["result"] for name, record in records.items()}
