@@ -151,16 +151,18 @@ def worker_beside(
     folder: str, frames: Mapping[str, pd.DataFrame], params: Dict[str, Any], start: bool
 ) -> Iterator[Optional[subprocess.Popen]]:
     """A worker started on the inputs (write_inputs) if `start`, else None (also where a frame does not convert
-    to Parquet, e.g. a column of mixed types: the report then runs alone); killed on leaving if it still runs
+    to Parquet, e.g. a column of mixed types, or no process can be started: the report then runs alone); killed
+    on leaving if it still runs
     (after `finish` it has exited: only an error on the way leaves it running)."""
     worker = None
     if start:
         try:
             write_inputs(folder, frames, params)
+            worker = _start(folder)
         except (pa.ArrowException, ValueError, TypeError) as exc:
             log.info("report: no worker, its inputs do not convert to Parquet (%s)", exc)
-        else:
-            worker = _start(folder)
+        except OSError as exc:  # no process can be started here (a sandbox, no file handles left)
+            log.info("report: no worker, it cannot be started (%s)", exc)
     try:
         yield worker
     finally:

@@ -93,14 +93,21 @@ def test_an_error_on_the_way_stops_the_worker(tmp_path):
     assert worker.returncode is not None  # killed, waited for: no process left behind
 
 
-def test_inputs_that_do_not_convert_to_parquet_leave_the_report_alone(tmp_path, caplog):
-    """A column of mixed types (pyarrow cannot store it): no worker, and the report's process takes every job."""
-    trials = make_trials(n=4).assign(note=lambda t: [1, "a"] * (len(t) // 2))
+@pytest.mark.parametrize("why", ["mixed types", "no process"])
+def test_a_worker_that_cannot_start_leaves_the_report_alone(tmp_path, monkeypatch, caplog, why):
+    """A column of mixed types (pyarrow cannot store it), or no process to be had: no worker, and the report's
+    process takes every job."""
+    trials = make_trials(n=4)
+    if why == "mixed types":
+        trials = trials.assign(note=lambda t: [1, "a"] * (len(t) // 2))
+    else:
+        monkeypatch.setattr(sys, "executable", str(tmp_path / "no-python"))
     with caplog.at_level(logging.INFO, logger=report_jobs.__name__):
         with worker_beside(str(tmp_path), {"trials": trials}, {}, start=True) as worker:
             assert worker is None
             assert finish(JobFolder(str(tmp_path)), {"a": lambda: {"v": 1}}, worker) == {"a": {"v": 1}}
-    assert "no worker, its inputs do not convert to Parquet" in caplog.text
+    assert ("no worker, its inputs do not convert to Parquet" in caplog.text) is (why == "mixed types")
+    assert ("no worker, it cannot be started" in caplog.text) is (why == "no process")
 
 
 @pytest.mark.parametrize("change", ["none", "a model registered", "a label changed"])
