@@ -7,7 +7,8 @@ For each size, plans a study of that many trials with the project's planner (3 m
 project's writers (the schema's row of the planned config, as a trainer returns it: `row_fields`;
 a result drawn per model and cell, 5% diverged, 2% failed), in merged files of MERGED rows as the
 run's periodic compactions leave them, and the spec record a run writes. Then runs, each in a fresh
-process under an address-space cap (`limit_gb`) and a wall limit (`timeout`): `hpstudy status`,
+process (bench.scale_child: it imports only what the command does) under an address-space cap
+(`limit_gb`) and a wall limit (`timeout`): `hpstudy status`,
 `hpstudy query` (a filter and two columns), `load_study` (the report's read, every column),
 `hpstudy report` (into a temporary folder) and `hpstudy compact`. Per command: `wall_s` (the process,
 start to exit: what a user waits for), `cpu_s`, `peak_rss_mb` (VmHWM), the same of any process it started
@@ -33,7 +34,7 @@ from typing import Dict, List
 
 import numpy as np
 
-from bench.store_files import _command, _peak_mb
+from bench.scale_child import STUDY
 from hpstudy.study.sampling import PlannedTrial, expand
 from hpstudy.study.spec import parse_spec
 from hpstudy.study.store.layout import _to_table, _write_table
@@ -42,7 +43,6 @@ from hpstudy.study.store.store import Store
 from hpstudy.trainers.config import TrialConfig
 from hpstudy.trainers.schema import DIVERGED, FAILED, OK, TRIAL_FIELDS, TRIAL_SCHEMA
 
-STUDY = "bench_scale"
 MERGED = 10_000  # rows per merged file (a run compacts every COMPACT_EVERY trials; its merged files hold them)
 COMMANDS = ["status", "query", "load_study", "report", "compact"]
 TARGETS = {"report_20000_s": 60, "report_20000_mb": 2048, "read_100000_s": 3, "expand_100000_s": 5}
@@ -110,53 +110,13 @@ def build(root: str, trials: int) -> int:
     return len(planned)
 
 
-def _call(name: str, root: str, out: str):
-    """The command `name` on the study, ready to run: a function of no arguments returning its rows."""
-    from hpstudy.cli import hpstudy_main
-
-    if name == "load_study":
-        from hpstudy.study.store.read import load_study
-
-        return lambda: len(load_study(root, STUDY)[0])
-    argv = {
-        "status": ["status", "--store", root, "--study", STUDY],
-        "query": ["query", "--store", root, "--study", STUDY, "--columns", "trial_key,top1_err", "top1_err < 9.5"],
-        "report": ["report", "--store", root, "--study", STUDY, "--out", out],
-        "compact": ["compact", "--store", root, "--study", STUDY],
-    }[name]
-    return lambda: _command(hpstudy_main, argv, name)
-
-
-def child(name: str, root: str, out: str, limit_bytes: int) -> None:
-    """In a fresh process: one command under the memory cap; prints its JSON."""
-    import resource
-
-    resource.setrlimit(resource.RLIMIT_AS, (limit_bytes, limit_bytes))
-    call = _call(name, root, out)
-    start = time.perf_counter()
-    rows = call()
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    workers = resource.getrusage(resource.RUSAGE_CHILDREN)  # the report's worker (hpstudy.analysis.report_jobs)
-    print(
-        json.dumps(
-            {
-                "call_s": round(time.perf_counter() - start, 2),
-                "cpu_s": round(usage.ru_utime + usage.ru_stime, 2),
-                "peak_rss_mb": _peak_mb(),
-                "worker_cpu_s": round(workers.ru_utime + workers.ru_stime, 2),
-                "worker_peak_rss_mb": round(workers.ru_maxrss / 1024),
-                "rows": rows,
-            }
-        )
-    )
-
-
 def run_child(name: str, root: str, out: str, limit_gb: float, timeout: float) -> Dict:
-    """`child` in a fresh process: its result and wall seconds, or why it failed or that it ran out of time."""
-    argv = [sys.executable, "-m", "bench.scale", "--child", name, "--store", root, "--out", out]
+    """One command in a fresh process (bench.scale_child): its result and wall seconds, or why it failed or that it
+    ran out of time."""
+    argv = [sys.executable, "-m", "bench.scale_child", name, root, out]
     start = time.perf_counter()
     try:
-        done = subprocess.run([*argv, "--limit-gb", repr(limit_gb)], capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run([*argv, repr(limit_gb)], capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return {"wall_s": round(time.perf_counter() - start, 2), "failed": f"did not finish within {timeout:g} s"}
     result = {"wall_s": round(time.perf_counter() - start, 2)}
@@ -181,12 +141,7 @@ def main() -> None:
     parser.add_argument("--expand", type=int, default=100_000, help="trials of the spec whose expansion is timed")
     parser.add_argument("--timeout", type=float, default=600.0, help="wall seconds each command may take")
     parser.add_argument("--limit-gb", type=float, default=8.0, help="address-space limit of each command's process")
-    parser.add_argument("--store", help=argparse.SUPPRESS)
-    parser.add_argument("--out", help=argparse.SUPPRESS)
-    parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.child:
-        return child(args.child, args.store, args.out, int(args.limit_gb * 2**30))
     commands = [name for name in args.commands.split(",") if name]
     unknown = [name for name in commands if name not in COMMANDS]
     if unknown:

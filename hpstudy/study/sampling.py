@@ -14,7 +14,6 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 import pandas as pd
-from scipy.stats import qmc
 
 from hpstudy.study.spec import Box, Distribution, SpecError, StudySpec
 from hpstudy.study.store.layout import StoreLike
@@ -50,6 +49,8 @@ def unit_points(sampler: str, n: int, seed: int, d: int = 2) -> np.ndarray:
     if sampler == "random":
         return np.random.default_rng(seed).random((n, d))
     if sampler == "sobol":
+        from scipy.stats import qmc  # here: scipy.stats takes 1.5 s to import, which status and query never need
+
         # Draw the next power of two (scipy's balance property) and keep the first n points.
         m = max(0, (n - 1).bit_length())
         return qmc.Sobol(d=d, scramble=True, seed=seed).random_base2(m)[:n]

@@ -14,14 +14,16 @@ from hpstudy.study.store.layout import write_trial
 from tests.helpers import stored_row
 
 HEAVY = ("torch", "timm", "torchvision", "ray", "pandas", "pyarrow", "numpy", "scipy", "matplotlib")
+SCIPY_STATS = "scipy.stats"  # 1.5 s of imports: only for Sobol points, the findings and figures
 SUBCOMMANDS = ["run", "status", "report", "query", "compact", "prepare", "suggest"]
 
 
 def loaded_after(code: str) -> list:
-    """The heavy packages a fresh interpreter has loaded after running `code`."""
+    """The heavy packages a fresh interpreter has loaded after running `code` (and scipy.stats if it was)."""
     probe = (
         f"import json, sys\ntry:\n    {code}\nexcept SystemExit:\n    pass\n"
-        f"print(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}} & {set(HEAVY)!r})))"
+        f"found = {{m.split('.')[0] for m in sys.modules}} & {set(HEAVY)!r} | {{{SCIPY_STATS!r}}} & set(sys.modules)\n"
+        "print(json.dumps(sorted(found)))"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -37,13 +39,13 @@ def test_run_edf_help_loads_nothing_heavy():
 
 
 @pytest.mark.parametrize("argv", [["status"], ["query", "lr > 0"], ["compact"]])
-def test_store_commands_load_no_torch_timm_or_matplotlib(argv, tmp_path):
+def test_store_commands_load_no_torch_timm_matplotlib_or_scipy_stats(argv, tmp_path):
     # the commands that only read or rewrite the store answer without the trainers' or figures' imports
     store = tmp_path / "store"
     write_trial(str(store), "s", stored_row(trial_key="k"))
     argv = [*argv, "--store", str(store), "--study", "s"]
     loaded = loaded_after(f"from hpstudy.cli import hpstudy_main; assert hpstudy_main({argv!r}) == 0")
-    assert not {"torch", "timm", "torchvision", "matplotlib"} & set(loaded), loaded
+    assert not {"torch", "timm", "torchvision", "matplotlib", SCIPY_STATS} & set(loaded), loaded
 
 
 def test_version_names_the_package_version(capsys):

@@ -11,6 +11,7 @@ import warnings
 from difflib import get_close_matches
 from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -236,12 +237,19 @@ def load_epochs(store: StoreLike, study: Optional[str] = None) -> pd.DataFrame:
         return _load(store, "epochs", None if study is None else check_study_name(study))
 
 
+def keys_among(keys: pd.Series, among: Iterable[str]) -> np.ndarray:
+    """keys.isin(among) for trial keys, by pyarrow's hash lookup: pandas' isin on Arrow strings walks the values
+    in Python (1.4 s of a 100,000-trial load_study)."""
+    found = pc.is_in(pa.array(keys, pa.string()), value_set=pa.array(list(among), pa.string()))
+    return found.to_numpy(zero_copy_only=False)
+
+
 def split_by_spec(trials: pd.DataFrame, record: Optional[Dict]) -> Tuple[pd.DataFrame, pd.DataFrame]:
     """(rows of the spec recorded for the study, rows of earlier versions of it); without recorded
     trial keys (no record, or one written before they were kept) every row counts as current."""
     if not record or "trial_keys" not in record:
         return trials, trials.iloc[:0]
-    current = trials["trial_key"].isin(set(record["trial_keys"]))
+    current = keys_among(trials["trial_key"], record["trial_keys"])
     return trials[current].reset_index(drop=True), trials[~current].reset_index(drop=True)
 
 
@@ -393,7 +401,7 @@ def load_study(store: StoreLike, study: str, fields: Fields = CLI) -> Tuple[pd.D
         )
     trials = with_sampled_columns(trials, (record or {}).get("sampled", {}))
     epochs = load_epochs(store, study)
-    return trials, epochs[epochs["trial_key"].isin(set(trials["trial_key"]))].reset_index(drop=True), record
+    return trials, epochs[keys_among(epochs["trial_key"], trials["trial_key"])].reset_index(drop=True), record
 
 
 def stored_keys(store: StoreLike, study: str, statuses: Sequence[str] = FINISHED) -> set:

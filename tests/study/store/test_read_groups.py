@@ -152,3 +152,22 @@ def test_an_empty_partition_reads_as_no_rows_with_the_columns_asked_for(columns,
     assert frame.empty
     assert set(frame.columns) == {*(columns or TRIAL_SCHEMA.names), "study", "trial_key", "finished_at"}
     assert load_epochs(str(tmp_path), "s").empty
+
+
+key_text = st.one_of(st.none(), st.text(max_size=6), st.sampled_from(KEYS))
+
+
+@settings(max_examples=200)
+@given(
+    keys=st.lists(key_text, max_size=30),
+    among=st.lists(st.text(max_size=6) | st.sampled_from(KEYS), max_size=30),
+    dtype=st.sampled_from(["object", "string[pyarrow]", "string[python]"]),
+)
+def test_keys_among_is_pandas_isin_for_any_keys_and_dtype(keys, among, dtype):
+    """The hash lookup the readers use for trial keys says what `isin` says: unicode, empty, repeated and missing
+    keys, every string dtype a frame can hold them in."""
+    import numpy as np
+    import pandas as pd
+
+    column = pd.Series(keys, dtype=dtype)
+    assert np.array_equal(store_read.keys_among(column, among), column.isin(set(among)).to_numpy(bool))
