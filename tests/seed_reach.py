@@ -4,7 +4,8 @@ A test that passes an hpstudy function more than one seed (parametrized, drawn b
 loop) claims something across seeds: "no verdict depends on the seed", "the band is the loop's band
 for this seed". It cannot fail on the seed's account when the function's result does not depend on
 the seed it is given: a seed ignored, or one that decides nothing on the test's data. Every function of
-hpstudy with a `seed` or `seeds` parameter is wrapped; where a call from outside hpstudy passes one,
+hpstudy with a `seed` or `seeds` parameter is wrapped as its module is imported (an import hook: the plugin
+imports nothing of hpstudy itself); where a call from outside hpstudy passes one,
 and the test has passed that function another seed before, the plugin calls the function again with
 another seed (every integer in it + 1) and compares the results by content. A test whose seeds took two
 or more values, none of whose calls gave another result under another seed, is named at the end and
@@ -19,10 +20,10 @@ import dataclasses
 import functools
 import hashlib
 import importlib
+import importlib.abc
 import inspect
 import json
 import os
-import pkgutil
 import sys
 from collections import defaultdict
 from typing import Any, Callable, Dict, Optional, Set
@@ -83,6 +84,42 @@ def another(seed: Any) -> Any:
     return None
 
 
+class WrapOnImport(importlib.abc.MetaPathFinder):
+    """Finds hpstudy's modules as the other finders do and, once a module has run, hands it to `loaded`."""
+
+    def __init__(self, loaded: Callable) -> None:
+        self.loaded = loaded
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname.split(".")[0] != "hpstudy":
+            return None
+        for finder in sys.meta_path:
+            if finder is not self and hasattr(finder, "find_spec"):
+                spec = finder.find_spec(fullname, path, target)
+                if spec is not None:
+                    if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                        spec.loader = LoadThenWrap(spec.loader, self.loaded)
+                    return spec
+        return None
+
+
+class LoadThenWrap(importlib.abc.Loader):
+    """A module loader that runs the module as `loader` does, then hands it to `loaded`."""
+
+    def __init__(self, loader, loaded: Callable) -> None:
+        self.loader, self.loaded = loader, loaded
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module) -> None:
+        self.loader.exec_module(module)
+        self.loaded(module)
+
+    def __getattr__(self, name):  # get_source, is_package, ...: the loader's own
+        return getattr(self.loader, name)
+
+
 class SeedReach:
     """What one process saw: per test, the seeds each function was passed and the functions a seed reached."""
 
@@ -93,6 +130,7 @@ class SeedReach:
         self.test: Optional[str] = None
         self.probing = False
         self.wrapped = 0
+        self.wrappers: Dict[int, Callable] = {}
 
     def wrap(self, fn: Callable, name: str, package: str) -> Callable:
         """`fn` recording and probing the seed passed as `name` by calls from outside `package` (hpstudy's folder)."""
@@ -131,26 +169,33 @@ class SeedReach:
         return probed
 
     def install(self) -> None:
-        """Wraps every function hpstudy defines with a seed parameter, wherever a module holds it."""
-        import hpstudy
+        """Wraps every function hpstudy defines with a seed parameter, wherever a module holds it: in the hpstudy
+        modules imported so far now, and in each one imported later as soon as it has run (an import hook: the
+        plugin imports nothing itself, so a run imports only what its tests do)."""
+        for name, module in list(sys.modules.items()):
+            if name.split(".")[0] == "hpstudy":
+                self.wrap_module(module)
+        sys.meta_path.insert(0, WrapOnImport(self.wrap_module))
 
-        for info in pkgutil.walk_packages(hpstudy.__path__, "hpstudy."):
-            if not info.name.endswith("__main__"):  # a __main__ runs its command when imported
-                importlib.import_module(info.name)
-        modules = [module for name, module in list(sys.modules.items()) if name.split(".")[0] == "hpstudy"]
-        wrappers: Dict[int, Callable] = {}
-        for module in modules:
-            for value in list(vars(module).values()):
-                if inspect.isfunction(value) and value.__module__.startswith("hpstudy") and id(value) not in wrappers:
-                    name = next((p for p in SEED_NAMES if p in inspect.signature(value).parameters), None)
-                    if name is not None:
-                        wrappers[id(value)] = self.wrap(value, name, os.path.dirname(hpstudy.__file__))
-        held = [module for name, module in list(sys.modules.items()) if name.split(".")[0] == "tests"]
-        for module in modules + held:  # and the test modules imported before this (conftest, helpers)
-            for attr, value in list(vars(module).items()):
-                if id(value) in wrappers:
-                    setattr(module, attr, wrappers[id(value)])
-        self.wrapped = len(wrappers)
+    def wrap_module(self, module) -> None:
+        """Wraps the seeded functions `module` defines, then points every loaded hpstudy and test module that holds
+        one of them (imported by name, or in an import cycle) at its wrapper."""
+        package = os.path.dirname(sys.modules["hpstudy"].__file__)  # a package runs before its modules
+        added = {}
+        for value in list(vars(module).values()):
+            if inspect.isfunction(value) and value.__module__ == module.__name__ and id(value) not in self.wrappers:
+                name = next((p for p in SEED_NAMES if p in inspect.signature(value).parameters), None)
+                if name is not None:
+                    added[id(value)] = self.wrap(value, name, package)
+        if not added:
+            return
+        self.wrappers.update(added)
+        for held_name, held in list(sys.modules.items()):
+            if held_name.split(".")[0] in ("hpstudy", "tests"):
+                for attr, value in list(vars(held).items()):
+                    if id(value) in added:
+                        setattr(held, attr, added[id(value)])
+        self.wrapped = len(self.wrappers)
 
     def as_json(self) -> str:
         """What this process saw, for the controller of an xdist run."""
