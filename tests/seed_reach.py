@@ -130,7 +130,8 @@ class SeedReach:
         self.test: Optional[str] = None
         self.probing = False
         self.wrapped = 0
-        self.wrappers: Dict[int, Callable] = {}
+        self.wrappers: Dict[int, Callable] = {}  # by the id of the function wrapped
+        self.wrapper_ids: Set[int] = set()
 
     def wrap(self, fn: Callable, name: str, package: str) -> Callable:
         """`fn` recording and probing the seed passed as `name` by calls from outside `package` (hpstudy's folder)."""
@@ -175,7 +176,8 @@ class SeedReach:
         for name, module in list(sys.modules.items()):
             if name.split(".")[0] == "hpstudy":
                 self.wrap_module(module)
-        sys.meta_path.insert(0, WrapOnImport(self.wrap_module))
+        if not any(isinstance(finder, WrapOnImport) for finder in sys.meta_path):  # one hook, whoever installs
+            sys.meta_path.insert(0, WrapOnImport(self.wrap_module))
 
     def wrap_module(self, module) -> None:
         """Wraps the seeded functions `module` defines, then points every loaded hpstudy and test module that holds
@@ -183,13 +185,19 @@ class SeedReach:
         package = os.path.dirname(sys.modules["hpstudy"].__file__)  # a package runs before its modules
         added = {}
         for value in list(vars(module).values()):
-            if inspect.isfunction(value) and value.__module__ == module.__name__ and id(value) not in self.wrappers:
+            if (
+                inspect.isfunction(value)
+                and (value.__module__ or "").startswith("hpstudy")  # a factory's function too
+                and id(value) not in self.wrappers
+                and id(value) not in self.wrapper_ids
+            ):
                 name = next((p for p in SEED_NAMES if p in inspect.signature(value).parameters), None)
                 if name is not None:
                     added[id(value)] = self.wrap(value, name, package)
         if not added:
             return
         self.wrappers.update(added)
+        self.wrapper_ids.update(id(wrapper) for wrapper in added.values())
         for held_name, held in list(sys.modules.items()):
             if held_name.split(".")[0] in ("hpstudy", "tests"):
                 for attr, value in list(vars(held).items()):

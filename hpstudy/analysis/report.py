@@ -144,7 +144,7 @@ def spec_sizes(record: Optional[Dict]) -> Dict[str, str]:
 
 
 def _importance_job(key: Cell) -> str:
-    return "importance " + "/".join(map(str, key))
+    return "importance " + json.dumps([str(part) for part in key])  # unambiguous whatever the names hold
 
 
 def _figure_job(name: str) -> str:
@@ -181,6 +181,9 @@ def plan_jobs(
     ranges = {key: r for key, (r, _) in cells.items()}
     planned = planned_figures(Study(trials, rows, ranges, metric, keys, sizes, epochs))
     stated = {"metric": rows.metric, "metric_definition": METRIC_DOCS[metric]}
+    names = [p.name for p in planned]
+    if len(set(names)) < len(names):  # two figures would write the same files
+        raise ValueError(f"report figures: a name planned twice: {sorted({n for n in names if names.count(n) > 1})}")
     jobs.update({_figure_job(p.name): functools.partial(_draw, p, out, stated) for p in planned})
     return cells, planned, jobs
 
@@ -218,14 +221,15 @@ def _write_report(trials: pd.DataFrame, epochs: pd.DataFrame, record: Optional[D
     with warnings.catch_warnings():  # the report counts what it leaves out in its tables instead
         warnings.simplefilter("ignore", LeftOutWarning)
         keys = hp_keys(trials, record)
+        cells, planned, planned_jobs = plan_jobs(trials, epochs, metric, keys, sizes, out)
         with tempfile.TemporaryDirectory(prefix="hpstudy-report-jobs-") as folder:
             jobs = JobFolder(folder)
             inputs = {"trials": trials, "epochs": epochs}
-            params = {"metric": metric, "keys": keys, "sizes": sizes, "out": out, "catalogue": catalogue_state()}
+            params: Dict[str, Any] = {"metric": metric, "keys": keys, "sizes": sizes, "out": out}
+            params.update(catalogue=catalogue_state(), jobs=list(planned_jobs))
             with worker_beside(folder, inputs, params, worker_wanted(len(trials))) as worker:
                 found = make_findings(trials, metric)
                 summary, effects = summary_table(trials, metric), effects_table(trials, metric)
-                cells, planned, planned_jobs = plan_jobs(trials, epochs, metric, keys, sizes, out)
                 results = finish(jobs, planned_jobs, worker)
         importances = {key: results[_importance_job(key)] for key in cells}
         tables = {

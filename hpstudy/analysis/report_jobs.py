@@ -20,18 +20,20 @@ import logging
 import os
 import subprocess
 import sys
+import sysconfig
 import time
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
 
 import matplotlib
 import pandas as pd
-import pyarrow as pa
 
 log = logging.getLogger(__name__)
 
 Job = Callable[[], Dict[str, Any]]  # returns a JSON-able result
 WORKER_FROM_TRIALS = 1_000  # below it the worker's start (~3 s of imports) costs about what it saves
 WORKER_MODULE = "hpstudy.analysis.report_worker"
+WORKER_SWITCH = "HPSTUDY_REPORT_WORKER"  # "0": never start one (e.g. a container whose memory is tight)
+GRACE_S = 120.0  # once this process is done, how long the worker may take to finish its one job
 PARAMS = "params.json"
 # rcParams of the session, not of a saved figure (matplotlib's styles leave the same ones alone): pyplot and
 # matplotlib.use() change some of them in the calling process
@@ -42,16 +44,25 @@ SESSION_RC |= {"savefig.directory", "tk.window_focus", "docstring.hardcopy"} | {
 
 
 def available_cpus() -> int:
-    """The CPUs this process may run on (its affinity where the system tells it, else the machine's)."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
+    """The CPUs this process may use: its affinity (else the machine's), at most a cgroup's CPU quota."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    try:
+        with open("/sys/fs/cgroup/cpu.max") as f:  # cgroup v2: "<quota> <period>" or "max <period>"
+            quota, period = f.read().split()[:2]
+        if quota != "max":
+            cpus = min(cpus, max(1, int(int(quota) / int(period))))
+    except (OSError, ValueError):
+        pass
+    return cpus
 
 
 def worker_wanted(n_trials: int) -> bool:
     """Whether a report of `n_trials` rows shares its jobs with a worker: WORKER_FROM_TRIALS rows or more, two
-    CPUs or more to run on, and this process drawing as a new one would (changed_rc)."""
-    if n_trials < WORKER_FROM_TRIALS or available_cpus() < 2:
+    CPUs or more to use, $HPSTUDY_REPORT_WORKER not "0", this interpreter a Python one, and this process
+    drawing as a new one would (changed_rc)."""
+    if n_trials < WORKER_FROM_TRIALS or available_cpus() < 2 or os.environ.get(WORKER_SWITCH) == "0":
+        return False
+    if not os.path.basename(sys.executable or "").lower().startswith("python"):  # embedded (uwsgi, ...)
         return False
     changed = changed_rc()
     if changed:
@@ -104,10 +115,12 @@ class JobFolder:
         except FileNotFoundError:
             return None
 
-    def run(self, jobs: Mapping[str, Job], backward: bool = False) -> None:
-        """Run, in order (from the last if `backward`), every job no process has claimed yet."""
+    def run(self, jobs: Mapping[str, Job], backward: bool = False, stop: Callable[[], bool] = lambda: False) -> None:
+        """Run, in order (from the last if `backward`), every job no process has claimed yet, until `stop()`."""
         items = list(jobs.items())
         for name, job in reversed(items) if backward else items:
+            if stop():
+                return
             if self.claim(name):
                 self.run_one(name, job)
 
@@ -119,8 +132,15 @@ class JobFolder:
 
 
 def write_inputs(folder: str, frames: Mapping[str, pd.DataFrame], params: Dict[str, Any]) -> None:
-    """Put the frames (as `<name>.parquet`, empty ones left out) and the JSON-able params where a worker reads them."""
+    """Put the frames (as `<name>.parquet`, empty ones left out) and the JSON-able params where a worker reads
+    them; ValueError for a column Parquet would not give back as it is (objects other than strings: None among
+    integers comes back as floats, lists as arrays)."""
     for name, frame in frames.items():
+        for column in frame.columns:
+            if pd.api.types.is_object_dtype(frame[column]) and pd.api.types.infer_dtype(
+                frame[column], skipna=True
+            ) not in ("string", "empty"):
+                raise ValueError(f"{name}: column {column!r} holds objects other than strings")
         if len(frame.columns):
             frame.to_parquet(os.path.join(folder, f"{name}.parquet"))
     with open(os.path.join(folder, PARAMS), "w") as f:
@@ -139,10 +159,13 @@ def _start(folder: str) -> subprocess.Popen:
     """`python -m hpstudy.analysis.report_worker FOLDER` with this interpreter and this hpstudy (its output
     kept in FOLDER/worker.log)."""
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # above hpstudy/
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+    env = dict(os.environ)
+    if root not in {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}:  # a checkout on the path
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
     with open(os.path.join(folder, "worker.log"), "wb") as output:
+        # -P: not the working folder first on the path, where another (or a planted) hpstudy/ could be
         return subprocess.Popen(
-            [sys.executable, "-m", WORKER_MODULE, folder], stdout=output, stderr=subprocess.STDOUT, env=env
+            [sys.executable, "-P", "-m", WORKER_MODULE, folder], stdout=output, stderr=subprocess.STDOUT, env=env
         )
 
 
@@ -159,10 +182,10 @@ def worker_beside(
         try:
             write_inputs(folder, frames, params)
             worker = _start(folder)
-        except (pa.ArrowException, ValueError, TypeError) as exc:
-            log.info("report: no worker, its inputs do not convert to Parquet (%s)", exc)
         except OSError as exc:  # no process can be started here (a sandbox, no file handles left)
             log.info("report: no worker, it cannot be started (%s)", exc)
+        except Exception as exc:  # pyarrow's errors, OverflowError of a 128-bit int, ...: the report runs alone
+            log.info("report: no worker, its inputs do not convert to Parquet (%s)", exc)
     try:
         yield worker
     finally:
@@ -175,10 +198,19 @@ def finish(jobs: JobFolder, planned: Mapping[str, Job], worker: Optional[subproc
     """Run what no process has taken (from the last: the worker takes them from the first, so the two meet at
     one job whichever is slower), wait for the worker, run here what it left unfinished; every job's result."""
     jobs.run(planned, backward=True)
-    code = worker.wait() if worker is not None else 0
+    code = 0
+    if worker is not None:
+        try:
+            code = worker.wait(timeout=GRACE_S)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            code = worker.wait()
     if code != 0:
-        with open(os.path.join(jobs.folder, "worker.log"), errors="replace") as f:
-            last = (f.read().strip().splitlines() or ["(no output)"])[-1]
+        try:
+            with open(os.path.join(jobs.folder, "worker.log"), errors="replace") as f:
+                last = (f.read().strip().splitlines() or ["(no output)"])[-1]
+        except OSError:
+            last = "(no output)"
         log.warning("report worker exited with %s (%s); its unfinished jobs are run here", code, last)
     records = {name: jobs.done(name) or jobs.run_one(name, job) for name, job in planned.items()}
     by_worker = sum(record["pid"] != os.getpid() for record in records.values())

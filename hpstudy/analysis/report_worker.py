@@ -1,8 +1,10 @@
 """`python -m hpstudy.analysis.report_worker FOLDER`: the worker a large report starts beside itself
-(hpstudy.analysis.report_jobs): plans the report's jobs from the inputs in FOLDER and runs, in order, those
-the report's process has not taken, where its model catalogue is the report's."""
+(hpstudy.analysis.report_jobs): plans the report's jobs from the inputs in FOLDER and runs, in order, those of
+the report's plan the report's process has not taken, where its model catalogue is the report's, until the
+report's process is gone."""
 
 import logging
+import os
 import sys
 import warnings
 from typing import List, Optional
@@ -28,7 +30,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         warnings.simplefilter("ignore", LeftOutWarning)
         trials, epochs = frames["trials"], frames.get("epochs", pd.DataFrame())
         _, _, jobs = plan_jobs(trials, epochs, params["metric"], params["keys"], params["sizes"], params["out"])
-        JobFolder(folder).run(jobs)
+        wanted = set(params["jobs"])  # the report's plan: a figure it does not draw is not drawn here either
+        parent = os.getppid()
+        orphaned = lambda: os.getppid() != parent  # the report's process died: its folder is no one's
+        JobFolder(folder).run({name: job for name, job in jobs.items() if name in wanted}, stop=orphaned)
     return 0
 
 

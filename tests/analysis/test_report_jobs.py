@@ -9,12 +9,14 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 
 import matplotlib
 import numpy as np
 import pandas as pd
 import pytest
 
+import hpstudy.analysis.report as report_module
 import hpstudy.analysis.report_jobs as report_jobs
 import hpstudy.analysis.report_worker as report_worker
 from hpstudy.analysis.catalogue import catalogue_state
@@ -26,15 +28,21 @@ from tests.helpers import epochs_of, make_trials
 
 SHARER = textwrap.dedent(
     """
-    import sys, time
+    import os, sys, time
     from hpstudy.analysis.report_jobs import JobFolder
 
     folder, log, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    ready = os.path.join(os.path.dirname(folder), "ready")
+    os.makedirs(ready, exist_ok=True)
+    open(os.path.join(ready, str(os.getpid())), "w").close()
 
     def job(i):
         def run():
             with open(log, "a") as f:
                 f.write(f"{i}\\n")
+            deadline = time.monotonic() + 60
+            while len(os.listdir(ready)) < 2 and time.monotonic() < deadline:  # both started: both take jobs
+                time.sleep(0.01)
             time.sleep(0.02)
             return {"i": i}
         return run
@@ -57,7 +65,7 @@ def test_two_processes_sharing_a_folder_run_every_job_exactly_once(tmp_path, cou
     records = [folder.done(f"job {i}") for i in range(count)]
     assert [r["result"] for r in records] == [{"i": i} for i in range(count)]
     assert {r["pid"] for r in records} <= {s.pid for s in sharers}
-    if count >= 7:  # 20 ms a job: both take some
+    if count >= 2:  # a job waits until both have started
         assert len({r["pid"] for r in records}) == 2
 
 
@@ -93,20 +101,28 @@ def test_an_error_on_the_way_stops_the_worker(tmp_path):
     assert worker.returncode is not None  # killed, waited for: no process left behind
 
 
-@pytest.mark.parametrize("why", ["mixed types", "no process"])
+OBJECT_COLUMNS = {  # object columns Parquet would not give back as they are, or not store at all
+    "mixed types": lambda n: [1, "a"] * (n // 2),
+    "an integer beyond 64 bits": lambda n: [2**63] * n,
+    "None among integers": lambda n: [64, None] * (n // 2),
+    "lists": lambda n: [[1, 2]] * n,
+}
+
+
+@pytest.mark.parametrize("why", [*OBJECT_COLUMNS, "no process"])
 def test_a_worker_that_cannot_start_leaves_the_report_alone(tmp_path, monkeypatch, caplog, why):
-    """A column of mixed types (pyarrow cannot store it), or no process to be had: no worker, and the report's
-    process takes every job."""
+    """A column of objects other than strings (which Parquet changes or refuses), or no process to be had: no
+    worker, and the report's process takes every job."""
     trials = make_trials(n=4)
-    if why == "mixed types":
-        trials = trials.assign(note=lambda t: [1, "a"] * (len(t) // 2))
+    if why in OBJECT_COLUMNS:
+        trials = trials.assign(note=pd.Series(OBJECT_COLUMNS[why](len(trials)), index=trials.index, dtype=object))
     else:
-        monkeypatch.setattr(sys, "executable", str(tmp_path / "no-python"))
+        monkeypatch.setattr(sys, "executable", str(tmp_path / "python-none"))
     with caplog.at_level(logging.INFO, logger=report_jobs.__name__):
         with worker_beside(str(tmp_path), {"trials": trials}, {}, start=True) as worker:
             assert worker is None
             assert finish(JobFolder(str(tmp_path)), {"a": lambda: {"v": 1}}, worker) == {"a": {"v": 1}}
-    assert ("no worker, its inputs do not convert to Parquet" in caplog.text) is (why == "mixed types")
+    assert ("no worker, its inputs do not convert to Parquet" in caplog.text) is (why in OBJECT_COLUMNS)
     assert ("no worker, it cannot be started" in caplog.text) is (why == "no process")
 
 
@@ -121,11 +137,13 @@ def test_a_worker_takes_no_job_where_the_reports_catalogue_is_not_its_own(tmp_pa
     elif change == "a label changed":
         catalogue[0][1] += " (renamed)"
     params = {"metric": "final", "keys": {"lr": "log_uniform", "wd": "log_uniform"}, "sizes": {}}
-    write_inputs(str(tmp_path), {"trials": trials}, {**params, "out": str(tmp_path / "out"), "catalogue": catalogue})
-    assert report_worker.main([str(tmp_path)]) == 0
     _, planned, jobs = plan_jobs(trials, pd.DataFrame(), out=str(tmp_path / "out"), **params)
+    report_plan = list(jobs)[1:]  # the report's own plan: the worker takes no job outside it
+    inputs = {**params, "out": str(tmp_path / "out"), "catalogue": catalogue, "jobs": report_plan}
+    write_inputs(str(tmp_path), {"trials": trials}, inputs)
+    assert report_worker.main([str(tmp_path)]) == 0
     taken = [name for name in jobs if JobFolder(str(tmp_path)).done(name)]
-    assert taken == (list(jobs) if change == "none" else [])
+    assert taken == (report_plan if change == "none" else [])
     assert len(planned) >= 3
 
 
@@ -150,6 +168,38 @@ def test_a_worker_is_wanted_from_a_thousand_trials_on_two_cpus(monkeypatch, tria
     with matplotlib.rc_context():
         matplotlib.rc_file_defaults()
         assert worker_wanted(trials) is wanted
+
+
+@pytest.mark.parametrize(
+    "switch,executable,wanted", [("0", "python3", False), ("1", "python3", True), (None, "uwsgi", False)]
+)
+def test_no_worker_where_switched_off_or_the_interpreter_is_not_python(monkeypatch, switch, executable, wanted):
+    monkeypatch.setattr(report_jobs, "available_cpus", lambda: 2)
+    monkeypatch.setattr(sys, "executable", f"/usr/bin/{executable}")
+    if switch is None:
+        monkeypatch.delenv(report_jobs.WORKER_SWITCH, raising=False)
+    else:
+        monkeypatch.setenv(report_jobs.WORKER_SWITCH, switch)
+    with matplotlib.rc_context():
+        matplotlib.rc_file_defaults()
+        assert worker_wanted(10**4) is wanted
+
+
+def test_a_worker_that_does_not_finish_is_stopped_and_its_job_run_here(tmp_path, monkeypatch):
+    monkeypatch.setattr(report_jobs, "GRACE_S", 0.5)
+    folder = JobFolder(str(tmp_path))
+    assert folder.claim("stuck")  # the hung worker's job
+    hung = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    assert finish(folder, {"stuck": lambda: {"v": 1}}, hung) == {"stuck": {"v": 1}}
+    assert hung.returncode is not None
+
+
+def test_a_process_stops_taking_jobs_when_told(tmp_path):
+    """The worker's `stop`: its report's process is gone (os.getppid() changed), so it takes no more jobs."""
+    folder, ran = JobFolder(str(tmp_path)), []
+    jobs = {f"job {i}": (lambda i=i: ran.append(i) or {"i": i}) for i in range(5)}
+    folder.run(jobs, stop=lambda: len(ran) >= 2)
+    assert ran == [0, 1] and folder.done("job 2") is None
 
 
 @pytest.mark.parametrize("param,value", [("font.size", 13.0), ("lines.linewidth", 0.5), ("axes.grid", True)])
@@ -187,6 +237,17 @@ def test_a_report_shared_with_a_worker_writes_the_files_of_one_without(tmp_path,
     monkeypatch.setitem(FIGURES, "trial_counts", _counts)
     monkeypatch.setattr(report_jobs, "available_cpus", lambda: 2)
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "0")
+    finish_here = report_jobs.finish
+
+    def after_the_worker_took_one(jobs, planned, worker):  # on a loaded machine this process could be first
+        deadline = time.monotonic() + 120
+        while worker is not None and not os.listdir(os.path.join(jobs.folder, "claims")):
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        return finish_here(jobs, planned, worker)
+
+    monkeypatch.setattr(report_module, "finish", after_the_worker_took_one)
     folders = {}
     for name, least in (("alone", 10**9), ("shared", 0)):
         monkeypatch.setattr(report_jobs, "WORKER_FROM_TRIALS", least)

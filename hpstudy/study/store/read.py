@@ -240,7 +240,12 @@ def load_epochs(store: StoreLike, study: Optional[str] = None) -> pd.DataFrame:
 def keys_among(keys: pd.Series, among: Iterable[str]) -> np.ndarray:
     """keys.isin(among) for trial keys, by pyarrow's hash lookup: pandas' isin on Arrow strings walks the values
     in Python (1.4 s of a 100,000-trial load_study)."""
-    found = pc.is_in(pa.array(keys, pa.string()), value_set=pa.array(list(among), pa.string()))
+    among = list(among)
+    try:
+        found = pc.is_in(pa.array(keys, pa.string()), value_set=pa.array(among, pa.string()))
+    except (pa.ArrowException, UnicodeError):  # not all text Arrow can hold (a lone surrogate): looked up here
+        wanted = set(among)
+        return np.fromiter((key in wanted for key in keys.astype(object)), bool, len(keys))
     return found.to_numpy(zero_copy_only=False)
 
 
