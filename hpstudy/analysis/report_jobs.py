@@ -43,17 +43,24 @@ SESSION_RC |= {"savefig.directory", "tk.window_focus", "docstring.hardcopy"} | {
 }
 
 
-def available_cpus() -> int:
-    """The CPUs this process may use: its affinity (else the machine's), at most a cgroup's CPU quota."""
+def available_cpus(cpu_max: str = "/sys/fs/cgroup/cpu.max") -> int:
+    """The CPUs this process may use: its affinity (else the machine's), at most its cgroup's CPU quota."""
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     try:
-        with open("/sys/fs/cgroup/cpu.max") as f:  # cgroup v2: "<quota> <period>" or "max <period>"
-            quota, period = f.read().split()[:2]
-        if quota != "max":
-            cpus = min(cpus, max(1, int(int(quota) / int(period))))
-    except (OSError, ValueError):
-        pass
-    return cpus
+        with open(cpu_max) as f:
+            quota = quota_cpus(f.read())
+    except OSError:
+        return cpus
+    return cpus if quota is None else min(cpus, quota)
+
+
+def quota_cpus(cpu_max: str) -> Optional[int]:
+    """Whole CPUs of a cgroup v2 `cpu.max` ("<quota> <period>", at least 1), None for "max" or text it is not."""
+    try:
+        quota, period = cpu_max.split()[:2]
+        return None if quota == "max" else max(1, int(quota) // int(period))
+    except ValueError:
+        return None
 
 
 def worker_wanted(n_trials: int) -> bool:

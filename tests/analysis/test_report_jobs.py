@@ -214,6 +214,16 @@ def test_a_caller_who_changed_matplotlibs_rc_gets_a_report_drawn_alone(monkeypat
     assert f"changed matplotlib's rcParams ({param})" in caplog.text
 
 
+@pytest.mark.parametrize(
+    "text,cpus", [("max 100000", None), ("100000 100000", 1), ("150000 100000", 1), ("400000 100000", 4), ("", None)]
+)
+def test_a_cgroup_cpu_quota_caps_the_cpus_a_report_counts(tmp_path, text, cpus):
+    assert report_jobs.quota_cpus(text) == cpus
+    (tmp_path / "cpu.max").write_text(text)
+    affinity = report_jobs.available_cpus(str(tmp_path / "no-such-file"))
+    assert report_jobs.available_cpus(str(tmp_path / "cpu.max")) == (affinity if cpus is None else min(affinity, cpus))
+
+
 def _count_figure(table: pd.DataFrame) -> Plot:
     from matplotlib.figure import Figure
 
