@@ -56,7 +56,7 @@ def _draw_pair(draw, rng: np.random.Generator, n: int):
     return a, np.where(b >= 90.0, b, b + SHIFT)
 
 
-def _truth(draw) -> Dict[str, float]:
+def true_values(draw) -> Dict[str, float]:
     """The probability of improvement and a's IQM, from one large sample per cell."""
     from scipy.stats import trim_mean
 
@@ -69,7 +69,7 @@ def _truth(draw) -> Dict[str, float]:
 def coverage(name: str, n: int, studies: int, seed: int) -> Dict[str, object]:
     """The share of `studies` intervals that hold the truth, per quantity, with its Monte-Carlo se."""
     draw = DISTRIBUTIONS[name]
-    truth = _truth(draw)
+    truth = true_values(draw)
     rng = np.random.default_rng([seed, n])
     held = {key: 0 for key in truth}
     for study in range(studies):

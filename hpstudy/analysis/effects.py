@@ -15,7 +15,7 @@ coverage is measured by simulation (`python -m bench.effects`, docs/analysis.md)
 
 import hashlib
 import itertools
-from typing import Any, Dict, Iterable, Iterator, List, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, Sequence, Tuple
 
 import numpy as np
 import pandas as pd
@@ -114,6 +114,30 @@ def pair_effects(
     for name, parts in estimates.items():
         out[f"{name}_low"], out[f"{name}_high"] = _interval(np.concatenate(parts))
     return out
+
+
+def mean_improvement(cells: Sequence[Tuple[np.ndarray, np.ndarray]]) -> float:
+    """The probability of improvement of a over b averaged over cells (each an (a's errors, b's errors) pair),
+    every cell weighing the same: rliable's `probability_of_improvement` over tasks."""
+    return float(np.mean([probability_of_improvement(ea, eb) for ea, eb in cells]))
+
+
+def mean_improvement_interval(
+    cells: Sequence[Tuple[np.ndarray, np.ndarray]], labels: Sequence[Tuple[str, str]], seed: int = SEED
+) -> Tuple[float, float]:
+    """The stratified bootstrap interval of `mean_improvement`: every group of every cell resampled on its own
+    (its stream named by `labels`, a pair per cell), the mean over cells recomputed per resample (rliable's
+    StratifiedBootstrap, tasks as strata)."""
+    total = np.zeros(RESAMPLES)
+    for (ea, eb), names in zip(cells, labels):
+        a, b = np.sort(np.asarray(ea, float)), np.sort(np.asarray(eb, float))
+        draws = [_stream(values, name, seed) for values, name in zip((a, b), names)]
+        rows = max(1, CHUNK_VALUES // max(len(a), len(b)))
+        for start in range(0, RESAMPLES, rows):
+            k = min(rows, RESAMPLES - start)
+            ca, cb = (_resample_counts(len(v), k, rng) for v, rng in zip((a, b), draws))
+            total[start : start + k] += _improvements(a, b, ca, cb)
+    return _interval(total / len(cells))
 
 
 def _levels(field: str, values: Iterable) -> List:

@@ -38,8 +38,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, Iterable, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
-from scipy import optimize
-from scipy import stats as sps
+import scipy
 from scipy.special import ndtri
 
 from hpstudy.analysis import permutation
@@ -58,6 +57,7 @@ RULES = {
     "welch": "Welch t on seed means",
     "best": "exact bootstrap of the best, calibrated",
     "delta": "permutation test of Δ ranks, aligned",
+    "stratified": "permutation test of the mean probability of improvement, within cells",
 }
 
 
@@ -142,8 +142,8 @@ def welch(groups: Sequence[np.ndarray], weights: Sequence[float], alpha: float =
     if se == 0:
         return Test(**base, ci=None, level=None, p=None, why_untestable="the seeds gave identical errors")
     df = _satterthwaite(parts, n)
-    t_crit = float(sps.t.isf(alpha / 2, df))
-    p = float(2 * sps.t.sf(abs(estimate) / se, df))
+    t_crit = float(scipy.stats.t.isf(alpha / 2, df))
+    p = float(2 * scipy.stats.t.sf(abs(estimate) / se, df))
     ci = (estimate - t_crit * se, estimate + t_crit * se)
     return Test(**base, ci=ci, level=1 - alpha, p=p, df=df)
 
@@ -156,16 +156,16 @@ def welch_detectable(sds: Sequence[float], n: Sequence[int], alpha: float = ALPH
         return float("inf")
     se = float(np.sqrt(parts.sum()))
     df = _satterthwaite(parts, n)
-    t_crit = sps.t.isf(alpha / 2, df)
+    t_crit = scipy.stats.t.isf(alpha / 2, df)
 
     def short(delta: float) -> float:
         nc = delta / se
-        upper = float(sps.nct.sf(t_crit, df, nc))
-        lower = float(np.nan_to_num(sps.nct.cdf(-t_crit, df, nc)))  # NaN at small df: the far tail, about 0
+        upper = float(scipy.stats.nct.sf(t_crit, df, nc))
+        lower = float(np.nan_to_num(scipy.stats.nct.cdf(-t_crit, df, nc)))  # NaN at small df: the far tail, about 0
         return (1.0 if np.isnan(upper) else upper + lower) - power  # scipy's sf is NaN far out, where power is 1
 
     high = se * (t_crit + 10)
-    return float(optimize.brentq(short, 0.0, high)) if short(high) > 0 else float("inf")
+    return float(scipy.optimize.brentq(short, 0.0, high)) if short(high) > 0 else float("inf")
 
 
 # ---- best (exact bootstrap of the minimum, calibrated) --------------------------------------------
@@ -522,15 +522,15 @@ def delta_power(effect: float, n: Sequence[int], alpha: float = ALPHA) -> float:
     Mann-Whitney test's normal approximation); the aligned test's measured power is lower at small n
     (docs/calibration.md), so this is an upper bound at n below ~24."""
     n_a, n_b = n
-    z = abs(effect - 0.5) * math.sqrt(12 * n_a * n_b / (n_a + n_b + 1)) - float(sps.norm.isf(alpha / 2))
-    return float(sps.norm.cdf(z))
+    z = abs(effect - 0.5) * math.sqrt(12 * n_a * n_b / (n_a + n_b + 1)) - float(scipy.stats.norm.isf(alpha / 2))
+    return float(scipy.stats.norm.cdf(z))
 
 
 def delta_detectable(n: Sequence[int], alpha: float = ALPHA, power: float = POWER) -> float:
     """The nearer-probability (above 1/2) the Δ-EDF test finds with probability `power` at these n
     (`delta_power`); inf where even 1 is not."""
     n_a, n_b = n
-    distance = (float(sps.norm.isf(alpha / 2)) + float(sps.norm.isf(1 - power))) / math.sqrt(
+    distance = (float(scipy.stats.norm.isf(alpha / 2)) + float(scipy.stats.norm.isf(1 - power))) / math.sqrt(
         12 * n_a * n_b / (n_a + n_b + 1)
     )
     return 0.5 + distance if distance <= 0.5 else float("inf")
@@ -543,7 +543,7 @@ def trials_for_delta(effect: float, alpha: float = ALPHA, power: float = POWER) 
         raise StatsError(
             f"trials_for_delta: effect: bad value {effect!r}; allowed: 0 <= effect <= 1, not 1/2 (a probability)"
         )
-    z = float(sps.norm.isf(alpha / 2)) + float(sps.norm.isf(1 - power))
+    z = float(scipy.stats.norm.isf(alpha / 2)) + float(scipy.stats.norm.isf(1 - power))
     n = 2
     while delta_power(effect, (n, n), alpha) < power:  # 12 n^2 / (2n + 1) grows like 6 n: a few steps from the root
         n = max(n + 1, int(z**2 / (6 * (effect - 0.5) ** 2)))

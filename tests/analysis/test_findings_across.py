@@ -61,7 +61,10 @@ def test_shared_trials_count_once_and_sources_are_never_pooled():
     assert sorted(f.studies for f in pairs) == [("a", "b"), ("c",)]
     assert {f.n for f in pairs} == {(12, 12), (8, 8)}
     assert all(f.family == len([t for t in tested if t.test.decidable]) for f in tested)
-    assert all(f.sentence.startswith(f"[{' + '.join(f.studies)}] ") for f in tested)
+    per_source = [f for f in tested if f.kind != "aggregate"]
+    assert all(f.sentence.startswith(f"[{' + '.join(f.studies)}] ") for f in per_source)
+    (aggregate,) = [f for f in tested if f.kind == "aggregate"]  # the pair's cell in each source: two cells
+    assert [c.studies for c in aggregate.detail.cells] == [("a", "b"), ("c",)] and aggregate.n == (20, 20)
     assert (
         "(the family: every finding below whose design can reach α, declared over a + b and c; studies "
         in (scope.sentence)

@@ -28,9 +28,10 @@ from typing import Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence
 
 import numpy as np
 import pandas as pd
-from scipy import stats as sps
+import scipy
 
 from hpstudy.analysis.catalogue import catalogue_order, model_label
+from hpstudy.analysis.findings.aggregate import aggregate_findings
 from hpstudy.analysis.findings.details import DELTA_APPROXIMATE_FROM, DeltaDetail, GapDetail, Level, ScopeDetail
 from hpstudy.analysis.findings.model import Finding
 from hpstudy.analysis.findings.text import WITHIN
@@ -141,7 +142,7 @@ def _detectable(test: Test, groups: Sequence[Group]) -> Optional[Tuple[float, fl
     sds = np.array([g.errors.std(ddof=1) for g in groups])
     n = [len(g.errors) for g in groups]
     df = min(n) - 1
-    low, high = (np.sqrt(df / sps.chi2.ppf(q, df)) for q in ((1 + SD_RANGE) / 2, (1 - SD_RANGE) / 2))
+    low, high = (np.sqrt(df / scipy.stats.chi2.ppf(q, df)) for q in ((1 + SD_RANGE) / 2, (1 - SD_RANGE) / 2))
     return tuple(welch_detectable(list(sds * f), n, test.alpha) for f in (1.0, low, high))  # type: ignore[return-value]
 
 
@@ -468,7 +469,9 @@ def findings_across(
     """One family declared over several studies (a claim's studies): studies that share trials are one
     source, their rows merged with each trial once (`sources_of`); each source's findings are computed
     on its own cells (what the designs separate is never pooled), and all of them form one Holm family.
-    Each finding names its source's studies; the scope line names the sources and the shared trials."""
+    Each finding names its source's studies; the scope line names the sources and the shared trials. Over two
+    sources or more, each pair of models held by two cells or more also gets one aggregate across its cells
+    (findings.aggregate), in the same family."""
     if not tables:
         raise StatsError("findings_across: tables: bad value {}; allowed: one or more studies' trial tables")
     sources = sources_of(tables)
@@ -482,4 +485,7 @@ def findings_across(
         rows = _usable(once, metric)
         all_rows.append(rows)
         tested += _tested(rows, seeds, source)
+    if len(sources) > 1:
+        order = catalogue_order(pd.concat([rows.kept["model"] for rows in all_rows]).unique())
+        tested += aggregate_findings([(s, _groups(rows)) for s, rows in zip(sources, all_rows)], order, seeds)
     return [_family(tested, all_rows, tuple(sources), shared)] + tested

@@ -5,7 +5,16 @@ words (findings.text) and its tables (findings.tables) share; nothing here is wo
 from dataclasses import dataclass
 from typing import Dict, Optional, Tuple, Union
 
-KINDS = ("scope", "edf_pair", "optimizer_gap", "optimizer_gap_pair", "length_gap", "length_gap_pair", "peak")
+KINDS = (
+    "scope",
+    "edf_pair",
+    "optimizer_gap",
+    "optimizer_gap_pair",
+    "length_gap",
+    "length_gap_pair",
+    "peak",
+    "aggregate",  # a family over several studies only: a pair of models across every cell holding both
+)
 VERDICTS = (
     "a_better",  # pairs: the first model (catalogue order) is better in the tested sense
     "b_better",
@@ -86,4 +95,24 @@ class ScopeDetail:
     shared: int = 0  # rows held by more than one study of a source, counted once
 
 
-Detail = Union[GapDetail, DeltaDetail, ScopeDetail]
+@dataclass(frozen=True)
+class AggregateCell:
+    """One cell of an aggregate: its source's studies, the cell, and a's probability of improvement there."""
+
+    studies: Tuple[str, ...]
+    optimizer: str
+    epochs: int
+    n: Tuple[int, int]
+    diverged: Tuple[int, int]
+    p_a_better: float
+
+
+@dataclass(frozen=True)
+class AggregateDetail:
+    """A pair of models across cells: the cells averaged over (findings.aggregate)."""
+
+    cells: Tuple[AggregateCell, ...]
+    images: Optional[int] = None  # the cells may lie on different grids: no image counts are quoted
+
+
+Detail = Union[GapDetail, DeltaDetail, ScopeDetail, AggregateDetail]

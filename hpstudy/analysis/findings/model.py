@@ -75,7 +75,7 @@ class Finding:
 
     def _direction(self) -> str:
         assert self.test is not None
-        if self.kind == "edf_pair":
+        if self.kind in ("edf_pair", "aggregate"):  # a probability: 1/2 is no difference
             return "a_better" if self.test.estimate > 0.5 else "b_better"
         positive, negative = POSITIVE[self.kind]
         return positive if self.test.estimate > 0 else negative

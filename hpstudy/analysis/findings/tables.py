@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 
 from hpstudy.analysis.catalogue import model_family, model_label
-from hpstudy.analysis.findings.details import DeltaDetail, GapDetail
+from hpstudy.analysis.findings.details import AggregateDetail, DeltaDetail, GapDetail
 from hpstudy.analysis.findings.model import Finding
 from hpstudy.analysis.findings.text import WITHIN, cell_text, p_holm_text
 from hpstudy.analysis.inference import RULES
@@ -110,7 +110,7 @@ def findings_table(found: Sequence[Finding], kind: str) -> pd.DataFrame:
         if f.kind != kind or f.test is None:
             continue
         t, d = f.test, f.detail
-        groups = getattr(d, "groups", ())
+        groups = getattr(d, "groups", ())  # an aggregate has none: its n is the trials over its cells
         rows.append(
             {
                 **{f"model {'ab'[i]}" if len(f.models) > 1 else "model": m for i, m in enumerate(f.models)},
@@ -125,8 +125,8 @@ def findings_table(found: Sequence[Finding], kind: str) -> pd.DataFrame:
                 "p_holm": f.p_holm if f.p_holm is not None else np.nan,
                 "verdict": f.verdict,
                 "verdict_holm": f.verdict_holm,
-                "n": "/".join(str(g.n) for g in groups),
-                "diverged": "/".join(str(g.diverged) for g in groups),
+                "n": "/".join(str(n) for n in ([g.n for g in groups] if groups else f.n)),
+                "diverged": "/".join(str(n) for n in _diverged(d)),
                 "n_left_out": int(sum(f.n_left_out)),
                 **_effect_columns(d),
             }
@@ -134,8 +134,17 @@ def findings_table(found: Sequence[Finding], kind: str) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _diverged(d) -> Tuple[int, ...]:
+    """Diverged trials per group (an aggregate's summed over its cells)."""
+    if isinstance(d, AggregateDetail):
+        return tuple(sum(c.diverged[i] for c in d.cells) for i in (0, 1))
+    return tuple(g.diverged for g in getattr(d, "groups", ()))
+
+
 def _effect_columns(d) -> Dict:
-    """A Δ-EDF finding's effect sizes, as its sentence quotes them."""
+    """A Δ-EDF finding's effect sizes, an aggregate's cells, as their sentences quote them."""
+    if isinstance(d, AggregateDetail):
+        return {"cells": len(d.cells), "sources": len({c.studies for c in d.cells})}
     if not isinstance(d, DeltaDetail):
         return {}
     return {

@@ -8,7 +8,14 @@ from typing import TYPE_CHECKING, Callable, Dict, Optional, Sequence, Tuple
 import numpy as np
 
 from hpstudy.analysis.catalogue import model_label
-from hpstudy.analysis.findings.details import DELTA_APPROXIMATE_FROM, DeltaDetail, GapDetail, Level, ScopeDetail
+from hpstudy.analysis.findings.details import (
+    DELTA_APPROXIMATE_FROM,
+    AggregateDetail,
+    DeltaDetail,
+    GapDetail,
+    Level,
+    ScopeDetail,
+)
 from hpstudy.analysis.inference import POWER, RULES, Test
 from hpstudy.analysis.montecarlo import RISK
 
@@ -321,6 +328,50 @@ def _peak_sentence(f: "Finding", images: Optional[int]) -> str:
     )
 
 
+def probability_interval(ci: Tuple[float, float]) -> str:
+    """A probability's interval to two decimals, low end first."""
+    low, high = sorted(ci)
+    return f"[{low:.2f}, {high:.2f}]"
+
+
+def _aggregate_sentence(f: "Finding", images: Optional[int]) -> str:
+    """A pair of models across cells: the mean probability of improvement, its interval and test, per cell."""
+    d, t = f.detail, f.test
+    assert isinstance(d, AggregateDetail) and t is not None and t.ci is not None
+    a, b = map(model_label, f.models)
+    sources = len({c.studies for c in d.cells})
+    where = f"{len(d.cells)} cells of {sources} source{'' if sources == 1 else 's'}"
+    flipped = f.verdict == "b_better"  # the cells' probabilities are the sentence's first model's
+    first = b if flipped else a
+    per_cell = "; ".join(
+        f"{cell_text(c.optimizer, c.epochs)} [{' + '.join(c.studies)}] "
+        f"{(1 - c.p_a_better if flipped else c.p_a_better):.2f} (n = {_slash(c.n)})"
+        for c in d.cells
+    )
+    diverged = [sum(c.diverged[i] for c in d.cells) for i in (0, 1)]
+    tail = (
+        f"; per cell, P({first} better): {per_cell}; diverged {a} {diverged[0]}/{t.n[0]}, {b} {diverged[1]}/{t.n[1]} "
+        f"(counted at chance error){_left(f.n_left_out)}"
+    )
+    numbers = lambda ci: (
+        f"stratified bootstrap 95% CI {probability_interval(ci)}; {RULES[t.rule]}, {p_text(t)}, n = {_slash(t.n)} "
+        f"trials over the cells"
+    )
+    if f.verdict in ("a_better", "b_better"):
+        win, lose = (a, b) if f.verdict == "a_better" else (b, a)
+        prob, ci = (t.estimate, t.ci) if f.verdict == "a_better" else (1 - t.estimate, (1 - t.ci[1], 1 - t.ci[0]))
+        return (
+            f"{win}'s trials beat {lose}'s across {where}: a random {win} trial has a lower error than a random "
+            f"{lose} trial of the same cell with probability {prob:.2f} averaged over the cells, each cell weighing "
+            f"the same, ties half ({numbers(ci)}){_holm(f)}{tail}"
+        )
+    return (
+        f"{a} vs {b} across {where}: {undecided(f)}: a random {a} trial has a lower error than a random {b} trial "
+        f"of the same cell with probability {t.estimate:.2f} averaged over the cells, each cell weighing the same, "
+        f"ties half (1/2: no difference; {numbers(t.ci)}){tail}"
+    )
+
+
 def _scope_sentence(f: "Finding", images: Optional[int]) -> str:
     d = f.detail
     assert isinstance(d, ScopeDetail)
@@ -359,6 +410,7 @@ RENDER: Dict[str, Callable[["Finding", Optional[int]], str]] = {
         f, images, "distance from its long-schedule error", "distance from the long-schedule error"
     ),
     "peak": _peak_sentence,
+    "aggregate": _aggregate_sentence,
 }
 
 
