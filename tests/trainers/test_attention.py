@@ -4,50 +4,58 @@ the batch."""
 from typing import List
 
 import pytest
-import torch
-import torch.nn.functional as F
-from timm.layers import Attention
-from torch.func import vmap
-from torch.utils._python_dispatch import TorchDispatchMode
-
-from hpstudy.trainers.attention import _SDPAThroughOp, attention, set_vmapped_attention
 
 
-class AttentionCalls(TorchDispatchMode):
-    """Records the shape of q at each hpstudy::attention call that reaches the kernels (below vmap)."""
+def attention_calls():
+    """A dispatch mode that records the shape of q at each hpstudy::attention call that reaches the kernels (below
+    vmap), in its `shapes`."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
 
-    def __init__(self):
-        super().__init__()
-        self.shapes: List[torch.Size] = []
+    class AttentionCalls(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.shapes: List[torch.Size] = []
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func is torch.ops.hpstudy.attention.default:
-            self.shapes.append(args[0].shape)
-        return func(*args, **(kwargs or {}))
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func is torch.ops.hpstudy.attention.default:
+                self.shapes.append(args[0].shape)
+            return func(*args, **(kwargs or {}))
+
+    return AttentionCalls()
 
 
-def _vmaps_under_a_dispatch_mode() -> bool:
-    """torch 2.5 fails an internal assert running a custom op's vmap rule under a Python dispatch mode (training
-    runs none: the fused tests pass there)."""
+@pytest.fixture(scope="module")
+def under_vmap():
+    """Skips the test where torch fails an internal assert running a custom op's vmap rule under a Python dispatch
+    mode (torch 2.5; training runs none: the fused tests pass there)."""
+    import torch
+    from torch.func import vmap
+
+    from hpstudy.trainers.attention import attention
+
     q = torch.zeros(2, 1, 1, 2, 2)
     try:
-        with AttentionCalls():
+        with attention_calls():
             vmap(attention)(q, q, q)
     except RuntimeError:
-        return False
-    return True
-
-
-under_vmap = pytest.mark.skipif(not _vmaps_under_a_dispatch_mode(), reason="torch 2.5: vmap under a dispatch mode")
+        pytest.skip("torch 2.5: vmap under a dispatch mode")
 
 
 def qkv(*shape, seed=0):
+    import torch
+
     generator = torch.Generator().manual_seed(seed)
     return [torch.randn(*shape, dtype=torch.float64, generator=generator, requires_grad=True) for _ in range(3)]
 
 
 @pytest.mark.parametrize("is_causal,scale", [(False, None), (True, 0.3)])
 def test_the_op_is_sdpa_forward_and_backward(is_causal, scale):
+    import torch
+    import torch.nn.functional as F
+
+    from hpstudy.trainers.attention import attention
+
     q, k, v = qkv(2, 3, 5, 4)
     out = attention(q, k, v, is_causal, scale)
     want = F.scaled_dot_product_attention(q, k, v, is_causal=is_causal, scale=scale)
@@ -61,22 +69,33 @@ def test_the_op_is_sdpa_forward_and_backward(is_causal, scale):
 def test_sdpa_routed_through_the_op_keeps_every_option_it_is_given(options):
     """Inside the routing mode, an SDPA call with any causal flag and scale goes to the op (one call) and gives
     SDPA's own output for those options."""
+    import torch
+    import torch.nn.functional as F
+
+    from hpstudy.trainers.attention import _SDPAThroughOp
+
     q, k, v = qkv(2, 3, 5, 4)
     want = F.scaled_dot_product_attention(q, k, v, **options)
-    with AttentionCalls() as calls, _SDPAThroughOp():
+    with attention_calls() as calls, _SDPAThroughOp():
         out = F.scaled_dot_product_attention(q, k, v, **options)
     assert calls.shapes == [q.shape]
     torch.testing.assert_close(out, want, rtol=1e-12, atol=1e-14)
 
 
-@under_vmap
+@pytest.mark.usefixtures("under_vmap")
 def test_under_vmap_the_op_runs_once_over_all_members_as_the_loop_over_them():
     """Members on axis 1 of q, k and v shared (unbatched): one call of batch K x B; outputs and gradients
     (taken around vmap) are each member's own."""
+    import torch
+    import torch.nn.functional as F
+    from torch.func import vmap
+
+    from hpstudy.trainers.attention import attention
+
     members, batch = 3, 2
     q, k, v = qkv(batch, members, 4, 6, 8)
     k_shared, v_shared = (t[:, 0].detach().requires_grad_() for t in (k, v))
-    with AttentionCalls() as calls:
+    with attention_calls() as calls:
         out = vmap(attention, in_dims=(1, None, None))(q, k_shared, v_shared)
     assert calls.shapes == [torch.Size([members * batch, 4, 6, 8])]
     loop = torch.stack([F.scaled_dot_product_attention(q[:, i], k_shared, v_shared) for i in range(members)])
@@ -86,15 +105,21 @@ def test_under_vmap_the_op_runs_once_over_all_members_as_the_loop_over_them():
     torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-14)
 
 
-@under_vmap
+@pytest.mark.usefixtures("under_vmap")
 def test_vmapped_timm_attention_goes_through_the_op_and_back_to_sdpa_when_not_vmapped():
+    import torch
+    from timm.layers import Attention
+    from torch.func import vmap
+
+    from hpstudy.trainers.attention import set_vmapped_attention
+
     module = Attention(16, num_heads=2).double()
     x = torch.randn(3, 2, 5, 16, dtype=torch.float64)  # 3 members of a batch of 2
     loop = torch.stack([module(member) for member in x])
-    with AttentionCalls() as calls:
+    with attention_calls() as calls:
         out = vmap(set_vmapped_attention(module, True))(x)
     assert calls.shapes == [torch.Size([6, 2, 5, 8])]
     torch.testing.assert_close(out, loop, rtol=1e-12, atol=1e-14)
-    with AttentionCalls() as calls:
+    with attention_calls() as calls:
         set_vmapped_attention(module, False)(x[0])
     assert calls.shapes == [] and module.fused_attn

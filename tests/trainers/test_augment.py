@@ -3,16 +3,14 @@
 from collections import Counter
 
 import pytest
-import torch
 from scipy import stats
-from torchvision.transforms.v2 import AutoAugment, AutoAugmentPolicy
-
-from hpstudy.trainers.augment import DeviceAutoAugment, center_crop_box
 
 
 def _policy_distribution():
     """P(the operations an image applies), derived from torchvision's ImageNet policy table: a sub-policy
     drawn uniformly, each of its two operations applied with its own probability and a fair sign."""
+    from torchvision.transforms.v2 import AutoAugment, AutoAugmentPolicy
+
     table = AutoAugment(AutoAugmentPolicy.IMAGENET)._policies
     assert len(table) == 25 and table[0] == (("Posterize", 0.4, 8), ("Rotate", 0.6, 9))  # the paper's first
     probs: Counter = Counter()
@@ -27,6 +25,10 @@ def _policy_distribution():
 
 
 def test_each_image_draws_a_sub_policy_its_operations_and_their_signs_with_the_tables_odds():
+    import torch
+
+    from hpstudy.trainers.augment import DeviceAutoAugment
+
     n = 20_000
     drawn = Counter(DeviceAutoAugment("original").draw(n, torch.Generator().manual_seed(0)))
     probs = _policy_distribution()
@@ -39,4 +41,6 @@ def test_each_image_draws_a_sub_policy_its_operations_and_their_signs_with_the_t
 @pytest.mark.parametrize("height,width,box", [(256, 320, (16, 48, 224)), (320, 256, (48, 16, 224)), (8, 8, (0, 0, 7))])
 def test_the_centre_crop_box_keeps_seven_eighths_of_the_short_side_in_the_middle(height, width, box):
     """By hand: 256 * 0.875 = 224, centred (320 - 224) / 2 = 48; 8 * 0.875 = 7, the odd pixel left over at the end."""
+    from hpstudy.trainers.augment import center_crop_box
+
     assert center_crop_box(height, width) == box

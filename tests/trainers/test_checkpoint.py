@@ -3,21 +3,14 @@
 import logging
 
 import pytest
-import ray
-import torch
-from safetensors.torch import save_file
 
-from hpstudy.study.runner import run_study
 from hpstudy.study.sampling import expand
 from hpstudy.study.spec import SpecError, parse_spec
 from hpstudy.study.store.read import load_trials
-from hpstudy.trainers.checkpoint import load_checkpoint
 from hpstudy.trainers.config import TrialConfig
 from hpstudy.trainers.errors import ConfigError
 from hpstudy.trainers.fused_spec import check_fusable
 from hpstudy.trainers.init_file import file_sha256
-from hpstudy.trainers.models import build_model
-from hpstudy.trainers.trial import Trainer, train_trial
 from tests.helpers import logged, small_spec
 
 MODEL = "coatnet_tiny_cctt"
@@ -41,6 +34,11 @@ def _config(classes: int = 4, image_size: int = 16, **changes) -> dict:
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
     """A 4-class CoAtNet tiny twin's state dict at 16 px (seed 1), saved as torch and as safetensors."""
+    import torch
+    from safetensors.torch import save_file
+
+    from hpstudy.trainers.models import build_model
+
     torch.manual_seed(1)
     state = build_model(MODEL, 4, 16).state_dict()
     folder = tmp_path_factory.mktemp("checkpoint")
@@ -50,11 +48,18 @@ def checkpoint(tmp_path_factory):
 
 
 def _equal(a: dict, b: dict, keys) -> bool:
+    import torch
+
     return all(torch.equal(a[k], b[k]) for k in keys)
 
 
 @pytest.mark.parametrize("kind", [1, 2])
 def test_a_checkpoint_loads_and_the_head_is_reinitialised_only_for_another_class_count(checkpoint, kind):
+    import torch
+
+    from hpstudy.trainers.models import build_model
+    from hpstudy.trainers.trial import Trainer
+
     state, path = checkpoint[0], checkpoint[kind]
     same = Trainer(TrialConfig.from_dict(_config(init=path)))
     assert same.head_reinit is False and _equal(same.model.state_dict(), state, state)
@@ -70,6 +75,8 @@ def test_a_checkpoint_loads_and_the_head_is_reinitialised_only_for_another_class
 
 
 def test_rows_say_which_checkpoint_and_whether_the_head_was_reinitialised(checkpoint):
+    from hpstudy.trainers.trial import Trainer, train_trial
+
     row = train_trial(_config(classes=7, init=checkpoint[2]))
     assert row["status"] == "ok" and row["head_reinit"] is True
     assert row["init_sha256"] == file_sha256(checkpoint[2]) and row["init_sha256"] in row["config_json"]
@@ -79,6 +86,8 @@ def test_rows_say_which_checkpoint_and_whether_the_head_was_reinitialised(checkp
 
 
 def test_freeze_keeps_the_leading_groups_and_their_batchnorm_statistics(checkpoint):
+    from hpstudy.trainers.trial import Trainer
+
     state, path = checkpoint[0], checkpoint[1]
     trainer = Trainer(TrialConfig.from_dict(_config(init=path, freeze=2)))  # the stem and stage S1
     trainer.train_epoch()
@@ -90,6 +99,8 @@ def test_freeze_keeps_the_leading_groups_and_their_batchnorm_statistics(checkpoi
 
 
 def test_a_checkpoint_that_does_not_fit_names_the_first_mismatched_keys(checkpoint, tmp_path):
+    from hpstudy.trainers.trial import Trainer
+
     with pytest.raises(
         ConfigError,
         match=r"init: '.*tiny.pt' does not fit model coatnet_tiny_cttt: missing "
@@ -126,6 +137,8 @@ def test_fused_training_refuses_a_checkpoint():
 
 
 def test_the_trial_keys_name_the_checkpoints_bytes(tmp_path):
+    import torch
+
     path = tmp_path / "ck.pt"
     torch.save({"w": torch.zeros(2)}, path)
     spec = small_spec(recipe=dict(small_spec()["recipe"], init=str(path)), models=["vit_c_tiny"])
@@ -144,6 +157,8 @@ def test_the_trial_keys_name_the_checkpoints_bytes(tmp_path):
 @pytest.mark.parametrize("check_paths", [True, False])
 def test_a_relative_init_is_refused_when_the_spec_is_read(tmp_path, monkeypatch, check_paths):
     """Ray runs trials in other working directories: a relative path that is a file here names nothing there."""
+    import torch
+
     torch.save({"w": torch.zeros(2)}, tmp_path / "ck.pt")
     monkeypatch.chdir(tmp_path)
     with pytest.raises(
@@ -156,6 +171,12 @@ def test_a_relative_init_is_refused_when_the_spec_is_read(tmp_path, monkeypatch,
 
 @pytest.mark.slow
 def test_a_fine_tuning_study_runs_from_a_checkpoint_trained_here(tmp_path, caplog):
+    import ray
+    from safetensors.torch import save_file
+
+    from hpstudy.study.runner import run_study
+    from hpstudy.trainers.trial import Trainer
+
     pretrain = Trainer(TrialConfig.from_dict(_config()))
     pretrain.run_epoch()  # a 4-class synthetic pretraining epoch
     path = str(tmp_path / "pretrained.safetensors")
@@ -186,6 +207,11 @@ def test_a_fine_tuning_study_runs_from_a_checkpoint_trained_here(tmp_path, caplo
 def test_a_training_checkpoint_loads_its_ema_weights(tmp_path):
     """timm's train.py saves the raw weights under `state_dict` and their EMA beside them: fine-tuning
     starts from the EMA (and a DDP `module.` prefix is stripped)."""
+    import torch
+
+    from hpstudy.trainers.checkpoint import load_checkpoint
+    from hpstudy.trainers.models import build_model
+
     torch.manual_seed(1)
     raw = build_model("cnn_tiny", 4, 16).state_dict()
     torch.manual_seed(2)

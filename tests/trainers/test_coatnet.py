@@ -1,17 +1,20 @@
 """CoAtNet (Dai et al. 2021), its conv/attention layouts and ViT_REL: counted against the paper."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pytest
-import torch
-from timm.models.maxxvit import MaxxVit, TransformerBlock2d, model_cfgs
-from torch import nn
 
 from hpstudy.analysis.figures import generalization_figure, generalization_table, model_style
 from hpstudy.analysis.metric import LeftOutWarning
 from hpstudy.trainers.flops import count_flops, model_profile
-from hpstudy.trainers.models import build_model
 from hpstudy.trainers.zoo import get_spec, list_models
 from tests.helpers import make_trials
+
+if TYPE_CHECKING:
+    from timm.models.maxxvit import MaxxVit
 
 # Tables 3/4 of the paper (ImageNet-1K, 224 px): (GFLOPs, M params).
 PAPER = {"coatnet_0": (4.2, 25), "coatnet_1": (8.4, 42), "coatnet_2": (15.7, 75), "coatnet_3": (34.7, 168)}
@@ -39,6 +42,9 @@ def test_coatnet_counts_match_the_paper(name):
 @pytest.mark.parametrize("name", sorted(STRIDED_DCONV))
 def test_timms_default_down_sampling_is_the_papers_table_9_variant(name):
     # why the zoo sets stride_mode '1x1': timm's coatnet_N configs count as the paper's "Strided DConv" rows
+    import torch
+    from timm.models.maxxvit import MaxxVit, model_cfgs
+
     with torch.device("meta"):
         model = MaxxVit(model_cfgs[name], img_size=224, num_classes=1000)
     flops = count_flops(model, 224)
@@ -47,6 +53,8 @@ def test_timms_default_down_sampling_is_the_papers_table_9_variant(name):
 
 
 def _stage_kinds(model: MaxxVit) -> str:
+    from timm.models.maxxvit import TransformerBlock2d
+
     kinds = [{type(block) for block in stage.blocks} for stage in model.stages]
     assert all(len(k) == 1 for k in kinds), kinds  # a stage is all conv or all attention
     return "".join("t" if k == {TransformerBlock2d} else "c" for k in kinds)
@@ -64,6 +72,10 @@ SPREAD = {224: 1.10, 32: 1.10, 16: 1.09}
     ],
 )
 def test_layouts_have_their_blocks_and_flops_within_ten_percent(prefix, vit_rel, sizes):
+    import torch
+
+    from hpstudy.trainers.models import build_model
+
     names = [f"{prefix}_{layout}" for layout in LAYOUTS] + [vit_rel]
     classes = 1000 if prefix == "coatnet_0" else 10
     for layout, name in zip(LAYOUTS, names):
@@ -77,12 +89,20 @@ def test_layouts_have_their_blocks_and_flops_within_ten_percent(prefix, vit_rel,
 
 
 def test_the_cctt_layout_is_coatnet_0():
+    import torch
+
+    from hpstudy.trainers.models import build_model
+
     with torch.device("meta"):
         layout, coatnet = build_model("coatnet_0_cctt"), build_model("coatnet_0")
     assert {k: v.shape for k, v in layout.state_dict().items()} == {k: v.shape for k, v in coatnet.state_dict().items()}
 
 
 def test_feature_maps_shrink_to_7_px_at_224_and_2_px_for_the_32_px_twins():
+    import torch
+
+    from hpstudy.trainers.models import build_model
+
     with torch.device("meta"):
         assert build_model("coatnet_0").forward_features(torch.zeros(1, 3, 224, 224)).shape[-2:] == (7, 7)
         tiny = build_model("coatnet_tiny_cctt", 10, 32)
@@ -90,6 +110,11 @@ def test_feature_maps_shrink_to_7_px_at_224_and_2_px_for_the_32_px_twins():
 
 
 def test_vit_rel_is_a_vit_stem_with_relative_attention():
+    import torch
+    from torch import nn
+
+    from hpstudy.trainers.models import build_model
+
     with torch.device("meta"):
         model = build_model("vit_rel")
     block = model.blocks[0]

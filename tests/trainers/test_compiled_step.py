@@ -1,15 +1,18 @@
 """The capturable training step (trainers/trial.py): the same rows as the eager step it replaced, and
 `compile:` modes that compile it whole, once per trainer."""
 
+from __future__ import annotations
+
 import dataclasses
+from typing import TYPE_CHECKING
 
 import pytest
-import torch
-from torch._dynamo.utils import counters
 
 from hpstudy.trainers.config import TrialConfig
 from hpstudy.trainers.errors import ConfigError
-from hpstudy.trainers.trial import Trainer
+
+if TYPE_CHECKING:
+    from hpstudy.trainers.trial import Trainer
 
 BASE = dict(
     model="cnn_tiny",
@@ -162,6 +165,8 @@ FLOAT64_ROUNDING = 1e-12
 @pytest.fixture(autouse=True)
 def one_thread():
     """One torch thread, as HEAD_ROWS were written with (two threads sum in another order)."""
+    import torch
+
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
@@ -183,6 +188,8 @@ def epochs_and_sums(trainer: Trainer):
 @pytest.mark.slow
 @pytest.mark.parametrize("case", CASES)
 def test_the_capturable_step_trains_as_the_eager_step_did_in_float64(case):
+    from hpstudy.trainers.trial import Trainer
+
     epochs, sums = epochs_and_sums(Trainer(TrialConfig.from_dict(dict(BASE, **CASES[case]))))
     want = HEAD_ROWS[case]["epochs"]
     assert len(epochs) == len(want)
@@ -202,6 +209,11 @@ STATE_TOLERANCE = {"sgd": 1e-4, "adamw": 1e-2}
 def test_the_step_compiles_whole_once_and_trains_as_eager_in_float32(aot_eager, optimizer, lr):
     """Two graphs (forward-backward, update), no graph break and no recompile over two epochs with
     every per-step value in use (lr warmup and cosine, EMA, mixup and CutMix, clipping)."""
+    import torch
+    from torch._dynamo.utils import counters
+
+    from hpstudy.trainers.trial import Trainer
+
     recipe = dict(CASES["adamw_warmup_ema_mixup_cutmix"], optimizer=optimizer, lr=lr)
     cfg = TrialConfig.from_dict(dict(BASE, **recipe, dtype="float32"))
     compiled = Trainer(dataclasses.replace(cfg, compile="inductor"))
@@ -240,8 +252,13 @@ def test_bad_compile_modes_are_refused_naming_the_field(changes, message):
         TrialConfig.from_dict(dict(BASE, optimizer="adamw", **changes), check_model=False)
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="device auto is CUDA here")
 def test_graph_on_a_device_that_resolves_to_the_cpu_is_refused_by_the_trainer():
+    import torch
+
+    from hpstudy.trainers.trial import Trainer
+
+    if torch.cuda.is_available():
+        pytest.skip("device auto is CUDA here")
     cfg = TrialConfig.from_dict(dict(BASE, optimizer="adamw", device="auto", compile="graph"), check_model=False)
     with pytest.raises(ConfigError, match="compile: bad value 'graph' on device cpu"):
         Trainer(cfg)

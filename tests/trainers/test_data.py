@@ -2,11 +2,8 @@ import pickle
 
 import numpy as np
 import pytest
-import torch
-import torch.nn.functional as F
 from PIL import Image
 
-from hpstudy.trainers.data import DeviceBatches, TensorData, TensorEpochs, load_data, random_crop
 from hpstudy.trainers.data_spec import DataSpec
 from hpstudy.trainers.errors import DataError
 
@@ -26,6 +23,10 @@ def _write_fake_cifar10(folder, n_per_batch=20):
 
 
 def test_digits_is_a_fixed_stratified_split():
+    import torch
+
+    from hpstudy.trainers.data import load_data
+
     data = load_data(DataSpec("digits", image_size=16))
     assert data.num_train + len(data.val_y) == 1797
     assert data.train_x.shape[1:] == (3, 16, 16) and data.train_x.dtype == torch.uint8
@@ -36,6 +37,10 @@ def test_digits_is_a_fixed_stratified_split():
 
 
 def test_cifar10_reads_the_real_pickle_format(tmp_path):
+    import torch
+
+    from hpstudy.trainers.data import DeviceBatches, load_data
+
     last = _write_fake_cifar10(tmp_path / "cifar-10-batches-py")
     data = load_data(DataSpec("cifar10", path=str(tmp_path)))
     assert data.num_train == 100 and len(data.val_y) == 20 and data.num_classes == 10
@@ -51,6 +56,8 @@ def test_cifar10_reads_the_real_pickle_format(tmp_path):
     [("cifar10", "cifar-10-batches-py"), ("cifar100", "cifar-100-python"), ("imagefolder", "train/<class>")],
 )
 def test_missing_path_names_path_and_layout(name, layout, tmp_path):
+    from hpstudy.trainers.data import load_data
+
     missing = tmp_path / "nowhere"
     with pytest.raises(DataError) as info:
         load_data(DataSpec(name, path=str(missing)))
@@ -58,6 +65,8 @@ def test_missing_path_names_path_and_layout(name, layout, tmp_path):
 
 
 def test_cifar_folder_missing_a_batch_is_named(tmp_path):
+    from hpstudy.trainers.data import load_data
+
     _write_fake_cifar10(tmp_path / "cifar-10-batches-py")
     (tmp_path / "cifar-10-batches-py" / "test_batch").unlink()
     with pytest.raises(DataError, match=r"lacks \['test_batch'\]"):
@@ -65,6 +74,8 @@ def test_cifar_folder_missing_a_batch_is_named(tmp_path):
 
 
 def test_corrupt_cifar_batch_is_a_clear_error(tmp_path):
+    from hpstudy.trainers.data import load_data
+
     _write_fake_cifar10(tmp_path / "cifar-10-batches-py")
     (tmp_path / "cifar-10-batches-py" / "data_batch_3").write_bytes(b"not a pickle")
     with pytest.raises(DataError, match="data_batch_3"):
@@ -72,6 +83,10 @@ def test_corrupt_cifar_batch_is_a_clear_error(tmp_path):
 
 
 def test_imagefolder_loads_with_paper_transforms(tmp_path):
+    import torch
+
+    from hpstudy.trainers.data import load_data
+
     rng = np.random.default_rng(0)
     for split in ("train", "val"):
         for cls in ("cat", "dog"):
@@ -90,6 +105,10 @@ def test_imagefolder_loads_with_paper_transforms(tmp_path):
 
 
 def test_synthetic_is_seeded():
+    import torch
+
+    from hpstudy.trainers.data import load_data
+
     a = load_data.__wrapped__(DataSpec("synthetic", num_classes=5, n_train=40, n_val=10, seed=3))
     b = load_data.__wrapped__(DataSpec("synthetic", num_classes=5, n_train=40, n_val=10, seed=3))
     c = load_data.__wrapped__(DataSpec("synthetic", num_classes=5, n_train=40, n_val=10, seed=4))
@@ -105,6 +124,11 @@ def test_unknown_dataset_and_keys_are_rejected():
 
 
 def test_random_crop_takes_the_window_at_each_samples_offset():
+    import torch
+    import torch.nn.functional as F
+
+    from hpstudy.trainers.data import random_crop
+
     x = torch.arange(2 * 1 * 4 * 4, dtype=torch.float32).view(2, 1, 4, 4)
     out = random_crop(x, 1, torch.tensor([0, 2]), torch.tensor([2, 1]))
     padded = F.pad(x, (1, 1, 1, 1))
@@ -112,6 +136,10 @@ def test_random_crop_takes_the_window_at_each_samples_offset():
 
 
 def test_epochs_flip_each_sample_independently_and_reproducibly():
+    import torch
+
+    from hpstudy.trainers.data import TensorData, TensorEpochs
+
     n = 64
     x = torch.randint(0, 256, (n, 3, 6, 6), dtype=torch.uint8)
     y = torch.arange(n)  # the label names the image
@@ -130,6 +158,10 @@ def test_epochs_flip_each_sample_independently_and_reproducibly():
 
 
 def test_device_batches_normalise_on_the_device_and_leave_the_data_alone():
+    import torch
+
+    from hpstudy.trainers.data import DeviceBatches, TensorData
+
     x = torch.randint(0, 256, (32, 3, 8, 8), dtype=torch.uint8)
     y = torch.arange(32)  # the label names the image
     data = TensorData(x, y, x[:8], y[:8], 32, (0.4, 0.5, 0.6), (0.2, 0.25, 0.3))
@@ -145,6 +177,10 @@ def test_device_batches_normalise_on_the_device_and_leave_the_data_alone():
 def test_moving_cached_data_to_a_device_leaves_the_cached_load_alone():
     """Trials reusing a Ray actor share one load per process: moving it to a trial's device gives a
     new object (the meta device stands in for a GPU) and never changes the cached one."""
+    import torch
+
+    from hpstudy.trainers.data import load_data
+
     spec = DataSpec("synthetic", num_classes=3, n_train=8, n_val=4, image_size=4)
     data = load_data(spec)
     pixels = data.train_x.clone()
@@ -168,6 +204,8 @@ class _Hostile:
 
 
 def test_a_cifar_batch_naming_a_global_it_does_not_need_is_refused_by_name_before_it_runs(tmp_path):
+    from hpstudy.trainers.data import load_data
+
     _write_fake_cifar10(tmp_path / "cifar-10-batches-py")
     marker = tmp_path / "ran"
     (tmp_path / "cifar-10-batches-py" / "data_batch_2").write_bytes(pickle.dumps({b"data": _Hostile(marker)}))
@@ -178,21 +216,28 @@ def test_a_cifar_batch_naming_a_global_it_does_not_need_is_refused_by_name_befor
 
 def test_random_crop_stays_on_the_batchs_device():
     """The meta device stands in for a GPU: every index is made where the images are."""
+    import torch
+
+    from hpstudy.trainers.data import random_crop
+
     x = torch.zeros(2, 3, 4, 4, device="meta")
     offsets = torch.tensor([0, 2], device="meta")
     assert random_crop(x, 1, offsets, offsets).device.type == "meta"
 
 
-class _DeliveredOnTheDevice(TensorData):
-    """Tensor data whose loaders record the device they are asked to deliver on, as the datasets that
-    augment or decode on the device (prepared, device-decoded) deliver their batches there."""
-
-    def train_loader(self, batch_size, generator, pin_memory=False, device=None):
-        self.asked = device
-        return super().train_loader(batch_size, generator, pin_memory, device)
-
-
 def test_device_batches_ask_the_dataset_for_training_batches_on_the_training_device():
+    import torch
+
+    from hpstudy.trainers.data import DeviceBatches, TensorData
+
+    class _DeliveredOnTheDevice(TensorData):
+        """Tensor data whose loaders record the device they are asked to deliver on, as the datasets that
+        augment or decode on the device (prepared, device-decoded) deliver their batches there."""
+
+        def train_loader(self, batch_size, generator, pin_memory=False, device=None):
+            self.asked = device
+            return super().train_loader(batch_size, generator, pin_memory, device)
+
     x = torch.zeros(8, 3, 4, 4, dtype=torch.uint8)
     data = _DeliveredOnTheDevice(x, torch.arange(8), x, torch.arange(8), 8, (0.5,) * 3, (0.5,) * 3)
     xb, _ = next(DeviceBatches(data, torch.device("meta"), torch.float32).train(4, torch.Generator().manual_seed(0)))

@@ -1,13 +1,15 @@
 """The dataset registry (hpstudy.trainers.data_spec.DATASETS): a dataset is one `register_dataset` entry, and
 that entry is what the spec's checks, the path check, load_data and the dry run read."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 import pytest
-import torch
 
 from hpstudy.commands import print_plan
 from hpstudy.service import plan
 from hpstudy.study.spec import SpecError, parse_spec
-from hpstudy.trainers.data import TensorData, load_data
 from hpstudy.trainers.data_spec import (
     DATASETS,
     DatasetKind,
@@ -20,12 +22,19 @@ from hpstudy.trainers.data_spec import (
 from hpstudy.trainers.errors import DataError
 from tests.helpers import small_spec
 
+if TYPE_CHECKING:
+    from hpstudy.trainers.data import TensorData
+
 TINY_TRAIN = 123  # the nominal size the dry run prices (the loader below makes fewer)
 BUILT_IN = ("digits", "cifar10", "cifar100", "imagefolder", "prepared", "synthetic")
 
 
 def load_tiny(spec, num_workers, auto_augment, decode_on_device) -> TensorData:
     """A tiny in-memory dataset of the same type digits loads: 3 classes, `spec.size` pixels a side."""
+    import torch
+
+    from hpstudy.trainers.data import TensorData
+
     g = torch.Generator().manual_seed(0)
     x = torch.randint(0, 256, (12, 3, spec.size, spec.size), generator=g, dtype=torch.uint8)
     y = torch.arange(12) % 3
@@ -35,6 +44,8 @@ def load_tiny(spec, num_workers, auto_augment, decode_on_device) -> TensorData:
 @pytest.fixture
 def tiny():
     """The dataset `tiny` registered (one entry) for the test, removed after."""
+    from hpstudy.trainers.data import load_data
+
     kind = register_dataset(DatasetKind("tiny", 8, f"{__name__}:load_tiny", train_size=TINY_TRAIN, num_classes=3))
     try:
         yield kind
@@ -76,6 +87,8 @@ def test_the_nominal_sizes_and_classes_are_the_registry_s_or_the_spec_s():
 
 
 def test_a_registered_dataset_is_one_entry_the_spec_the_loader_and_the_dry_run_read(tiny, tmp_path, capsys):
+    from hpstudy.trainers.data import TensorData, load_data
+
     spec = DataSpec.from_config("tiny")  # the name is accepted
     assert spec.size == 8 and DataSpec.from_config({"name": "tiny", "image_size": 4}).size == 4
     check_data_path(spec)  # it reads no folder: nothing to check

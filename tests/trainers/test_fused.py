@@ -5,11 +5,8 @@ import warnings
 from types import SimpleNamespace
 
 import pytest
-import torch
 
 from hpstudy.trainers.config import ConfigError, TrialConfig
-from hpstudy.trainers.fused import FusedTrainer, train_fused
-from hpstudy.trainers.trial import Trainer
 
 DATA = {"name": "synthetic", "image_size": 8, "n_train": 64, "n_val": 32, "num_classes": 4}
 BASE = dict(epochs=3, batch_size=16, warmup_epochs=1, min_lr_ratio=0.1, device="cpu", dtype="float64", dataset=DATA)
@@ -37,6 +34,11 @@ def members(model, optimizer, lrs, wds):
     [("adamw", [1e-3, 4e-3, 2e-4], [0.05, 0.3, 0.0]), ("sgd", [0.05, 0.2, 0.01], [1e-4, 1e-5, 0.0])],
 )
 def test_each_member_matches_its_trial_alone(model, optimizer, lrs, wds):
+    import torch
+
+    from hpstudy.trainers.fused import FusedTrainer
+    from hpstudy.trainers.trial import Trainer
+
     configs = members(model, optimizer, lrs, wds)
     fused = FusedTrainer([TrialConfig.from_dict(c) for c in configs])
     for _ in range(2):  # 2 epochs x 4 steps: through warmup into the cosine
@@ -54,6 +56,10 @@ def test_each_member_matches_its_trial_alone(model, optimizer, lrs, wds):
 
 
 def test_diverging_member_is_masked_and_others_are_bit_identical():
+    import torch
+
+    from hpstudy.trainers.fused import FusedTrainer
+
     keep = members("vit_c_tiny", "sgd", [0.05, 0.1], [1e-4, 1e-5])
     bad = dict(keep[0], lr=1e6, seed=99)
     with_bad = FusedTrainer([TrialConfig.from_dict(c) for c in (keep[0], bad, keep[1])])
@@ -68,6 +74,8 @@ def test_diverging_member_is_masked_and_others_are_bit_identical():
 
 
 def test_train_fused_returns_one_row_per_member():
+    from hpstudy.trainers.fused import train_fused
+
     configs = members("cnn_tiny", "adamw", [1e-3, 1e6], [0.05, 0.05])
     seen = []
     rows = train_fused(configs, on_epoch=lambda records: seen.append(sorted(records)))
@@ -78,6 +86,8 @@ def test_train_fused_returns_one_row_per_member():
 
 
 def test_unfusable_members_are_rejected():
+    from hpstudy.trainers.fused import FusedTrainer
+
     configs = members("cnn_tiny", "adamw", [1e-3, 2e-3], [0.05, 0.05])
     with pytest.raises(ConfigError, match=r"differ in \['batch_size'\]"):
         FusedTrainer([TrialConfig.from_dict(configs[0]), TrialConfig.from_dict(dict(configs[1], batch_size=8))])
@@ -86,6 +96,10 @@ def test_unfusable_members_are_rejected():
 
 
 def test_a_diverged_member_leaves_the_stack_and_the_others_keep_their_numbers():
+    import torch
+
+    from hpstudy.trainers.fused import FusedTrainer
+
     keep = members("cnn_tiny", "adamw", [1e-3, 4e-3], [0.05, 0.3])
     bad = dict(keep[0], lr=1e6, seed=99)
     trainer = FusedTrainer([TrialConfig.from_dict(c) for c in (keep[0], bad, keep[1])])
@@ -109,6 +123,11 @@ def _no_vmap(*args, **kwargs):
 def test_a_stack_of_one_trains_without_vmap_as_its_trial_alone(model, monkeypatch):
     """K=1 (a cell's last trial, or a group whose other members diverged) skips vmap (which made it
     0.6x its trial alone on CPU) and uses torch's fused attention; its numbers are its trial's."""
+    import torch
+
+    from hpstudy.trainers.fused import FusedTrainer
+    from hpstudy.trainers.trial import Trainer
+
     config = members(model, "adamw", [2e-3], [0.05])[0]
     fused, alone = FusedTrainer([TrialConfig.from_dict(config)]), Trainer(TrialConfig.from_dict(config))
     monkeypatch.setattr("hpstudy.trainers.fused.vmap", _no_vmap)
@@ -122,6 +141,11 @@ def test_a_stack_of_one_trains_without_vmap_as_its_trial_alone(model, monkeypatc
 
 
 def test_a_group_left_with_one_member_goes_on_without_vmap_and_keeps_its_numbers(monkeypatch):
+    import torch
+
+    from hpstudy.trainers.fused import FusedTrainer
+    from hpstudy.trainers.trial import Trainer
+
     keep = members("cnn_tiny", "sgd", [0.05], [1e-4])[0]
     trainer = FusedTrainer([TrialConfig.from_dict(c) for c in (keep, dict(keep, lr=1e6, seed=99))])
     alone = Trainer(TrialConfig.from_dict(keep))
@@ -140,6 +164,11 @@ def test_bf16_autocast_under_vmap_runs_each_member_as_its_bf16_trial_alone(model
     linear layers compute in bf16, BatchNorm included in the model, the loss in float32; each
     member's epoch loss is its bf16 trial's alone up to bf16 rounding (the batched and the single
     kernels round differently)."""
+    import torch
+
+    from hpstudy.trainers.fused import FusedTrainer
+    from hpstudy.trainers.trial import Trainer
+
     configs = [dict(c, dtype="float32") for c in members(model, "sgd", [0.05, 0.1], [1e-4, 1e-5])]
     fused = FusedTrainer([TrialConfig.from_dict(dict(c, amp=True)) for c in configs])
     seen = []
@@ -163,6 +192,7 @@ def test_fuse_auto_takes_an_out_of_memory_while_measuring_as_no_fusion(monkeypat
     """A model whose K fused members do not fit the GPU trains alone; the study goes on (no Ray
     started here: the measuring task and its RayTaskError are stand-ins)."""
     import ray
+    import torch
 
     from hpstudy.study.fusion import fusion_sizes
     from hpstudy.study.sampling import expand

@@ -1,22 +1,23 @@
 """Fused trials with ViT attention through hpstudy::attention, and `compile:` modes that compile the fused step
 whole, once per trainer."""
 
+from __future__ import annotations
+
 import dataclasses
 import os
 import subprocess
 import sys
+from typing import TYPE_CHECKING
 
 import pytest
-import torch
-from torch._dynamo.utils import counters
 
-from bench.op_count import OpCounter
-from hpstudy.trainers import fused
 from hpstudy.trainers.config import TrialConfig
 from hpstudy.trainers.errors import ConfigError
-from hpstudy.trainers.fused import FusedTrainer
-from hpstudy.trainers.models import set_fused_attention
 from tests.helpers import REPO
+
+if TYPE_CHECKING:
+    from bench.op_count import OpCounter
+    from hpstudy.trainers.fused import FusedTrainer
 
 DATA = {"name": "synthetic", "image_size": 8, "n_train": 32, "n_val": 16, "num_classes": 4}
 BASE = dict(epochs=2, batch_size=8, warmup_epochs=1, min_lr_ratio=0.1, device="cpu", dtype="float64", dataset=DATA)
@@ -50,6 +51,8 @@ def assert_same_training(got, want, rel):
 
 def explicit_attention(model, vmapped):
     """Fused training's attention before hpstudy::attention: explicit softmax(QK^T)V under vmap."""
+    from hpstudy.trainers.models import set_fused_attention
+
     return set_fused_attention(model, not vmapped)
 
 
@@ -61,6 +64,10 @@ def sdpa_kernel_calls(ops: OpCounter) -> int:
 @pytest.mark.filterwarnings("error:.*batching rule")  # no vmap fallback to a loop over members
 @pytest.mark.parametrize("optimizer,lrs", [("adamw", [1e-3, 4e-3, 2e-4]), ("sgd", [0.05, 0.2, 0.01])])
 def test_vit_attention_through_the_op_trains_as_the_explicit_attention_did(monkeypatch, optimizer, lrs):
+    from bench.op_count import OpCounter
+    from hpstudy.trainers import fused
+    from hpstudy.trainers.fused import FusedTrainer
+
     cfgs = members("vit_c_tiny", optimizer, lrs)
     with OpCounter() as ops:
         through_op = trained(FusedTrainer(cfgs))
@@ -85,6 +92,10 @@ def test_the_fused_step_compiles_whole_once_and_trains_as_eager(request, aot_eag
     trial: the step count, lrs and bias corrections are read on the device. In a fresh process: in one that
     compiled a trial alone before, torch 2.14 raises a KeyError inside the compiled fused step
     (docs/fused-trials.md#compiled)."""
+    from torch._dynamo.utils import counters
+
+    from hpstudy.trainers.fused import FusedTrainer
+
     if not os.environ.get(IN_FRESH_PROCESS):
         done = subprocess.run(
             [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", "-m", "", request.node.nodeid],
@@ -106,6 +117,10 @@ def test_the_fused_step_compiles_whole_once_and_trains_as_eager(request, aot_eag
 
 
 def test_graph_on_a_device_that_resolves_to_the_cpu_is_refused_by_the_fused_trainer():
+    import torch
+
+    from hpstudy.trainers.fused import FusedTrainer
+
     if torch.cuda.is_available():
         pytest.skip("device auto is CUDA here")
     cfgs = members("cnn_tiny", "sgd", [0.05, 0.2], device="auto", compile="graph")

@@ -7,14 +7,10 @@ import logging
 import weakref
 
 import pytest
-import torch
 
 from hpstudy.trainers.config import TrialConfig
-from hpstudy.trainers.data import DeviceBatches, load_data
 from hpstudy.trainers.data_spec import DataSpec
-from hpstudy.trainers.loop import configure_device, fit
 from hpstudy.trainers.memory import activation_bytes_per_image, peak_memory_gb
-from hpstudy.trainers.trial import DIVERGENCE_CHECK_EVERY, Trainer
 from tests.helpers import image_folder
 
 SYNTH = {"name": "synthetic", "image_size": 8, "n_train": 64, "n_val": 16, "num_classes": 4}
@@ -23,6 +19,10 @@ SYNTH = {"name": "synthetic", "image_size": 8, "n_train": 64, "n_val": 16, "num_
 def test_image_folder_batches_reach_the_training_device(tmp_path):
     """Folder loaders yield CPU batches; train and validation batches must both be moved (the CUDA
     crash at the first evaluation). The meta device stands in for a GPU."""
+    import torch
+
+    from hpstudy.trainers.data import DeviceBatches, load_data
+
     data = load_data(DataSpec("imagefolder", path=image_folder(tmp_path), image_size=32), num_workers=0)
     view = DeviceBatches(data, torch.device("meta"), torch.float32)
     x, y = next(view.train(4, torch.Generator().manual_seed(0)))
@@ -32,6 +32,8 @@ def test_image_folder_batches_reach_the_training_device(tmp_path):
 
 
 def test_auto_augment_reaches_the_image_folder_transforms(tmp_path):
+    from hpstudy.trainers.trial import Trainer
+
     root = image_folder(tmp_path)
     cfg = dict(
         model="vit_p_tiny",
@@ -51,6 +53,9 @@ def test_auto_augment_reaches_the_image_folder_transforms(tmp_path):
 
 
 def test_a_finished_trial_keeps_no_model_optimizer_or_loader_alive():
+    from hpstudy.trainers.loop import fit
+    from hpstudy.trainers.trial import Trainer
+
     trainer = Trainer(
         TrialConfig.from_dict(
             dict(
@@ -76,6 +81,8 @@ def test_loaders_are_built_once_per_trial_and_the_model_and_its_ema_share_each_v
     """Persistent DataLoader workers serve every epoch only if the loaders outlive the epoch; the
     EMA must not decode the validation set a second time."""
     from hpstudy.trainers.data import TensorData
+    from hpstudy.trainers.loop import fit
+    from hpstudy.trainers.trial import Trainer
 
     built, passes = [], []
     train_loader, val_loader = TensorData.train_loader, TensorData.val_loader
@@ -119,7 +126,10 @@ def test_loaders_are_built_once_per_trial_and_the_model_and_its_ema_share_each_v
 
 @pytest.mark.parametrize("fused", [False, pytest.param(True, marks=pytest.mark.slow)])  # fused: ~2 s
 def test_training_reads_the_device_only_every_few_steps(fused, monkeypatch):
+    import torch
+
     from hpstudy.trainers.fused import FusedTrainer
+    from hpstudy.trainers.trial import DIVERGENCE_CHECK_EVERY, Trainer
 
     data = dict(SYNTH, n_train=512)
     cfgs = [
@@ -151,6 +161,10 @@ def test_training_reads_the_device_only_every_few_steps(fused, monkeypatch):
 
 
 def test_cuda_settings_are_made_for_cuda_only():
+    import torch
+
+    from hpstudy.trainers.loop import configure_device
+
     flags = (torch.backends.cudnn.benchmark, torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
     try:
         torch.backends.cudnn.benchmark = torch.backends.cuda.matmul.allow_tf32 = False
@@ -168,9 +182,12 @@ def test_fused_trials_configure_their_device_and_refuse_channels_last(monkeypatc
     """The fused trainer sets up its device as a trial alone does, through the same trial_setup
     (cuDNN autotuning and TF32 on CUDA), and refuses the channels_last layout, which vmap's stacked
     tensors cannot have."""
+    import torch
+
     import hpstudy.trainers.loop
     from hpstudy.trainers.config import ConfigError
     from hpstudy.trainers.fused import FusedTrainer
+    from hpstudy.trainers.trial import Trainer
 
     seen = []
     monkeypatch.setattr(hpstudy.trainers.loop, "configure_device", seen.append)
@@ -202,6 +219,8 @@ def test_fused_trials_configure_their_device_and_refuse_channels_last(monkeypatc
 
 
 def _params_after_one_epoch(**changes):
+    from hpstudy.trainers.trial import Trainer
+
     cfg = dict(
         model="vit_c_tiny",
         optimizer="adamw",
@@ -228,6 +247,8 @@ def _params_after_one_epoch(**changes):
 def test_memory_options_take_the_same_steps(option, monkeypatch):
     """Accumulating 4 micro-batches, or recomputing activations, trains the same weights (float64;
     the conv stem's BatchNorm held in eval mode, since batch statistics depend on the micro-batch)."""
+    import torch
+
     monkeypatch.setattr(torch.nn.BatchNorm2d, "train", lambda self, mode=True: torch.nn.Module.train(self, False))
     plain, other = _params_after_one_epoch(), _params_after_one_epoch(**option)
     for name in plain:

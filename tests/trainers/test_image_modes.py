@@ -14,18 +14,14 @@ from typing import Tuple
 
 import numpy as np
 import pytest
-import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 from PIL import Image
 
 from hpstudy.cli import hpstudy_main
-from hpstudy.trainers.data import LoaderData
-from hpstudy.trainers.device_decode import DeviceDecodeData
 from hpstudy.trainers.errors import DataError
 from hpstudy.trainers.image_modes import read_rgb, to_rgb
-from hpstudy.trainers.prepared import PreparedData, prepare
 
 TRAIN, VAL = 16, 14  # a 16 px square is stored whole (train) and as its centre 14 px (val: 14 / 0.875 = 16)
 
@@ -208,6 +204,10 @@ def _folder(root: Path, images) -> Path:
 def test_prepare_and_the_loaders_store_each_file_at_its_documented_level(images):
     """`hpstudy prepare` stores each file scaled by its bit depth; the worker and device loaders' validation
     images are the stored ones (the same conversion)."""
+    from hpstudy.trainers.data import LoaderData
+    from hpstudy.trainers.device_decode import DeviceDecodeData
+    from hpstudy.trainers.prepared import PreparedData
+
     with tempfile.TemporaryDirectory() as tmp:
         root, out = _folder(Path(tmp) / "imgs", images), Path(tmp) / "prep"
         flags = ["--train-size", str(TRAIN), "--image-size", str(VAL), "--workers", "1"]
@@ -227,6 +227,8 @@ def test_prepare_and_the_loaders_store_each_file_at_its_documented_level(images)
 @given(st.lists(files([kind for kind in KINDS if kind[0] in EIGHT_BIT]), min_size=1, max_size=4))
 def test_an_eight_bit_folder_prepares_to_the_digest_of_its_images_converted_by_pillow(images):
     """Trial keys name a preparation's digest: 8-bit images prepare as Pillow's convert("RGB") of each did."""
+    from hpstudy.trainers.prepared import prepare
+
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         converted = []
@@ -246,6 +248,8 @@ def test_an_eight_bit_folder_prepares_to_the_digest_of_its_images_converted_by_p
 def test_a_preparation_by_the_conversion_before_bit_depths_is_made_again_with_the_same_digest(tmp_path):
     """A folder prepared before the conversion by bit depth (no `conversion` in meta.json) is not reused: its 16-bit
     images were stored clipped. An 8-bit folder made again keeps its arrays, so its digest and trial keys."""
+    from hpstudy.trainers.prepared import prepare
+
     grey = np.random.default_rng(0).integers(0, 256, (TRAIN, TRAIN), dtype=np.uint8)
     source = _folder(tmp_path / "imgs", [(None, "png", _png(Image.fromarray(grey)))])
     out = tmp_path / "prep"
@@ -276,6 +280,9 @@ BEYOND = [
 
 @pytest.mark.parametrize("mode,values,shown", BEYOND, ids=[f"{m}-{s}" for m, _, s in BEYOND])
 def test_an_image_without_a_scale_is_refused_naming_the_file_its_mode_and_values(mode, values, shown, tmp_path):
+    from hpstudy.trainers.data import LoaderData
+    from hpstudy.trainers.device_decode import DeviceDecodeData
+
     path = tmp_path / "scan.tif"
     Image.fromarray(values).save(path)
     message = rf"^'{path}': mode {mode} \(.*\) with values {shown}; allowed: values in 0\.\."
@@ -291,6 +298,10 @@ def test_an_image_without_a_scale_is_refused_naming_the_file_its_mode_and_values
 @given(st.lists(st.tuples(st.sampled_from(["JPEG", "png", "tif"]), st.integers(0, 12)), min_size=1, max_size=6))
 def test_a_device_decoded_batch_keeps_jpegs_and_other_files_in_their_order(images):
     """decode: device decodes JPEGs on the device and other files in the workers; each keeps its place."""
+    import torch
+
+    from hpstudy.trainers.device_decode import DeviceDecodeData
+
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         for split in ("train", "val"):

@@ -4,18 +4,11 @@ import json
 
 import numpy as np
 import pytest
-import torch
 from PIL import Image
 
-from hpstudy.trainers.augment import GEOMETRIC_OPS, DeviceAutoAugment, crop_resize_flip, rrc_boxes
 from hpstudy.trainers.config import TrialConfig
-from hpstudy.trainers.data import DeviceBatches, LoaderData, load_data
 from hpstudy.trainers.data_spec import DataSpec
-from hpstudy.trainers.device_decode import DeviceDecodeData
 from hpstudy.trainers.errors import ConfigError, DataError
-from hpstudy.trainers.loop import data_for
-from hpstudy.trainers.prepared import PreparedData, prepare
-from hpstudy.trainers.trial import train_trial
 
 
 @pytest.fixture
@@ -32,6 +25,10 @@ def folder(tmp_path):
 
 
 def test_rrc_boxes_follow_torchvision_bounds():
+    import torch
+
+    from hpstudy.trainers.augment import rrc_boxes
+
     g = torch.Generator().manual_seed(0)
     heights, widths = torch.full((4000,), 300), torch.full((4000,), 400)
     top, left, h, w = rrc_boxes(heights, widths, g).unbind(1)
@@ -56,6 +53,10 @@ def test_rrc_boxes_follow_torchvision_bounds():
 
 
 def test_crop_resize_flip_is_exact_on_whole_boxes_and_mirrors():
+    import torch
+
+    from hpstudy.trainers.augment import crop_resize_flip
+
     x = torch.randint(0, 256, (3, 3, 8, 8), dtype=torch.uint8)
     whole = torch.tensor([[0, 0, 8, 8]] * 3)
     out = crop_resize_flip(x, whole, torch.tensor([False, True, False]), 8)
@@ -65,6 +66,10 @@ def test_crop_resize_flip_is_exact_on_whole_boxes_and_mirrors():
 
 
 def test_device_auto_augment_changes_some_images_and_is_reproducible():
+    import torch
+
+    from hpstudy.trainers.augment import DeviceAutoAugment
+
     x = torch.randint(0, 256, (64, 3, 16, 16), dtype=torch.uint8)
     aa = DeviceAutoAugment("original")
     a, b = aa(x, torch.Generator().manual_seed(0)), aa(x, torch.Generator().manual_seed(0))
@@ -86,6 +91,10 @@ def _torchvision_ops(aa, image, ops):
 
 
 def test_geometric_operations_as_pixel_maps_match_torchvision_exactly():
+    import torch
+
+    from hpstudy.trainers.augment import GEOMETRIC_OPS, DeviceAutoAugment
+
     aa = DeviceAutoAugment("original")
     x = torch.randint(0, 256, (2, 3, 20, 28), dtype=torch.uint8)  # not square: no rot90 shortcut
     geometric = {(op, magnitude_idx) for sub in aa.aa._policies for op, _, magnitude_idx in sub if op in GEOMETRIC_OPS}
@@ -97,6 +106,10 @@ def test_geometric_operations_as_pixel_maps_match_torchvision_exactly():
 
 
 def test_device_auto_augment_equals_torchvision_image_by_image():
+    import torch
+
+    from hpstudy.trainers.augment import DeviceAutoAugment
+
     aa = DeviceAutoAugment("original")
     x = torch.randint(0, 256, (48, 3, 16, 16), dtype=torch.uint8)
     drawn = aa.draw(len(x), torch.Generator().manual_seed(5))
@@ -108,6 +121,11 @@ def test_device_auto_augment_equals_torchvision_image_by_image():
 @pytest.mark.slow
 def test_prepare_writes_once_checksummed_and_reuses(folder, tmp_path):
     """With a pool of decoding processes (spawned: seconds); one worker decodes in this process."""
+    import torch
+
+    from hpstudy.trainers.data import load_data
+    from hpstudy.trainers.prepared import PreparedData, prepare
+
     out = str(tmp_path / "prep")
     meta = prepare(str(folder), out, train_size=32, image_size=24, workers=2, progress=None)
     assert not meta["reused"] and meta["n_train"] == 12 and meta["n_val"] == 12
@@ -137,6 +155,10 @@ def test_prepare_writes_once_checksummed_and_reuses(folder, tmp_path):
 def test_prepared_validation_is_gathered_one_batch_at_a_time_on_every_pass(folder, tmp_path, monkeypatch):
     """The validation loader holds no copy of the set (7.5 GB for ImageNet at 224 px): each pass
     gathers its batches from the memory map as it goes, the same batches every pass."""
+    import torch
+
+    from hpstudy.trainers.prepared import PreparedData, prepare
+
     prepare(str(folder), str(tmp_path / "prep"), train_size=32, image_size=24, workers=1, progress=None)
     data = PreparedData(str(tmp_path / "prep"), 24)
     gathered, gather = [], data.gather
@@ -155,6 +177,11 @@ def test_prepared_validation_is_gathered_one_batch_at_a_time_on_every_pass(folde
 
 
 def test_prepared_batches_are_augmented_crops_of_the_stored_squares(folder, tmp_path):
+    import torch
+
+    from hpstudy.trainers.data import DeviceBatches
+    from hpstudy.trainers.prepared import PreparedData, prepare
+
     out = str(tmp_path / "prep")
     prepare(str(folder), out, train_size=32, image_size=24, workers=1, progress=None)
     data = PreparedData(out, 24, auto_augment=None)
@@ -170,6 +197,9 @@ def test_prepared_batches_are_augmented_crops_of_the_stored_squares(folder, tmp_
     "dataset", [pytest.param("prepared", marks=pytest.mark.slow), "imagefolder-device", "imagefolder"]
 )
 def test_a_trial_trains_on_each_input_path(dataset, folder, tmp_path):
+    from hpstudy.trainers.prepared import prepare
+    from hpstudy.trainers.trial import train_trial
+
     spec = {"name": "imagefolder", "path": str(folder), "image_size": 24}
     extra = {"decode": "workers", "num_workers": 0}
     if dataset == "prepared":
@@ -226,6 +256,12 @@ def test_a_policy_the_device_pipeline_cannot_run_is_refused_at_validation(datase
 def test_decode_auto_on_cuda_decodes_on_the_device_only_for_a_policy_it_can_run(folder):
     """The same spec trains on CPU and CUDA: a policy the device pipeline cannot run is decoded and
     augmented by the workers (timm's transforms) on CUDA too. Builds no CUDA tensor."""
+    import torch
+
+    from hpstudy.trainers.data import LoaderData
+    from hpstudy.trainers.device_decode import DeviceDecodeData
+    from hpstudy.trainers.loop import data_for
+
     cfg = lambda policy: TrialConfig.from_dict(
         dict(
             model="cnn_tiny",

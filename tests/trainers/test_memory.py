@@ -7,7 +7,6 @@ import pytest
 
 from hpstudy.trainers.config import TrialConfig
 from hpstudy.trainers.memory import OVERHEAD_GB, activation_bytes_per_image, peak_memory_gb
-from hpstudy.trainers.models import build_model
 from tests.helpers import TINY_TRIAL
 
 CLASSES = 10
@@ -20,6 +19,8 @@ BASE = TrialConfig.from_dict(
 @pytest.fixture(scope="module")
 def weights_gb():
     """Bytes of one fp32 copy of the weights, counted on a model built on the CPU, in GB."""
+    from hpstudy.trainers.models import build_model
+
     return 4 * sum(p.numel() for p in build_model("cnn_tiny", CLASSES, 16).parameters()) / 1e9
 
 

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from hpstudy.trainers import flops, memory, model_counts, models, zoo
+from hpstudy.trainers import flops, memory, model_counts, zoo
 from hpstudy.trainers.errors import ConfigError
 from hpstudy.trainers.flops import model_profile, parameter_count
 from hpstudy.trainers.memory import activation_bytes_per_image
@@ -44,6 +44,8 @@ def _counts(model: str, size: int) -> dict:
 
 @pytest.mark.parametrize("model,size", [("vit_p_tiny", 32), ("vit_c_tiny", 32), ("cnn_tiny", 32), ("resnet50", 64)])
 def test_a_count_read_back_equals_a_fresh_count(model, size, cache, monkeypatch):
+    from hpstudy.trainers import models
+
     counted = flops._count(model, CLASSES, size, flops=True)
     fresh = dict(counted, params_alone=counted["params"])
     fresh["activation_bytes"] = memory._count_activation_bytes(model, CLASSES, size)
@@ -54,6 +56,8 @@ def test_a_count_read_back_equals_a_fresh_count(model, size, cache, monkeypatch)
 
 def test_a_refused_config_is_refused_again_from_the_cache(cache, monkeypatch):
     """BatchNorm on micro-batches of one image: the check's message, read back word for word; a passing config too."""
+    from hpstudy.trainers import models
+
     data = {"name": "synthetic", "image_size": 16, "num_classes": CLASSES}
     refused, fine = (dict(TINY_TRIAL, lr=0.1, batch_size=2, accum_steps=steps, dataset=data) for steps in (2, 1))
     with pytest.raises(ConfigError) as first:

@@ -1,9 +1,7 @@
 import pytest
-import torch
 
 from hpstudy.trainers.errors import ConfigError
 from hpstudy.trainers.flops import model_profile
-from hpstudy.trainers.models import ConvStem, build_model
 from hpstudy.trainers.zoo import get_spec, list_models
 
 # Table 1 of Xiao et al. 2021: (GFLOPs, M params).
@@ -30,6 +28,10 @@ def test_paper_models_match_table_1(name):
 
 @pytest.mark.parametrize("size", ["1gf", "4gf", "18gf", "36gf", "tiny"])
 def test_vit_c_has_one_block_fewer_and_a_conv_stem(size):
+    import torch
+
+    from hpstudy.trainers.models import ConvStem, build_model
+
     with torch.device("meta"):
         p, c = build_model(f"vit_p_{size}"), build_model(f"vit_c_{size}")
     assert len(c.blocks) == len(p.blocks) - 1
@@ -53,6 +55,10 @@ def test_tiny_twin_flops_within_ten_percent():
 
 
 def test_vit_recipe_details():
+    import torch
+
+    from hpstudy.trainers.models import build_model
+
     with torch.device("meta"):
         model = build_model("vit_p_1gf")
     assert model.cls_token is not None and model.pos_embed.shape == (1, 197, 192)
@@ -74,6 +80,10 @@ def test_families_are_recorded():
 
 @pytest.mark.parametrize("name", list_models())
 def test_every_model_runs_forward_at_its_resolution(name):
+    import torch
+
+    from hpstudy.trainers.models import build_model
+
     spec = get_spec(name)
     small = spec.image_size <= 32
     device = "cpu" if small else "meta"
@@ -86,10 +96,14 @@ def test_every_model_runs_forward_at_its_resolution(name):
 
 
 def test_unknown_model_names_the_choices():
+    from hpstudy.trainers.models import build_model
+
     with pytest.raises(ConfigError, match="unknown model 'vit_x'.*vit_p_1gf"):
         build_model("vit_x")
 
 
 def test_conv_stem_rejects_wrong_stride_product():
+    from hpstudy.trainers.models import ConvStem
+
     with pytest.raises(ValueError, match="multiply to 8"):
         ConvStem([2, 2, 2], [8, 8, 8], img_size=32, patch_size=4, embed_dim=16)

@@ -6,13 +6,7 @@ fused kernels that keep it so match foreach step for step."""
 import copy
 
 import pytest
-import torch
-import torch.nn.functional as F
 
-from bench.op_count import OpCounter
-from hpstudy.trainers import trial
-from hpstudy.trainers.models import build_model
-from hpstudy.trainers.optim import build_optimizer
 from tests.helpers import tiny_trainer
 
 STEPS = 20  # an epoch of 20 steps: one divergence check inside it (DIVERGENCE_CHECK_EVERY = 16), one at its end
@@ -25,6 +19,8 @@ MODELS = ("cnn_tiny", "vit_c_tiny")
 def one_thread():
     """One torch thread: models this small gain nothing from two, and on a loaded machine the second
     thread's spin-waiting made these tests 30x slower."""
+    import torch
+
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
@@ -33,6 +29,8 @@ def one_thread():
 
 def trainer_and_batch(model: str, optimizer: str, **changes):
     """A trainer of `model` on 8 px synthetic data (batch 4) after one step, and a training batch."""
+    import torch
+
     trainer = tiny_trainer(model=model, optimizer=optimizer, batch_size=4, dataset=DATA, **changes)
     x, y = next(trainer.batches.train(4, torch.Generator().manual_seed(0)))
     trainer._train_step(x, y)  # the optimizer's state is created at its first step
@@ -41,6 +39,10 @@ def trainer_and_batch(model: str, optimizer: str, **changes):
 
 def model_ops(trainer, x, y) -> int:
     """Ops of the model's own forward, loss and backward on the batch: what any step dispatches."""
+    import torch.nn.functional as F
+
+    from bench.op_count import OpCounter
+
     with OpCounter() as ops:
         F.cross_entropy(trainer.model(x), y).backward()
     trainer.model.zero_grad(set_to_none=True)
@@ -48,6 +50,10 @@ def model_ops(trainer, x, y) -> int:
 
 
 def test_the_counter_sees_every_kind_of_host_read():
+    import torch
+
+    from bench.op_count import OpCounter
+
     x = torch.ones(3)
     with OpCounter() as ops:
         x.sum().item(), float(x[0]), bool(x[1]), x.tolist(), x.numpy(), x.cpu()
@@ -58,11 +64,13 @@ def test_the_counter_sees_every_kind_of_host_read():
 
 
 @pytest.mark.parametrize("optimizer", ["adamw", "sgd"])
-@pytest.mark.skipif(
-    tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) < (2, 14),
-    reason="budget set on torch 2.14; torch 2.5's own step code dispatches one more op per parameter tensor",
-)
 def test_a_step_adds_the_same_few_ops_to_any_model_and_reads_nothing(optimizer):
+    import torch
+
+    from bench.op_count import OpCounter
+
+    if tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) < (2, 14):
+        pytest.skip("budget set on torch 2.14; torch 2.5's own step code dispatches one more op per parameter tensor")
     overhead, tensors = {}, {}
     for model in MODELS:
         trainer, x, y = trainer_and_batch(model, optimizer)
@@ -81,6 +89,10 @@ def test_a_step_adds_the_same_few_ops_to_any_model_and_reads_nothing(optimizer):
 
 
 def test_the_budget_catches_a_per_parameter_optimizer():
+    import torch
+
+    from bench.op_count import OpCounter
+
     trainer, x, y = trainer_and_batch("cnn_tiny", "adamw")
     trainer.optimizer = torch.optim.AdamW(trainer.model.parameters(), foreach=False)  # one tensor at a time
     trainer._train_step(x, y)
@@ -92,6 +104,9 @@ def test_the_budget_catches_a_per_parameter_optimizer():
 
 
 def test_an_epoch_reads_the_host_only_at_the_divergence_checks():
+    from bench.op_count import OpCounter
+    from hpstudy.trainers import trial
+
     trainer, _, _ = trainer_and_batch("cnn_tiny", "adamw")
     assert trainer.steps_per_epoch == STEPS
     with OpCounter() as epoch:
@@ -102,6 +117,8 @@ def test_an_epoch_reads_the_host_only_at_the_divergence_checks():
 
 @pytest.mark.parametrize("optimizer,lr", [("adamw", 2e-3), ("sgd", 1e3)])  # the second diverges
 def test_the_check_cadence_changes_no_row(monkeypatch, optimizer, lr):
+    from hpstudy.trainers import trial
+
     def row():
         cfg = dict(model="cnn_tiny", optimizer=optimizer, lr=lr, epochs=1, batch_size=4, dataset=DATA)
         done = trial.train_trial(dict(cfg, device="cpu", dtype="float64", seed=5, wd=1e-4))
@@ -117,8 +134,15 @@ def test_the_check_cadence_changes_no_row(monkeypatch, optimizer, lr):
 
 
 @pytest.mark.parametrize("name,lr,wd", [("adamw", 2e-3, 0.05), ("sgd", 0.1, 1e-4)])
-@pytest.mark.parametrize("dtype,rtol", [(torch.float64, 1e-10), (torch.float32, 1e-5)])
+@pytest.mark.parametrize("dtype,rtol", [("float64", 1e-10), ("float32", 1e-5)])
 def test_fused_steps_match_foreach_steps(name, lr, wd, dtype, rtol):
+    import torch
+    import torch.nn.functional as F
+
+    from hpstudy.trainers.models import build_model
+    from hpstudy.trainers.optim import build_optimizer
+
+    dtype = getattr(torch, dtype)
     torch.manual_seed(0)
     first = build_model("vit_c_tiny", 10, 8).to(dtype)
     models = [first, copy.deepcopy(first)]

@@ -1,14 +1,14 @@
 import math
 
 import pytest
-import torch
 
 from hpstudy.trainers.config import scaled_lr
-from hpstudy.trainers.models import build_model
-from hpstudy.trainers.optim import build_optimizer, build_schedule, fused_kernels, param_groups
 
 
 def test_no_weight_decay_on_norm_gains_and_biases():
+    from hpstudy.trainers.models import build_model
+    from hpstudy.trainers.optim import param_groups
+
     model = build_model("vit_c_tiny", 10, 32)
     decay, no_decay = param_groups(model, 0.05)
     assert decay["weight_decay"] == 0.05 and no_decay["weight_decay"] == 0.0
@@ -22,10 +22,15 @@ def test_no_weight_decay_on_norm_gains_and_biases():
     assert len(decay["params"]) + len(no_decay["params"]) == len(list(model.parameters()))
 
 
-@pytest.mark.parametrize("name,cls", [("adamw", torch.optim.AdamW), ("sgd", torch.optim.SGD)])
+@pytest.mark.parametrize("name,cls", [("adamw", "AdamW"), ("sgd", "SGD")])
 def test_optimizer_settings(name, cls):
+    import torch
+
+    from hpstudy.trainers.models import build_model
+    from hpstudy.trainers.optim import build_optimizer
+
     opt = build_optimizer(name, build_model("cnn_tiny", 10, 32), lr=0.1, weight_decay=1e-4)
-    assert isinstance(opt, cls)
+    assert isinstance(opt, getattr(torch.optim, cls))
     group = opt.param_groups[0]
     if name == "adamw":
         assert group["betas"] == (0.9, 0.999)
@@ -40,6 +45,10 @@ def test_lr_is_scaled_linearly_with_batch():
 
 
 def test_warmup_then_cosine_to_floor():
+    import torch
+
+    from hpstudy.trainers.optim import build_schedule
+
     steps_per_epoch, epochs, warmup_epochs, lr, floor = 10, 20, 5, 0.4, 0.1
     param = torch.nn.Parameter(torch.zeros(2, 2))
     opt = torch.optim.SGD([param], lr=lr)
@@ -58,6 +67,11 @@ def test_warmup_then_cosine_to_floor():
 
 
 def test_fused_kernels_where_the_device_has_them():
+    import torch
+
+    from hpstudy.trainers.models import build_model
+    from hpstudy.trainers.optim import build_optimizer, fused_kernels
+
     cpu = [torch.nn.Parameter(torch.zeros(2))]
     with torch.device("meta"):
         meta = [torch.nn.Parameter(torch.zeros(2))]

@@ -2,32 +2,37 @@
 the column, channel 2 names the image) go through the crops, flips and resizes; the expected pixels are
 derived by hand (bilinear sampling of a linear ramp is the ramp) or made by torchvision's own ops."""
 
+from __future__ import annotations
+
 import math
 import pickle
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
-import timm.data
-import torch
 from PIL import Image
-from torchvision.transforms.v2 import functional as TF
 
-from hpstudy.trainers.augment import rrc_boxes
-from hpstudy.trainers.data import TensorEpochs, load_cifar_data
-from hpstudy.trainers.device_decode import eval_crops, train_crops
-from hpstudy.trainers.prepared import IMAGENET_MEAN, IMAGENET_STD, PreparedData, prepare
+if TYPE_CHECKING:
+    import torch
+
 
 ROW, COL = 7, 7  # ramp steps: channel 0 = ROW * row, channel 1 = COL * col
 
 
 def coordinates(height: int, width: int, name: int = 100) -> torch.Tensor:
     """A uint8 CHW image whose pixel (r, c) is (ROW * r, COL * c, name)."""
+    import torch
+
     rows = torch.arange(height)[:, None].expand(height, width) * ROW
     cols = torch.arange(width)[None, :].expand(height, width) * COL
     return torch.stack([rows, cols, torch.full_like(rows, name)]).to(torch.uint8)
 
 
 def test_the_imagenet_statistics_are_timms():
+    import timm.data
+
+    from hpstudy.trainers.prepared import IMAGENET_MEAN, IMAGENET_STD
+
     assert (IMAGENET_MEAN, IMAGENET_STD) == (timm.data.IMAGENET_DEFAULT_MEAN, timm.data.IMAGENET_DEFAULT_STD)
 
 
@@ -52,6 +57,11 @@ def _sampled(start: float, extent: float, size: int, limit: int) -> np.ndarray:
 def test_prepared_batches_are_resized_crops_of_the_stored_squares_flipped_along_the_width(squares, tmp_path):
     """The stored 32 px squares are the source images; a 4-image batch crops a box of each (replayed from
     the trial's generator in the order the epoch draws: order, boxes, flips) and resizes it to 24 px."""
+    import torch
+
+    from hpstudy.trainers.augment import rrc_boxes
+    from hpstudy.trainers.prepared import PreparedData, prepare
+
     out = str(tmp_path / "prep")
     prepare(str(squares), out, train_size=32, image_size=24, workers=1, progress=None)
     data = PreparedData(out, 24)
@@ -83,6 +93,8 @@ def test_prepared_batches_are_resized_crops_of_the_stored_squares_flipped_along_
 
 
 def test_a_preparation_is_reused_only_at_the_sizes_it_was_made_for(squares, tmp_path):
+    from hpstudy.trainers.prepared import PreparedData, prepare
+
     out = str(tmp_path / "prep")
     assert not prepare(str(squares), out, train_size=32, image_size=24, workers=1, progress=None)["reused"]
     assert prepare(str(squares), out, train_size=32, image_size=24, workers=1, progress=None)["reused"]
@@ -94,6 +106,12 @@ def test_a_preparation_is_reused_only_at_the_sizes_it_was_made_for(squares, tmp_
 
 
 def test_device_decoded_crops_are_torchvisions_resized_crops_flipped_along_the_width():
+    import torch
+    from torchvision.transforms.v2 import functional as TF
+
+    from hpstudy.trainers.augment import rrc_boxes
+    from hpstudy.trainers.device_decode import train_crops
+
     images = [coordinates(30, 36, 1), coordinates(36, 30, 2), coordinates(20, 34, 3), coordinates(33, 33, 4)] * 4
     out = train_crops(images, 16, torch.Generator().manual_seed(3))
     replay = torch.Generator().manual_seed(3)
@@ -114,6 +132,10 @@ def test_device_decoded_crops_are_torchvisions_resized_crops_flipped_along_the_w
 def test_device_decoded_validation_images_are_timms_centre_crop(height, width, top, left):
     """At 20 px timm resizes the short side to floor(20 / 0.875) = 22 px (here: already 22, nothing
     resampled) and keeps the centre 20 px: the margins are round((22 - 20) / 2) and round((30 - 20) / 2)."""
+    import torch
+
+    from hpstudy.trainers.device_decode import eval_crops
+
     image = coordinates(height, width)
     assert torch.equal(eval_crops([image], 20)[0], image[:, top : top + 20, left : left + 20])
 
@@ -133,6 +155,10 @@ def _write_cifar10(root, n_per_batch=20):
 def test_cifar_crops_shift_by_up_to_an_eighth_of_the_side_at_least_one_pixel(size, pad, tmp_path):
     """CIFAR's standard augmentation: pad 4 px at 32 px (1/8 of the side, at least 1) and crop at a
     random offset; each image's shift is read off the black rows and columns the padding brings in."""
+    import torch
+
+    from hpstudy.trainers.data import TensorEpochs, load_cifar_data
+
     data = load_cifar_data("cifar10", _write_cifar10(tmp_path), size)
     shifts = []
     for x, _ in TensorEpochs(data, 25, torch.Generator().manual_seed(0)):

@@ -2,8 +2,6 @@
 
 import ctypes
 
-from hpstudy.trainers import provenance
-
 
 class _Driver:
     """libcuda.so.1 as ctypes loads it: cuDriverGetVersion(int *) writes 1000 * major + 10 * minor."""
@@ -18,6 +16,8 @@ class _Driver:
 
 def test_the_driver_cuda_version_is_read_as_major_dot_minor(monkeypatch):
     """12040 is CUDA 12.4 and 11080 is 11.8 (the CUDA driver API's encoding); a failed call or no driver gives None."""
+    from hpstudy.trainers import provenance
+
     for version, shown in ((12040, "12.4"), (11080, "11.8")):
         monkeypatch.setattr(ctypes, "CDLL", lambda name, v=version: _Driver(v))
         assert provenance._driver_cuda_version() == shown

@@ -4,11 +4,8 @@ linear warmup from 0 followed by a half-period cosine, and which lr a trial row 
 import math
 
 import pytest
-import torch
 
 from hpstudy.trainers.config import TrialConfig
-from hpstudy.trainers.fused import FusedTrainer, _lr_per_step
-from hpstudy.trainers.loop import trial_schedule
 from tests.helpers import TINY_TRIAL, tiny_trainer
 
 
@@ -32,6 +29,10 @@ def _config(**changes) -> TrialConfig:
 )
 def test_every_step_of_the_trial_schedule_is_the_closed_form(steps_per_epoch, epochs, warmup_epochs, floor):
     """Warmup is given in epochs and runs for round(warmup_epochs * steps_per_epoch) steps."""
+    import torch
+
+    from hpstudy.trainers.loop import trial_schedule
+
     cfg = _config(epochs=epochs, warmup_epochs=warmup_epochs, min_lr_ratio=floor, lr=0.4)
     opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=cfg.peak_lr)
     schedule = trial_schedule(opt, cfg, steps_per_epoch)
@@ -43,6 +44,8 @@ def test_every_step_of_the_trial_schedule_is_the_closed_form(steps_per_epoch, ep
 
 @pytest.mark.parametrize("steps_per_epoch", [1, 7])
 def test_the_fused_members_lr_per_step_is_the_closed_form_at_their_scaled_peak(steps_per_epoch):
+    from hpstudy.trainers.fused import _lr_per_step
+
     cfg = _config(epochs=5, warmup_epochs=1.5, min_lr_ratio=0.1, lr=0.8, reference_batch_size=32)
     expected = [closed_form(s, steps_per_epoch, 5, 1.5, 0.8 * 8 / 32, 0.1) for s in range(5 * steps_per_epoch)]
     assert _lr_per_step(cfg, steps_per_epoch) == pytest.approx(expected, rel=1e-9, abs=1e-12)
@@ -63,6 +66,8 @@ def test_a_trial_alone_trains_with_the_closed_form_schedule_of_its_epochs():
 
 
 def test_fused_members_train_with_the_closed_form_schedule_of_their_epochs():
+    from hpstudy.trainers.fused import FusedTrainer
+
     cfgs = [TrialConfig.from_dict(dict(TINY_TRIAL, **WARM, seed=s, lr=lr)) for s, lr in ((0, 0.2), (1, 0.4))]
     table = FusedTrainer(cfgs).lr_table  # step x member
     for member, peak in enumerate((0.05, 0.1)):

@@ -8,21 +8,14 @@ import subprocess
 import sys
 
 import pytest
-import ray
-import timm
-import torch
-from torch.utils.flop_counter import FlopCounterMode
 
 from hpstudy.cli import run_edf_main
-from hpstudy.study.runner import run_study
 from hpstudy.study.sampling import expand
 from hpstudy.study.spec import SpecError, check_models, parse_spec
 from hpstudy.study.store.read import load_trials
 from hpstudy.trainers.config import TrialConfig
 from hpstudy.trainers.errors import ConfigError
 from hpstudy.trainers.flops import model_profile
-from hpstudy.trainers.models import build_model
-from hpstudy.trainers.trial import train_trial
 from hpstudy.trainers.zoo import display_name, get_spec, list_models
 from tests.helpers import REPO, small_spec, write_spec
 
@@ -104,6 +97,8 @@ def test_a_timm_model_that_cannot_take_the_image_size_fails_as_a_registered_one_
 
 
 def test_a_trial_key_names_the_timm_name_and_the_installed_timm_version():
+    import timm
+
     cfg = config(CNN)
     canonical = json.loads(cfg.to_json())
     assert canonical["model"] == CNN and canonical["timm_version"] == timm.__version__ == cfg.timm_version
@@ -137,6 +132,11 @@ def test_adding_a_timm_model_to_a_spec_moves_no_other_key():
 
 @pytest.mark.parametrize("model", [CNN, VIT])
 def test_a_timm_model_is_timms_own_architecture_built_for_the_data(model):
+    import timm
+    import torch
+
+    from hpstudy.trainers.models import build_model
+
     name, size = model.removeprefix("timm:"), SIZE[model]
     fixed = {"img_size": size} if model == VIT else {}  # a ViT's position embedding is made for its size
     with torch.device("meta"):
@@ -149,6 +149,11 @@ def test_a_timm_model_is_timms_own_architecture_built_for_the_data(model):
 
 @pytest.mark.parametrize("model", [CNN, VIT])
 def test_flops_and_params_are_counted_on_the_built_model(model):
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from hpstudy.trainers.models import build_model
+
     size = SIZE[model]
     with torch.device("meta"):  # shapes only: no memory, no weights to draw
         net = build_model(model, 10, size).eval()
@@ -174,6 +179,10 @@ def test_reading_a_spec_with_timm_models_imports_no_torch_or_timm():
 @pytest.mark.slow
 @pytest.mark.parametrize("model", [TINY_CNN, TINY_VIT])
 def test_one_real_trial_trains_a_timm_model_on_digits(model):
+    import timm
+
+    from hpstudy.trainers.trial import train_trial
+
     row = train_trial(dict(BASE, model=model, dataset=digits(SIZE[model])))
     assert (row["status"], row["model"], row["family"], row["epochs_done"]) == ("ok", model, model, 1)
     assert (row["flops"], row["params"]) == model_profile(model, 10, SIZE[model])
@@ -183,6 +192,8 @@ def test_one_real_trial_trains_a_timm_model_on_digits(model):
 
 @pytest.fixture
 def local_ray():
+    import ray
+
     ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="WARNING")
     yield
     ray.shutdown()
@@ -190,6 +201,10 @@ def local_ray():
 
 @pytest.mark.slow
 def test_a_study_of_timm_models_runs_on_ray_workers_that_resolve_the_names_afresh(local_ray, tmp_path):
+    import timm
+
+    from hpstudy.study.runner import run_study
+
     recipe = {"batch_size": BASE["batch_size"], "device": "cpu"}
     models = [TINY_CNN, TINY_VIT]
     spec = parse_spec(small_spec(models=models, optimizers=["adamw"], samples=1, dataset=digits(16), recipe=recipe))

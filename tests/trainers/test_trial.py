@@ -1,12 +1,8 @@
 import json
 
 import pytest
-import torch
 
 from hpstudy.trainers.errors import ConfigError
-from hpstudy.trainers.loop import chance_error
-from hpstudy.trainers.train import main as train_cli
-from hpstudy.trainers.trial import train_trial
 from tests.helpers import tiny_trainer
 
 BASE = dict(dataset={"name": "digits", "image_size": 16}, batch_size=64, warmup_epochs=1)
@@ -14,6 +10,8 @@ BASE = dict(dataset={"name": "digits", "image_size": 16}, batch_size=64, warmup_
 
 @pytest.mark.slow
 def test_cnn_tiny_learns_digits():
+    from hpstudy.trainers.trial import train_trial
+
     row = train_trial(dict(BASE, model="cnn_tiny", optimizer="adamw", epochs=5, lr=5e-3, wd=0.05))
     assert row["status"] == "ok" and row["epochs_done"] == 5
     assert row["top1_err"] < 15.0, row["top1_err"]
@@ -23,6 +21,9 @@ def test_cnn_tiny_learns_digits():
 
 
 def test_huge_lr_diverges_at_chance_without_raising():
+    from hpstudy.trainers.loop import chance_error
+    from hpstudy.trainers.trial import train_trial
+
     seen = []
     row = train_trial(dict(BASE, model="vit_p_tiny", optimizer="sgd", epochs=3, lr=1e3, wd=1e-4), on_epoch=seen.append)
     assert row["status"] == "diverged"
@@ -33,6 +34,8 @@ def test_huge_lr_diverges_at_chance_without_raising():
 
 @pytest.mark.slow
 def test_same_seed_same_errors_and_different_seed_differs():
+    from hpstudy.trainers.trial import train_trial
+
     cfg = dict(BASE, model="vit_c_tiny", optimizer="adamw", epochs=2, lr=1e-3, wd=0.05, seed=7)
     a, b = train_trial(cfg), train_trial(cfg)
     c = train_trial(dict(cfg, seed=8))
@@ -42,6 +45,8 @@ def test_same_seed_same_errors_and_different_seed_differs():
 
 
 def test_row_has_design_fields_and_epoch_callback():
+    from hpstudy.trainers.trial import train_trial
+
     seen = []
     row = train_trial(dict(BASE, model="cnn_tiny", optimizer="sgd", epochs=2, lr=0.1, wd=1e-4), on_epoch=seen.append)
     for field in (
@@ -82,6 +87,8 @@ def test_row_has_design_fields_and_epoch_callback():
 def test_recipe_options_run_on_cpu():
     """EMA, mixup/CutMix, label smoothing, bf16 autocast, channels_last and clipping all reach the
     trainer and run together (each one's effect: tests/contracts/test_trainer.py)."""
+    import torch
+
     from hpstudy.trainers.config import TrialConfig
     from hpstudy.trainers.loop import fit
     from hpstudy.trainers.trial import Trainer
@@ -117,6 +124,8 @@ def test_recipe_options_run_on_cpu():
 
 
 def test_bad_config_names_the_field():
+    from hpstudy.trainers.trial import train_trial
+
     with pytest.raises(ConfigError, match="unknown key"):
         train_trial(dict(BASE, model="cnn_tiny", optimizer="adamw", epochs=1, lr=1e-3, wd=0, lrr=1))
     with pytest.raises(ConfigError, match="optimizer: bad value 'adam'"):
@@ -126,6 +135,8 @@ def test_bad_config_names_the_field():
 
 
 def test_cli_prints_progress_and_result(capsys):
+    from hpstudy.trainers.train import main as train_cli
+
     assert (
         train_cli(
             [
@@ -237,6 +248,8 @@ def test_a_mixed_batch_is_timms_blend_and_its_targets_timms_smoothed_mix(weight,
     """With a step's draws set (image weight, target weight, no CutMix box): the images are weight x + (1 -
     weight) x flipped, and the targets target_weight y + (1 - target_weight) y flipped, each one-hot row
     smoothed to (1 - s) + s / C on its class and s / C elsewhere (timm's mixup_target)."""
+    import torch
+
     run = tiny_trainer(mixup=0.8, label_smoothing=smoothing)
     run.per_step.mix_weights.copy_(torch.tensor([weight, target_weight], dtype=torch.float64))
     run.per_step.mix_boxes.zero_()

@@ -2,13 +2,8 @@
 exactly, and compiles nothing new; another shape, or a trial that raises, frees the resident trainer."""
 
 import pytest
-import torch
-from torch._dynamo.utils import counters
 
 from hpstudy.trainers.config import TrialConfig
-from hpstudy.trainers.models import build_model
-from hpstudy.trainers.trial import run_trial
-from hpstudy.trainers.warm import ResidentTrainer, drop_resident, train_warm, warm_trainer
 
 DATA = {"name": "synthetic", "image_size": 16, "n_train": 16, "n_val": 8}
 A = dict(model="cnn_tiny", optimizer="adamw", epochs=2, lr=1e-3, wd=0.05, dataset=DATA, batch_size=8, seed=3)
@@ -21,6 +16,10 @@ TIMES = ("wall_s", "finished_at")
 @pytest.fixture(autouse=True)
 def no_resident():
     """Each test starts and ends with no resident trainer, on one torch thread (a fixed summation order)."""
+    import torch
+
+    from hpstudy.trainers.warm import drop_resident
+
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     drop_resident()
@@ -37,6 +36,10 @@ def untimed(row):
 
 def trained(trainer):
     """What training the trial of `trainer` leaves: its row and the model's (and EMA's) weights and buffers."""
+    import torch
+
+    from hpstudy.trainers.trial import run_trial
+
     row = untimed(run_trial(trainer))
     modules = [trainer.model, *([trainer.ema.module] if trainer.ema is not None else [])]
     return row, torch.cat([v.double().flatten() for m in modules for v in m.state_dict().values()]).tolist()
@@ -44,6 +47,8 @@ def trained(trainer):
 
 def fresh(config):
     """`trained` on a new trainer of `config`."""
+    from hpstudy.trainers.warm import ResidentTrainer
+
     trainer = ResidentTrainer(TrialConfig.from_dict(config))  # a new Trainer, which `fit` leaves to read
     try:
         return trained(trainer)
@@ -53,6 +58,8 @@ def fresh(config):
 
 def warm(*configs):
     """`trained` for each of `configs` in turn on the warm trainer, checking that they all train on the first's."""
+    from hpstudy.trainers.warm import warm_trainer
+
     trainers, results = [], []
     for config in configs:
         trainers.append(warm_trainer(TrialConfig.from_dict(config)))
@@ -90,6 +97,10 @@ def test_warm_trials_of_other_models_and_recipes_train_as_fresh_ones(recipe):
 @pytest.mark.parametrize("optimizer,lr", [("sgd", 0.05), ("adamw", 1e-3)])
 def test_a_warm_compiled_trial_compiles_nothing_new_and_trains_as_a_fresh_one(aot_eager, optimizer, lr):
     """The lr and the weight decay (a float a compiled step would guard on) change without a recompile."""
+    from torch._dynamo.utils import counters
+
+    from hpstudy.trainers.warm import warm_trainer
+
     first = dict(A, optimizer=optimizer, lr=lr, epochs=1, compile="inductor")
     second = dict(B, optimizer=optimizer, lr=2 * lr, epochs=1, compile="inductor")
     b = fresh(second)
@@ -103,6 +114,8 @@ def test_a_warm_compiled_trial_compiles_nothing_new_and_trains_as_a_fresh_one(ao
 
 
 def test_a_trial_of_another_shape_frees_the_resident_trainer():
+    from hpstudy.trainers.warm import warm_trainer
+
     resident = warm_trainer(TrialConfig.from_dict(A))
     other = warm_trainer(TrialConfig.from_dict(dict(A, label_smoothing=0.1)))
     assert other is not resident and not hasattr(resident, "model")
@@ -111,6 +124,11 @@ def test_a_trial_of_another_shape_frees_the_resident_trainer():
 
 
 def test_a_fine_tuning_trial_is_never_restarted(tmp_path):
+    import torch
+
+    from hpstudy.trainers.models import build_model
+    from hpstudy.trainers.warm import warm_trainer
+
     path = tmp_path / "init.pt"
     torch.save(build_model("cnn_tiny", num_classes=3, image_size=16).state_dict(), path)
     tuned = TrialConfig.from_dict(dict(A, init=str(path)))
@@ -119,6 +137,8 @@ def test_a_fine_tuning_trial_is_never_restarted(tmp_path):
 
 
 def test_a_trial_that_raises_frees_the_resident_trainer():
+    from hpstudy.trainers.warm import train_warm, warm_trainer
+
     def stop(record):
         raise RuntimeError("stopped")
 
