@@ -19,8 +19,7 @@ import functools
 from typing import Any, Callable, Dict, Tuple
 
 import numpy as np
-from scipy import integrate
-from scipy import stats as sps
+import scipy
 
 from hpstudy.analysis.inference import (
     ALPHA,
@@ -54,8 +53,8 @@ def _diverged(rng: np.random.Generator, n: int, k: int) -> np.ndarray:
 @functools.lru_cache(maxsize=None)
 def expected_best(n: int) -> float:
     """E[min of n standard normals] (negative), by integration: n x phi(x) x (1 - Phi(x))^(n - 1)."""
-    density = lambda x: x * n * sps.norm.pdf(x) * sps.norm.sf(x) ** (n - 1)
-    return float(integrate.quad(density, -12, 12, limit=200)[0])
+    density = lambda x: x * n * scipy.stats.norm.pdf(x) * scipy.stats.norm.sf(x) ** (n - 1)
+    return float(scipy.integrate.quad(density, -12, 12, limit=200)[0])
 
 
 def _equal_best(rng: np.random.Generator, n: int, k: int) -> np.ndarray:
@@ -107,7 +106,7 @@ def _plain_ks(groups, weights) -> bool:
     """A rule before: scipy's one-sided KS tests on Δ-errors at α/2 each."""
     a, b = groups
     da, db = a - a.min(), b - b.min()
-    return min(sps.ks_2samp(da, db, alternative=side).pvalue for side in ("greater", "less")) <= ALPHA / 2
+    return min(scipy.stats.ks_2samp(da, db, alternative=side).pvalue for side in ("greater", "less")) <= ALPHA / 2
 
 
 def _median_ks(groups, weights, rng=np.random.default_rng(0)) -> bool:

@@ -12,7 +12,7 @@ sequential Monte-Carlo test, written here because scipy's `permutation_test` dra
 
 from typing import Callable, NamedTuple, Optional, Sequence, Tuple
 
-from scipy import stats as sps
+import scipy
 
 RISK = 0.001  # the chance that a verdict differs from the exact p's (a different seed's) at most
 DOUBLINGS = 5  # draws at most: the first look's times 2^DOUBLINGS; a p still this close to a threshold is borderline
@@ -35,7 +35,7 @@ class MonteCarloP(NamedTuple):
         """The exact p's Clopper-Pearson interval at 1 - RISK (None where enumerated)."""
         if self.exact:
             return None
-        ci = sps.binomtest(self.hits, self.draws).proportion_ci(confidence_level=1 - RISK, method="exact")
+        ci = scipy.stats.binomtest(self.hits, self.draws).proportion_ci(confidence_level=1 - RISK, method="exact")
         return float(ci.low), float(ci.high)
 
     def settled(self, thresholds: Sequence[float]) -> bool:

@@ -24,7 +24,6 @@ import sysconfig
 import time
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
 
-import matplotlib
 import pandas as pd
 
 log = logging.getLogger(__name__)
@@ -36,11 +35,9 @@ WORKER_SWITCH = "HPSTUDY_REPORT_WORKER"  # "0": never start one (e.g. a containe
 GRACE_S = 120.0  # once this process is done, how long the worker may take to finish its one job
 PARAMS = "params.json"
 # rcParams of the session, not of a saved figure (matplotlib's styles leave the same ones alone): pyplot and
-# matplotlib.use() change some of them in the calling process
+# matplotlib.use() change some of them in the calling process; so are the webagg.* ones, left out by changed_rc
 SESSION_RC = {"backend", "backend_fallback", "interactive", "toolbar", "figure.max_open_warning", "figure.raise_window"}
-SESSION_RC |= {"savefig.directory", "tk.window_focus", "docstring.hardcopy"} | {
-    k for k in matplotlib.rcParams if "webagg" in k
-}
+SESSION_RC |= {"savefig.directory", "tk.window_focus", "docstring.hardcopy"}
 
 
 def available_cpus(cpu_max: str = "/sys/fs/cgroup/cpu.max") -> int:
@@ -80,8 +77,14 @@ def worker_wanted(n_trials: int) -> bool:
 def changed_rc() -> List[str]:
     """The matplotlib rcParams (but SESSION_RC) that differ from those a new process loads: the figures are
     drawn with the caller's rcParams, and a worker would not have the caller's changes."""
+    import matplotlib  # only when a report decides on a worker (importing the analysis stays light)
+
     loaded = matplotlib.rc_params()
-    return [key for key, value in matplotlib.rcParams.items() if key not in SESSION_RC and value != loaded[key]]
+    return [
+        key
+        for key, value in matplotlib.rcParams.items()
+        if key not in SESSION_RC and "webagg" not in key and value != loaded[key]
+    ]
 
 
 class JobFolder:

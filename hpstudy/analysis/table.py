@@ -36,7 +36,6 @@ import pandas as pd
 
 from hpstudy.analysis.catalogue import model_family
 from hpstudy.analysis.metric import DEFAULT_METRIC
-from hpstudy.analysis.report import build_report
 from hpstudy.trainers.errors import HpstudyError, printable, shown
 from hpstudy.trainers.schema import DIVERGED, FAILED, OK, STATUSES, TRIAL_FIELDS
 
@@ -314,4 +313,6 @@ def table_report(trials: pd.DataFrame, out: Union[str, "os.PathLike[str]"], metr
         raise TableError(
             f"table_report: trials: no column {missing[0]!r}; allowed: the rows from_table or from_tune returns"
         )
+    from hpstudy.analysis.report import build_report  # matplotlib: only when a report is written
+
     return build_report(trials, pd.DataFrame(), None, folder, metric)
