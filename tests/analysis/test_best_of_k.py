@@ -8,11 +8,10 @@ import math
 
 import numpy as np
 import pytest
+import scipy
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from scipy import stats as sps
 
-from hpstudy.analysis.figures import best_of_k_figure, best_of_k_table, expected_best_table
 from hpstudy.analysis.stats import (
     BUDGET_DENSE,
     BUDGET_POINTS,
@@ -54,7 +53,7 @@ def test_k_1_is_rliables_probability_of_improvement_and_the_swapped_pair_is_its_
     for estimator in ("unbiased", "plugin"):
         p, swapped = best_of_k_win(a, b, ks, estimator), best_of_k_win(b, a, ks, estimator)
         np.testing.assert_allclose(p + swapped, 1.0, atol=1e-12)  # ties counted half on both sides
-        u = sps.mannwhitneyu(-a, -b, alternative="greater").statistic  # rliable: scores, higher better
+        u = scipy.stats.mannwhitneyu(-a, -b, alternative="greater").statistic  # rliable: scores, higher better
         assert p[0] == pytest.approx(u / (len(a) * len(b)), abs=1e-12)
 
 
@@ -104,6 +103,8 @@ def test_a_budget_beyond_the_smaller_sample_or_an_unknown_estimator_is_one_line_
 
 
 def test_the_table_holds_each_pair_within_its_cell_and_the_figure_one_comparison():
+    from hpstudy.analysis.figures import best_of_k_figure, best_of_k_table
+
     trials = make_trials(["vit_p_tiny", "vit_c_tiny", "cnn_tiny"], ["adamw", "sgd"], n=6, epochs=(6, 16), seed=1)
     table = best_of_k_table(trials, "final")
     counts = trials[trials["status"] != "failed"].groupby(["model", "optimizer", "epochs"]).size()
@@ -147,6 +148,8 @@ def test_the_budget_grid_is_every_k_up_to_64_then_at_most_100_more_up_to_n(n):
 def test_curves_over_budgets_are_the_every_k_curves_read_at_the_grid(n):
     """expected_best_table and best_of_k_table hold every k of a cell up to 64 trials and the grid's ks beyond,
     each value what the curve over every k = 1..n gives at that k."""
+    from hpstudy.analysis.figures import best_of_k_table, expected_best_table
+
     trials = make_trials(models=("vit_p_tiny", "vit_c_tiny"), optimizers=("adamw",), n=n, diverge_share=0.2)
     trials["wall_s"] = 10.0
     curves = expected_best_table(trials)

@@ -9,8 +9,8 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 import pytest
+import scipy
 import yaml
-from scipy import stats
 
 from hpstudy.analysis.findings import Seeds, claims_table, findings, findings_table, fmt_p, sig3
 from hpstudy.analysis.findings.details import DELTA_APPROXIMATE_FROM
@@ -84,7 +84,7 @@ def _delta_edf_integral(da, db):
 
 def _nearer(da, db):
     """P(a random Δ of a lies below a random Δ of b), ties half: scipy's Mann-Whitney U of b over a."""
-    return stats.mannwhitneyu(db, da).statistic / (len(da) * len(db))
+    return scipy.stats.mannwhitneyu(db, da).statistic / (len(da) * len(db))
 
 
 def test_a_known_ordering_gives_the_nearer_sentence_with_its_numbers():
@@ -247,7 +247,7 @@ def test_seed_cells_are_tested_on_their_means_by_welch_t():
     assert not [f for f in found if f.kind == "edf_pair"]  # one lr/wd per model: seeds only
     p2, p8, c2, c8 = (np.array([e for e, _ in cells[k]]) for k in cells)
     (p_len,) = _of(found, "length_gap", "vit_p_tiny")
-    welch = stats.ttest_ind(p2, p8, equal_var=False)
+    welch = scipy.stats.ttest_ind(p2, p8, equal_var=False)
     assert p_len.test.rule == "welch" and p_len.statistic == pytest.approx(14.0)  # mean 35 - mean 21
     assert 0.025 < p_len.p < 0.05  # decided two-sided at alpha, not at alpha / 2
     assert p_len.p == pytest.approx(welch.pvalue, rel=1e-10)
@@ -260,14 +260,14 @@ def test_seed_cells_are_tested_on_their_means_by_welch_t():
     parts = [g.var(ddof=1) / 3 for g in (p2, p8, c2, c8)]
     se, df = np.sqrt(sum(parts)), sum(parts) ** 2 / sum(q**2 / 2 for q in parts)
     assert pair.statistic == pytest.approx(13.0) and pair.test.df == pytest.approx(df)
-    assert pair.p == pytest.approx(2 * stats.t.sf(13.0 / se, df), rel=1e-10) and 0.025 < pair.p < 0.05
+    assert pair.p == pytest.approx(2 * scipy.stats.t.sf(13.0 / se, df), rel=1e-10) and 0.025 < pair.p < 0.05
     assert pair.verdict == "b_better" and pair.verdict_holm == "inconclusive"  # Holm: 0.11
     assert pair.sentence.startswith(
         "ViT-P tiny's distance from its long-schedule error is 13.0 points larger than ViT-C tiny's (of the mean "
         "over seeds; AdamW, 2 ep) [does not hold after Holm's adjustment"
     )
     (peak,) = _of(found, "peak", "vit_p_tiny", "vit_c_tiny")
-    best = stats.ttest_ind(p8, c8, equal_var=False)  # the two models' cells at the longest schedule, 8 epochs
+    best = scipy.stats.ttest_ind(p8, c8, equal_var=False)  # the two models' cells at the longest schedule, 8 epochs
     assert peak.statistic == pytest.approx(10.5) and peak.p == pytest.approx(best.pvalue, rel=1e-10)
     assert peak.verdict == "b_better" and peak.sentence.startswith(
         "ViT-C tiny reaches a lower mean error over seeds than ViT-P tiny (AdamW, 8 ep)"
@@ -284,7 +284,7 @@ def test_an_undecided_peak_says_so_and_what_difference_80_percent_power_needs():
     assert peak.verdict == "inconclusive" and peak.p == pytest.approx(0.57, abs=0.005)
     assert peak.sentence.startswith("ViT-P tiny vs ViT-C tiny peak error (AdamW, 8 ep): inconclusive at this n: ")
     value = welch_detectable([1.0, 1.0], [3, 3])
-    low, high = (value * np.sqrt(2 / stats.chi2.ppf(q, 2)) for q in (0.9, 0.1))
+    low, high = (value * np.sqrt(2 / scipy.stats.chi2.ppf(q, 2)) for q in (0.9, 0.1))
     assert peak.detail.detectable == pytest.approx((value, low, high), rel=1e-6)
     assert peak.sentence.endswith(
         f"; detectable at 80% power: |difference| ≥ 3.07 points at these seeds' sds ({low:.2f}-{high:.2f} over "
@@ -312,7 +312,7 @@ def test_welch_decides_two_sided_at_alpha(shift, verdict):
     cells = {("vit_p_tiny", "adamw", 2): [(e, s) for s, e in enumerate(adamw)]}
     cells[("vit_p_tiny", "sgd", 2)] = [(e, s) for s, e in enumerate(sgd)]
     scope, gap = findings(_rows(cells))
-    expected = stats.ttest_ind(sgd, adamw, equal_var=False)
+    expected = scipy.stats.ttest_ind(sgd, adamw, equal_var=False)
     assert 0.025 < expected.pvalue < 0.1 and (expected.pvalue <= 0.05) == (verdict != "inconclusive")
     assert gap.p == pytest.approx(expected.pvalue, rel=1e-10) and gap.test.df == pytest.approx(4.0, rel=1e-12)
     assert gap.test.ci == pytest.approx(tuple(expected.confidence_interval(0.95)), rel=1e-10)

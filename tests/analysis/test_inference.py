@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 import pytest
-from scipy import stats
+import scipy
 
 from hpstudy.analysis import inference, montecarlo
 from hpstudy.analysis.inference import (
@@ -48,7 +48,7 @@ def test_welch_of_two_groups_is_scipys_welch_t(alpha):
     rng = np.random.default_rng(1)
     a, b = rng.normal(10.0, 1.0, 7), rng.normal(11.0, 2.5, 5)
     test = welch([a, b], SINGLE, alpha=alpha)
-    scipy_welch = stats.ttest_ind(a, b, equal_var=False)
+    scipy_welch = scipy.stats.ttest_ind(a, b, equal_var=False)
     interval = scipy_welch.confidence_interval(1 - alpha)
     assert test.rule == "welch" and test.n == (7, 5) and test.level == pytest.approx(1 - alpha)
     assert test.estimate == pytest.approx(a.mean() - b.mean(), rel=1e-12)
@@ -67,8 +67,8 @@ def test_a_four_group_welch_contrast_is_the_welch_satterthwaite_hand_computation
     df, se = 1014 / 155, math.sqrt(13 / 3)
     assert test.estimate == pytest.approx(-1.0) and test.n == (3, 3, 2, 4)
     assert test.df == pytest.approx(df, rel=1e-12)
-    assert test.p == pytest.approx(2 * stats.t.sf(1 / se, df), rel=1e-10)
-    half = stats.t.isf(0.025, df) * se
+    assert test.p == pytest.approx(2 * scipy.stats.t.sf(1 / se, df), rel=1e-10)
+    half = scipy.stats.t.isf(0.025, df) * se
     assert test.ci == pytest.approx((-1 - half, -1 + half), rel=1e-10)
     assert test.level == pytest.approx(0.95) and not test.significant  # p about 0.65
 
@@ -86,7 +86,7 @@ def test_welch_detectable_difference_is_found_80_percent_of_the_time():
     assert 1.0 < delta < 2.0  # about 2.8 standard errors (sqrt(2/10) = 0.45)
     rng = np.random.default_rng(2)
     a, b = rng.standard_normal((4000, 10)), rng.standard_normal((4000, 10)) + delta
-    power = np.mean(stats.ttest_ind(a, b, axis=1, equal_var=False).pvalue <= ALPHA)
+    power = np.mean(scipy.stats.ttest_ind(a, b, axis=1, equal_var=False).pvalue <= ALPHA)
     assert power == pytest.approx(0.8, abs=0.025)
     assert welch_detectable([1.0, 1.0], [10, 1]) == float("inf")
     assert welch_detectable([0.0, 0.0], [10, 10]) == float("inf")
@@ -98,7 +98,7 @@ def test_welch_detectable_at_equal_n_and_sd_is_students_t_at_80_percent_power():
     delta = welch_detectable([1.0, 1.0], [3, 3])
     rng = np.random.default_rng(7)
     a, b = rng.standard_normal((4000, 3)), rng.standard_normal((4000, 3)) + delta
-    power = np.mean(stats.ttest_ind(a, b, axis=1).pvalue <= ALPHA)
+    power = np.mean(scipy.stats.ttest_ind(a, b, axis=1).pvalue <= ALPHA)
     assert power == pytest.approx(0.8, abs=0.02)
 
 
@@ -145,7 +145,7 @@ def test_a_monte_carlo_p_and_its_interval():
     mc = MonteCarloP(hits=4, draws=999)
     assert mc.p == 5 / 1000 and not mc.exact
     lo, hi = mc.interval
-    ci = stats.binomtest(4, 999).proportion_ci(0.999, method="exact")
+    ci = scipy.stats.binomtest(4, 999).proportion_ci(0.999, method="exact")
     assert (lo, hi) == pytest.approx((ci.low, ci.high)) and lo < 4 / 999 < hi
     assert mc.settled([0.05]) and not mc.settled([0.005])
     exact = MonteCarloP(hits=3, draws=70, exact=True)

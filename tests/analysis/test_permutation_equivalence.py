@@ -5,9 +5,9 @@ N, continuous errors). The references below are the code the fast paths replaced
 
 import numpy as np
 import pytest
+import scipy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from scipy import stats as sps
 
 from hpstudy.analysis import inference, permutation
 from hpstudy.analysis.inference import DIGITS, TAIL, _law
@@ -38,7 +38,7 @@ def reference_nearer_prob(values, is_a, n_a):
     merged = np.empty_like(ordered)
     np.put_along_axis(merged, order, np.take_along_axis(ordered, first, -1), -1)
     n_b = is_a.shape[-1] - n_a
-    u_b = np.where(is_a, 0.0, sps.rankdata(merged, axis=-1)).sum(-1) - n_b * (n_b + 1) / 2
+    u_b = np.where(is_a, 0.0, scipy.stats.rankdata(merged, axis=-1)).sum(-1) - n_b * (n_b + 1) / 2
     return u_b / (n_a * n_b)
 
 

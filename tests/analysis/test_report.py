@@ -12,10 +12,9 @@ import re
 import numpy as np
 import pandas as pd
 import pytest
-from scipy import stats
+import scipy
 
 from hpstudy.analysis.inference import RULES
-from hpstudy.analysis.report import build_report, ranges_and_importance
 
 NAN, INF = float("nan"), float("inf")
 ERRORS = {  # (model, optimizer): (error, status) per seed, one lr/wd, 2 epochs
@@ -57,6 +56,8 @@ def _trials() -> pd.DataFrame:
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
     """(index.html, report.json) of the hand-made study on the `final` error."""
+    from hpstudy.analysis.report import build_report
+
     out = tmp_path_factory.mktemp("report")
     trials = _trials()
     page = open(build_report(trials, trials.iloc[:0], RECORD, str(out), metric="final")).read()
@@ -124,7 +125,7 @@ def _welch_pair():
     parts = np.array([g.var(ddof=1) / len(g) for g in groups])
     estimate = groups[0].mean() - groups[1].mean() - groups[2].mean() + groups[3].mean()
     df = parts.sum() ** 2 / np.sum(parts**2 / 2)
-    return 2 * stats.t.sf(abs(estimate) / math.sqrt(parts.sum()), df)
+    return 2 * scipy.stats.t.sf(abs(estimate) / math.sqrt(parts.sum()), df)
 
 
 def _holm(ps):
@@ -143,10 +144,10 @@ def test_the_findings_tables_show_welch_t_from_scipy_and_holm_over_the_five_test
     page, data = report
     c = {key: _counted(*key) for key in ERRORS}
     tests = {
-        "gap p": stats.ttest_ind(c[("vit_p_tiny", "sgd")], c[("vit_p_tiny", "adamw")], equal_var=False),
-        "gap c": stats.ttest_ind(c[("vit_c_tiny", "sgd")], c[("vit_c_tiny", "adamw")], equal_var=False),
-        "peak adamw": stats.ttest_ind(c[("vit_p_tiny", "adamw")], c[("vit_c_tiny", "adamw")], equal_var=False),
-        "peak sgd": stats.ttest_ind(c[("vit_p_tiny", "sgd")], c[("vit_c_tiny", "sgd")], equal_var=False),
+        "gap p": scipy.stats.ttest_ind(c[("vit_p_tiny", "sgd")], c[("vit_p_tiny", "adamw")], equal_var=False),
+        "gap c": scipy.stats.ttest_ind(c[("vit_c_tiny", "sgd")], c[("vit_c_tiny", "adamw")], equal_var=False),
+        "peak adamw": scipy.stats.ttest_ind(c[("vit_p_tiny", "adamw")], c[("vit_c_tiny", "adamw")], equal_var=False),
+        "peak sgd": scipy.stats.ttest_ind(c[("vit_p_tiny", "sgd")], c[("vit_c_tiny", "sgd")], equal_var=False),
     }
     p = {name: t.pvalue for name, t in tests.items()}
     p["pair"] = _welch_pair()
@@ -247,6 +248,8 @@ def test_the_claims_come_after_the_study_and_say_their_verdicts_are_after_holm(r
 def test_fanova_importance_of_the_good_ranges_goes_to_the_hyperparameter_the_error_depends_on():
     """Eight lr/wd samples whose error depends on wd only (lr crossed with it): wd carries most of the
     normalized importances (they sum to 1), the same on every percentile row."""
+    from hpstudy.analysis.report import ranges_and_importance
+
     log_wd = np.linspace(-3, -1, 8)
     log_lr = np.array([-4, -2, -3.5, -2.5, -3, -2.25, -3.75, -2.75])  # no trend along wd
     trials = pd.DataFrame(

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from scipy.stats import qmc
 
 from hpstudy.study.sampling import (
     cells,
@@ -273,6 +272,8 @@ def _reference_plan(spec) -> list:
     """The plan of a spec of lr/wd boxes as this test derives it on its own: per cell, a stream seeded with
     sha256 of (sampler_seed, optimizer, {lr, wd}) (paired), its 2-d unit points mapped log-uniformly onto
     the box and rounded to 6 significant digits within it, then samples x seeds trial configs."""
+    from scipy.stats import qmc
+
     plan = []
     for model in spec.models:
         for opt in spec.optimizers:
