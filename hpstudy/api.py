@@ -124,13 +124,17 @@ def load(store: PathLike, study: str) -> pd.DataFrame:
     return load_study(_path("store", store), study, API)[0]
 
 
-def report(store: PathLike, study: str, out: Optional[PathLike] = None, metric: str = DEFAULT_METRIC) -> str:
-    """Write the study's report as `hpstudy report` does (into the store, or `out`); returns its folder."""
+def report(
+    store: PathLike, study: Union[str, Sequence[str]], out: Optional[PathLike] = None, metric: str = DEFAULT_METRIC
+) -> str:
+    """Write the study's report as `hpstudy report` does (into the store, or `out`); returns its folder. A list
+    of studies: one report over them, as `hpstudy report --study A --study B`."""
     from hpstudy.analysis.report_folder import ReportError
     from hpstudy.service import write_report  # the report loads the analysis' figures (matplotlib)
 
     folder = None if out is None else _path("out", out, ReportError)
-    page = write_report(_path("store", store), study, folder, metric, API)
+    studies = study if isinstance(study, str) else _names("study", study)  # a name stays one (checked there)
+    page = write_report(_path("store", store), studies or [], folder, metric, API)
     return page.rsplit("/", 1)[0]
 
 

@@ -187,15 +187,27 @@ def parser() -> argparse.ArgumentParser:
         )
     )
     status.add_argument("--config", default=None, help="spec to compare against (how complete)")
-    report = add_store_args(
+    report = add_debug_arg(
         command(
             "report",
-            "write a study's report: figures, tables and index.html",
+            "write a study's report: figures, tables and index.html (several --study: one report over them, "
+            "with aggregates across their cells)",
             "hpstudy report --store ./results --study demo_digits --out report/",
-        ),
-        study_required=True,
+        )
     )
-    report.add_argument("--out", default=None, help="report folder (default: <store>/reports/<study>/, in the store)")
+    report.add_argument("--store", default="./results", help="store root: a path or a URI (default: ./results)")
+    report.add_argument(
+        "--study",
+        action="append",
+        required=True,
+        help="the study (its name in the spec); repeat it for one report over several studies",
+    )
+    report.add_argument(
+        "--out",
+        default=None,
+        help="report folder (default: <store>/reports/<study>/ in the store; several studies: "
+        "<store>/reports/<a>+<b>/)",
+    )
     add_metric_arg(report, "every number is")
     findings = add_debug_arg(
         command(

@@ -5,6 +5,7 @@ note, the trials, the report). Each caller parses and validates its own argument
 prints or returns what they give back."""
 
 import contextlib
+import functools
 import json
 import logging
 import math
@@ -13,7 +14,7 @@ import os
 import tempfile
 from collections import Counter
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence, Tuple
+from typing import Callable, Optional, Sequence, Tuple, Union
 
 import pandas as pd
 
@@ -21,7 +22,7 @@ from hpstudy.analysis.metric import DEFAULT_METRIC, usable
 from hpstudy.analysis.report_folder import check_report_dir, check_report_path, owned, publish
 from hpstudy.study.sampling import cells, check_samples, expand_for_store
 from hpstudy.study.spec import SpecError, StudySpec, check_models
-from hpstudy.study.store.layout import StoreFault, StoreLike, check_study_name, store_io
+from hpstudy.study.store.layout import StoreError, StoreFault, StoreLike, check_study_name, store_io
 from hpstudy.study.store.read import CLI, Fields
 from hpstudy.study.store.spec_record import report_location
 from hpstudy.study.store.store import Store
@@ -198,38 +199,63 @@ STORE_REPORT = "report folder in the store"  # how errors name <store>/reports/<
 
 
 def write_report(
-    store: StoreLike, study: str, out: Optional[str], metric: str = DEFAULT_METRIC, fields: Fields = CLI
+    store: StoreLike,
+    study: Union[str, Sequence[str]],
+    out: Optional[str],
+    metric: str = DEFAULT_METRIC,
+    fields: Fields = CLI,
 ) -> str:
     """Load a study from the store and write its analysis report (figures, tables, HTML) on the
     `metric` error into the folder `out`, or by default into the store (<store>/reports/<study>/,
     through its filesystem, so the report lives as long as the rows); shows (logs) the full location of
     its index.html, and which metric was used (naming any fallback). Returns that location. Either
     folder is written only if it is new, empty or an earlier report (hpstudy.analysis.report_folder).
-    A missing store or study is named as `fields` say (the flags, or the API's arguments)."""
+    `study` may name several studies (a list): one report over them (hpstudy.analysis.report_across), by
+    default in <store>/reports/<a>+<b>/ (names sorted). A missing store or study is named as `fields` say
+    (the flags, or the API's arguments)."""
+    studies = [study] if isinstance(study, str) else list(dict.fromkeys(study))
     if out:
         check_report_path(out, "--out")
-    check_study_name(study, fields.study)  # a bad name is named before the store
+    if not studies:
+        raise StoreError(f"{fields.study}: bad value []; allowed: one study's name, or several")
+    for name in studies:
+        check_study_name(name, fields.study)  # a bad name is named before the store
     store = Store.of(store, fields.store)
-    store.require_study(study, fields)  # before --out is made: a mistyped store leaves no empty folder behind
+    for name in studies:
+        store.require_study(name, fields)  # before --out is made: a mistyped store leaves no empty folder behind
+    title = "+".join(sorted(studies))
     if out:
         check_report_dir(out, "--out")
     else:
-        check_store_report_dir(store, study)
-    from hpstudy.analysis.report import build_report  # matplotlib: only when a report is written
-
-    trials, epochs, record = store.load_study(study, fields)
+        check_store_report_dir(store, title)
+    build, trials = _report_builder(store, studies, metric, fields)
     if out:
-        page = os.path.abspath(build_report(trials, epochs, record, out, metric))
+        page = os.path.abspath(build(out))
     else:
-        fs, base, folder, location = report_location(store, study)
+        fs, base, folder, location = report_location(store, title)
         with tempfile.TemporaryDirectory(prefix="hpstudy-report-") as made:
-            name = os.path.basename(build_report(trials, epochs, record, made, metric))
+            name = os.path.basename(build(made))
             with store_io(f"write the report into {location}"):
                 publish(fs, folder, made, STORE_REPORT, root=base)
         page = f"{location}/{name}"
     logger.info("report: %s", page)
     logger.info("metric: %s", usable(trials, metric).metric)
     return page
+
+
+def _report_builder(
+    store: Store, studies: Sequence[str], metric: str, fields: Fields
+) -> Tuple[Callable[[str], str], pd.DataFrame]:
+    """What writes the report of `studies` into a folder (returning its index.html), and their trials."""
+    if len(studies) == 1:
+        from hpstudy.analysis.report import build_report  # matplotlib: only when a report is written
+
+        trials, epochs, record = store.load_study(studies[0], fields)
+        return functools.partial(build_report, trials, epochs, record, metric=metric), trials
+    from hpstudy.analysis.report_across import build_across_report
+
+    tables = {name: store.load_study(name, fields)[0] for name in studies}
+    return functools.partial(build_across_report, tables, metric=metric), pd.concat(tables.values())
 
 
 def check_store_report_dir(store: StoreLike, study: str) -> None:

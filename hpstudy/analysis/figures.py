@@ -41,6 +41,7 @@ from hpstudy.analysis.catalogue import catalogue_order, known, model_label, mode
 from hpstudy.analysis.cost import trial_hours
 from hpstudy.analysis.edf import edf_table
 from hpstudy.analysis.effects import COMPARED, compared_pairs
+from hpstudy.analysis.findings.tables import AGGREGATE_ROW
 from hpstudy.analysis.gaps import length_gap
 from hpstudy.analysis.metric import DEFAULT_METRIC, ERR, usable, warn_left_out
 from hpstudy.analysis.stats import (
@@ -1055,5 +1056,61 @@ def generalization_figure(
         )
         log_ticks(ax.xaxis, table["train_loss"])
     caption = generalization_caption(table)
+    _finish(fig, axes, caption, title)
+    return Plot(fig, table, caption)
+
+
+def aggregate_caption(table: pd.DataFrame) -> str:
+    """What aggregate_figure draws, on which metric, of how many trials (a probability: no reference)."""
+    cells = table[table["row"] != AGGREGATE_ROW]
+    n = pd.concat([cells["n_a"], cells["n_b"]])
+    return (
+        f"Probability that a random trial of the first of a pair of models has a lower top-1 error than a random "
+        f"trial of the second in the same cell, ties counted half (rliable's probability of improvement), a panel "
+        f"per pair: a dot per cell (its studies, optimizer and epochs; bar: the cell's 95% bootstrap interval, "
+        f"given from 8 trials a group), and a diamond for the mean over the cells, each cell weighing the same "
+        f"(bar: 95% stratified bootstrap interval, every group of every cell resampled on its own; its coverage "
+        f"and the permutation test's size measured by bench.stratified); n = {_n_range(n)} trials per group and "
+        f"cell, diverged trials counted at chance error; dotted: 0.5, neither ahead. A probability (no "
+        f"reference). {_metric(table)}"
+    )
+
+
+def aggregate_figure(
+    table: pd.DataFrame, size: Optional[str] = None, fig: Optional[Figure] = None, title: bool = False
+) -> Plot:
+    """Interval estimates per pair of models across cells (findings.aggregate_table): a panel per pair, a row per
+    cell and the mean over the cells last, each with its interval, on one probability axis."""
+    pairs = list(dict.fromkeys(zip(table["a"], table["b"])))
+    fig, axes = _grid(len(pairs), size or "text", fig, columns=1)
+    drawn = sorted({m for pair in pairs for m in pair})
+    for ax, (a, b) in zip(axes, pairs):
+        rows = table[(table["a"] == a) & (table["b"] == b)].reset_index(drop=True)
+        y = np.arange(len(rows))[::-1]
+        mean = (rows["row"] == AGGREGATE_ROW).to_numpy()
+        style = model_style(a, drawn)
+        for part, marker, size_pt in ((~mean, "o", 4), (mean, "D", 6)):
+            sub, ys = rows[part], y[part]
+            ax.errorbar(
+                sub["p_a_better"],
+                ys,
+                xerr=[sub["p_a_better"] - sub["low"], sub["high"] - sub["p_a_better"]],
+                fmt=marker,
+                markersize=size_pt,
+                color=style["color"],
+                capsize=2,
+                linewidth=1.4 if marker == "D" else 0.9,
+            )
+        cell = lambda r: f"{_opt(r['optimizer'])}, {int(r['epochs'])} ep · {r['row']}"
+        labels = [AGGREGATE_ROW if r["row"] == AGGREGATE_ROW else cell(r) for _, r in rows.iterrows()]
+        fixed_ticks(ax.yaxis, y)
+        ax.yaxis.set_major_formatter(FixedFormatter(labels[::-1]))  # the ticks ascend: the last row first
+        ax.axvline(0.5, color=BAND_GREY, linestyle=":", linewidth=0.8)
+        ax.set(
+            xlim=(-0.02, 1.02),
+            xlabel=f"P({model_label(a)} trial better than {model_label(b)} trial)",
+            title=f"{model_label(a)} vs {model_label(b)}" if len(pairs) > 1 else "",
+        )
+    caption = aggregate_caption(table)
     _finish(fig, axes, caption, title)
     return Plot(fig, table, caption)

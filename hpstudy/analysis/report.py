@@ -10,7 +10,6 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 import matplotlib.style
 import numpy as np
 import pandas as pd
-import pyarrow.fs as pafs
 
 from hpstudy.analysis.captions import write_captions
 from hpstudy.analysis.catalogue import catalogue_state
@@ -23,7 +22,7 @@ from hpstudy.analysis.gaps import ema_gain
 from hpstudy.analysis.inference import ALPHA, design_of
 from hpstudy.analysis.metric import DEFAULT_METRIC, ERR, METRIC_DOCS, LeftOutWarning, Rows, usable
 from hpstudy.analysis.report_figures import CELL, Planned, Study, planned_figures
-from hpstudy.analysis.report_folder import FOLDER_RULE, ReportError, check_report_dir, publish
+from hpstudy.analysis.report_folder import build_into
 from hpstudy.analysis.report_jobs import Job, JobFolder, finish, worker_beside, worker_wanted
 from hpstudy.analysis.report_page import Drawn, Page, render
 from hpstudy.analysis.stats import Keys, good_ranges, hp_importance, hp_kinds
@@ -200,14 +199,7 @@ def build_report(
     `out` (hpstudy.analysis.report_folder.publish: only files of an earlier report are replaced or deleted).
     ReportError if `out` cannot be written or is not hpstudy's to write. Returns the path of index.html.
     """
-    check_report_dir(out)
-    with tempfile.TemporaryDirectory(prefix="hpstudy-report-") as made:
-        _write_report(trials, epochs, record, made, metric)
-        try:
-            publish(pafs.LocalFileSystem(), os.path.abspath(out), made, "report folder")
-        except OSError as exc:
-            raise ReportError(f"report folder: cannot write {out!r} ({exc}); allowed: {FOLDER_RULE}") from exc
-    return os.path.join(out, "index.html")
+    return build_into(out, functools.partial(_write_report, trials, epochs, record, metric=metric))
 
 
 def _write_report(trials: pd.DataFrame, epochs: pd.DataFrame, record: Optional[Dict], out: str, metric: str) -> None:
@@ -234,7 +226,7 @@ def _write_report(trials: pd.DataFrame, epochs: pd.DataFrame, record: Optional[D
         importances = {key: results[_importance_job(key)] for key in cells}
         tables = {
             "summary": summary,
-            **{kind: findings_table(found, kind) for kind in KINDS if kind != "scope"},
+            **{kind: findings_table(found, kind) for kind in KINDS if kind not in ("scope", "aggregate")},
             "good_ranges": ranges_table(cells, importances, keys),
             "effects": effects,
             "ema_gain": ema_gain(trials),

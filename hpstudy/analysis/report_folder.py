@@ -13,8 +13,9 @@ import json
 import os
 import re
 import stat
+import tempfile
 import uuid
-from typing import Dict, Optional, Set
+from typing import Callable, Dict, Optional, Set
 
 import pyarrow.fs as pafs
 
@@ -203,3 +204,17 @@ def check_report_dir(path: str, what: str = "report folder") -> None:
             f"{what}: cannot write {path!r} ({exc.strerror or type(exc).__name__}: "
             f"{exc.filename or path}); allowed: {FOLDER_RULE}"
         ) from exc
+
+
+def build_into(out: str, write: Callable[[str], None]) -> str:
+    """Make a report with `write(folder)` in a new temporary folder and publish it into the local folder `out`
+    (only files of an earlier report are replaced or deleted); ReportError if `out` cannot be written or is not
+    hpstudy's to write. Returns the path of its index.html."""
+    check_report_dir(out)
+    with tempfile.TemporaryDirectory(prefix="hpstudy-report-") as made:
+        write(made)
+        try:
+            publish(pafs.LocalFileSystem(), os.path.abspath(out), made, "report folder")
+        except OSError as exc:
+            raise ReportError(f"report folder: cannot write {out!r} ({exc}); allowed: {FOLDER_RULE}") from exc
+    return os.path.join(out, "index.html")

@@ -115,6 +115,7 @@ def verdict_words(f: Finding) -> str:
         "peak": f"{favoured} lower",
         "optimizer_gap_pair": f"{favoured} loses less to SGD",
         "length_gap_pair": f"{favoured} nearer its long-schedule error",
+        "aggregate": f"{favoured}'s trials better across cells",
     }[f.kind]
 
 

@@ -90,7 +90,8 @@ def test_one_study_is_the_same_family_as_findings():
 @pytest.mark.slow
 def test_hpstudy_findings_declares_one_family_over_the_studies_named(capsys):
     """The length study's trials are the optimizer study's AdamW trials: declared together they are one
-    source whose tests (the optimizer study's 42) are counted once; with the lr/wd study, 84 in one family."""
+    source whose tests (the optimizer study's 42) are counted once; with the lr/wd study (a second source), 84
+    per-cell tests and one aggregate per pair of the three models across their 12 cells: 87 in one family."""
     assert hpstudy_main(["findings", "--store", STORE, "--study", "repro_digits_length", "--json"]) == 0
     alone = json.loads(capsys.readouterr().out)["findings"][0]["family"]
     argv = ["findings", "--store", STORE, "--study", "repro_digits_length", "--study", "repro_digits_optimizer"]
@@ -103,6 +104,7 @@ def test_hpstudy_findings_declares_one_family_over_the_studies_named(capsys):
     assert hpstudy_main([*argv, "--study", "repro_digits_lr_wd"]) == 0
     text = capsys.readouterr().out
     assert (
-        text.startswith("- 84 tests at α = 0.05 each") and "the paper's claims (verdicts after Holm over the 84" in text
+        text.startswith("- 87 tests at α = 0.05 each") and "the paper's claims (verdicts after Holm over the 87" in text
     )
     assert np.sum([line.startswith("- [repro_digits_lr_wd] ") for line in text.splitlines()]) == 42
+    assert np.sum([" across 12 cells of 2 sources" in line for line in text.splitlines()]) == 3

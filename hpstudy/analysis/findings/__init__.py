@@ -10,23 +10,43 @@ says "borderline" with its interval.
 """
 
 from hpstudy.analysis.findings.compute import Seeds, findings, findings_across, image_grid, sources_of
-from hpstudy.analysis.findings.details import KINDS, VERDICTS, DeltaDetail, GapDetail, Level, ScopeDetail
+from hpstudy.analysis.findings.details import (
+    KINDS,
+    VERDICTS,
+    AggregateCell,
+    AggregateDetail,
+    DeltaDetail,
+    GapDetail,
+    Level,
+    ScopeDetail,
+)
 from hpstudy.analysis.findings.model import Finding
-from hpstudy.analysis.findings.tables import CLAIMS, claim_number, claims_table, findings_table
+from hpstudy.analysis.findings.tables import (
+    AGGREGATE_ROW,
+    CLAIMS,
+    aggregate_table,
+    claim_number,
+    claims_table,
+    findings_table,
+)
 from hpstudy.analysis.findings.text import CALIBRATION_DOC, WITHIN, fmt_p, sig3
 
 __all__ = [
+    "AGGREGATE_ROW",
     "CALIBRATION_DOC",
     "CLAIMS",
     "KINDS",
     "VERDICTS",
     "WITHIN",
+    "AggregateCell",
+    "AggregateDetail",
     "DeltaDetail",
     "Finding",
     "GapDetail",
     "Level",
     "ScopeDetail",
     "Seeds",
+    "aggregate_table",
     "claim_number",
     "claims_table",
     "findings",

@@ -7,7 +7,7 @@ each contributes its own probability, every cell weighing the same."""
 import functools
 from typing import TYPE_CHECKING, Dict, List, Mapping, Sequence, Tuple
 
-from hpstudy.analysis.effects import mean_improvement_interval, probability_of_improvement
+from hpstudy.analysis.effects import mean_improvement_interval, pair_effects
 from hpstudy.analysis.findings.details import AggregateCell, AggregateDetail
 from hpstudy.analysis.findings.model import Finding
 from hpstudy.analysis.stratified import mean_improvement_test
@@ -31,14 +31,18 @@ def _pairs(sources: Sequence[Tuple[Tuple[str, ...], Mapping[Key, "Group"]]], ran
     return pairs
 
 
-def _cell(studies: Tuple[str, ...], opt: str, epochs: int, ga: "Group", gb: "Group") -> AggregateCell:
+def _cell(held: Tuple, labels: Tuple[str, str], seed: int) -> AggregateCell:
+    """One cell of an aggregate, with its own probability of improvement and interval (the report's effects')."""
+    studies, opt, epochs, ga, gb = held
+    effects = pair_effects(ga.errors, gb.errors, seed, labels)
     return AggregateCell(
         studies=studies,
         optimizer=str(opt),
         epochs=int(epochs),
         n=(len(ga.errors), len(gb.errors)),
         diverged=(ga.diverged, gb.diverged),
-        p_a_better=probability_of_improvement(ga.errors, gb.errors),
+        p_a_better=effects["p_a_better"],
+        p_a_better_ci=(effects["p_a_better_low"], effects["p_a_better_high"]),
     )
 
 
@@ -66,7 +70,7 @@ def aggregate_findings(
                 cell={},
                 test=retest(),
                 n_left_out=(sum(c[3].left_out for c in held), sum(c[4].left_out for c in held)),
-                detail=AggregateDetail(cells=tuple(_cell(*c) for c in held)),
+                detail=AggregateDetail(cells=tuple(_cell(c, names, seeds.area) for c, names in zip(held, labels))),
                 retest=retest,
             )
         )

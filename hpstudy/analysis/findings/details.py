@@ -105,6 +105,7 @@ class AggregateCell:
     n: Tuple[int, int]
     diverged: Tuple[int, int]
     p_a_better: float
+    p_a_better_ci: Tuple[float, float]  # the cell's own bootstrap interval (effects.pair_effects; NaN below 8 a group)
 
 
 @dataclass(frozen=True)

@@ -157,3 +157,49 @@ def _effect_columns(d) -> Dict:
         "d_b_above": d.d_b_above,
         "detectable": d.detectable,
     }
+
+
+AGGREGATE_ROW = "all cells"  # an aggregate_table row of the mean over cells (the others: one cell each)
+
+
+def aggregate_table(found: Sequence[Finding]) -> pd.DataFrame:
+    """Every aggregate finding as rows for its interval figure: per pair of models, one row per cell (its
+    source's studies, optimizer and epochs, n, a's probability of improvement and the cell's own 95% bootstrap
+    interval) and a last row, `AGGREGATE_ROW`, of the mean over the cells with its stratified interval, p after
+    Holm and verdict after Holm."""
+    rows = []
+    for f in found:
+        d = f.detail
+        if f.kind != "aggregate" or f.test is None or not isinstance(d, AggregateDetail) or f.test.ci is None:
+            continue
+        pair = {"a": f.models[0], "b": f.models[1]}
+        for c in d.cells:
+            low, high = c.p_a_better_ci
+            rows.append(
+                {
+                    **pair,
+                    "row": " + ".join(c.studies),
+                    "optimizer": c.optimizer,
+                    "epochs": c.epochs,
+                    "n_a": c.n[0],
+                    "n_b": c.n[1],
+                    "p_a_better": c.p_a_better,
+                    "low": low,
+                    "high": high,
+                }
+            )
+        rows.append(
+            {
+                **pair,
+                "row": AGGREGATE_ROW,
+                "n_a": f.n[0],
+                "n_b": f.n[1],
+                "p_a_better": f.statistic,
+                "low": f.test.ci[0],
+                "high": f.test.ci[1],
+                "p_holm": f.p_holm,
+                "verdict_holm": f.verdict_holm,
+            }
+        )
+    columns = ["a", "b", "row", "optimizer", "epochs", "n_a", "n_b", "p_a_better", "low", "high", "p_holm"]
+    return pd.DataFrame(rows, columns=columns + ["verdict_holm"]).astype({"epochs": "Int64"})

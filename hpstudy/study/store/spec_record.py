@@ -77,9 +77,11 @@ def load_spec_record(store: StoreLike, study: str) -> Optional[Dict]:
 
 
 def report_location(store: StoreLike, study: str) -> Tuple[pafs.FileSystem, str, str, str]:
-    """(filesystem, store base, folder, location) of a study's report in the store: <root>/reports/<study>/;
-    the location is a path, or the store's URI without its query."""
+    """(filesystem, store base, folder, location) of a study's report in the store: <root>/reports/<study>/,
+    or of a report over several studies, <root>/reports/<a>+<b>/ (`study` their names joined by '+', which no
+    study name holds); the location is a path, or the store's URI without its query."""
     store = Location.of(store)
     fs, base = store.fs, store.base
     where = store.uri.split("?", 1)[0].rstrip("/") if "://" in store.uri else base
-    return fs, base, f"{base}/{REPORTS}/{check_study_name(study)}", f"{where}/{REPORTS}/{study}"
+    name = "+".join(check_study_name(part) for part in study.split("+"))
+    return fs, base, f"{base}/{REPORTS}/{name}", f"{where}/{REPORTS}/{name}"
