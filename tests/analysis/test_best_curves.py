@@ -9,9 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hpstudy.analysis.figures import best_curves_figure, best_curves_table
 from hpstudy.analysis.metric import METRIC_COLUMNS, usable
-from hpstudy.analysis.report_figures import Study, planned_figures
 from tests.helpers import epochs_of, make_trials
 
 pytestmark = pytest.mark.filterwarnings("ignore::hpstudy.analysis.metric.LeftOutWarning")
@@ -33,6 +31,8 @@ def _paper(trials: pd.DataFrame) -> pd.Series:
 def test_each_cell_shows_its_lowest_error_trials_with_every_stored_epoch_on_the_metrics_weights(
     metric, best, seed, ema
 ):
+    from hpstudy.analysis.figures import best_curves_table
+
     ema = ema or metric == "ema_best"  # ema_best has no trial without EMA
     models, optimizers = ["vit_p_tiny", "cnn_tiny"], ["adamw", "sgd"]
     trials = make_trials(models, optimizers, (3, 5), 6, seed, diverge_share=0.2, fail_share=0.1, ema=ema)
@@ -54,6 +54,8 @@ def test_each_cell_shows_its_lowest_error_trials_with_every_stored_epoch_on_the_
 
 
 def test_the_figure_draws_one_cell_all_models_in_one_panel_and_refuses_two():
+    from hpstudy.analysis.figures import best_curves_figure, best_curves_table
+
     trials = make_trials(["vit_p_tiny", "vit_c_tiny", "cnn_tiny"], ["adamw"], epochs=(4, 8), n=8, seed=3)
     table = best_curves_table(trials, "final", epochs=epochs_of(trials))
     with pytest.raises(ValueError, match="best_curves_figure: table: bad value, 2 .optimizer, epochs. cells"):
@@ -66,6 +68,8 @@ def test_the_figure_draws_one_cell_all_models_in_one_panel_and_refuses_two():
 
 
 def test_the_report_draws_best_curves_per_sampled_cell_only_when_epochs_are_stored():
+    from hpstudy.analysis.report_figures import Study, planned_figures
+
     trials = make_trials(["vit_c_tiny", "cnn_tiny"], ["adamw", "sgd"], epochs=(4, 8), n=6, seed=2)
     trials = trials.assign(family=trials["model"])
     rows = usable(trials, "final")

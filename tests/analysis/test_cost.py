@@ -10,9 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hpstudy.analysis.cost import trial_hours
-from hpstudy.analysis.figures import expected_best_figure, expected_best_table
 from hpstudy.analysis.metric import usable
-from hpstudy.analysis.report_figures import Study, planned_figures
 from tests.helpers import make_trials
 
 pytestmark = pytest.mark.filterwarnings("ignore::hpstudy.analysis.metric.LeftOutWarning")
@@ -60,6 +58,8 @@ def test_equal_wall_times_are_one_group_only_within_a_cell_on_a_node_of_a_store(
 
 
 def test_the_expected_bests_hours_are_k_times_the_cells_mean_cost_of_a_counted_trial():
+    from hpstudy.analysis.figures import expected_best_table
+
     trials = make_trials(["vit_c_tiny", "cnn_tiny"], ["adamw"], epochs=(4, 8), n=6, seed=4, fail_share=0.2)
     trials["wall_s"] = np.random.default_rng(0).uniform(10, 100, len(trials))
     table = expected_best_table(trials, "final", n_boot=20)
@@ -72,6 +72,8 @@ def test_the_expected_bests_hours_are_k_times_the_cells_mean_cost_of_a_counted_t
 def test_a_fused_member_left_out_still_shares_its_groups_wall_time():
     """A group of 4 fused trials (one wall time on one node) whose last member failed: the 3 counted ones cost
     a quarter of the group's wall time each, not a third."""
+    from hpstudy.analysis.figures import expected_best_table
+
     trials = make_trials(["cnn_tiny"], ["adamw"], epochs=(4,), n=4, seed=4, diverge_share=0.0)
     trials = trials.assign(wall_s=7200.0, node="n0")  # one group: one wall time in one cell on one node
     trials.loc[trials.index[-1], ["status", "top1_err"]] = ["failed", np.nan]
@@ -80,6 +82,8 @@ def test_a_fused_member_left_out_still_shares_its_groups_wall_time():
 
 
 def test_the_hours_figure_draws_its_tables_hours_and_refuses_a_table_that_cannot_be_costed():
+    from hpstudy.analysis.figures import expected_best_figure, expected_best_table
+
     trials = make_trials(["vit_c_tiny", "cnn_tiny"], ["adamw"], epochs=(8,), n=6, seed=4)
     trials["wall_s"] = np.random.default_rng(1).uniform(10, 100, len(trials))  # every model's cost its own
     table = expected_best_table(trials, "final", n_boot=20)
@@ -97,6 +101,8 @@ def test_the_hours_figure_draws_its_tables_hours_and_refuses_a_table_that_cannot
 
 @pytest.mark.parametrize("walls, models", [(True, 2), (False, 2), (True, 1)])
 def test_the_report_compares_models_at_equal_compute_only_where_every_trial_has_a_wall_time(walls, models):
+    from hpstudy.analysis.report_figures import Study, planned_figures
+
     trials = make_trials(["vit_c_tiny", "cnn_tiny"][:models], ["adamw", "sgd"], epochs=(4,), n=6, seed=2)
     trials = trials.assign(family=trials["model"]) if walls else trials.drop(columns="wall_s").assign(family="x")
     planned = planned_figures(Study(trials, usable(trials, "final"), {}, "final", ("lr", "wd"), None))

@@ -6,49 +6,27 @@ plain pandas on a small hand-made study; the renderers against an edited table. 
 grayscale (no two series of an axes share a colour-less style), composes into a user's figure and
 leaves the user's rcParams in force outside the report."""
 
+import functools
 import inspect
 import io
 import re
 import zlib
 from math import comb
+from typing import TYPE_CHECKING
 
-import matplotlib
-import matplotlib.style
 import numpy as np
 import pandas as pd
 import pytest
-from matplotlib.colors import to_hex
-from matplotlib.figure import Figure
 from PIL import Image
 
-from hpstudy.analysis import figures
 from hpstudy.analysis.catalogue import catalogue_order, model_family, model_label, model_size
-from hpstudy.analysis.figures import (
-    SIZES,
-    STYLE,
-    best_curves_figure,
-    best_curves_table,
-    best_of_k_figure,
-    best_of_k_table,
-    delta_edf_figure,
-    delta_edf_table,
-    delta_error_vs_epochs_figure,
-    delta_error_vs_epochs_table,
-    error_vs_epochs_figure,
-    error_vs_epochs_table,
-    expected_best_figure,
-    expected_best_table,
-    generalization_figure,
-    generalization_table,
-    hp_scatter_figure,
-    hp_scatter_table,
-    model_style,
-    save_figure,
-)
 from hpstudy.analysis.findings import findings
 from hpstudy.analysis.metric import LeftOutWarning
 from hpstudy.trainers.zoo import get_spec, list_models
 from tests.helpers import epochs_of
+
+if TYPE_CHECKING:  # matplotlib: imported by the tests that draw, not when they are collected
+    from matplotlib.figure import Figure
 
 CELL = ["model", "optimizer", "epochs"]
 pytestmark = pytest.mark.filterwarnings("ignore::hpstudy.analysis.metric.LeftOutWarning")  # the failed trial
@@ -90,25 +68,52 @@ COUNTED = STUDY[STUDY["status"] != "failed"]  # the metric `final` is top1_err, 
 ADAMW_10 = STUDY[(STUDY["optimizer"] == "adamw") & (STUDY["epochs"] == 10)]
 SGD_10 = STUDY[(STUDY["optimizer"] == "sgd") & (STUDY["epochs"] == 10)]  # vit_c_tiny's failed trial
 
-# figure name: (its table of the study, its renderer with the options the report gives, a column it draws)
-FIGURES = {
-    "delta_edf": (lambda: delta_edf_table(ADAMW_10, "final"), delta_edf_figure, "delta"),
-    "hp_scatter": (
-        lambda: hp_scatter_table(SGD_10, "final"),  # one cell per figure
-        lambda table, **kw: hp_scatter_figure(table, {}, **kw),
-        "error",
-    ),
-    "error_vs_epochs": (lambda: error_vs_epochs_table(STUDY, "final"), error_vs_epochs_figure, "error"),
-    "delta_error_vs_epochs": (lambda: delta_error_vs_epochs_table(STUDY, "final"), delta_error_vs_epochs_figure, "gap"),
-    "expected_best": (lambda: expected_best_table(STUDY, "final", n_boot=20), expected_best_figure, "expected_best"),
-    "generalization": (lambda: generalization_table(STUDY, "final"), generalization_figure, "error"),
-    "best_of_k": (lambda: best_of_k_table(STUDY, "final", "models"), best_of_k_figure, "p_a_wins"),
-    "best_curves": (lambda: best_curves_table(ADAMW_10, "final", epochs=epochs_of(STUDY)), best_curves_figure, "error"),
+# figure name: a column its renderer draws
+COLUMNS = {
+    "delta_edf": "delta",
+    "hp_scatter": "error",
+    "error_vs_epochs": "error",
+    "delta_error_vs_epochs": "gap",
+    "expected_best": "expected_best",
+    "generalization": "error",
+    "best_of_k": "p_a_wins",
+    "best_curves": "error",
 }
+
+
+@functools.cache
+def _figures() -> dict:
+    """{figure name: (its table of the study, its renderer with the options the report gives)}."""
+    from hpstudy.analysis import figures as f
+
+    return {
+        "delta_edf": (lambda: f.delta_edf_table(ADAMW_10, "final"), f.delta_edf_figure),
+        "hp_scatter": (
+            lambda: f.hp_scatter_table(SGD_10, "final"),  # one cell per figure
+            lambda table, **kw: f.hp_scatter_figure(table, {}, **kw),
+        ),
+        "error_vs_epochs": (lambda: f.error_vs_epochs_table(STUDY, "final"), f.error_vs_epochs_figure),
+        "delta_error_vs_epochs": (
+            lambda: f.delta_error_vs_epochs_table(STUDY, "final"),
+            f.delta_error_vs_epochs_figure,
+        ),
+        "expected_best": (lambda: f.expected_best_table(STUDY, "final", n_boot=20), f.expected_best_figure),
+        "generalization": (lambda: f.generalization_table(STUDY, "final"), f.generalization_figure),
+        "best_of_k": (lambda: f.best_of_k_table(STUDY, "final", "models"), f.best_of_k_figure),
+        "best_curves": (lambda: f.best_curves_table(ADAMW_10, "final", epochs=epochs_of(STUDY)), f.best_curves_figure),
+    }
+
+
+@functools.cache
+def _tables() -> dict:
+    """{figure name: its table of the study}."""
+    return {name: make() for name, (make, _) in _figures().items()}
 
 
 def _triples():
     """{name: (table function, renderer, caption)} of every `<name>_table` analysis/figures.py defines."""
+    from hpstudy.analysis import figures
+
     tables = {
         name[: -len("_table")]: fn
         for name, fn in vars(figures).items()
@@ -122,7 +127,7 @@ def _triples():
 
 def test_every_figure_is_a_table_function_a_renderer_and_a_caption_of_that_table():
     triples = _triples()
-    assert set(triples) == set(FIGURES)
+    assert set(triples) == set(_figures()) == set(COLUMNS)
     for name, (table, figure, caption) in triples.items():
         computes, draws = inspect.signature(table).parameters, inspect.signature(figure).parameters
         says = inspect.signature(caption).parameters
@@ -143,9 +148,10 @@ def _drawn(fig) -> np.ndarray:
     return np.concatenate([np.asarray(a, dtype=float).ravel() for a in arrays])
 
 
-@pytest.mark.parametrize("name", sorted(FIGURES))
+@pytest.mark.parametrize("name", sorted(COLUMNS))
 def test_a_renderer_draws_the_numbers_and_the_metric_of_its_table(name):
-    make, figure, column = FIGURES[name]
+    make, figure = _figures()[name]
+    column = COLUMNS[name]
     table = make()
     edited = table.copy()
     edited.loc[edited.index[0], column] += 0.0123
@@ -161,6 +167,8 @@ def _sorted(frame: pd.DataFrame, by) -> pd.DataFrame:
 
 
 def test_delta_edf_table_is_each_model_s_edf_of_its_distance_to_its_best():
+    from hpstudy.analysis.figures import delta_edf_table
+
     table = delta_edf_table(ADAMW_10, "final")
     for model, group in ADAMW_10.groupby("model"):
         errors = np.sort(group["top1_err"].to_numpy())
@@ -174,6 +182,8 @@ def test_delta_edf_table_is_each_model_s_edf_of_its_distance_to_its_best():
 
 
 def test_hp_scatter_table_is_every_counted_trial_with_its_cells_n():
+    from hpstudy.analysis.figures import hp_scatter_table
+
     table = hp_scatter_table(STUDY, "final")
     expected = COUNTED[CELL + ["lr", "wd", "top1_err", "status"]].rename(columns={"top1_err": "error"})
     expected = expected.assign(n=COUNTED.groupby(CELL)["top1_err"].transform("size"))
@@ -182,6 +192,8 @@ def test_hp_scatter_table_is_every_counted_trial_with_its_cells_n():
 
 
 def test_error_vs_epochs_table_is_the_best_trial_per_cell_and_whether_all_diverged():
+    from hpstudy.analysis.figures import error_vs_epochs_table
+
     table = error_vs_epochs_table(STUDY, "final").set_index(CELL)
     grouped = COUNTED.groupby(CELL)
     pd.testing.assert_series_equal(table["error"], grouped["top1_err"].min(), check_names=False)
@@ -191,12 +203,16 @@ def test_error_vs_epochs_table_is_the_best_trial_per_cell_and_whether_all_diverg
 
 
 def test_delta_error_vs_epochs_table_is_the_best_at_e_minus_the_best_at_the_longest():
+    from hpstudy.analysis.figures import delta_error_vs_epochs_table
+
     table = delta_error_vs_epochs_table(STUDY, "final").set_index(CELL)
     best = COUNTED.groupby(CELL)["top1_err"].min()
     np.testing.assert_allclose(table["gap"].sort_index(), (best - best.xs(10, level="epochs")).sort_index())
 
 
 def test_expected_best_table_is_the_mean_best_of_k_trials_drawn_without_replacement():
+    from hpstudy.analysis.figures import expected_best_table
+
     table = expected_best_table(STUDY, "final", n_boot=20)
     for (model, opt, epochs), group in COUNTED.groupby(CELL):  # per cell: never pooled over lengths
         errors = np.sort(group["top1_err"].to_numpy())  # best first: the j-th best is the minimum of k
@@ -211,6 +227,8 @@ def test_expected_best_table_is_the_mean_best_of_k_trials_drawn_without_replacem
 
 
 def test_generalization_table_is_every_trained_trial_with_its_model_s_medians():
+    from hpstudy.analysis.figures import generalization_table
+
     with pytest.warns(LeftOutWarning, match="generalization_table: left out 8 of 31 counted rows"):
         table = generalization_table(STUDY, "final")
     trained = STUDY[STUDY["status"] == "ok"]
@@ -222,11 +240,10 @@ def test_generalization_table_is_every_trained_trial_with_its_model_s_medians():
         assert set(got["median_train_loss"]) == {np.median(group["train_loss"])}
 
 
-TABLES = {name: make() for name, (make, _, _) in FIGURES.items()}
-
-
-def _pdf_text(fig: Figure):
+def _pdf_text(fig: "Figure"):
     """(smallest font size in pt, width in inches) of the figure as saved to PDF."""
+    import matplotlib
+
     buf = io.BytesIO()
     with matplotlib.rc_context({"pdf.fonttype": 42}):  # as save_figure writes it
         fig.savefig(buf, format="pdf")
@@ -237,28 +254,34 @@ def _pdf_text(fig: Figure):
     return min(sizes), width
 
 
-def _draw(name: str, size: str) -> Figure:
-    return FIGURES[name][1](TABLES[name], size=size).fig
+def _draw(name: str, size: str) -> "Figure":
+    return _figures()[name][1](_tables()[name], size=size).fig
 
 
 # slow tier: each preset draws and renders every figure to PDF (~2 s)
 @pytest.mark.slow
 @pytest.mark.parametrize("size", ["column", "text"])
 def test_every_figure_is_its_preset_width_with_no_text_below_7_pt(size):
+    import matplotlib.style
+
+    from hpstudy.analysis.figures import SIZES, STYLE
+
     with matplotlib.style.context(STYLE):
-        for name in FIGURES:
+        for name in COLUMNS:
             smallest, width = _pdf_text(_draw(name, size))
             assert width == pytest.approx(SIZES[size], abs=0.01), name
             assert smallest >= 7, (name, smallest)
 
 
 def _colourless(line) -> tuple:
+    from matplotlib.colors import to_hex
+
     filled = line.get_markerfacecolor() not in ("none", "white") and to_hex(line.get_markerfacecolor()) != "#ffffff"
     return (str(line.get_linestyle()), line.get_marker(), filled)
 
 
 def test_no_two_series_of_an_axes_share_a_colourless_style():
-    for name in FIGURES:
+    for name in COLUMNS:
         for ax in _draw(name, "text").axes:
             series = [line for line in ax.get_lines() if not line.get_label().startswith("_")]
             styles = [_colourless(line) for line in series]
@@ -266,22 +289,31 @@ def test_no_two_series_of_an_axes_share_a_colourless_style():
 
 
 def test_figures_draw_into_a_users_figure_and_axes_with_the_users_rcparams():
+    import matplotlib
+    from matplotlib.figure import Figure
+
+    from hpstudy.analysis.figures import delta_edf_figure, delta_error_vs_epochs_figure
+
     fig = Figure(figsize=(5, 3))
     with matplotlib.rc_context({"xtick.labelsize": 14}):
         ax = fig.add_subplot(1, 2, 1)
-        plot = delta_error_vs_epochs_figure(TABLES["delta_error_vs_epochs"], ax=ax)
+        plot = delta_error_vs_epochs_figure(_tables()["delta_error_vs_epochs"], ax=ax)
         fig.canvas.draw()
     assert plot.fig is fig and fig.get_size_inches()[0] == 5 and ax.get_lines()
     assert {t.get_fontsize() for t in ax.get_xticklabels()} == {14}  # the user's size, not the house style's
-    pd.testing.assert_frame_equal(plot.data, TABLES["delta_error_vs_epochs"])  # the rows it drew
-    edf = delta_edf_figure(TABLES["delta_edf"], fig=Figure())
-    assert len(edf.fig.axes) == 1 and edf.data is TABLES["delta_edf"]
+    pd.testing.assert_frame_equal(plot.data, _tables()["delta_error_vs_epochs"])  # the rows it drew
+    edf = delta_edf_figure(_tables()["delta_edf"], fig=Figure())
+    assert len(edf.fig.axes) == 1 and edf.data is _tables()["delta_edf"]
 
 
 def test_the_style_file_is_a_matplotlib_style_and_the_png_is_300_dpi(tmp_path):
+    import matplotlib.style
+
+    from hpstudy.analysis.figures import SIZES, STYLE, delta_edf_figure, save_figure
+
     assert matplotlib.rc_params_from_file(STYLE, use_default_template=False)["xtick.labelsize"] == 7
     with matplotlib.style.context(STYLE):
-        plot = delta_edf_figure(TABLES["delta_edf"], size="column")
+        plot = delta_edf_figure(_tables()["delta_edf"], size="column")
         paths = save_figure(plot, str(tmp_path), "d", plot.data, {"metric": "final"})
     with Image.open(paths["png"]) as png:
         assert png.size[0] == pytest.approx(300 * SIZES["column"], abs=2)
@@ -289,7 +321,9 @@ def test_the_style_file_is_a_matplotlib_style_and_the_png_is_300_dpi(tmp_path):
 
 
 def test_a_delta_edf_ends_its_x_axis_before_the_diverged_and_counts_them():
-    table = TABLES["delta_edf"]  # the last AdamW trial of each model diverged (error 90)
+    from hpstudy.analysis.figures import delta_edf_figure
+
+    table = _tables()["delta_edf"]  # the last AdamW trial of each model diverged (error 90)
     plot = delta_edf_figure(table)
     ax = plot.fig.axes[0]
     kept = table[table["error"] < 90]
@@ -321,9 +355,9 @@ def _words(text: str) -> str:
     ids=["equal_n", "n_range"],
 )
 def test_a_caption_names_the_optimizers_epochs_the_range_of_trials_per_model_and_the_metric(name, says):
-    plot = FIGURES[name][1](TABLES[name], size="text")
+    plot = _figures()[name][1](_tables()[name], size="text")
     assert says in plot.caption and plot.caption.endswith("Metric: final.")
-    titled = FIGURES[name][1](TABLES[name], size="text", title=True).fig.get_suptitle()
+    titled = _figures()[name][1](_tables()[name], size="text", title=True).fig.get_suptitle()
     assert _words(titled) == _words(plot.caption)  # title=True: the caption above the figure
 
 
@@ -353,15 +387,21 @@ def _series(fig) -> list:
 
 def _figures_of(study: pd.DataFrame):
     """{figure name: its figure} of every figure drawn from `study`, in the house style."""
+    import matplotlib.style
+
+    from hpstudy.analysis.figures import STYLE
+
     out = {}
     with matplotlib.style.context(STYLE):
-        for name, (_, figure, _) in FIGURES.items():
-            # FIGURES' table functions read STUDY; rebuild them on this study
+        for name, (_, figure) in _figures().items():
+            # _figures' table functions read STUDY; rebuild them on this study
             out[name] = figure(_table(name, study)).fig
     return out
 
 
 def _table(name: str, study: pd.DataFrame) -> pd.DataFrame:
+    from hpstudy.analysis import figures
+
     table = getattr(figures, f"{name}_table")
     if name in ("delta_edf", "hp_scatter", "best_curves"):  # figures of one (optimizer, epochs) cell
         study = study[(study["optimizer"] == "adamw") & (study["epochs"] == 10)]
@@ -374,6 +414,8 @@ def _table(name: str, study: pd.DataFrame) -> pd.DataFrame:
 
 
 def test_the_catalogue_lookups_agree_with_the_zoo_and_take_any_other_name():
+    from hpstudy.analysis.figures import model_style
+
     for model in list_models():
         spec = get_spec(model)
         assert (model_label(model), model_family(model), model_size(model)) == (spec.label, spec.family, spec.size)
@@ -403,6 +445,8 @@ def test_legends_list_models_in_catalogue_order_not_by_identifier():
 
 
 def test_models_the_catalogue_does_not_know_are_drawn_by_name_each_in_a_style_of_its_own():
+    from hpstudy.analysis.figures import model_style
+
     study = STUDY.assign(model=STUDY["model"].map({"vit_c_tiny": "mine_b", "cnn_tiny": "mine_a"}))
     for name, fig in _figures_of(study).items():
         text = " ".join(_series(fig) + [ax.get_ylabel() for ax in fig.axes])
@@ -420,7 +464,7 @@ def test_models_the_catalogue_does_not_know_are_drawn_by_name_each_in_a_style_of
 
 def test_known_and_unknown_models_share_one_panel():
     study = STUDY.assign(model=STUDY["model"].replace({"cnn_tiny": "mine"}))
-    fig = FIGURES["delta_edf"][1](_table("delta_edf", study)).fig
+    fig = _figures()["delta_edf"][1](_table("delta_edf", study)).fig
     assert [ax.get_title() for ax in fig.axes] == [""]
     assert [label.split(" (")[0] for label in _series(fig)] == ["ViT-C tiny", "mine"]
 

@@ -3,17 +3,14 @@ two-model study (a zoo model and a timm: model): no title unless asked, a captio
 and reference, one legend entry per series and per kind of band, shaded bands, one tick format, all
 models of a comparison in one panel, dodged bars, no empty grid slot, and the optional symlog Δ axis."""
 
-import matplotlib.style
+import functools
+
 import numpy as np
 import pandas as pd
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from matplotlib.collections import LineCollection
-from matplotlib.ticker import FixedFormatter, NullFormatter
 
-from hpstudy.analysis import figures
-from hpstudy.analysis.figures import STYLE, Plain, delta_scale
 from tests.helpers import epochs_of, make_trials
 
 pytestmark = pytest.mark.filterwarnings("ignore::hpstudy.analysis.metric.LeftOutWarning")
@@ -30,16 +27,16 @@ def _study(models=MODELS) -> pd.DataFrame:
 
 STUDY = _study()
 CELL = STUDY[(STUDY["optimizer"] == "adamw") & (STUDY["epochs"] == 16)]
-TABLES = {
-    "delta_edf": figures.delta_edf_table(CELL, "final"),
-    "hp_scatter": figures.hp_scatter_table(CELL, "final"),
-    "error_vs_epochs": figures.error_vs_epochs_table(STUDY, "final"),
-    "delta_error_vs_epochs": figures.delta_error_vs_epochs_table(STUDY, "final"),
-    "expected_best": figures.expected_best_table(STUDY[STUDY["epochs"] == 16], "final", n_boot=20),
-    "generalization": figures.generalization_table(STUDY, "final"),
-    "best_of_k": figures.best_of_k_table(STUDY, "final", "optimizers"),
-    "best_curves": figures.best_curves_table(CELL, "final", epochs=epochs_of(STUDY)),
-}
+KINDS = (
+    "delta_edf",
+    "hp_scatter",
+    "error_vs_epochs",
+    "delta_error_vs_epochs",
+    "expected_best",
+    "generalization",
+    "best_of_k",
+    "best_curves",
+)
 BANDS = {"delta_edf": ["DKW 95% band"], "expected_best": ["bootstrap 95% band"]}
 REFERENCE = {  # what each caption says the numbers are measured from
     "delta_edf": "the model's own best trial (the reference)",
@@ -48,22 +45,46 @@ REFERENCE = {  # what each caption says the numbers are measured from
 }
 
 
+@functools.cache
+def _tables() -> dict:
+    """{kind: its table of the study}."""
+    from hpstudy.analysis import figures
+
+    return {
+        "delta_edf": figures.delta_edf_table(CELL, "final"),
+        "hp_scatter": figures.hp_scatter_table(CELL, "final"),
+        "error_vs_epochs": figures.error_vs_epochs_table(STUDY, "final"),
+        "delta_error_vs_epochs": figures.delta_error_vs_epochs_table(STUDY, "final"),
+        "expected_best": figures.expected_best_table(STUDY[STUDY["epochs"] == 16], "final", n_boot=20),
+        "generalization": figures.generalization_table(STUDY, "final"),
+        "best_of_k": figures.best_of_k_table(STUDY, "final", "optimizers"),
+        "best_curves": figures.best_curves_table(CELL, "final", epochs=epochs_of(STUDY)),
+    }
+
+
 def _plot(name: str, **options):
+    import matplotlib.style
+
+    from hpstudy.analysis import figures
+
     extra = {"ranges": {}} if name == "hp_scatter" else {}
-    with matplotlib.style.context(STYLE):
-        return getattr(figures, f"{name}_figure")(TABLES[name], **extra, **options)
+    with matplotlib.style.context(figures.STYLE):
+        return getattr(figures, f"{name}_figure")(_tables()[name], **extra, **options)
 
 
-PLOTS = {name: _plot(name) for name in TABLES}
+@functools.cache
+def _plots() -> dict:
+    """{kind: its figure of the study}, drawn once for the tests that only read it."""
+    return {name: _plot(name) for name in KINDS}
 
 
 def _series(fig) -> list:
     return [line.get_label() for ax in fig.axes for line in ax.get_lines() if not line.get_label().startswith("_")]
 
 
-@pytest.mark.parametrize("name", sorted(TABLES))
+@pytest.mark.parametrize("name", sorted(KINDS))
 def test_a_figure_has_no_title_unless_asked_and_its_caption_states_metric_n_and_reference(name):
-    plot = PLOTS[name]
+    plot = _plots()[name]
     single = len([ax for ax in plot.fig.axes if ax.get_visible()]) == 1
     assert plot.fig.get_suptitle() == "" and (not single or plot.fig.axes[0].get_title() == "")
     assert plot.caption.endswith("Metric: final.") and "n = " in plot.caption
@@ -71,9 +92,9 @@ def test_a_figure_has_no_title_unless_asked_and_its_caption_states_metric_n_and_
     assert _plot(name, title=True).fig.get_suptitle().split() == plot.caption.split()
 
 
-@pytest.mark.parametrize("name", sorted(TABLES))
+@pytest.mark.parametrize("name", sorted(KINDS))
 def test_the_legend_has_one_entry_per_series_then_one_per_kind_of_band(name):
-    fig = PLOTS[name].fig
+    fig = _plots()[name].fig
     (legend,) = fig.legends
     texts = [t.get_text() for t in legend.get_texts()]
     series = list(dict.fromkeys(_series(fig)))
@@ -84,18 +105,24 @@ def test_the_legend_has_one_entry_per_series_then_one_per_kind_of_band(name):
 
 @pytest.mark.parametrize("name", sorted(BANDS))
 def test_a_band_is_shaded_in_its_series_colour_without_an_outline(name):
-    for ax in PLOTS[name].fig.axes:
+    from matplotlib.colors import to_rgb
+
+    for ax in _plots()[name].fig.axes:
         bands = [c for c in ax.collections if c.get_label() == "_band"]
         lines = [line for line in ax.get_lines() if not line.get_label().startswith("_")]
         assert len(bands) == len(lines) == len(MODELS)
         for band, line in zip(bands, lines):
-            assert np.allclose(band.get_facecolor()[0][:3], matplotlib.colors.to_rgb(line.get_color()))
+            assert np.allclose(band.get_facecolor()[0][:3], to_rgb(line.get_color()))
             assert band.get_linewidth().max() == 0 and band.get_alpha() < 0.5
 
 
-@pytest.mark.parametrize("name", sorted(TABLES))
+@pytest.mark.parametrize("name", sorted(KINDS))
 def test_every_axis_of_numbers_has_the_one_plain_tick_format(name):
-    fig = PLOTS[name].fig
+    from matplotlib.ticker import FixedFormatter, NullFormatter
+
+    from hpstudy.analysis.figures import Plain
+
+    fig = _plots()[name].fig
     fig.canvas.draw()
     for ax in fig.axes:
         for axis in (ax.xaxis, ax.yaxis):
@@ -108,7 +135,7 @@ def test_every_axis_of_numbers_has_the_one_plain_tick_format(name):
 
 @pytest.mark.parametrize("name", ["delta_edf", "error_vs_epochs", "delta_error_vs_epochs"])
 def test_a_zoo_model_and_a_timm_model_are_compared_in_one_panel(name):
-    (ax,) = [ax for ax in PLOTS[name].fig.axes if ax.get_visible()]
+    (ax,) = [ax for ax in _plots()[name].fig.axes if ax.get_visible()]
     drawn = {line.get_label().split(" (")[0] for line in ax.get_lines() if not line.get_label().startswith("_")}
     assert set(LABELS) <= drawn and ax.get_title() == ""
 
@@ -123,6 +150,8 @@ def test_a_zoo_model_and_a_timm_model_are_compared_in_one_panel(name):
     ],
 )
 def test_size_panels_only_where_every_model_has_a_size_class(models, sizes, panels):
+    from hpstudy.analysis import figures
+
     study = _study(models)
     edf = figures.delta_edf_figure(figures.delta_edf_table(study[study["epochs"] == 16], "final"), sizes=sizes)
     epochs = figures.error_vs_epochs_figure(figures.error_vs_epochs_table(study, "final"), sizes=sizes)
@@ -131,7 +160,9 @@ def test_size_panels_only_where_every_model_has_a_size_class(models, sizes, pane
 
 
 def test_the_bars_of_one_length_are_dodged_to_distinct_x_in_series_order():
-    (ax,) = PLOTS["error_vs_epochs"].fig.axes
+    from matplotlib.collections import LineCollection
+
+    (ax,) = _plots()["error_vs_epochs"].fig.axes
     bars = [c for c in ax.collections if isinstance(c, LineCollection)]
     assert len(bars) == 2 * len(MODELS)  # a bar per (model, optimizer) series
     for epochs in (6, 16):
@@ -145,6 +176,8 @@ def test_the_bars_of_one_length_are_dodged_to_distinct_x_in_series_order():
     k=st.integers(1, 12),
 )
 def test_dodged_series_keep_their_order_and_stay_between_the_neighbouring_lengths(epochs, k):
+    from hpstudy.analysis import figures
+
     shifts = figures._dodge(epochs, k)
     assert len(shifts) == k and np.all(np.diff(shifts) > 0)
     if len(epochs) > 1:
@@ -154,17 +187,21 @@ def test_dodged_series_keep_their_order_and_stay_between_the_neighbouring_length
 
 @given(n=st.integers(1, 40))
 def test_a_grid_leaves_the_fewest_slots_empty(n):
+    from hpstudy.analysis import figures
+
     cols = figures._columns(n, 3)
     assert 1 <= cols <= 3 and all(-n % cols <= -n % c for c in range(1, min(3, n) + 1))
 
 
 def test_four_panels_fill_a_two_by_two_grid():
-    fig = PLOTS["generalization"].fig  # AdamW and SGD at 6 and 16 epochs
+    fig = _plots()["generalization"].fig  # AdamW and SGD at 6 and 16 epochs
     assert len(fig.axes) == 4 and all(ax.get_visible() for ax in fig.axes)
 
 
 def _spread(scale: float) -> pd.DataFrame:
     """A Δ-EDF table of two models whose trials spread over 2 points and over 2 x `scale` points."""
+    from hpstudy.analysis import figures
+
     rows = [
         {
             "model": m,
@@ -183,6 +220,9 @@ def _spread(scale: float) -> pd.DataFrame:
 
 
 def test_a_symlog_delta_axis_is_chosen_where_one_model_spreads_far_wider_and_ticks_plainly():
+    from hpstudy.analysis import figures
+    from hpstudy.analysis.figures import Plain, delta_scale
+
     assert delta_scale(_spread(1.5)) == "linear" and delta_scale(_spread(20)) == "symlog"
     plot = figures.delta_edf_figure(_spread(20), xscale="symlog")
     (ax,) = plot.fig.axes

@@ -3,36 +3,13 @@ import os
 import re
 from datetime import datetime
 
-import matplotlib
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from matplotlib.colors import to_hex
-from matplotlib.figure import Figure
 
-import hpstudy.analysis.report as report_module
 from hpstudy.analysis.edf import bootstrap_band, edf_table, step_points
-from hpstudy.analysis.figures import (
-    PALETTE,
-    RASTER_POINTS,
-    SIZES,
-    delta_edf_figure,
-    delta_error_vs_epochs_figure,
-    delta_error_vs_epochs_table,
-    error_vs_epochs_figure,
-    error_vs_epochs_table,
-    expected_best_figure,
-    expected_best_table,
-    generalization_figure,
-    generalization_table,
-    hp_scatter_figure,
-    hp_scatter_table,
-    model_style,
-    save_figure,
-)
-from hpstudy.analysis.report import build_report
 from hpstudy.analysis.stats import StatsError, expected_best, expected_best_band, good_ranges
 from hpstudy.cli import hpstudy_main
 from hpstudy.study.store.layout import write_trial
@@ -44,6 +21,10 @@ from tests.helpers import make_trials, stored_row
 
 
 def test_importing_and_plotting_leave_global_rcparams_alone(tmp_path):
+    import matplotlib
+
+    from hpstudy.analysis.figures import delta_edf_figure, save_figure
+
     before = dict(matplotlib.rcParams)
     trials = make_trials(n=8)
     save_figure(delta_edf_figure(edf_table(trials)), str(tmp_path), "x", trials.head(), {"metric": "paper"})
@@ -52,6 +33,8 @@ def test_importing_and_plotting_leave_global_rcparams_alone(tmp_path):
 
 def _line_styles(fig):
     """(colour, line style, marker) of each model's line in a figure, by the model named in its label."""
+    from matplotlib.colors import to_hex
+
     return {
         line.get_label().split(" (")[0]: (to_hex(line.get_color()), line.get_linestyle(), line.get_marker())
         for ax in fig.axes
@@ -61,6 +44,8 @@ def _line_styles(fig):
 
 
 def test_model_styles_are_fixed_distinct_and_grayscale_safe():
+    from hpstudy.analysis.figures import PALETTE, delta_edf_figure, model_style
+
     trials = make_trials(n=6)
     together = _line_styles(delta_edf_figure(edf_table(trials)).fig)
     alone = _line_styles(delta_edf_figure(edf_table(trials[trials["model"] == "vit_c_tiny"])).fig)
@@ -75,6 +60,19 @@ def test_model_styles_are_fixed_distinct_and_grayscale_safe():
 
 @pytest.mark.slow
 def test_every_figure_renders_with_its_numbers_and_states_the_metric(tmp_path):
+    from hpstudy.analysis.figures import (
+        delta_edf_figure,
+        delta_error_vs_epochs_figure,
+        delta_error_vs_epochs_table,
+        error_vs_epochs_figure,
+        error_vs_epochs_table,
+        expected_best_figure,
+        expected_best_table,
+        hp_scatter_figure,
+        hp_scatter_table,
+        save_figure,
+    )
+
     trials = make_trials(epochs=(5, 10, 20), n=12, ema=True)
     trials.loc[(trials["model"] == "vit_p_tiny") & (trials["epochs"] == 20), "status"] = "diverged"
     adamw_10 = trials[(trials["optimizer"] == "adamw") & (trials["epochs"] == 10)]  # the scatter's one cell
@@ -119,6 +117,15 @@ def test_every_figure_renders_with_its_numbers_and_states_the_metric(tmp_path):
 def test_trial_points_beyond_raster_points_are_an_image_in_the_vector_files_and_the_rest_stays_vector(tmp_path, extra):
     """Both per-trial figures: at RASTER_POINTS trials every trial is a vector marker in the SVG and the PDF has no
     image; one more and the markers are one image per panel (axes, ticks and text still vector, fonts embedded)."""
+    from hpstudy.analysis.figures import (
+        RASTER_POINTS,
+        generalization_figure,
+        generalization_table,
+        hp_scatter_figure,
+        hp_scatter_table,
+        save_figure,
+    )
+
     n = RASTER_POINTS // 3 + extra  # three models in one cell: 3n trials, 1,998 or 2,001 at 2,000
     trials = make_trials(optimizers=("adamw",), n=n, diverge_share=0.0, seed=extra)
     trials["train_loss"] = np.random.default_rng(1).uniform(0.1, 2.0, len(trials))
@@ -150,6 +157,8 @@ def _fill_store(root, trials, expected):
 
 @pytest.mark.slow
 def test_report_is_complete_reproducible_and_says_how_complete(tmp_path, monkeypatch):
+    from hpstudy.analysis.report import build_report
+
     monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
     store = str(tmp_path / "store")
     trials = make_trials(models=("vit_p_tiny", "vit_c_tiny"), epochs=(5, 10), n=10, fail_share=0.1, seed=7, ema=True)
@@ -235,6 +244,8 @@ def _one_trial_each(models):
 def test_the_generalization_figure_is_drawn_only_across_families(tmp_path, models, drawn):
     """CoAtNet's generalization-vs-capacity split compares families: one family alone has nothing to split.
     Drawn, it is on the requested metric (`final`: top1_err 20, 21; the default would be best_top1_err)."""
+    from hpstudy.analysis.report import build_report
+
     build_report(_one_trial_each(models), pd.DataFrame(), None, str(tmp_path), metric="final")
     assert os.path.exists(tmp_path / "generalization.svg") == drawn
     assert ('<figure id="generalization">' in open(tmp_path / "index.html").read()) == drawn
@@ -275,6 +286,12 @@ def _two_lengths() -> pd.DataFrame:
 def test_a_report_draws_lr_wd_figures_of_sampled_cells_only_each_stating_its_cell_and_the_metric(tmp_path, monkeypatch):
     """Which figures a report makes and what each one's JSON says, on the requested metric (`final`, not
     the default); each figure is saved as a blank page here (how they look: test_figure_contract)."""
+    from matplotlib.figure import Figure
+
+    import hpstudy.analysis.report as report_module
+    from hpstudy.analysis.figures import save_figure
+    from hpstudy.analysis.report import build_report
+
     monkeypatch.setattr(report_module, "save_figure", lambda fig, *args: save_figure(Figure(figsize=(1, 1)), *args))
     page = open(build_report(_two_lengths(), pd.DataFrame(), None, str(tmp_path), metric="final")).read()
     assert re.findall(r'<figure id="([^"]+)">', page) == [
@@ -298,11 +315,13 @@ def test_a_report_draws_lr_wd_figures_of_sampled_cells_only_each_stating_its_cel
     assert best[["epochs", "error"]].values.tolist() == [[1, 30], [2, 25]] and set(best["metric"]) == {"final"}
 
 
-@pytest.mark.parametrize("size", sorted(SIZES))
+@pytest.mark.parametrize("size", ["column", "text"])  # figures.SIZES
 def test_a_figure_is_laid_out_for_its_pdf_and_saved_in_every_format_at_that_layout(tmp_path, size):
     """save_figure runs the figure's layout engine for the PDF only (with an engine, each savefig draws the
     figure once more to lay it out) and draws the SVG and PNG at the PDF's positions, which are those of the
     figure saved as a PDF alone; the figure keeps its engine (users save the Plot again)."""
+    from hpstudy.analysis.figures import delta_edf_figure, save_figure
+
     table = edf_table(make_trials(n=8))
     plot, alone = delta_edf_figure(table, size=size), delta_edf_figure(table, size=size)
     engine, runs = plot.fig.get_layout_engine(), []
@@ -316,6 +335,8 @@ def test_a_figure_is_laid_out_for_its_pdf_and_saved_in_every_format_at_that_layo
 
 
 def test_source_date_epoch_is_honoured(tmp_path, monkeypatch):
+    from hpstudy.analysis.figures import delta_edf_figure, save_figure
+
     trials = make_trials(n=6)
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
     paths = save_figure(delta_edf_figure(edf_table(trials)), str(tmp_path), "d", trials, {"metric": "paper"})

@@ -8,8 +8,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hpstudy.analysis.figures import hp_names, hp_scatter_figure, hp_scatter_table
-from hpstudy.analysis.report import build_report, hp_keys, ranges_and_importance
 from hpstudy.analysis.stats import StatsError, good_ranges, hp_importance
 from tests.helpers import make_trials
 
@@ -72,6 +70,8 @@ def test_importance_goes_to_the_field_the_error_depends_on(driver):
 
 
 def test_the_scatter_has_a_panel_per_sampled_field_a_choice_as_categories_and_shades_numeric_ranges():
+    from hpstudy.analysis.figures import hp_names, hp_scatter_figure, hp_scatter_table
+
     trials = cell()
     keys = {**LR_WD, "label_smoothing": "uniform", "c": "choice"}
     assert hp_names() == "lr, wd and lr·wd"
@@ -104,6 +104,8 @@ def test_the_scatter_has_a_panel_per_sampled_field_a_choice_as_categories_and_sh
 
 
 def test_the_report_analyses_the_recorded_fields_that_vary_in_each_cell():
+    from hpstudy.analysis.report import hp_keys, ranges_and_importance
+
     varied = cell(seed=1).assign(model="cnn_tiny")
     fixed = cell(seed=2).assign(model="vit_c_tiny", label_smoothing=0.1)
     trials = pd.concat([varied, fixed], ignore_index=True)
@@ -127,6 +129,8 @@ def test_the_report_analyses_the_recorded_fields_that_vary_in_each_cell():
 
 @pytest.mark.slow
 def test_a_report_of_a_study_with_a_sampled_field_ranges_and_plots_it(tmp_path):
+    from hpstudy.analysis.report import build_report
+
     trials = cell(n=16).assign(study="s", family="cnn", top5_err=1.0, flops=1, params=1, epochs_done=10)
     record = {"n_trials": 16, "spec": {"name": "s"}, "sampled": {**LR_WD, "label_smoothing": "uniform"}}
     page = build_report(trials, pd.DataFrame(), record, str(tmp_path))

@@ -21,13 +21,10 @@ from hpstudy.analysis.edf import (
     step_points,
     weighted_edf_at,
 )
-from hpstudy.analysis.figures import error_vs_epochs_table, expected_best_table, generalization_table, hp_scatter_table
 from hpstudy.analysis.findings import findings, findings_table
 from hpstudy.analysis.gaps import ema_gain, length_gap, optimizer_gap, peak_table
 from hpstudy.analysis.inference import TAIL, best_contrast, delta_power, min_law, trials_for_delta
 from hpstudy.analysis.metric import ERR, LeftOutWarning, MetricError, usable
-from hpstudy.analysis.report import left_out_table, ranges_and_importance, summary_table
-from hpstudy.analysis.report_figures import equalize_counts
 from hpstudy.analysis.stats import (
     StatsError,
     expected_best,
@@ -82,6 +79,8 @@ def test_diverged_trials_sit_at_chance_and_lower_the_plateau():
 
 
 def test_failed_trials_are_excluded_and_counted():
+    from hpstudy.analysis.report import left_out_table
+
     trials = make_trials(n=50, fail_share=0.2, seed=2)
     rows = usable(trials)
     assert (rows.kept["status"] != "failed").all() and np.isfinite(rows.kept[ERR]).all()
@@ -268,6 +267,11 @@ def _trained(trials):
     )
 
 
+def _drawing(module: str):
+    """hpstudy.analysis.<module>, which loads matplotlib: imported by the test that calls it, not at collection."""
+    return importlib.import_module(f"hpstudy.analysis.{module}")
+
+
 TABLE_CALLS = {
     "edf_table": lambda t: edf_table(t, by=["model", "optimizer", "epochs"]),
     "edf_table_matched": lambda t: edf_table(t, reference="matched", match=["optimizer"]),
@@ -278,12 +282,12 @@ TABLE_CALLS = {
     "length_gap": lambda t: length_gap(t),
     "peak_table": lambda t: peak_table(t),
     "ema_gain": lambda t: ema_gain(t),
-    "expected_best_table": lambda t: expected_best_table(t, n_boot=10),
-    "hp_scatter_table": hp_scatter_table,
-    "error_vs_epochs_table": error_vs_epochs_table,
-    "generalization_table": lambda t: generalization_table(_trained(t)),
+    "expected_best_table": lambda t: _drawing("figures").expected_best_table(t, n_boot=10),
+    "hp_scatter_table": lambda t: _drawing("figures").hp_scatter_table(t),
+    "error_vs_epochs_table": lambda t: _drawing("figures").error_vs_epochs_table(t),
+    "generalization_table": lambda t: _drawing("figures").generalization_table(_trained(t)),
     "findings": lambda t: findings(t),
-    "equalize_counts+edf_table": lambda t: edf_table(equalize_counts(t, ["model"])),
+    "equalize_counts+edf_table": lambda t: edf_table(_drawing("report_figures").equalize_counts(t, ["model"])),
 }
 ARRAY_CALLS = {
     "edf_at": lambda a, b: edf_at(a, [20.0, 40.0, 90.0]),
@@ -358,6 +362,8 @@ def test_array_functions_leave_out_non_finite_errors_themselves(name, dirty_and_
 
 @pytest.mark.slow
 def test_report_tables_leave_out_failed_rows_themselves(dirty_and_clean, small_dirty_and_clean):
+    from hpstudy.analysis.report import ranges_and_importance, summary_table
+
     dirty, clean = dirty_and_clean
     stored_counts = ["ok", "diverged", "failed"]  # the summary counts what is stored, by status
     for table, warns in (
@@ -513,6 +519,8 @@ def test_peak_table_reports_noise_floor_from_seeds():
 
 def test_summary_table_states_the_design_and_gives_no_edf_band_for_seeds():
     """One lr/wd over seeds is not an lr/wd EDF: its DKW and bootstrap half-widths are left empty."""
+    from hpstudy.analysis.report import summary_table
+
     frame = pd.DataFrame(
         {
             "model": "m",

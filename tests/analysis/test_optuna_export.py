@@ -7,9 +7,7 @@ import os
 import re
 import sqlite3
 
-import matplotlib
 import numpy as np
-import optuna
 import pandas as pd
 import pytest
 
@@ -17,9 +15,7 @@ from hpstudy.analysis import optuna_export
 from hpstudy.analysis.optuna_export import ExportError, to_optuna
 from tests.helpers import make_trials
 
-matplotlib.use("Agg")
 CELL = ("vit_c_tiny", "adamw", 10)
-COMPLETE, FAIL = optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL
 
 
 @pytest.fixture(scope="module")
@@ -31,6 +27,9 @@ def table():
 
 
 def test_every_row_of_the_cell_is_a_finished_trial_valued_by_the_paper_metric(table):
+    import optuna
+    from optuna.trial import TrialState
+
     study = to_optuna(table, cell=CELL)
     rows = table[table["model"] == CELL[0]].set_index("trial_key")
     by_key = {t.user_attrs["trial_key"]: t for t in study.trials}
@@ -49,9 +48,9 @@ def test_every_row_of_the_cell_is_a_finished_trial_valued_by_the_paper_metric(ta
         }
         # with EMA on, the paper metric is the EMA best; a diverged row keeps its chance error
         if row["status"] == "failed":
-            assert trial.state == FAIL and trial.value is None
+            assert trial.state == TrialState.FAIL and trial.value is None
         else:
-            assert trial.state == COMPLETE and trial.value == row["best_ema_top1_err"]
+            assert trial.state == TrialState.COMPLETE and trial.value == row["best_ema_top1_err"]
     lr = study.trials[0].distributions["lr"]
     assert (lr.log, lr.low, lr.high) == (True, rows["lr"].min(), rows["lr"].max())
     assert study.best_value == rows.loc[rows["status"] != "failed", "best_ema_top1_err"].min()
@@ -59,6 +58,10 @@ def test_every_row_of_the_cell_is_a_finished_trial_valued_by_the_paper_metric(ta
 
 
 def test_optunas_edf_plot_draws_the_completed_values(table):
+    import matplotlib
+    import optuna
+
+    matplotlib.use("Agg")
     study = to_optuna(table, cell=CELL, metric="final")
     finished = table[(table["model"] == CELL[0]) & (table["status"] != "failed")]
     line = optuna.visualization.matplotlib.plot_edf(study).lines[0]
@@ -73,6 +76,8 @@ def test_optunas_edf_plot_draws_the_completed_values(table):
 def test_optunas_importance_finds_the_learning_rate_that_the_errors_depend_on_most():
     """make_trials' error is 8 (log lr + 3)^2 + 2 (log wd + 1)^2 over two decades each: lr's term
     varies 16 times as much as wd's."""
+    import optuna
+
     trials = make_trials(models=("cnn_tiny",), optimizers=("sgd",), n=60, diverge_share=0.0)
     importance = optuna.importance.get_param_importances(
         to_optuna(trials), evaluator=optuna.importance.FanovaImportanceEvaluator(seed=0)
@@ -82,6 +87,8 @@ def test_optunas_importance_finds_the_learning_rate_that_the_errors_depend_on_mo
 
 @pytest.mark.slow  # Optuna's SQLite storage: a transaction per trial
 def test_a_sqlite_storage_holds_the_study_and_a_new_export_replaces_only_its_own(table, tmp_path):
+    import optuna
+
     storage = f"sqlite:///{tmp_path / 'optuna.db'}"
     made = to_optuna(table, storage=storage, cell=("cnn_tiny", "adamw", 10))
     loaded = optuna.load_study(study_name="gen/cnn_tiny/adamw/10", storage=storage)
@@ -108,6 +115,8 @@ def test_epoch_records_become_intermediate_values(table):
 
 
 def test_other_params_get_distributions_from_their_values_or_as_given(table):
+    import optuna
+
     cell = table[table["model"] == CELL[0]].assign(
         batch_size=lambda t: np.where(t.index % 2, 64, 128), aug=lambda t: np.where(t.index % 3, "on", "off")
     )
@@ -158,16 +167,20 @@ def _sqlite(path, *statements) -> None:
 
 def _study_names(storage) -> list:
     """The storage's study names (Optuna 3.1, the floor, has no get_all_study_names)."""
+    import optuna
+
     return [summary.study_name for summary in optuna.get_all_study_summaries(storage, include_best_trial=False)]
 
 
 def _optuna_storage(path) -> None:
     """An Optuna storage the user made, holding a study of their own with one trial."""
+    import optuna
+
     study = optuna.create_study(study_name="mine", storage=f"sqlite:///{path}")
-    study.add_trial(optuna.trial.create_trial(value=1.0, params={"x": 0.5}, distributions={"x": FLOAT}))
+    x = optuna.distributions.FloatDistribution(0.0, 1.0)
+    study.add_trial(optuna.trial.create_trial(value=1.0, params={"x": 0.5}, distributions={"x": x}))
 
 
-FLOAT = optuna.distributions.FloatDistribution(0.0, 1.0)
 NOT_OPTUNA = [
     # (what the file is, how to make it, what the refusal says it found)
     ("a text file", lambda p: p.write_text("my notes\n"), "is not an SQLite database"),
@@ -261,6 +274,8 @@ def test_a_path_is_refused_with_the_url_it_means(table, tmp_path):
 
 @pytest.mark.slow  # Optuna's SQLite storage: a transaction per trial
 def test_an_optuna_storage_the_user_made_gets_the_study_added_and_keeps_its_own(table, tmp_path):
+    import optuna
+
     path = tmp_path / "optuna.db"
     _optuna_storage(path)
     storage = f"sqlite:///{path}"
@@ -280,6 +295,8 @@ def _failing_add_trials(self, trials):
 
 @pytest.mark.parametrize("existing", [False, True], ids=["new file", "the user's Optuna storage"])
 def test_an_export_that_fails_while_writing_takes_back_what_it_wrote(table, tmp_path, monkeypatch, existing):
+    import optuna
+
     path = tmp_path / "optuna.db"
     if existing:
         _optuna_storage(path)
@@ -301,6 +318,8 @@ def test_an_export_that_fails_while_writing_takes_back_what_it_wrote(table, tmp_
 
 
 def test_a_failed_trials_param_outside_its_distribution_is_left_off_a_finished_ones_is_refused(table):
+    import optuna
+
     rows = table[table["model"] == CELL[0]].copy()
     failed = rows.index[rows["status"] == "failed"][0]
     rows.loc[failed, "lr"] = 0.0  # a failed trial may hold any lr (from_table checks only the others)

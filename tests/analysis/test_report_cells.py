@@ -7,8 +7,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hpstudy.analysis.figures import cell_name, expected_best_table, hp_scatter_figure, hp_scatter_table
-from hpstudy.analysis.report import ranges_and_importance, summary_table
 from hpstudy.analysis.report_page import ranges_table
 from hpstudy.analysis.stats import good_ranges
 from hpstudy.study.suggest import fixed_points, space_lines
@@ -61,6 +59,8 @@ def _range(ranges: pd.DataFrame) -> tuple:
 def test_two_lengths_whose_best_lr_differs_get_disjoint_good_ranges_that_pooling_would_blend(short, gap, lengths):
     """The short schedule's best lr lies `gap` decades above the long one's: each length's good lr range holds
     its own best and not the other's, and the range of the trials pooled over both lengths is neither."""
+    from hpstudy.analysis.report import ranges_and_importance
+
     short_e, long_e = lengths
     trials = study([("cnn_tiny", "adamw", short_e, short), ("cnn_tiny", "adamw", long_e, short - gap)], n=32)
     table, ranges = ranges_and_importance(trials, "final")
@@ -79,6 +79,9 @@ def test_two_lengths_whose_best_lr_differs_get_disjoint_good_ranges_that_pooling
 
 
 def test_every_table_states_n_per_cell():
+    from hpstudy.analysis.figures import expected_best_table, hp_scatter_table
+    from hpstudy.analysis.report import ranges_and_importance, summary_table
+
     trials = study([("cnn_tiny", "adamw", 6, -2), ("cnn_tiny", "adamw", 16, -4), ("vit_p_tiny", "sgd", 6, -3)], n=10)
     trials = trials.iloc[:-3]  # vit_p_tiny's cell has 7 trials: below the 8 good ranges need
     counts = trials.groupby(CELL).size()
@@ -118,6 +121,9 @@ def test_no_output_row_mixes_two_epochs_values_and_each_is_its_cells_own_numbers
     """Over generated designs: every row of every per-cell table carries one cell, its n is that cell's, and
     its numbers are those of that cell alone (recomputed on it); the scatter refuses a table of two cells;
     `suggest` gives a point per cell and a `space:` block per length."""
+    from hpstudy.analysis.figures import expected_best_table, hp_scatter_figure, hp_scatter_table
+    from hpstudy.analysis.report import ranges_and_importance
+
     rng = np.random.default_rng(seed)
     trials = study([(*key, rng.uniform(-4, -2)) for key in keys], n=n, seed=seed)
     ranges, by_cell = ranges_and_importance(trials, "final")
@@ -147,4 +153,6 @@ def test_no_output_row_mixes_two_epochs_values_and_each_is_its_cells_own_numbers
     "opt,epochs,name", [("adamw", 10, "hp_scatter_adamw_10ep"), ("sgd", 6.0, "hp_scatter_sgd_6ep")]
 )
 def test_a_cells_figure_is_named_by_its_optimizer_and_length(opt, epochs, name):
+    from hpstudy.analysis.figures import cell_name
+
     assert cell_name("hp_scatter", opt, epochs) == name

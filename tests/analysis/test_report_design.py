@@ -15,10 +15,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import hpstudy.analysis.report as report_module
 from hpstudy.analysis.captions import latex
 from hpstudy.analysis.findings import VERDICTS
-from hpstudy.analysis.report import build_report
 from hpstudy.analysis.report_page import DECIDED
 from tests.helpers import make_trials, svg_only
 
@@ -43,6 +41,9 @@ RECORD = {"n_trials": len(TRIALS), "spec": {"name": "mine", "models": list(MODEL
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
     """(index.html, report.json, folder) of the own study's report on the `final` error."""
+    import hpstudy.analysis.report as report_module
+    from hpstudy.analysis.report import build_report
+
     out = tmp_path_factory.mktemp("own")
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(report_module, "save_figure", svg_only)
@@ -179,7 +180,8 @@ def test_latex_escapes_every_special_character_and_writes_ascii(text):
 def test_a_spec_that_gives_a_timm_model_a_size_class_gets_the_papers_size_panels(tmp_path, monkeypatch):
     """vit_c_1gf beside timm:resnet10t: one panel; the spec's `models:` giving the timm model the size
     class tiny: a panel per size class, as the paper draws them."""
-    from hpstudy.analysis.report import spec_sizes
+    import hpstudy.analysis.report as report_module
+    from hpstudy.analysis.report import build_report, spec_sizes
 
     models = [{"name": "timm:resnet10t", "family": "resnet", "size": "tiny"}, "vit_c_1gf", {"name": "timm:x"}]
     assert spec_sizes({"spec": {"models": models}}) == {"timm:resnet10t": "tiny"} and spec_sizes(None) == {}

@@ -3,17 +3,16 @@ saved with its metadata, captioned and placed in its section of the page, and on
 it applies; the built-in entries give each figure one name and never pool training lengths."""
 
 import json
+from typing import TYPE_CHECKING
 
-import matplotlib.pyplot as plt
 import pandas as pd
 import pytest
 
-import hpstudy.analysis.report as report_module
-from hpstudy.analysis.figures import Plot
 from hpstudy.analysis.metric import usable
-from hpstudy.analysis.report import build_report
-from hpstudy.analysis.report_figures import FIGURES, Planned, Study, planned_figures, register_figure
 from tests.helpers import make_trials, svg_only
+
+if TYPE_CHECKING:  # matplotlib: imported by the tests that draw, not when they are collected
+    from hpstudy.analysis.figures import Plot
 
 
 def _two_models(epochs=(6,), optimizers=("adamw",)) -> pd.DataFrame:
@@ -22,7 +21,11 @@ def _two_models(epochs=(6,), optimizers=("adamw",)) -> pd.DataFrame:
     return trials.assign(family=trials["model"])
 
 
-def _count_figure(table: pd.DataFrame) -> Plot:
+def _count_figure(table: pd.DataFrame) -> "Plot":
+    import matplotlib.pyplot as plt
+
+    from hpstudy.analysis.figures import Plot
+
     fig, ax = plt.subplots()
     ax.bar(table["model"], table["n"])
     return Plot(fig, table, f"Trials per model, n = {int(table['n'].sum())}.")
@@ -30,6 +33,10 @@ def _count_figure(table: pd.DataFrame) -> Plot:
 
 @pytest.mark.parametrize("applies", [True, False])
 def test_a_figure_added_as_one_entry_is_drawn_saved_and_placed_only_where_it_applies(tmp_path, monkeypatch, applies):
+    import hpstudy.analysis.report as report_module
+    from hpstudy.analysis.report import build_report
+    from hpstudy.analysis.report_figures import FIGURES, Planned, Study
+
     def counts(study: Study):
         if applies:
             table = study.rows.kept.groupby("model").size().rename("n").reset_index()
@@ -49,6 +56,8 @@ def test_a_figure_added_as_one_entry_is_drawn_saved_and_placed_only_where_it_app
 
 
 def test_a_kind_is_registered_once():
+    from hpstudy.analysis.report_figures import register_figure
+
     with pytest.raises(ValueError, match="'delta_edf' is registered already"):
         register_figure("delta_edf")(lambda study: iter(()))
 
@@ -56,6 +65,8 @@ def test_a_kind_is_registered_once():
 @pytest.mark.parametrize("epochs", [(6,), (6, 16)])
 @pytest.mark.parametrize("optimizers", [("adamw",), ("adamw", "sgd")])
 def test_each_figure_has_one_name_and_no_figure_pools_training_lengths(epochs, optimizers):
+    from hpstudy.analysis.report_figures import Study, planned_figures
+
     trials = _two_models(epochs, optimizers)
     rows = usable(trials, "final")
     planned = planned_figures(Study(trials, rows, {}, "final", ("lr", "wd"), None))

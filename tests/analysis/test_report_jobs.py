@@ -11,21 +11,20 @@ import subprocess
 import sys
 import textwrap
 import time
+from typing import TYPE_CHECKING
 
-import matplotlib
 import numpy as np
 import pandas as pd
 import pytest
 
-import hpstudy.analysis.report as report_module
 import hpstudy.analysis.report_jobs as report_jobs
-import hpstudy.analysis.report_worker as report_worker
 from hpstudy.analysis.catalogue import catalogue_state
-from hpstudy.analysis.figures import Plot
-from hpstudy.analysis.report import build_report, plan_jobs
-from hpstudy.analysis.report_figures import FIGURES, Planned, Study
 from hpstudy.analysis.report_jobs import JobFolder, finish, read_inputs, worker_beside, worker_wanted, write_inputs
 from tests.helpers import epochs_of, make_trials
+
+if TYPE_CHECKING:  # matplotlib: imported by the tests that draw, not when they are collected
+    from hpstudy.analysis.figures import Plot
+    from hpstudy.analysis.report_figures import Study
 
 SHARER = textwrap.dedent(
     """
@@ -131,6 +130,9 @@ def test_a_worker_that_cannot_start_leaves_the_report_alone(tmp_path, monkeypatc
 def test_a_worker_takes_no_job_where_the_reports_catalogue_is_not_its_own(tmp_path, change):
     """A model registered at run time (or changed) in the report's process is not in a new one: a worker that drew
     would name or order it otherwise, so it draws nothing and the report's process draws every figure."""
+    import hpstudy.analysis.report_worker as report_worker
+    from hpstudy.analysis.report import plan_jobs
+
     trials = make_trials(models=("vit_c_tiny", "cnn_tiny"), optimizers=("adamw",), n=8).assign(family="vit")
     catalogue = catalogue_state()
     if change == "a model registered":
@@ -165,6 +167,8 @@ def test_the_inputs_reach_the_worker_as_they_were(tmp_path, empty_epochs):
 
 @pytest.mark.parametrize("trials,cpus,wanted", [(999, 8, False), (1000, 2, True), (10**6, 1, False)])
 def test_a_worker_is_wanted_from_a_thousand_trials_on_two_cpus(monkeypatch, trials, cpus, wanted):
+    import matplotlib
+
     monkeypatch.setattr(report_jobs, "available_cpus", lambda: cpus)
     with matplotlib.rc_context():
         matplotlib.rc_file_defaults()
@@ -175,6 +179,8 @@ def test_a_worker_is_wanted_from_a_thousand_trials_on_two_cpus(monkeypatch, tria
     "switch,executable,wanted", [("0", "python3", False), ("1", "python3", True), (None, "uwsgi", False)]
 )
 def test_no_worker_where_switched_off_or_the_interpreter_is_not_python(monkeypatch, switch, executable, wanted):
+    import matplotlib
+
     monkeypatch.setattr(report_jobs, "available_cpus", lambda: 2)
     monkeypatch.setattr(sys, "executable", f"/usr/bin/{executable}")
     if switch is None:
@@ -206,6 +212,8 @@ def test_a_process_stops_taking_jobs_when_told(tmp_path):
 @pytest.mark.parametrize("param,value", [("font.size", 13.0), ("lines.linewidth", 0.5), ("axes.grid", True)])
 def test_a_caller_who_changed_matplotlibs_rc_gets_a_report_drawn_alone(monkeypatch, caplog, param, value):
     """A worker would draw with the rcParams a new process loads: where the caller changed one, no worker."""
+    import matplotlib
+
     monkeypatch.setattr(report_jobs, "available_cpus", lambda: 2)
     with matplotlib.rc_context():
         matplotlib.rc_file_defaults()
@@ -225,15 +233,19 @@ def test_a_cgroup_cpu_quota_caps_the_cpus_a_report_counts(tmp_path, text, cpus):
     assert report_jobs.available_cpus(str(tmp_path / "cpu.max")) == (affinity if cpus is None else min(affinity, cpus))
 
 
-def _count_figure(table: pd.DataFrame) -> Plot:
+def _count_figure(table: pd.DataFrame) -> "Plot":
     from matplotlib.figure import Figure
+
+    from hpstudy.analysis.figures import Plot
 
     fig = Figure()
     fig.add_subplot().bar(table["model"], table["n"])
     return Plot(fig, table, f"Trials per model, n = {int(table['n'].sum())}.")
 
 
-def _counts(study: Study):
+def _counts(study: "Study"):
+    from hpstudy.analysis.report_figures import Planned
+
     table = study.rows.kept.groupby("model").size().rename("n").reset_index()
     yield Planned("trial_counts", "models", table, _count_figure, {"aggregate": "count per model"})
 
@@ -242,6 +254,12 @@ def test_a_report_shared_with_a_worker_writes_the_files_of_one_without(tmp_path,
     """Every file (report.json, the page, each figure's PDF, SVG, PNG, CSV and JSON) is byte for byte the same;
     the worker drew some of them, and a figure registered at run time (which the worker does not know) is in
     both."""
+    import matplotlib
+
+    import hpstudy.analysis.report as report_module
+    from hpstudy.analysis.report import build_report
+    from hpstudy.analysis.report_figures import FIGURES
+
     trials = make_trials(models=("vit_c_tiny", "cnn_tiny"), optimizers=("adamw",), epochs=(6,), n=10, seed=5)
     trials = trials.assign(family=trials["model"], train_loss=np.random.default_rng(1).uniform(0.1, 2, len(trials)))
     record = {"n_trials": len(trials), "spec": {"name": "s", "models": ["vit_c_tiny", "cnn_tiny"]}}

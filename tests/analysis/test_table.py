@@ -8,7 +8,6 @@ import pandas as pd
 import pytest
 
 from hpstudy.analysis.edf import edf_table
-from hpstudy.analysis.figures import delta_edf_figure, delta_edf_table
 from hpstudy.analysis.metric import LeftOutWarning
 from hpstudy.analysis.table import TableError, from_table, from_tune, table_report
 from hpstudy.trainers.errors import HpstudyError
@@ -83,6 +82,8 @@ def test_a_status_column_is_taken_as_given_and_its_diverged_rows_count_at_chance
 
 
 def test_the_edf_and_the_delta_edf_figure_of_models_the_catalogue_does_not_know():
+    from hpstudy.analysis.figures import delta_edf_figure, delta_edf_table
+
     rows = _rows(_accuracies())
     with pytest.warns(LeftOutWarning, match="left out 2 of 16 rows: 2 failed"):
         edf = edf_table(rows)

@@ -15,7 +15,6 @@ import sys
 import tempfile
 
 import numpy as np
-import optuna
 import pandas as pd
 import pytest
 from hypothesis import given, settings
@@ -28,8 +27,6 @@ from hpstudy.analysis.table import TableError, from_table, from_tune, table_repo
 from hpstudy.trainers.errors import HpstudyError
 from hpstudy.trainers.schema import STATUSES
 from tests.helpers import hostile_values, make_trials
-
-optuna.logging.set_verbosity(logging.WARNING)
 
 TEXT, NUMBERS, ODD = hostile_values()
 HOSTILE = st.one_of(NUMBERS, TEXT, ODD)
@@ -184,6 +181,16 @@ def test_epochs_beyond_int64_and_complex_or_huge_errors_are_refused_not_stored_w
 
 
 @pytest.fixture(scope="module")
+def optuna():
+    """Optuna, quiet below warnings (a line per study otherwise): imported by the tests that export, not at
+    collection."""
+    import optuna
+
+    optuna.logging.set_verbosity(logging.WARNING)
+    return optuna
+
+
+@pytest.fixture(scope="module")
 def trials():
     return make_trials(models=("cnn_tiny",), optimizers=("adamw",), n=6, fail_share=0.2).assign(study="gen")
 
@@ -208,7 +215,7 @@ STORAGES = st.sampled_from(
 
 @settings(max_examples=150)
 @given(field=st.sampled_from(EXPORT_ARGUMENTS), value=st.one_of(HOSTILE, STORAGES))
-def test_every_argument_of_to_optuna_gives_a_study_or_one_export_error_naming_it(trials, workdir, field, value):
+def test_every_argument_of_to_optuna_gives_a_study_or_one_export_error_naming_it(optuna, trials, workdir, field, value):
     try:
         study = to_optuna(trials, **{field: value})
     except (ExportError, MetricError) as error:
@@ -225,7 +232,7 @@ def test_every_argument_of_to_optuna_gives_a_study_or_one_export_error_naming_it
     value=HOSTILE,
     column=st.sampled_from(["model", "epochs", "lr", "top1_err", "status", "study"]),
 )
-def test_a_trial_table_of_hostile_values_gives_a_study_or_one_export_error(trials, table, value, column):
+def test_a_trial_table_of_hostile_values_gives_a_study_or_one_export_error(optuna, trials, table, value, column):
     if table == "odd":
         given_trials = value
     elif table == "columns":  # a column renamed to the hostile value (a duplicate, a number, a surrogate)

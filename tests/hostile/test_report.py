@@ -10,8 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from hpstudy.analysis.report import ReportError, build_report
-from hpstudy.analysis.report_folder import check_report_dir
+from hpstudy.analysis.report_folder import ReportError, check_report_dir
 from hpstudy.cli import hpstudy_main
 from hpstudy.study.store.compaction import compact
 from hpstudy.study.store.layout import REQUIRED, TABLES, write_trial
@@ -107,6 +106,8 @@ def one_trial() -> pd.DataFrame:
 
 @pytest.mark.parametrize("earlier", [0, 3])
 def test_the_report_says_how_many_rows_of_an_earlier_spec_it_left_out(tmp_path, earlier):
+    from hpstudy.analysis.report import build_report
+
     record = {"spec": {"name": "s"}, "n_trials": 1, **({"earlier_spec_rows": earlier} if earlier else {})}
     page = build_report(one_trial(), pd.DataFrame(), record, str(tmp_path))
     sentence = f"{earlier} rows from an earlier spec of this study are not in these figures"
@@ -116,6 +117,8 @@ def test_the_report_says_how_many_rows_of_an_earlier_spec_it_left_out(tmp_path, 
 
 
 def test_rows_of_an_earlier_spec_reach_the_report_as_a_count_through_load_study(tmp_path):
+    from hpstudy.analysis.report import build_report
+
     root = str(tmp_path / "store")
     for key in GOOD:
         write_trial(root, "s", complete_row(key))
