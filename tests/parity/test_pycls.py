@@ -13,16 +13,13 @@ calls `np.random.choice` b times: the same draws go to both sides.
 import numpy as np
 import pandas as pd
 import pytest
-import torch
 
 from hpstudy.analysis.edf import edf_table
 from hpstudy.analysis.gaps import ema_gain, peak_table
 from hpstudy.analysis.stats import good_ranges
 from hpstudy.trainers.config import TrialConfig
-from hpstudy.trainers.loop import chance_error, trial_row
 from tests.helpers import stored_row
 
-CHANCE = chance_error(10)
 SEED, B = 3, 2500
 
 
@@ -30,7 +27,9 @@ class _Trainer:
     """What `trial_row` reads of a trainer."""
 
     num_classes = 10
-    device = torch.device("cpu")
+
+    def __init__(self, device):
+        self.device = device
 
 
 def _curve(rng, epochs):
@@ -42,6 +41,11 @@ def _sweep_and_rows():
     """(pycls sweep records of the jobs that finished, hpstudy rows of every trial): per model 30
     trials, 3 failed and 2 diverged (27 count: int(0.25 * 27) = 6 where round() gives 7); EMA on
     for vit_c_tiny, off for cnn_tiny."""
+    import torch
+
+    from hpstudy.trainers.loop import chance_error, trial_row
+
+    chance = chance_error(10)
     rng = np.random.default_rng(0)
     sweep, rows = [], []
     for model, ema_decay in (("vit_c_tiny", 0.99), ("cnn_tiny", None)):
@@ -91,18 +95,18 @@ def _sweep_and_rows():
                     "dataset": {"name": "digits", "image_size": 16},
                 }
             )
-            row = trial_row(cfg, log, diverged, _Trainer(), wall_s=1.0)
+            row = trial_row(cfg, log, diverged, _Trainer(torch.device("cpu")), wall_s=1.0)
             del row["epoch_log"]
             rows.append(stored_row(**row, study="parity", trial_key=key))
             # pycls logs the running minimum of each epoch's error; hpstudy's diverged trial is at chance
-            test = [CHANCE] if diverged else list(np.minimum.accumulate(top1))
+            test = [chance] if diverged else list(np.minimum.accumulate(top1))
             job = {
                 "model": model,
                 "cfg": {"OPTIM": {"BASE_LR": lr, "WEIGHT_DECAY": wd}},
                 "test_epoch": {"min_top1_err": test},
             }
             if ema_decay:
-                job["test_ema_epoch"] = {"min_top1_err": [CHANCE] if diverged else list(np.minimum.accumulate(ema))}
+                job["test_ema_epoch"] = {"min_top1_err": [chance] if diverged else list(np.minimum.accumulate(ema))}
             sweep.append(job)
     return sweep, pd.DataFrame(rows)
 
@@ -201,10 +205,12 @@ def test_ema_gain_matches_pycls(sweep_and_rows):
 
 
 def test_the_row_stores_the_best_ema_error(sweep_and_rows):
+    from hpstudy.trainers.loop import chance_error
+
     _, rows = sweep_and_rows
     vit, cnn = rows[rows["model"] == "vit_c_tiny"], rows[rows["model"] == "cnn_tiny"]
     ok = vit[vit["status"] == "ok"]
     assert (ok["best_ema_top1_err"] <= ok["ema_top1_err"]).all() and ok["best_ema_top1_err"].notna().all()
-    assert (vit.loc[vit["status"] == "diverged", "best_ema_top1_err"] == CHANCE).all()
+    assert (vit.loc[vit["status"] == "diverged", "best_ema_top1_err"] == chance_error(10)).all()
     assert cnn["best_ema_top1_err"].isna().all()  # null without EMA, diverged or not
     assert vit.loc[vit["status"] == "failed", "best_ema_top1_err"].isna().all()
