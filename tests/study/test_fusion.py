@@ -3,7 +3,6 @@
 import logging
 
 import pytest
-import ray
 
 from hpstudy.study.fusion import fusion_groups, fusion_notes, fusion_sizes
 from hpstudy.study.sampling import PlannedTrial, expand
@@ -62,6 +61,8 @@ def test_a_given_k_for_an_unfusable_recipe_is_refused_and_auto_says_why_it_does_
 def test_auto_counts_the_pending_trials_of_each_cell_not_of_the_model(caplog):
     """Resuming with one trial left per (optimizer, length) cell: no group of 2 can form, so nothing
     is measured (a count over the model's cells would find 4 and start a measurement on Ray)."""
+    import ray
+
     spec = _spec("auto", models=["cnn_tiny"])
     pending = [t for t in expand(spec) if t.sample == 0]
     assert sorted((t.optimizer, t.epochs) for t in pending) == [("adamw", 1), ("adamw", 3), ("sgd", 1), ("sgd", 3)]
@@ -94,6 +95,8 @@ def test_trials_that_differ_in_a_sampled_recipe_field_never_fuse_but_the_seeds_o
 
 
 def test_the_plan_names_each_cell_that_cannot_fuse_its_samples_and_auto_measures_nothing_there(caplog):
+    import ray
+
     assert fusion_notes(_sampling("auto", [0], label_smoothing={"uniform": [0.0, 0.3]})) == [
         "fuse: off for cell cnn_tiny adamw: label_smoothing is sampled and fused trials share it"
     ]

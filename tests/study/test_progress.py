@@ -5,28 +5,23 @@ import itertools
 import logging
 import sys
 import time
+from functools import partial
 from types import SimpleNamespace
 
 import pytest
-from ray import cloudpickle
-from ray.exceptions import ActorUnavailableError
 
-from hpstudy.study.progress import (
-    TUNE_CONTROLLER,
-    ProgressPrinter,
-    Tally,
-    in_notebook,
-    progress_display,
-    trial_error,
-)
 from hpstudy.study.sampling import expand
 from hpstudy.study.spec import SpecError, parse_spec
-from hpstudy.study.tune.stopper import RunStopper
-from hpstudy.study.tune.store_writer import StoreWriter
 from tests.helpers import logged, small_spec
 
 
 def test_tune_hooks_pickle_without_the_studys_plan(tmp_path):
+    from ray import cloudpickle
+
+    from hpstudy.study.progress import ProgressPrinter
+    from hpstudy.study.tune.stopper import RunStopper
+    from hpstudy.study.tune.store_writer import StoreWriter
+
     trials = expand(parse_spec(small_spec(samples=50)))
     groups = [{"keys": [t.key], "configs": [t.config]} for t in trials]
     writer = StoreWriter(str(tmp_path), "s", trials, groups)
@@ -37,6 +32,8 @@ def test_tune_hooks_pickle_without_the_studys_plan(tmp_path):
 
 def _printer(statuses, total, running=0, minutes_ago=10.0):
     """A ProgressPrinter over a tally of `statuses` (cnn_tiny rows, error 20 + i), started `minutes_ago`."""
+    from hpstudy.study.progress import ProgressPrinter, Tally
+
     tally = Tally()
     for i, status in enumerate(statuses):
         tally.add({"trial_key": f"k{i}", "model": "cnn_tiny", "status": status, "top1_err": 20.0 + i, "device": None})
@@ -86,6 +83,8 @@ def _shell(monkeypatch, *apps):
 
 
 def test_a_notebook_is_an_ipython_kernel_not_a_terminal_ipython(monkeypatch):
+    from hpstudy.study.progress import in_notebook
+
     monkeypatch.delitem(sys.modules, "IPython", raising=False)
     assert not in_notebook()
     _shell(monkeypatch, "TerminalIPythonApp")
@@ -106,6 +105,8 @@ def _events(printer):
 
 
 def test_in_a_notebook_auto_shows_a_tqdm_bar_of_the_stored_trials_instead_of_lines(monkeypatch, capsys, caplog):
+    from hpstudy.study.progress import progress_display
+
     _shell(monkeypatch, "IPKernelApp")
     # a wide bar: tqdm 4.66 (the oldest pyproject.toml allows) reads its width from COLUMNS when its stream is no
     # terminal, and pytest-xdist's workers set COLUMNS=80, which cut the bar's text
@@ -129,6 +130,8 @@ def test_in_a_notebook_auto_shows_a_tqdm_bar_of_the_stored_trials_instead_of_lin
 @pytest.mark.parametrize("progress", ["lines", "auto", True])
 def test_in_a_terminal_auto_and_lines_log_the_status_lines(progress, monkeypatch, capsys, caplog):
     """The lines are INFO records of hpstudy.study.progress (a terminal shows them: the command line's handler)."""
+    from hpstudy.study.progress import progress_display
+
     monkeypatch.delitem(sys.modules, "IPython", raising=False)
     with progress_display(progress):
         printer = _printer(["ok"], 6)
@@ -145,6 +148,8 @@ def test_in_a_terminal_auto_and_lines_log_the_status_lines(progress, monkeypatch
 
 @pytest.mark.parametrize("progress", ["off", False])
 def test_off_shows_nothing_even_in_a_notebook(progress, monkeypatch, capsys, caplog):
+    from hpstudy.study.progress import progress_display
+
     _shell(monkeypatch, "IPKernelApp")
     with progress_display(progress):
         printer = _printer(["ok", "diverged"], 4)
@@ -154,6 +159,8 @@ def test_off_shows_nothing_even_in_a_notebook(progress, monkeypatch, capsys, cap
 
 
 def test_the_display_is_set_for_the_block_only_and_a_bad_one_is_a_spec_error(monkeypatch):
+    from hpstudy.study.progress import progress_display
+
     monkeypatch.delitem(sys.modules, "IPython", raising=False)
     with progress_display("off"):
         assert _printer([], 1).display == "off"
@@ -169,6 +176,8 @@ def test_the_display_is_set_for_the_block_only_and_a_bad_one_is_a_spec_error(mon
 
 def _failed_trial(tmp_path, error, failures=1, name="group-000001"):
     """A Tune trial as Tune leaves it after a failure: its error pickled and in its error file (Trial.handle_error)."""
+    from ray import cloudpickle
+
     pickled, text = tmp_path / "error.pkl", tmp_path / "error.txt"
     pickled.write_bytes(cloudpickle.dumps(error))
     text.write_text(f"Failure # {failures} (occurred at 2026-12-03_06-00-00)\n{error}\n")
@@ -187,14 +196,20 @@ class _Trial(SimpleNamespace):
         return self.name
 
 
-UNAVAILABLE = ActorUnavailableError(
-    "The actor is temporarily unavailable: RpcError: RPC error: Socket closed rpc_code: 14.", b"\x01" * 16
+def _actor_unavailable(message):
+    from ray.exceptions import ActorUnavailableError
+
+    return ActorUnavailableError(message, b"\x01" * 16)
+
+
+# The errors are made as a test runs (Ray's own needs ray imported): these make them.
+UNAVAILABLE = partial(
+    _actor_unavailable, "The actor is temporarily unavailable: RpcError: RPC error: Socket closed rpc_code: 14."
 )
-
-
-TASK_ERROR = RuntimeError(
+TASK_ERROR = partial(
+    RuntimeError,
     "ray::ImplicitFunc.train() (pid=4242, ip=127.0.0.1)\nTraceback (most recent call last):\n"
-    '  File "trial.py", line 3, in fit\nValueError: lr: bad value -1.0'
+    '  File "trial.py", line 3, in fit\nValueError: lr: bad value -1.0',
 )
 
 
@@ -207,21 +222,27 @@ TASK_ERROR = RuntimeError(
             "temporarily unavailable: RpcError: RPC error: Socket closed rpc_code: 14.",
         ),
         (
-            RuntimeError("The actor died unexpectedly.\nThe actor died because its node has died. Node Id: 1a2b"),
+            partial(
+                RuntimeError, "The actor died unexpectedly.\nThe actor died because its node has died. Node Id: 1a2b"
+            ),
             "The actor died unexpectedly.; its node died",
         ),
         (TASK_ERROR, "ValueError: lr: bad value -1.0"),
-        (ValueError(""), "unknown error"),
+        (partial(ValueError, ""), "unknown error"),
     ],
 )
 def test_a_trials_error_is_one_line_read_as_text(error, line, tmp_path):
     """Read from the error file's last entry (Tune writes str(error) there); the pickled error is never read."""
-    trial = _Trial(**vars(_failed_trial(tmp_path, error)))
+    from hpstudy.study.progress import trial_error
+
+    trial = _Trial(**vars(_failed_trial(tmp_path, error())))
     trial.pickled_error_file = "/nonexistent/never-read.pkl"
     assert trial_error(trial) == line
 
 
 def test_a_trials_error_falls_back_to_its_error_file_and_then_to_unknown(tmp_path):
+    from hpstudy.study.progress import trial_error
+
     trial = _Trial(**vars(_failed_trial(tmp_path, RuntimeError("first\nThe actor died because its node has died."))))
     trial.pickled_error_file = str(tmp_path / "gone.pkl")
     assert trial_error(trial) == "first; its node died"
@@ -230,6 +251,9 @@ def test_a_trials_error_falls_back_to_its_error_file_and_then_to_unknown(tmp_pat
 
 
 def _groups_printer(tmp_path):
+    from hpstudy.study.progress import ProgressPrinter
+    from hpstudy.study.tune.store_writer import StoreWriter
+
     trials = expand(parse_spec(small_spec(samples=2, models=["cnn_tiny"], optimizers=["adamw"])))
     groups = [{"keys": [trials[0].key]}, {"keys": [t.key for t in trials]}]
     return ProgressPrinter(StoreWriter(str(tmp_path), "s", trials, groups), len(trials), interval=3600)
@@ -237,7 +261,7 @@ def _groups_printer(tmp_path):
 
 def test_a_retried_trial_and_a_failed_one_are_one_warning_line_each(tmp_path, caplog, capsys):
     printer = _groups_printer(tmp_path)
-    trial = _Trial(**vars(_failed_trial(tmp_path, UNAVAILABLE)))
+    trial = _Trial(**vars(_failed_trial(tmp_path, UNAVAILABLE())))
     with caplog.at_level(logging.WARNING, logger="hpstudy.study.progress"):
         printer.on_trial_recover(0, [trial], trial)
         trial.num_failures = 3
@@ -256,18 +280,20 @@ def test_a_retried_trial_and_a_failed_one_are_one_warning_line_each(tmp_path, ca
 
 @pytest.mark.parametrize("debug", [False, True])
 def test_tunes_traceback_of_a_failed_trial_shows_only_with_debug_while_a_run_goes_on(debug, tmp_path, caplog):
+    from hpstudy.study.progress import TUNE_CONTROLLER
+
     tune_logger = logging.getLogger(TUNE_CONTROLLER)
     hpstudy_logger = logging.getLogger("hpstudy")
     before = hpstudy_logger.level
     hpstudy_logger.setLevel(logging.DEBUG if debug else logging.NOTSET)
-    printer = _groups_printer(tmp_path)
+    printer, unavailable = _groups_printer(tmp_path), UNAVAILABLE()
     try:
         with caplog.at_level(logging.ERROR, logger=TUNE_CONTROLLER):
             printer.setup()
-            tune_logger.error("Trial task failed for trial group-000001", exc_info=UNAVAILABLE)
+            tune_logger.error("Trial task failed for trial group-000001", exc_info=unavailable)
             tune_logger.error("another error of Tune's")
             printer.final()
-            tune_logger.error("Trial task failed for trial group-000002", exc_info=UNAVAILABLE)  # after the run
+            tune_logger.error("Trial task failed for trial group-000002", exc_info=unavailable)  # after the run
     finally:
         hpstudy_logger.setLevel(before)
     shown = [r.getMessage() for r in caplog.records if r.name == TUNE_CONTROLLER]

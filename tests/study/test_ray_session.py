@@ -11,17 +11,7 @@ import textwrap
 import time
 
 import pytest
-import ray
 
-from hpstudy.study import ray_session as session
-from hpstudy.study.ray_session import (
-    AddressError,
-    ClusterFault,
-    probe_cluster,
-    ray_session,
-    ray_start_timeout_is_settable,
-    start_help,
-)
 from hpstudy.study.store.layout import StoreFault
 from tests.helpers import REPO, free_port
 
@@ -31,6 +21,8 @@ TOKEN = "0123456789abcdef0123456789abcdef"
 @pytest.fixture
 def no_ray():
     """This process connected to no Ray before the test (ray_session reuses one), nor after it."""
+    import ray
+
     if ray.is_initialized():
         ray.shutdown()
     yield
@@ -39,11 +31,18 @@ def no_ray():
 
 
 def test_a_cluster_fault_is_a_store_fault_so_the_command_line_exits_3_in_one_line():
+    from hpstudy.study.ray_session import ClusterFault
+
     assert issubclass(ClusterFault, StoreFault)
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "127.0.0.2"])
 def test_an_address_nothing_answers_at_fails_in_seconds_saying_what_to_do(host, no_ray):
+    import ray
+
+    from hpstudy.study import ray_session as session
+    from hpstudy.study.ray_session import ClusterFault, ray_session
+
     address = f"{host}:{free_port()}"
     started = time.monotonic()
     with pytest.raises(ClusterFault) as info:
@@ -59,6 +58,8 @@ def test_an_address_nothing_answers_at_fails_in_seconds_saying_what_to_do(host, 
 
 @pytest.mark.parametrize("address", ["nohost", "127.0.0.1:notaport", "127.0.0.1:"])
 def test_an_address_that_is_not_host_port_is_a_users_mistake(address, no_ray):
+    from hpstudy.study.ray_session import AddressError, probe_cluster
+
     with pytest.raises(AddressError, match=f"^--address: bad value '{address}'; allowed: auto or HOST:PORT"):
         probe_cluster(address)
 
@@ -67,17 +68,25 @@ def test_an_address_that_is_not_host_port_is_a_users_mistake(address, no_ray):
     "version,settable", [("2.41.0", False), ("2.56.1", False), ("2.57.0", True), ("2.60.0", True), ("3.0.0", True)]
 )
 def test_the_start_help_names_rays_timeout_setting_only_where_that_ray_reads_it(monkeypatch, version, settable):
+    import ray
+
+    from hpstudy.study.ray_session import start_help
+
     monkeypatch.setattr(ray, "__version__", version)
     assert ("RAY_gcs_server_port_wait_time_s=<seconds>" in start_help()) is settable
     assert start_help().startswith("a machine under heavy load") and "\n" not in start_help()
 
 
-@pytest.mark.skipif(
-    not ray_start_timeout_is_settable(), reason=f"Ray {ray.__version__} has no start-up timeout to set (Ray 2.57+)"
-)
 def test_a_local_ray_that_does_not_start_in_time_is_one_line_naming_the_setting(monkeypatch, no_ray):
     """Ray's own start-up timeout, set to nothing: the GCS never publishes its port in time (what a loaded
     machine does in 30 s; a traceback from ray/_private/node.py before)."""
+    import ray
+
+    from hpstudy.study.ray_session import ClusterFault, ray_session, ray_start_timeout_is_settable
+
+    if not ray_start_timeout_is_settable():
+        pytest.skip(f"Ray {ray.__version__} has no start-up timeout to set (Ray 2.57+)")
+
     monkeypatch.setenv("RAY_gcs_server_port_wait_time_s", "0")
     started = time.monotonic()
     with pytest.raises(ClusterFault) as info:
@@ -113,6 +122,8 @@ def test_ray_system_lines_reach_the_terminal_only_with_debug(debug, stopping, re
     only at DEBUG; a trial worker's own output (a numeric pid) until the run is stopping (then Ray's
     SIGTERM of the workers can make them print a traceback), after that only at DEBUG; the autoscaler's
     always."""
+    from hpstudy.study import ray_session as session
+
     shown = []
     route = session._system_log_router(lambda data, *args: shown.append((data["pid"], args)))
     hpstudy_logger = logging.getLogger("hpstudy")  # what --debug sets to DEBUG
@@ -139,6 +150,9 @@ def test_ray_system_lines_reach_the_terminal_only_with_debug(debug, stopping, re
 
 def test_a_new_session_shows_the_workers_lines_again(request, no_ray):
     """workers_stopping lasts until the next ray_session starts (a notebook's second run prints again)."""
+    from hpstudy.study import ray_session as session
+    from hpstudy.study.ray_session import ray_session
+
     request.addfinalizer(session._STOPPING.clear)
     session.workers_stopping()
     with ray_session(None, 1):

@@ -9,7 +9,6 @@ from types import SimpleNamespace
 
 import pytest
 
-from hpstudy.study.runner import run_study
 from hpstudy.study.sampling import expand
 from hpstudy.study.spec import parse_spec
 from hpstudy.study.store.layout import StoreFault, write_trial
@@ -25,7 +24,6 @@ from hpstudy.study.trackers import (
     run_folder,
     trackers_of,
 )
-from hpstudy.study.tune.store_writer import StoreWriter
 from hpstudy.trainers.config import TrialConfig
 from tests.helpers import epoch_row, logged, planned_row, small_spec
 
@@ -96,6 +94,8 @@ def _feed(writer, trials):
 
 
 def _writer(tmp_path, trials, trackers):
+    from hpstudy.study.tune.store_writer import StoreWriter
+
     keys = [t.key for t in trials]
     groups = [{"keys": keys[:3]}, {"keys": keys[3:]}]
     return StoreWriter(str(tmp_path / "store"), STUDY, trials, groups, trackers=trackers)
@@ -124,6 +124,8 @@ def test_every_stored_row_reaches_the_trackers_and_a_raising_one_costs_one_warni
 
 
 def test_trackers_are_closed_when_the_run_stops_at_a_bad_store(tmp_path, caplog):
+    from hpstudy.study.runner import run_study
+
     store = tmp_path / "a-file"
     store.write_text("not a folder")
     recording = Recording()
@@ -329,6 +331,8 @@ def test_wandb_writes_one_offline_run_per_trial(tmp_path):
 def test_a_study_on_ray_logs_every_trial_of_its_fused_groups_to_mlflow_and_tensorboard(tmp_path):
     import mlflow
     import ray
+
+    from hpstudy.study.runner import run_study
 
     spec = parse_spec(small_spec(name=STUDY, models=["cnn_tiny"], optimizers=["adamw"], samples=4, fuse=2))
     store = str(tmp_path / "store")

@@ -14,7 +14,6 @@ from hpstudy.study.store.layout import StoreFault, write_trial
 from hpstudy.study.store.read import load_epochs, load_trials
 from hpstudy.study.store.spec_record import load_spec_record, write_spec_record
 from hpstudy.study.store.store import Store
-from hpstudy.study.tune.store_writer import StoreWriter
 from tests.helpers import epoch_row, small_spec, stored_row
 
 
@@ -112,6 +111,8 @@ def test_a_group_error_after_its_rows_were_stored_keeps_them(tmp_path):
     """A fused group reports its rows, then its worker is lost before Tune hears it finished: Tune
     calls on_trial_error. (The race cannot be produced on demand under a real Ray: the callback is
     driven directly, with the real store.)"""
+    from hpstudy.study.tune.store_writer import StoreWriter
+
     spec = parse_spec(small_spec(name="g", models=["cnn_tiny"], optimizers=["adamw"], samples=3))
     trials = expand(spec)
     keys = [t.key for t in trials]

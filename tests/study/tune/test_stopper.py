@@ -7,21 +7,24 @@ from types import SimpleNamespace
 
 import pytest
 
-from hpstudy.study import ray_session
 from hpstudy.study.interruption import Interruption
-from hpstudy.study.tune.stopper import RunStopper
 from tests.helpers import logged
 
 
 @pytest.fixture
 def stopping_cleared(request):
     """No earlier session's end has marked the workers as stopping (as at a session's start), nor after."""
+    from hpstudy.study import ray_session
+
     ray_session._STOPPING.clear()
     request.addfinalizer(ray_session._STOPPING.clear)
 
 
 @pytest.mark.parametrize("cause", ["fault", "stop_reason", "signum"])
 def test_each_cause_stops_the_run_and_from_then_hides_what_the_ended_workers_print(cause, caplog, stopping_cleared):
+    from hpstudy.study import ray_session
+    from hpstudy.study.tune.stopper import RunStopper
+
     writer = SimpleNamespace(interruption=Interruption(), fault=None, stop_reason=None)
     stopper = RunStopper(writer)
     with caplog.at_level(logging.DEBUG, logger="hpstudy.study.tune.stopper"):
@@ -37,6 +40,8 @@ def test_each_cause_stops_the_run_and_from_then_hides_what_the_ended_workers_pri
 
 
 def test_a_signal_stops_the_run_and_is_announced_once(caplog):
+    from hpstudy.study.tune.stopper import RunStopper
+
     writer = SimpleNamespace(interruption=Interruption(), fault=None, stop_reason=None)
     writer.interruption.signum = signal.SIGTERM
     stopper = RunStopper(writer)

@@ -5,11 +5,12 @@ from types import SimpleNamespace
 from hpstudy.study.sampling import expand
 from hpstudy.study.spec import parse_spec
 from hpstudy.study.store.read import load_trials
-from hpstudy.study.tune.store_writer import StoreWriter
 from tests.helpers import small_spec
 
 
 def test_a_stop_study_error_fails_its_group_and_keeps_the_first_reason(tmp_path):
+    from hpstudy.study.tune.store_writer import StoreWriter
+
     trials = expand(parse_spec(small_spec(name="w", models=["cnn_tiny"], optimizers=["sgd"], samples=3)))
     keys = [t.key for t in trials]
     writer = StoreWriter(str(tmp_path), "w", trials, [{"keys": keys[:2]}, {"keys": keys[2:]}])
@@ -35,6 +36,8 @@ class StoreReadingTracker:
 
 
 def test_a_tracker_gets_a_row_only_once_the_store_holds_it(tmp_path):
+    from hpstudy.study.tune.store_writer import StoreWriter
+
     trials = expand(parse_spec(small_spec(name="w", models=["cnn_tiny"], optimizers=["sgd"], samples=2)))
     keys = [t.key for t in trials]
     tracker = StoreReadingTracker(str(tmp_path))
