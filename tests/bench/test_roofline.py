@@ -3,16 +3,25 @@ import subprocess
 import sys
 
 import pytest
-import torch
-import torch.nn.functional as F
-from torch.utils.flop_counter import FlopCounterMode
 
-from bench import roofline
-from hpstudy.trainers.models import build_model, set_fused_attention
 from hpstudy.trainers.zoo import get_spec, list_models
 
 
-def test_flops_are_torch_counters_on_a_model_without_grouped_convolutions():
+@pytest.fixture(scope="module")
+def roofline():
+    """bench/roofline.py, imported as a test needs it: it imports torch and the trainers' models."""
+    from bench import roofline
+
+    return roofline
+
+
+def test_flops_are_torch_counters_on_a_model_without_grouped_convolutions(roofline):
+    import torch
+    import torch.nn.functional as F
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from hpstudy.trainers.models import build_model, set_fused_attention
+
     batch, size = 2, get_spec("vit_c_tiny").image_size
     model = set_fused_attention(build_model("vit_c_tiny", 1000, size), False)
     with FlopCounterMode(display=False) as torch_count:  # a real forward and backward on the CPU
@@ -21,7 +30,9 @@ def test_flops_are_torch_counters_on_a_model_without_grouped_convolutions():
 
 
 @pytest.mark.parametrize("groups", [1, 8, 32])
-def test_a_convolutions_backward_counts_twice_its_forward_whatever_its_groups(groups):
+def test_a_convolutions_backward_counts_twice_its_forward_whatever_its_groups(groups, roofline):
+    import torch
+
     conv = torch.nn.Conv2d(32, 64, 3, groups=groups, bias=False)
     x = torch.randn(2, 32, 8, 8, requires_grad=True)
     with roofline.flop_count_mode() as forward:
@@ -32,7 +43,9 @@ def test_a_convolutions_backward_counts_twice_its_forward_whatever_its_groups(gr
     assert backward.get_total_flops() == 2 * forward.get_total_flops()
 
 
-def test_bytes_are_each_touched_tensors_size_and_views_move_none():
+def test_bytes_are_each_touched_tensors_size_and_views_move_none(roofline):
+    import torch
+
     a, b = torch.zeros(3, 4), torch.zeros(4, 5)
     with roofline.ByteCounter() as matmul:
         a @ b
@@ -45,7 +58,7 @@ def test_bytes_are_each_touched_tensors_size_and_views_move_none():
     assert inplace.bytes == 4 * 12
 
 
-def test_bounds_are_ordered_and_the_parameters_alone_fit_below_them():
+def test_bounds_are_ordered_and_the_parameters_alone_fit_below_them(roofline):
     row = roofline.roofline("cnn_tiny", 8, roofline.GPUS["H200"])
     assert row["bytes_no_fusion"] > row["bytes_ideal_fusion"] > 4 * row["params"]
     assert row["ceiling_images_per_s_no_fusion"] <= row["ceiling_images_per_s_ideal_fusion"]
@@ -53,7 +66,7 @@ def test_bounds_are_ordered_and_the_parameters_alone_fit_below_them():
     assert row["ceiling_images_per_s_ideal_fusion"] <= round(compute)
 
 
-def test_an_unknown_model_is_refused(capsys):
+def test_an_unknown_model_is_refused(capsys, roofline):
     with pytest.raises(SystemExit) as stop:
         roofline.main(["--models", "vit_c_tiny,no_such_model"])
     assert stop.value.code == 2

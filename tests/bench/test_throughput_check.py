@@ -4,11 +4,11 @@ import sys
 
 import pytest
 
-from bench.throughput_check import SECTIONS, SMOKE, main
-
 
 @pytest.mark.slow
 def test_the_smoke_run_measures_every_section_and_rewrites_out_after_each(tmp_path):
+    from bench.throughput_check import SECTIONS, SMOKE
+
     out = tmp_path / "throughput.json"
     done = subprocess.run(
         [sys.executable, "-m", "bench.throughput_check", "--smoke", "--out", str(out)],
@@ -36,6 +36,8 @@ def test_the_smoke_run_measures_every_section_and_rewrites_out_after_each(tmp_pa
 
 
 def test_an_unknown_section_is_named_and_nothing_runs(monkeypatch, capsys):
+    from bench.throughput_check import SECTIONS, main
+
     monkeypatch.setattr(sys, "argv", ["throughput_check", "--smoke", "--only", "no_such_section"])
     with pytest.raises(SystemExit) as stop:
         main()
