@@ -15,7 +15,6 @@ from hpstudy.analysis.report_folder import ReportError, publish
 from hpstudy.cli import hpstudy_main, run_edf_main
 from hpstudy.commands import fetch_hint, print_summary, run_exit_code
 from hpstudy.service import RunSettings, check_before_trials, check_settings, check_store_report_dir, spec_change_note
-from hpstudy.study.progress import ProgressPrinter, Tally
 from hpstudy.study.sampling import expand
 from hpstudy.study.spec import SpecError, parse_spec
 from hpstudy.study.store.layout import write_trial
@@ -280,6 +279,8 @@ def test_exit_code_is_0_only_when_every_trial_of_the_spec_is_stored(statuses, to
 
 
 def test_the_status_line_shows_the_devices_trials_ran_on():
+    from hpstudy.study.progress import ProgressPrinter, Tally
+
     tally = Tally()
     for i, row in enumerate(
         [

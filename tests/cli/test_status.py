@@ -11,7 +11,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hpstudy.cli import hpstudy_main
-from hpstudy.study.progress import ProgressPrinter, Tally
 from hpstudy.study.sampling import expand
 from hpstudy.study.spec import parse_spec
 from hpstudy.study.store.layout import write_trial
@@ -123,6 +122,8 @@ def test_a_spec_without_a_record_counts_per_model_and_says_there_is_no_driver(tm
 def test_progress_counts_each_member_of_a_running_fused_group_and_records_each_cell(tmp_path_factory, sizes, states):
     """Tune trials of fused groups of `sizes` members, each running or not: running = the members of the running
     ones, recorded per cell in the store; the record is deleted when the run ends."""
+    from hpstudy.study.progress import ProgressPrinter, Tally
+
     store = str(tmp_path_factory.mktemp("store"))
     trials = expand(parse_spec(small_spec(name="s", samples=8)))
     cnn = [t for t in trials if t.model == "cnn_tiny" and t.optimizer == "adamw"]

@@ -7,7 +7,6 @@ import os
 import pytest
 
 from hpstudy.cli import run_edf_main
-from hpstudy.study.runner import run_study
 from hpstudy.study.sampling import expand
 from hpstudy.study.spec import parse_spec
 from hpstudy.study.store.layout import write_trial
@@ -48,6 +47,8 @@ def test_a_dry_run_probes_a_new_track_folder_and_leaves_nothing(tmp_path, monkey
 
 
 def test_track_on_a_study_already_stored_sends_its_rows_and_trains_nothing(tmp_path, caplog):
+    from hpstudy.study.runner import run_study
+
     spec = parse_spec(small_spec(name="done", models=["cnn_tiny"], optimizers=["adamw"], samples=3))
     store, tb = str(tmp_path / "store"), tmp_path / "tb"
     for i, trial in enumerate(expand(spec)):

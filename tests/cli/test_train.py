@@ -15,8 +15,6 @@ from hpstudy.study.spec import parse_spec
 from hpstudy.study.store.layout import write_trial
 from hpstudy.trainers.config import TrialConfig
 from hpstudy.trainers.data_spec import DataSpec
-from hpstudy.trainers.train import build_parser, config_from_args
-from hpstudy.trainers.trial import train_trial
 from tests.helpers import small_spec, stored_row, write_spec
 
 TINY = {"name": "synthetic", "image_size": 8, "n_train": 32, "n_val": 16, "num_classes": 4}
@@ -24,6 +22,8 @@ TINY = {"name": "synthetic", "image_size": 8, "n_train": 32, "n_val": 16, "num_c
 
 def _stored(tmp_path):
     """A store whose study 's' holds one trial trained here; (store, its key, its row)."""
+    from hpstudy.trainers.trial import train_trial
+
     store = str(tmp_path / "store")
     config = TrialConfig.from_dict(
         dict(model="cnn_tiny", optimizer="adamw", epochs=2, lr=2e-3, wd=0.05, batch_size=16, dataset=TINY, device="cpu")
@@ -143,6 +143,8 @@ MODELS = st.sampled_from(["vit_c_tiny", "vit_p_tiny", "cnn_tiny"])
 def test_the_one_trial_trainers_defaults_are_those_of_a_spec_without_a_recipe(model, optimizer, epochs, lr, wd, seed):
     """python -m hpstudy.trainers.train and a spec that sets no recipe train the same config (batch size,
     warmup, image size, ...): only what a spec's recipe sets differs."""
+    from hpstudy.trainers.train import build_parser, config_from_args
+
     argv = [
         "--model",
         model,
@@ -178,6 +180,8 @@ def test_the_one_trial_trainers_defaults_are_those_of_a_spec_without_a_recipe(mo
 def test_the_one_trial_trainers_help_names_its_command_and_shows_every_fields_doc():
     """`python -m hpstudy.trainers.train --help`: the usage line names the command to type, and each flag's
     help is its TrialConfig field's doc (the one place a field is described)."""
+    from hpstudy.trainers.train import build_parser
+
     parser = build_parser()
     text = " ".join(parser.format_help().split())
     assert text.startswith("usage: python -m hpstudy.trainers.train ")
