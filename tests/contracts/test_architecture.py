@@ -16,13 +16,11 @@ import hpstudy.commands
 from hpstudy.analysis.metric import METRIC_COLUMNS
 from hpstudy.analysis.report import CELL
 from hpstudy.cli import hpstudy_main, run_edf_main
-from hpstudy.study.ray_session import TUNE_ENV
 from hpstudy.study.sampling import expand
 from hpstudy.study.spec import parse_spec
 from hpstudy.study.store.layout import write_trial
 from hpstudy.study.store.read import load_trials
 from hpstudy.trainers.schema import FAILED, RESULT_FIELDS, TRIAL_FIELDS
-from hpstudy.trainers.train import main as train_main
 from tests.helpers import PACKAGES, REPO, module_files, small_spec
 
 TESTS = os.path.join(REPO, "tests")
@@ -154,6 +152,13 @@ def _store_without_study(tmp_path):
     return ["--store", str(tmp_path / "empty")]
 
 
+def train_main(argv):
+    """hpstudy.trainers.train.main, the one-trial trainer's command line (imported when called: it imports torch)."""
+    from hpstudy.trainers.train import main
+
+    return main(argv)
+
+
 @pytest.mark.parametrize(
     "entry,argv,message",
     [
@@ -224,6 +229,8 @@ def test_installed_commands_exit_2_without_a_traceback(command, tmp_path):
 @pytest.mark.slow
 def test_importing_the_study_runner_changes_no_environment():
     """hpstudy sets Tune's variables when Ray starts, not at import (Ray and torch set their own)."""
+    from hpstudy.study.ray_session import TUNE_ENV
+
     code = (
         "import os\nimport hpstudy.study.runner, hpstudy.cli, hpstudy.commands, hpstudy.study.trainable\n"
         "print(sorted(k for k in hpstudy.study.ray_session.TUNE_ENV if k in os.environ))"

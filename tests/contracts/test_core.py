@@ -9,7 +9,6 @@ import time
 import pandas as pd
 import pyarrow.fs as pafs
 import pytest
-import torch
 
 from hpstudy.analysis.report_folder import publish
 from hpstudy.study.store.compaction import compact
@@ -17,13 +16,16 @@ from hpstudy.study.store.layout import StoreError, StoreFault, delete_study, pro
 from hpstudy.study.store.read import load_epochs, load_study, load_trials
 from hpstudy.study.store.spec_record import report_location
 from hpstudy.study.store.store import Store
-from hpstudy.trainers.loop import resolve_device
 from hpstudy.trainers.schema import EPOCH_SCHEMA, TRIAL_SCHEMA
 from tests.helpers import epoch_row, row, write_file
 from tests.helpers import tiny_trainer as trainer
 
 
 def test_auto_picks_cuda_when_present_and_named_devices_are_taken_as_named(monkeypatch):
+    import torch
+
+    from hpstudy.trainers.loop import resolve_device
+
     for present, expected in ((True, torch.device("cuda")), (False, torch.device("cpu"))):
         monkeypatch.setattr(torch.cuda, "is_available", lambda: present)
         assert resolve_device("auto") == expected
@@ -33,6 +35,8 @@ def test_auto_picks_cuda_when_present_and_named_devices_are_taken_as_named(monke
 def test_the_model_and_its_optimizer_live_on_the_trials_device(monkeypatch):
     """Whatever device the trial resolves to (meta here: any device but the CPU the model is built
     on), every parameter and buffer of the model, and so every parameter the optimizer steps, is on it."""
+    import torch
+
     monkeypatch.setattr("hpstudy.trainers.loop.resolve_device", lambda name: torch.device("meta"))
     t = trainer(dtype="float64")
     assert t.device == torch.device("meta")
@@ -46,6 +50,8 @@ def test_the_model_and_its_optimizer_live_on_the_trials_device(monkeypatch):
 def test_release_empties_the_cuda_cache_on_cuda_devices_only(monkeypatch):
     """A reused Ray actor starts its next trial with the GPU memory of the last one given back:
     release() empties the CUDA cache once on a CUDA trainer, never on a CPU one."""
+    import torch
+
     calls = []
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: calls.append("empty"))
     cpu = trainer()

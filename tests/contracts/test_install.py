@@ -11,7 +11,6 @@ import sys
 from importlib import metadata
 
 import pytest
-import ray
 import yaml
 
 from hpstudy.study.store.read import load_trials
@@ -112,6 +111,8 @@ def test_the_cluster_setup_pins_the_torch_the_node_already_has(tmp_path):
 @pytest.fixture
 def ray_with_a_gpu_cuda_cannot_use(monkeypatch):
     """A local Ray whose node advertises one GPU that torch cannot use (no driver here)."""
+    import ray
+
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")  # as on a GPU node (the tests hide GPUs otherwise)
     ray.init(address="local", num_cpus=2, num_gpus=1, include_dashboard=False, logging_level="WARNING")
     yield

@@ -6,17 +6,9 @@ import math
 from datetime import datetime, timezone
 
 import pytest
-import torch
-import torch.nn.functional as F
 
 from hpstudy.trainers.config import TrialConfig
-from hpstudy.trainers.data import LoaderData
-from hpstudy.trainers.device_decode import DeviceDecodeData
 from hpstudy.trainers.errors import ConfigError
-from hpstudy.trainers.fused import FusedTrainer, train_fused
-from hpstudy.trainers.loop import chance_error, data_for, diverged_mask, fit, trial_row
-from hpstudy.trainers.optim import build_optimizer, build_schedule
-from hpstudy.trainers.trial import DIVERGENCE_CHECK_EVERY, evaluate, train_trial
 from tests.helpers import TINY_DATA as DATA
 from tests.helpers import TINY_TRIAL as BASE
 from tests.helpers import image_folder
@@ -24,6 +16,8 @@ from tests.helpers import tiny_trainer as trainer
 
 
 def _params(model):
+    import torch
+
     return torch.cat([p.detach().flatten() for p in model.parameters()])
 
 
@@ -34,12 +28,18 @@ def plain():
 
 
 def test_chance_errors_are_top_k_of_uniform_guessing():
+    from hpstudy.trainers.loop import chance_error
+
     assert chance_error(10) == pytest.approx(90.0) and chance_error(10, 5) == pytest.approx(50.0)
     assert chance_error(4) == pytest.approx(75.0) and chance_error(4, 5) == 0.0
     assert chance_error(3, 2) == pytest.approx(100 / 3) and chance_error(100, 5) == pytest.approx(95.0)
 
 
 def test_diverged_mask_is_non_finite_or_strictly_above_the_threshold():
+    import torch
+
+    from hpstudy.trainers.loop import diverged_mask
+
     losses = torch.tensor([float("nan"), float("inf"), -float("inf"), 5.0, 100.0, 100.5, 0.0])
     cfg = TrialConfig.from_dict(dict(BASE, divergence_loss=100.0))
     assert diverged_mask(losses, cfg).tolist() == [True, True, True, False, False, True, False]
@@ -49,6 +49,8 @@ def test_diverged_mask_is_non_finite_or_strictly_above_the_threshold():
 
 def test_a_finite_loss_above_divergence_loss_ends_the_trial_at_chance():
     """The first loss (about ln 4 = 1.39) is finite but above 0.5: diverged at once, EMA at chance too."""
+    from hpstudy.trainers.trial import train_trial
+
     row = train_trial(dict(BASE, divergence_loss=0.5, ema_decay=0.9))
     assert row["status"] == "diverged" and row["epochs_done"] == 0 and row["epoch_log"] == []
     # 4 classes: top-1 chance is 75%, and every label is among the top 5
@@ -57,6 +59,8 @@ def test_a_finite_loss_above_divergence_loss_ends_the_trial_at_chance():
 
 
 def test_fused_members_above_divergence_loss_end_at_chance():
+    from hpstudy.trainers.fused import train_fused
+
     ten = dict(DATA, num_classes=10)
     rows = train_fused(
         [dict(BASE, divergence_loss=0.5, dataset=ten), dict(BASE, divergence_loss=0.5, dataset=ten, seed=4)]
@@ -67,14 +71,17 @@ def test_fused_members_above_divergence_loss_end_at_chance():
         assert (row["ema_top1_err"], row["best_ema_top1_err"]) == (None, None)  # fused training has no EMA
 
 
-class _Fixed(torch.nn.Module):
-    """A model whose logits are its input."""
-
-    def forward(self, x):
-        return x
-
-
 def test_evaluate_counts_top1_and_top5_hits_over_all_batches():
+    import torch
+
+    from hpstudy.trainers.trial import evaluate
+
+    class _Fixed(torch.nn.Module):
+        """A model whose logits are its input."""
+
+        def forward(self, x):
+            return x
+
     scores = torch.eye(6)[[0, 1, 2, 3]] + torch.linspace(0, 0.1, 6)  # class i first; class 5 second
     batches = [(scores[:2], torch.tensor([0, 5])), (scores[2:], torch.tensor([2, 4]))]
     errors = evaluate({"m": _Fixed()}, batches, contextlib.nullcontext)["m"]
@@ -94,6 +101,8 @@ def test_lr_is_scaled_linearly_from_the_reference_batch(plain):
 
 
 def test_fused_lr_is_scaled_linearly_from_the_reference_batch():
+    from hpstudy.trainers.fused import FusedTrainer
+
     def epoch(*configs):
         fused = FusedTrainer([TrialConfig.from_dict(dict(BASE, seed=i, **c)) for i, c in enumerate(configs)])
         result = fused.train_epoch()
@@ -128,6 +137,8 @@ def test_gradient_clipping_bounds_every_step():
 
 def test_ema_weights_follow_the_model_with_a_lag_and_leave_training_alone():
     """timm's EMA warmup copies the weights for 2 steps and averages from the third: 4 steps here."""
+    import torch
+
     longer = dict(DATA, n_train=32)
     run = trainer(ema_decay=0.5, dataset=longer)
     start = _params(run.model)
@@ -159,6 +170,8 @@ class _Scripted:
     """An EpochTrainer of 2 members that reports scripted metrics: member 1 diverges in epoch 2."""
 
     def __init__(self, device="cpu", epochs=3):
+        import torch
+
         self.cfgs = [TrialConfig.from_dict(dict(BASE, epochs=epochs, seed=s)) for s in (0, 1)]
         self.device, self.num_classes, self.epoch, self.released = torch.device(device), 4, 0, 0
 
@@ -185,6 +198,8 @@ class _Scripted:
 
 
 def test_fit_builds_each_members_log_and_row():
+    from hpstudy.trainers.loop import fit
+
     scripted, seen = _Scripted(), []
     rows = fit(scripted, lambda records: seen.append(sorted(records)))
     assert seen == [[0, 1], [0], [0]] and scripted.released == 1
@@ -206,6 +221,10 @@ def test_fit_builds_each_members_log_and_row():
 def test_fit_waits_for_a_cuda_device_before_timing_an_epoch(monkeypatch):
     """On CUDA an epoch's seconds include the queued device work: one synchronize per epoch (no GPU
     is needed to check the call; none happens on the CPU)."""
+    import torch
+
+    from hpstudy.trainers.loop import fit
+
     calls = []
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: calls.append(device))
     monkeypatch.setattr("hpstudy.trainers.loop.trial_row", lambda cfg, log, diverged, trainer, wall_s: log)
@@ -216,6 +235,8 @@ def test_fit_waits_for_a_cuda_device_before_timing_an_epoch(monkeypatch):
 
 
 def test_a_rows_flops_are_counted_at_the_datasets_image_size():
+    from hpstudy.trainers.loop import trial_row
+
     flops = [
         trial_row(TrialConfig.from_dict(dict(BASE, dataset=dict(DATA, image_size=size))), [], True, _Scripted(), 1.0)[
             "flops"
@@ -226,6 +247,12 @@ def test_a_rows_flops_are_counted_at_the_datasets_image_size():
 
 
 def test_image_folders_decode_where_the_config_says(tmp_path):
+    import torch
+
+    from hpstudy.trainers.data import LoaderData
+    from hpstudy.trainers.device_decode import DeviceDecodeData
+    from hpstudy.trainers.loop import data_for
+
     folder = {"name": "imagefolder", "path": image_folder(tmp_path), "image_size": 32}
     cfg = lambda decode: TrialConfig.from_dict(dict(BASE, dataset=folder, decode=decode, num_workers=0))
     cpu = torch.device("cpu")
@@ -236,6 +263,8 @@ def test_image_folders_decode_where_the_config_says(tmp_path):
 def test_ema_copies_two_steps_then_averages_with_timms_warmup_decay():
     """timm's EMA copies the weights at updates 0 and 1, then decays by min(decay, 1 - t^(-2/3)) at
     update t + 1: after 3 steps it is d w2 + (1 - d) w3 with d = 1 - 2^(-2/3) = 0.37 (below the 0.5 asked)."""
+    import torch
+
     run = trainer(ema_decay=0.5, dataset=dict(DATA, n_train=24), min_lr_ratio=1.0)
     weights = []
     run.optimizer.register_step_post_hook(lambda *_: weights.append(_params(run.model)))
@@ -246,6 +275,9 @@ def test_ema_copies_two_steps_then_averages_with_timms_warmup_decay():
 
 def test_train_loss_and_error_are_the_means_over_the_epochs_batches():
     """Recomputed in float64 from the logits the model gave each micro-batch (2 per step, accumulated)."""
+    import torch
+    import torch.nn.functional as F
+
     run = trainer(dtype="float64", accum_steps=2)
     replay = torch.Generator()
     replay.set_state(run.generator.get_state())
@@ -264,6 +296,8 @@ def test_train_loss_and_error_are_the_means_over_the_epochs_batches():
 
 def test_a_diverged_trial_stops_at_the_next_check():
     """Diverged at its first step, a trial reads the flag after 16 steps, not at every step."""
+    from hpstudy.trainers.trial import DIVERGENCE_CHECK_EVERY
+
     run = trainer(batch_size=2, dataset=dict(DATA, n_train=2 * 40), divergence_loss=1e-3)
     assert run.train_epoch() == {"diverged": True}
     assert run.step == DIVERGENCE_CHECK_EVERY - 1
@@ -275,6 +309,8 @@ def test_seeds_beyond_32_bits_train_with_mixup():
 
 
 def test_the_loss_is_float32_under_bf16_and_soft_targets_are_not_smoothed_twice():
+    import torch
+
     run = trainer(label_smoothing=0.3)
     logits = torch.tensor([[2.0, 0.0, -1.0, 0.5], [0.0, 1.0, 0.0, 0.0]])
     assert run._loss(logits.bfloat16(), torch.tensor([0, 1])).dtype == torch.float32
@@ -284,6 +320,10 @@ def test_the_loss_is_float32_under_bf16_and_soft_targets_are_not_smoothed_twice(
 
 
 def test_warmup_longer_than_the_trial_still_reaches_the_peak_at_its_last_step():
+    import torch
+
+    from hpstudy.trainers.optim import build_schedule
+
     param = torch.nn.Parameter(torch.zeros(2))
     opt = torch.optim.SGD([param], lr=0.3)
     schedule = build_schedule(opt, total_steps=4, warmup_steps=10, min_lr_ratio=0.0)
@@ -295,5 +335,9 @@ def test_warmup_longer_than_the_trial_still_reaches_the_peak_at_its_last_step():
 
 
 def test_an_unknown_optimizer_is_named_with_the_allowed_ones():
+    import torch
+
+    from hpstudy.trainers.optim import build_optimizer
+
     with pytest.raises(ConfigError, match=r"^optimizer: unknown 'adam'; allowed: adamw, sgd$"):
         build_optimizer("adam", torch.nn.Linear(2, 2), 0.1, 0.0)
