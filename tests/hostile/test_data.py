@@ -8,14 +8,11 @@ import subprocess
 
 import numpy as np
 import pytest
-import torch
 
 from hpstudy.study.spec import SpecError, parse_spec
 from hpstudy.trainers.config import TrialConfig
-from hpstudy.trainers.data import load_data
 from hpstudy.trainers.data_spec import DataSpec
 from hpstudy.trainers.errors import ConfigError, DataError
-from hpstudy.trainers.train import main as train_main
 from tests.helpers import small_spec
 
 BASE = dict(model="cnn_tiny", optimizer="adamw", epochs=3, lr=1e-3, wd=0.05)
@@ -90,6 +87,8 @@ def _numpy1_spelling(batch, f):
 
 @pytest.mark.parametrize("protocol,dump", [(2, None), (2, _numpy1_spelling), (pickle.HIGHEST_PROTOCOL, None)])
 def test_real_cifar_batches_load_with_identical_arrays(tmp_path, protocol, dump):
+    from hpstudy.trainers.data import load_data
+
     dump = dump or (lambda b, f: pickle.dump(b, f, protocol=protocol))
     batches = _cifar10(tmp_path / "cifar-10-batches-py", dump, protocol)
     data = load_data(DataSpec("cifar10", path=str(tmp_path)))
@@ -123,6 +122,8 @@ GADGETS = {
 @pytest.mark.parametrize("where", ["batch", "labels"])
 @pytest.mark.parametrize("gadget", GADGETS)
 def test_a_crafted_cifar_batch_is_refused_without_running(tmp_path, gadget, where):
+    from hpstudy.trainers.data import load_data
+
     marker = tmp_path / "ran"
     evil = GADGETS[gadget](marker)
     dump = (
@@ -147,6 +148,8 @@ def test_a_warmup_as_long_as_the_training_is_refused():
 
 
 def test_a_warmup_as_long_as_the_training_is_one_line_from_the_trial_cli(capsys):
+    from hpstudy.trainers.train import main as train_main
+
     assert (
         train_main(
             [
@@ -191,6 +194,8 @@ def test_a_relative_dataset_path_is_refused_when_a_study_is_planned(tmp_path, mo
 
 
 def _state(tmp_path, kind):
+    import torch
+
     path = tmp_path / f"{kind}.pt"
     value = {
         "non-tensor": {"w": 3},
@@ -214,6 +219,8 @@ def _state(tmp_path, kind):
     ],
 )
 def test_an_init_that_is_not_a_state_dict_of_tensors_is_one_line(tmp_path, capsys, kind, problem):
+    from hpstudy.trainers.train import main as train_main
+
     path = _state(tmp_path, kind)
     assert train_main(TRAIN + ["--init", str(path)]) == 2
     err = capsys.readouterr().err
@@ -221,6 +228,10 @@ def test_an_init_that_is_not_a_state_dict_of_tensors_is_one_line(tmp_path, capsy
 
 
 def test_an_init_pickle_that_runs_code_is_still_refused(tmp_path, capsys):
+    import torch
+
+    from hpstudy.trainers.train import main as train_main
+
     marker, path = tmp_path / "ran", tmp_path / "evil.pt"
     torch.save({"w": Gadget(os.system, f"touch {marker}")}, path)
     assert train_main(TRAIN + ["--init", str(path)]) == 2

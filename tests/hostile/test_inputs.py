@@ -1,6 +1,7 @@
 """Hostile inputs at the edge: every bad spec value, flag or trial option is refused before any
 trial runs, with exit code 2 and one line naming the field, the value and what is allowed."""
 
+import importlib
 import os
 import re
 import subprocess
@@ -10,10 +11,9 @@ import pytest
 import yaml
 
 import hpstudy.study.sampling
-from hpstudy.cli import hpstudy_main, run_edf_main
+from hpstudy.cli import run_edf_main
 from hpstudy.study.spec import SpecError, SpecLoader, load_spec
 from hpstudy.study.store.layout import write_trial
-from hpstudy.trainers.train import main as train_main
 from tests.helpers import spec_text, stored_row
 
 
@@ -104,36 +104,38 @@ def test_spec_cases_exit_with_code_and_message(changes, code, fragment, tmp_path
 TRAIN = ["--model", "cnn_tiny", "--optimizer", "adamw", "--epochs", "1", "--wd", "0"]
 RUN = ["--config", "{config}", "--store", "{dir}/store"]
 
+# the entry points as module:function, imported as a case runs (the one-trial trainer's imports torch)
+HPSTUDY, RUN_EDF, TRAINER = "hpstudy.cli:hpstudy_main", "hpstudy.cli:run_edf_main", "hpstudy.trainers.train:main"
 # (entry point, argv, exit code, stderr fragment); {dir} is a temporary folder holding a_file and
 # {config}, a valid spec
 COMMAND_CASES = [
-    (run_edf_main, RUN + ["--report", "{dir}/a_file"], 2, "--report: '{dir}/a_file' is a file"),
+    (RUN_EDF, RUN + ["--report", "{dir}/a_file"], 2, "--report: '{dir}/a_file' is a file"),
     (
-        run_edf_main,
+        RUN_EDF,
         RUN + ["--report", "{dir}/a_file/sub"],
         2,
         "--report: cannot write '{dir}/a_file/sub' (Not a directory",
     ),
     (
-        hpstudy_main,
+        HPSTUDY,
         ["report", "--store", "{dir}/store", "--study", "x", "--out", "{dir}/a_file"],
         2,
         "--out: '{dir}/a_file' is a file",
     ),
-    (hpstudy_main, ["status", "--store", "{dir}", "--study", ".."], 2, "--study: bad value '..'"),
-    (hpstudy_main, ["compact", "--store", "{dir}", "--study", "../x"], 2, "--study: bad value '../x'"),
-    (hpstudy_main, ["report", "--store", "{dir}", "--study", ".."], 2, "--study: bad value '..'"),
+    (HPSTUDY, ["status", "--store", "{dir}", "--study", ".."], 2, "--study: bad value '..'"),
+    (HPSTUDY, ["compact", "--store", "{dir}", "--study", "../x"], 2, "--study: bad value '../x'"),
+    (HPSTUDY, ["report", "--store", "{dir}", "--study", ".."], 2, "--study: bad value '..'"),
     # python -m hpstudy.trainers.train goes through the same validator (TrialConfig.validate)
-    (train_main, TRAIN + ["--lr", "inf"], 2, "lr: bad value inf; allowed: > 0"),
-    (train_main, TRAIN + ["--lr", "nan"], 2, "lr: bad value nan; allowed: > 0"),
-    (train_main, TRAIN + ["--lr", "1e-3", "--device", "banana"], 2, "device: bad value 'banana'"),
-    (train_main, TRAIN + ["--lr", "1e-3", "--grad-clip", "-1"], 2, "grad_clip: bad value -1.0"),
-    (train_main, TRAIN + ["--lr", "1e-3", "--batch-size", "1"], 2, "batch_size: bad value 1 for model cnn_tiny"),
-    (train_main, TRAIN + ["--lr", "1e-3", "--warmup-epochs", "inf"], 2, "warmup_epochs: bad value inf"),
-    (train_main, TRAIN + ["--lr", "1e-3", "--data-image-size", "-4"], 2, "dataset.image_size: bad value -4"),
+    (TRAINER, TRAIN + ["--lr", "inf"], 2, "lr: bad value inf; allowed: > 0"),
+    (TRAINER, TRAIN + ["--lr", "nan"], 2, "lr: bad value nan; allowed: > 0"),
+    (TRAINER, TRAIN + ["--lr", "1e-3", "--device", "banana"], 2, "device: bad value 'banana'"),
+    (TRAINER, TRAIN + ["--lr", "1e-3", "--grad-clip", "-1"], 2, "grad_clip: bad value -1.0"),
+    (TRAINER, TRAIN + ["--lr", "1e-3", "--batch-size", "1"], 2, "batch_size: bad value 1 for model cnn_tiny"),
+    (TRAINER, TRAIN + ["--lr", "1e-3", "--warmup-epochs", "inf"], 2, "warmup_epochs: bad value inf"),
+    (TRAINER, TRAIN + ["--lr", "1e-3", "--data-image-size", "-4"], 2, "dataset.image_size: bad value -4"),
     # an unwritable store stops before Ray starts, naming it, with exit code 3
     (
-        run_edf_main,
+        RUN_EDF,
         ["--config", "{config}", "--store", "/proc/hpstudy-store"],
         3,
         "cannot write /proc/hpstudy-store/.probe-",
@@ -142,13 +144,14 @@ COMMAND_CASES = [
 
 
 @pytest.mark.parametrize(
-    "entry,argv,code,fragment", COMMAND_CASES, ids=[f"{e.__module__}:{f[:40]}" for e, _, _, f in COMMAND_CASES]
+    "entry,argv,code,fragment", COMMAND_CASES, ids=[f"{e.split(':')[0]}:{f[:40]}" for e, _, _, f in COMMAND_CASES]
 )
 def test_command_cases_exit_with_code_and_message(entry, argv, code, fragment, tmp_path, capsys):
     (tmp_path / "a_file").write_text("x")
     (tmp_path / "h.yaml").write_text(spec_text())
     fill = lambda text: text.format(dir=tmp_path, config=tmp_path / "h.yaml")
-    assert entry([fill(a) for a in argv]) == code
+    module, name = entry.split(":")
+    assert getattr(importlib.import_module(module), name)([fill(a) for a in argv]) == code
     err = capsys.readouterr().err
     assert fill(fragment) in err and err.startswith("error: ") and "Traceback" not in err, err
 

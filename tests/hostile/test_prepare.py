@@ -9,14 +9,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
-import hpstudy.trainers.prepared
 from hpstudy.cli import hpstudy_main
 from hpstudy.study.spec import SpecError, parse_spec
 from hpstudy.trainers.config import TrialConfig
-from hpstudy.trainers.data import load_data
 from hpstudy.trainers.data_spec import DataSpec
 from hpstudy.trainers.errors import DataError
-from hpstudy.trainers.prepared import PREPARED_FILES, PreparedData, prepare
 from tests.helpers import image_folder, small_spec
 
 SIZES = ["--train-size", "16", "--image-size", "12"]
@@ -63,6 +60,8 @@ def _user_folder(path):
 
 
 def _preparation(source, path):
+    from hpstudy.trainers.prepared import prepare
+
     prepare(source, str(path), 16, 12, 1, progress=None)
 
 
@@ -149,7 +148,7 @@ def test_an_out_that_prepare_did_not_write_is_refused_before_decoding(make, tmp_
     if cwd is not None:
         monkeypatch.chdir(cwd)
     before = tree(guarded)
-    monkeypatch.setattr(hpstudy.trainers.prepared, "_decode", lambda job: pytest.fail("decoding started"))
+    monkeypatch.setattr("hpstudy.trainers.prepared._decode", lambda job: pytest.fail("decoding started"))
     assert run_prepare(source, out) == 2
     err = one_error(capsys)
     assert (
@@ -162,6 +161,8 @@ def test_an_out_that_prepare_did_not_write_is_refused_before_decoding(make, tmp_
 
 
 def test_a_preparation_is_replaced_deleting_only_its_own_files(tmp_path, source, capsys):
+    from hpstudy.trainers.prepared import PREPARED_FILES
+
     out = tmp_path / "prep"
     out.mkdir()  # an empty folder is taken
     (tmp_path / "beside.txt").write_text("next to it")
@@ -318,6 +319,8 @@ DEEP_GREYS = [
 
 @pytest.mark.parametrize("mode,dtype,top,suffix", DEEP_GREYS, ids=[f"{m}-{s}" for m, _, _, s in DEEP_GREYS])
 def test_a_mid_grey_of_any_bit_depth_is_stored_mid_grey(mode, dtype, top, suffix, tmp_path):
+    from hpstudy.trainers.prepared import PreparedData
+
     source = image_folder(tmp_path / "imgs", n=1, size=(16, 16))
     grey = np.full((16, 16), top / 2, dtype=dtype)
     Image.frombytes(mode, (16, 16), grey.tobytes()).save(tmp_path / "imgs" / "train" / "cat" / f"grey.{suffix}")
@@ -346,6 +349,9 @@ def _keys(spec) -> set:
 
 
 def test_a_prepared_trial_key_names_the_preparation(tmp_path, source):
+    from hpstudy.trainers.data import load_data
+    from hpstudy.trainers.prepared import prepare
+
     out = tmp_path / "prep"
     _preparation(source, out)
     planned = parse_spec(_study(out))
@@ -387,6 +393,8 @@ def test_a_prepared_study_needs_a_folder_prepare_wrote(tmp_path):
 
 @pytest.mark.parametrize("damage", ["missing", "truncated"])
 def test_a_preparation_with_a_damaged_array_is_one_line_naming_it(tmp_path, source, damage):
+    from hpstudy.trainers.prepared import PreparedData
+
     out = tmp_path / "prep"
     _preparation(source, out)
     array = out / "val_y.npy"
