@@ -7,12 +7,8 @@ import time
 
 import jsonschema
 import pytest
-import ray
-import ray.autoscaler
 import yaml
-from ray.cluster_utils import Cluster
 
-from hpstudy.study.runner import run_study
 from hpstudy.study.spec import parse_spec
 from hpstudy.study.store.read import load_trials
 from tests.helpers import REPO, run_edf_command, small_spec, write_spec
@@ -25,6 +21,9 @@ def _cluster_file(name):
 
 @pytest.mark.parametrize("name", ["cluster.yaml", "examples/cluster-onprem.yaml"])
 def test_cluster_files_match_rays_schema_ship_the_checkout_and_hold_no_credentials(name):
+    import ray
+    import ray.autoscaler
+
     config = _cluster_file(name)
     with open(os.path.join(os.path.dirname(ray.autoscaler.__file__), "ray-schema.json")) as f:
         schema = json.load(f)
@@ -48,6 +47,9 @@ def test_the_on_prem_file_is_rays_local_provider_with_cluster_yamls_setup():
 
 @pytest.fixture
 def two_node_cluster():
+    import ray
+    from ray.cluster_utils import Cluster
+
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
     cluster.add_node(num_cpus=1)
     ray.init(address=cluster.address, logging_level="WARNING")
@@ -58,6 +60,10 @@ def two_node_cluster():
 
 @pytest.mark.slow
 def test_study_spreads_over_two_nodes_and_stores_once(two_node_cluster, tmp_path):
+    import ray
+
+    from hpstudy.study.runner import run_study
+
     spec = parse_spec(small_spec(name="multi", models=["cnn_tiny"], samples=3))
     run_study(spec, str(tmp_path))
     rows = load_trials(str(tmp_path), "multi")
@@ -71,6 +77,8 @@ def test_study_spreads_over_two_nodes_and_stores_once(two_node_cluster, tmp_path
 def test_a_worker_node_killed_mid_study_costs_one_line_and_every_trial_is_stored_once(tmp_path):
     """Issue #37 item 7: the trial on the lost node is retried on the head and stored once; the user sees
     one line for it, not the raylet's state dump (twice) nor Tune's traceback, which --debug shows."""
+    from ray.cluster_utils import Cluster
+
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
     worker = cluster.add_node(num_cpus=1)
     try:

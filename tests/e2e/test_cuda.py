@@ -5,16 +5,24 @@ CUDA_VISIBLE_DEVICES is set: bench/gpu_check.sh runs this file with it set)."""
 import time
 
 import pytest
-import torch
 
 from tests.helpers import tiny_trainer
-
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 CUDA_DATA = {"name": "synthetic", "image_size": 32, "n_train": 64, "n_val": 32, "num_classes": 4}
 
 
+@pytest.fixture(autouse=True)
+def cuda():
+    """Skips each test here where torch sees no CUDA device."""
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+
+
 def test_a_cuda_trial_trains_in_bf16_autocast_and_keeps_fp32_weights():
+    import torch
+
     trainer = tiny_trainer(device="cuda", model="vit_c_tiny", dataset=CUDA_DATA, batch_size=16)
     seen = []
     trainer.model.head.register_forward_hook(lambda module, args, out: seen.append(out.dtype))
@@ -25,6 +33,8 @@ def test_a_cuda_trial_trains_in_bf16_autocast_and_keeps_fp32_weights():
 
 
 def test_amp_off_on_cuda_trains_in_fp32():
+    import torch
+
     trainer = tiny_trainer(device="cuda", model="vit_c_tiny", dataset=CUDA_DATA, batch_size=16, amp=False)
     seen = []
     trainer.model.head.register_forward_hook(lambda module, args, out: seen.append(out.dtype))
@@ -33,6 +43,8 @@ def test_amp_off_on_cuda_trains_in_fp32():
 
 
 def test_cuda_batches_and_convolution_weights_are_channels_last():
+    import torch
+
     trainer = tiny_trainer(device="cuda", dataset=CUDA_DATA, batch_size=16)
     x, y = next(iter(trainer.batches.train(16, torch.Generator().manual_seed(0))))
     assert x.is_cuda and y.is_cuda and x.is_contiguous(memory_format=torch.channels_last)
@@ -42,6 +54,8 @@ def test_cuda_batches_and_convolution_weights_are_channels_last():
 
 
 def test_prepared_batches_are_pinned_on_the_host_before_the_copy(tmp_path, monkeypatch):
+    import torch
+
     from hpstudy.trainers.data import DeviceBatches
     from hpstudy.trainers.prepared import PreparedData, prepare
     from tests.helpers import image_folder
@@ -66,6 +80,7 @@ def test_prepared_batches_are_pinned_on_the_host_before_the_copy(tmp_path, monke
 
 def test_gpu_shares_through_ray_no_gpu_for_gpu_0_and_quarters_four_at_once_each_capped():
     import ray
+    import torch
 
     from hpstudy.study.trainable import use_assigned_gpus
 

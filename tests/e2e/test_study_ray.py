@@ -12,10 +12,8 @@ import pandas as pd
 import psutil
 import pyarrow.parquet as pq
 import pytest
-import ray
 
 from hpstudy.study.faults import CRASH_DIR_ENV
-from hpstudy.study.runner import run_study
 from hpstudy.study.sampling import expand
 from hpstudy.study.spec import parse_spec
 from hpstudy.study.store.lease import STALE_ENV
@@ -26,12 +24,16 @@ from tests.helpers import REPO, logged, run_edf, run_edf_command, small_spec, st
 
 @pytest.fixture(scope="module")
 def local_ray():
+    import ray
+
     ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="WARNING")
     yield
     ray.shutdown()
 
 
 def test_study_runs_once_and_resumes_to_nothing(local_ray, tmp_path, capsys, caplog):
+    from hpstudy.study.runner import run_study
+
     # the CNN's SGD box is absurd, so those three trials diverge
     space = dict(small_spec()["space"], cnn={"sgd": {"lr": [1e3, 1e4], "wd": [1e-5, 1e-4]}})
     spec = parse_spec(small_spec(space=space))
@@ -153,6 +155,7 @@ def test_worker_crash_is_retried_then_failed_trials_rerun(tmp_path):
 @pytest.mark.slow
 def test_fused_groups_store_k_rows_and_resume_per_member(local_ray, tmp_path, caplog):
     from hpstudy.study.fusion import AUTO_FUSE_MIN_SPEEDUP, fusion_groups, fusion_sizes
+    from hpstudy.study.runner import run_study
     from hpstudy.study.store.layout import write_trial
 
     spec = parse_spec(small_spec(name="fused", models=["cnn_tiny"], optimizers=["adamw"], samples=4, fuse=2))
@@ -198,6 +201,7 @@ def test_a_study_longer_than_one_tune_run_stores_each_trial_once_and_compacts_as
     removed when it ends."""
     import hpstudy.study.runner as runner
     import hpstudy.study.store.store as store_module
+    from hpstudy.study.runner import run_study
 
     compactions = []
     real_compact = store_module.compact
@@ -236,6 +240,7 @@ def test_a_local_ray_runs_as_many_trials_at_once_as_it_holds(local_ray, tmp_path
     Tune's scheduler picks no trial to start first (its pick took idle actors from trials whose own
     actor was starting, and killed that actor)."""
     import hpstudy.study.runner as runner
+    from hpstudy.study.runner import run_study
 
     assert runner.local_slots({"cpu": 1, "gpu": 0}) == 2 and runner.local_slots({"cpu": 0.5, "gpu": 0}) == 4
     assert runner.local_slots({"cpu": 3, "gpu": 0}) == 1 and runner.local_slots({"cpu": 0, "gpu": 0}) is None
