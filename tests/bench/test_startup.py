@@ -2,9 +2,9 @@ import pytest
 
 
 def test_the_line_through_two_study_walls_splits_fixed_from_per_trial_cost():
-    # 10 s fixed and 0.25 s a trial, whichever order the sizes come in
     from bench.startup import line_through
 
+    # 10 s fixed and 0.25 s a trial, whichever order the sizes come in
     for points in ([(4, 11.0), (64, 26.0)], [(64, 26.0), (4, 11.0)]):
         line = line_through(points)
         assert line["fixed_s"] == pytest.approx(10.0)

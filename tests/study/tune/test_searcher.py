@@ -15,10 +15,10 @@ def test_the_queue_hands_out_its_groups_in_order_then_finishes():
 
 
 def test_saving_writes_nothing_and_is_not_refused(tmp_path):
-    # Tune saves its searcher with its experiment state; Searcher.save raises NotImplementedError,
-    # which Tune reports as a warning on every run
     from hpstudy.study.tune.searcher import GroupQueue
 
+    # Tune saves its searcher with its experiment state; Searcher.save raises NotImplementedError,
+    # which Tune reports as a warning on every run
     queue = GroupQueue(0, 2)
     queue.save(str(tmp_path / "searcher.pkl"))
     assert not list(tmp_path.iterdir())
