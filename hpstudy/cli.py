@@ -314,6 +314,21 @@ def parser() -> argparse.ArgumentParser:
     suggest.add_argument("--model", action="append", default=None, help="only this model (repeatable)")
     suggest.add_argument("--optimizer", action="append", default=None, help="only this optimizer (repeatable)")
     add_metric_arg(suggest, "the good ranges are")
+    importance = add_store_args(
+        command(
+            "importance",
+            "fANOVA importance of the sampled hyperparameters per cell, with bootstrap intervals and the forest "
+            "seed's own effect (a table; with --out, its interval figure)",
+            "hpstudy importance --store ./results --study repro_digits_lr_wd --out importance/",
+        ),
+        study_required=True,
+    )
+    # defaults: hpstudy.analysis.stats.IMPORTANCE_RESAMPLES and IMPORTANCE_SEEDS (not imported here: --help stays light)
+    importance.add_argument("--resamples", type=int, default=None, help="bootstrap refits per cell (default: 20)")
+    importance.add_argument("--seeds", type=int, default=None, help="forest seeds on all trials per cell (default: 5)")
+    importance.add_argument("--out", default=None, help="a folder for the interval figure (pdf, svg, png, csv, json)")
+    importance.add_argument("--json", action="store_true", help="print the table as JSON records")
+    add_metric_arg(importance, "the importances are")
     return main
 
 

@@ -4,6 +4,7 @@ query, compact, prepare, suggest and train. This layer sits above study/ and ana
 
 import argparse
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -18,7 +19,8 @@ import pyarrow.fs as pafs
 
 from hpstudy import service
 from hpstudy.analysis.query import QueryError, filter_rows
-from hpstudy.analysis.stats import good_ranges
+from hpstudy.analysis.report_folder import build_into, check_report_path
+from hpstudy.analysis.stats import IMPORTANCE_RESAMPLES, IMPORTANCE_SEEDS, StatsError, good_ranges
 from hpstudy.service import (
     RunSettings,
     StudyPlan,
@@ -390,6 +392,38 @@ def suggest(args: argparse.Namespace) -> int:
     return 0
 
 
+def importance(args: argparse.Namespace) -> int:
+    """`hpstudy importance`: fANOVA importance per cell with bootstrap intervals and the forest seed's range
+    (hpstudy.analysis.figures.importance_table), printed as a table or JSON; with --out, its interval figure."""
+    resamples = IMPORTANCE_RESAMPLES if args.resamples is None else args.resamples
+    seeds = IMPORTANCE_SEEDS if args.seeds is None else args.seeds
+    for flag, value in (("--resamples", resamples), ("--seeds", seeds)):
+        if value < 1:
+            raise StatsError(f"{flag}: bad value {value}; allowed: a whole number >= 1")
+    if args.out:
+        check_report_path(args.out, "--out")
+    check_study_name(args.study)
+    store = Store.open(args.store)
+    store.require_study(args.study)
+    from hpstudy.analysis.figures import importance_table, write_importance  # matplotlib: only for this command
+    from hpstudy.analysis.report import hp_keys
+
+    trials, _, record = store.load_study(args.study)
+    progress = lambda done, cells: logger.info("importance: %d of %d cells", done, cells)
+    keys = hp_keys(trials, record)
+    table = importance_table(trials, args.metric, keys, resamples, seeds, None if args.json else progress)
+    if args.json:
+        print(table.to_json(orient="records"))
+    else:
+        with pd.option_context("display.max_rows", 500, "display.width", 200):
+            print(table.drop(columns=["metric"]).round(3).to_string(index=False))
+    if args.out and not table.empty:
+        build_into(args.out, functools.partial(write_importance, table))
+        if not args.json:  # stdout holds the JSON alone
+            logger.info("figure: %s", os.path.join(os.path.abspath(args.out), "importance.pdf"))
+    return 0
+
+
 def family_findings(args: argparse.Namespace) -> int:
     """`hpstudy findings`: the findings of the studies named, one Holm family over all of them
     (hpstudy.analysis.findings.findings_across), as sentences and the paper's claims table, or as JSON."""
@@ -514,5 +548,6 @@ COMMANDS: Dict[str, Callable[[argparse.Namespace], int]] = {
     "compact": compact_study,
     "prepare": prepare_data,
     "suggest": suggest,
+    "importance": importance,
     "train": train,
 }

@@ -27,7 +27,7 @@ import json
 import os
 import textwrap
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, TypedDict, Union, cast
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, TypedDict, Union, cast
 
 import matplotlib
 import numpy as np
@@ -45,6 +45,9 @@ from hpstudy.analysis.findings.tables import AGGREGATE_ROW
 from hpstudy.analysis.gaps import length_gap
 from hpstudy.analysis.metric import DEFAULT_METRIC, ERR, usable, warn_left_out
 from hpstudy.analysis.stats import (
+    IMPORTANCE_DEPTH,
+    IMPORTANCE_RESAMPLES,
+    IMPORTANCE_SEEDS,
     Keys,
     best_of_k_win,
     budget_grid,
@@ -52,6 +55,7 @@ from hpstudy.analysis.stats import (
     expected_best,
     expected_best_band,
     hp_kinds,
+    importance_interval,
     value_label,
 )
 from hpstudy.trainers.schema import DIVERGED, OK
@@ -1114,3 +1118,78 @@ def aggregate_figure(
     caption = aggregate_caption(table)
     _finish(fig, axes, caption, title)
     return Plot(fig, table, caption)
+
+
+def importance_table(
+    trials: pd.DataFrame,
+    metric: str = DEFAULT_METRIC,
+    keys: Keys = ("lr", "wd"),
+    resamples: int = IMPORTANCE_RESAMPLES,
+    seeds: int = IMPORTANCE_SEEDS,
+    progress: Optional[Callable[[int, int], None]] = None,
+) -> pd.DataFrame:
+    """stats.importance_interval per (model, optimizer, epochs) cell with 2 counted trials or more, of the
+    hyperparameters (`keys`) that take two values or more there (a cell of seeds of one configuration has none
+    and is left out; never pooled across cells), a row per cell and hyperparameter; `progress(done, cells)` after
+    each cell."""
+    kept = usable(trials, metric, "importance_table").kept
+    kinds = hp_kinds(keys)
+    cells = []
+    for key, cell in kept.groupby(["model", "optimizer", "epochs"], sort=True):
+        varied = {name: kind for name, kind in kinds.items() if cell[name].nunique(dropna=False) >= 2}
+        if len(cell) > 1 and varied:
+            cells.append((key, cell, varied))
+    parts = []
+    for done, ((model, optimizer, epochs), cell, varied) in enumerate(cells, start=1):
+        found = importance_interval(cell, metric, varied, resamples, seeds)
+        parts.append(found.assign(model=model, optimizer=optimizer, epochs=epochs))
+        if progress:
+            progress(done, len(cells))
+    columns = ["model", "optimizer", "epochs", "param", "importance", "low", "high", "seed_low", "seed_high", "n"]
+    rest = ["resamples", "seeds", "n_left_out", "metric"]
+    return pd.concat(parts, ignore_index=True)[columns + rest] if parts else pd.DataFrame(columns=columns + rest)
+
+
+def importance_caption(table: pd.DataFrame) -> str:
+    """What importance_figure draws, on which metric, of how many trials (a share: no reference)."""
+    first = table.iloc[0]
+    return (
+        f"fANOVA importance of each sampled hyperparameter per model ({_cell(table)}; optuna's evaluator, trees of "
+        f"at most {IMPORTANCE_DEPTH} levels, importances of a cell summing to 1), a panel per optimizer and length: "
+        f"a dot for the importance on all of a cell's trials, a thin bar for its 95% bootstrap interval "
+        f"({int(first['resamples'])} refits on the trials drawn with replacement, each with its own forest seed), a "
+        f"thick bar for the range over {int(first['seeds'])} forest seeds on all trials (the seed's own effect); "
+        f"n = {_n_range(table['n'])} trials per model and cell. A share of variance (no reference). {_metric(table)}"
+    )
+
+
+def importance_figure(
+    table: pd.DataFrame, size: Optional[str] = None, fig: Optional[Figure] = None, title: bool = False
+) -> Plot:
+    """Importance intervals (importance_table): a panel per (optimizer, epochs) cell, a row per model and
+    hyperparameter, on one 0-1 axis."""
+    panels = list(table.groupby(["optimizer", "epochs"], sort=True).groups)
+    fig, axes = _grid(len(panels), size, fig, columns=min(len(panels), 2))
+    drawn = table["model"].unique()
+    for ax, (optimizer, epochs) in zip(axes, panels):
+        panel = table[(table["optimizer"] == optimizer) & (table["epochs"] == epochs)]
+        rows = [r for _, group in _by_model(panel) for _, r in group.iterrows()]
+        y = np.arange(len(rows))[::-1]
+        for row, at in zip(rows, y):
+            style = model_style(row["model"], drawn)
+            ax.plot([row["low"], row["high"]], [at, at], color=style["color"], linewidth=0.9)
+            ax.plot([row["seed_low"], row["seed_high"]], [at, at], color=style["color"], linewidth=4, alpha=0.5)
+            ax.plot(row["importance"], at, marker=style["marker"], color=style["color"], linestyle="none")
+        fixed_ticks(ax.yaxis, y)
+        ax.yaxis.set_major_formatter(FixedFormatter([f"{model_label(r['model'])} · {r['param']}" for r in rows][::-1]))
+        ax.set(xlim=(-0.02, 1.02), xlabel="fANOVA importance", title=f"{_opt(optimizer)}, {epochs:g} epochs")
+    caption = importance_caption(table)
+    _finish(fig, axes, caption, title)
+    return Plot(fig, table, caption)
+
+
+def write_importance(table: pd.DataFrame, folder: str) -> None:
+    """importance_figure of `table` in the house style, saved into `folder` as importance.{pdf,svg,png,csv,json}."""
+    with matplotlib.style.context(STYLE):
+        plot = importance_figure(table)
+        save_figure(plot, folder, "importance", table, {"metric": table["metric"].iloc[0], "caption": plot.caption})

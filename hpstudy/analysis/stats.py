@@ -30,6 +30,10 @@ class StatsError(HpstudyError, ValueError):
 # tree) it stays at 1-6 s for 200-5,000 trials, and on a bowl with a known variance split (lr 0.941,
 # wd 0.059) it gives the same importances as the default within 0.003 (tests/analysis/test_stats.py).
 IMPORTANCE_DEPTH = 8
+# importance_interval: bootstrap refits and evaluator seeds per cell (each refit is a forest: 0.3-1.6 s a cell of
+# 24-1,600 trials on 2 cores, so intervals are asked for, `hpstudy importance`, not drawn in every report)
+IMPORTANCE_RESAMPLES = 20
+IMPORTANCE_SEEDS = 5
 # a curve over budgets k = 1..n (expected best, best of k) is computed at every k up to BUDGET_DENSE and at about
 # BUDGET_POINTS geometric steps from there to n: its weights are a (budgets x n) matrix, so every k of a cell of
 # 8,000 trials was 0.5 GB and O(n^2) time; a log axis shows no more than these (docs/performance.md)
@@ -215,6 +219,48 @@ def hp_importance(frame: pd.DataFrame, metric: str = DEFAULT_METRIC, seed: int =
     finally:
         optuna.logging.set_verbosity(verbosity)
     return {**importance, "n_left_out": len(rows.left_out), "metric": rows.metric}
+
+
+def importance_interval(
+    frame: pd.DataFrame,
+    metric: str = DEFAULT_METRIC,
+    keys: Keys = ("lr", "wd"),
+    resamples: int = IMPORTANCE_RESAMPLES,
+    seeds: int = IMPORTANCE_SEEDS,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """hp_importance with its run-to-run variation, a row per hyperparameter: the importance on all trials
+    (evaluator seed `seed`), its bootstrap interval (`low`-`high`: 2.5-97.5% of `resamples` refits, refit r on the
+    trials drawn with replacement by numpy's default_rng([seed, r]) and with evaluator seed seed + r, so the
+    interval holds the seed's variation too) and the seed's own effect (`seed_low`-`seed_high`: the range over
+    evaluator seeds seed .. seed + seeds - 1 on all trials). StatsError below 2 counted trials or 1 resample."""
+    kept = usable(frame, metric, "importance_interval")
+    if len(kept.kept) < 2 or resamples < 1 or seeds < 1:
+        raise StatsError(
+            f"importance_interval: bad value n = {len(kept.kept)}, resamples = {resamples}, seeds = {seeds}; "
+            "allowed: 2 or more counted trials, resamples >= 1 and seeds >= 1"
+        )
+    fit = lambda rows, s: hp_importance(rows, metric, s, keys)
+    by_seed = pd.DataFrame([fit(kept.kept, seed + s) for s in range(seeds)])
+    n = len(kept.kept)
+    draws = [kept.kept.iloc[np.random.default_rng([seed, r]).integers(0, n, n)] for r in range(resamples)]
+    refits = pd.DataFrame([fit(rows, seed + r) for r, rows in enumerate(draws)])
+    params = list(hp_kinds(keys))
+    return pd.DataFrame(
+        {
+            "param": params,
+            "importance": by_seed.loc[0, params].to_numpy(float),
+            "low": refits[params].quantile(0.025).to_numpy(float),
+            "high": refits[params].quantile(0.975).to_numpy(float),
+            "seed_low": by_seed[params].min().to_numpy(float),
+            "seed_high": by_seed[params].max().to_numpy(float),
+            "n": n,
+            "resamples": resamples,
+            "seeds": seeds,
+            "n_left_out": len(kept.left_out),
+            "metric": kept.metric,
+        }
+    )
 
 
 def _plain(column: pd.Series, kind: str) -> list:

@@ -66,10 +66,21 @@ def test_the_help_of_a_flag_reads(name, flag, text):
 
 @pytest.mark.parametrize("name", sorted(COMMANDS))
 def test_the_commands_that_act_on_one_study_require_it(name):
-    """report, compact and suggest act on one study, findings on one or more: without --study they stop at
-    parsing (exit 2)."""
+    """compact, suggest and importance act on one study, report and findings on one or more: without --study they
+    stop at parsing (exit 2)."""
     study = next((a for a in _flags(name) if "--study" in a.option_strings), None)
-    assert (study is not None and study.required) == (name in {"report", "compact", "suggest", "findings"})
+    assert (study is not None and study.required) == (
+        name in {"report", "compact", "suggest", "findings", "importance"}
+    )
+
+
+def test_the_importance_flags_say_the_libraries_defaults():
+    """--resamples and --seeds default to None (the parser does not import the analysis) and their help says
+    the values the command then takes from hpstudy.analysis.stats."""
+    from hpstudy.analysis.stats import IMPORTANCE_RESAMPLES, IMPORTANCE_SEEDS
+
+    assert _help("importance", "--resamples").endswith(f"(default: {IMPORTANCE_RESAMPLES})")
+    assert _help("importance", "--seeds").endswith(f"(default: {IMPORTANCE_SEEDS})")
 
 
 @pytest.mark.parametrize(
