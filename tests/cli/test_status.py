@@ -1,6 +1,7 @@
 """`hpstudy status`: whether a driver is live (the study's lease), and per cell the trials stored, running and
 pending, read from the store alone; the driver's progress counts each member of a fused group."""
 
+import functools
 import json
 import os
 import socket
@@ -19,17 +20,26 @@ from hpstudy.study.store.running import RUNNING, read_running, write_running
 from hpstudy.study.store.spec_record import write_spec_record
 from tests.helpers import planned_row, small_spec
 
-SPEC = small_spec(name="s", samples=2)  # 2 models x 2 optimizers x 1 length = 4 cells of 2 trials
-TRIALS = expand(parse_spec(SPEC))
-CELLS = list(dict.fromkeys((t.model, t.optimizer, t.epochs) for t in TRIALS))
+SPEC = small_spec(name="s", samples=2)
+N_TRIALS, N_CELLS = 8, 4  # SPEC's: 2 models x 2 optimizers x 1 length = 4 cells of 2 trials
 HEADER = "model          optimizer epochs trials    ok   div  fail running pending"
+
+
+@functools.cache
+def _plan() -> tuple:
+    """SPEC's trials and its cells (model, optimizer, epochs), in plan order (expanded as a test runs: its sampler
+    imports scipy.stats)."""
+    trials = expand(parse_spec(SPEC))
+    cells = list(dict.fromkeys((t.model, t.optimizer, t.epochs) for t in trials))
+    assert (len(trials), len(cells)) == (N_TRIALS, N_CELLS)
+    return trials, cells
 
 
 def _store(root, statuses):
     """Store the spec's record and one row per (trial, status) given; returns the root."""
-    store = str(root)
-    write_spec_record(store, "s", SPEC, len(TRIALS), [t.key for t in TRIALS])
-    for trial, status in zip(TRIALS, statuses):
+    store, (trials, _) = str(root), _plan()
+    write_spec_record(store, "s", SPEC, len(trials), [t.key for t in trials])
+    for trial, status in zip(trials, statuses):
         if status:
             write_trial(store, "s", planned_row(trial, status=status, top1_err=None if status == "failed" else 5.0))
     return store
@@ -42,7 +52,7 @@ def _status(store, capsys):
 
 def _cells(lines):
     """{cell: (trials, ok, div, fail, running, pending)} from status's per-cell table."""
-    table = lines[lines.index(HEADER) + 1 :][: len(CELLS)]
+    table = lines[lines.index(HEADER) + 1 :][:N_CELLS]
     return {(m, o, int(e)): tuple(map(int, rest)) for m, o, e, *rest in (line.split() for line in table)}
 
 
@@ -50,20 +60,21 @@ def _cells(lines):
     max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )  # capsys read each time
 @given(
-    statuses=st.lists(st.sampled_from([None, "ok", "diverged", "failed"]), min_size=len(TRIALS), max_size=len(TRIALS)),
-    running=st.lists(st.integers(0, 3), min_size=len(CELLS), max_size=len(CELLS)),
+    statuses=st.lists(st.sampled_from([None, "ok", "diverged", "failed"]), min_size=N_TRIALS, max_size=N_TRIALS),
+    running=st.lists(st.integers(0, 3), min_size=N_CELLS, max_size=N_CELLS),
 )
 def test_each_cell_is_stored_running_or_pending_and_running_comes_from_the_live_driver(
     tmp_path_factory, capsys, statuses, running
 ):
+    trials, cells = _plan()
     store = _store(tmp_path_factory.mktemp("store"), statuses)
     with hold_lease(store, "s", "hpstudy run"):
-        write_running(store, "s", dict(zip(CELLS, running)))
+        write_running(store, "s", dict(zip(cells, running)))
         lines = _status(store, capsys)
     assert lines[0].startswith(f"driver: live, hpstudy run on host {socket.gethostname()}, pid {os.getpid()}, ")
-    by_cell = dict(zip((t.key for t in TRIALS), statuses))
-    for cell, want_running in zip(CELLS, running):
-        stored = [by_cell[t.key] for t in TRIALS if (t.model, t.optimizer, t.epochs) == cell]
+    by_cell = dict(zip((t.key for t in trials), statuses))
+    for cell, want_running in zip(cells, running):
+        stored = [by_cell[t.key] for t in trials if (t.model, t.optimizer, t.epochs) == cell]
         not_stored = stored.count(None)
         now = min(want_running, not_stored)  # never more running than not stored
         assert _cells(lines)[cell] == (
@@ -81,10 +92,11 @@ def test_each_cell_is_stored_running_or_pending_and_running_comes_from_the_live_
 
 
 def test_a_stale_lease_is_no_live_driver_and_its_running_record_counts_nothing(tmp_path, capsys, monkeypatch):
-    store = _store(tmp_path, [None] * len(TRIALS))
+    _, cells = _plan()
+    store = _store(tmp_path, [None] * N_TRIALS)
     monkeypatch.setenv("HPSTUDY_LEASE_STALE_S", "0.2")
     with hold_lease(store, "s", "hpstudy run"):
-        write_running(store, "s", {CELLS[0]: 2})
+        write_running(store, "s", {cells[0]: 2})
         lease = tmp_path / "leases" / "s.json"
         saved = lease.read_text()
     lease.write_text(saved)  # the lease a killed driver leaves behind
@@ -92,13 +104,13 @@ def test_a_stale_lease_is_no_live_driver_and_its_running_record_counts_nothing(t
     lines = _status(store, capsys)
     assert lines[0].startswith("driver: none live; the lease of hpstudy run on host ")
     assert lines[0].endswith("s): its driver died, and the next run takes the lease over")
-    assert _cells(lines)[CELLS[0]] == (2, 0, 0, 0, 0, 2)
+    assert _cells(lines)[cells[0]] == (2, 0, 0, 0, 0, 2)
 
 
 def test_a_record_of_another_process_or_an_unreadable_one_counts_nothing(tmp_path):
-    store = str(tmp_path)
-    write_running(store, "s", {CELLS[0]: 1})
-    assert read_running(store, "s", socket.gethostname(), os.getpid()) == {CELLS[0]: 1}
+    store, (_, cells) = str(tmp_path), _plan()
+    write_running(store, "s", {cells[0]: 1})
+    assert read_running(store, "s", socket.gethostname(), os.getpid()) == {cells[0]: 1}
     assert read_running(store, "s", socket.gethostname(), os.getpid() + 1) == {}
     assert read_running(store, "s", "another-host", os.getpid()) == {}
     mine = {"host": socket.gethostname(), "pid": os.getpid()}
@@ -111,8 +123,8 @@ def test_a_record_of_another_process_or_an_unreadable_one_counts_nothing(tmp_pat
 
 def test_a_spec_without_a_record_counts_per_model_and_says_there_is_no_driver(tmp_path, capsys):
     """A study stored before records held a spec (rows only): no cell table, the driver line still shown."""
-    store = str(tmp_path)
-    write_trial(store, "s", planned_row(TRIALS[0], status="ok", top1_err=5.0))
+    store, (trials, _) = str(tmp_path), _plan()
+    write_trial(store, "s", planned_row(trials[0], status="ok", top1_err=5.0))
     lines = _status(store, capsys)
     assert lines[0] == "driver: none (no run of this study holds its lease)"
     assert HEADER not in lines and lines[1].startswith("model ")
@@ -151,7 +163,7 @@ def test_status_of_a_recorded_study_counts_its_cells_without_expanding_the_spec(
     """The record's trial keys say which rows are the spec's and its cells what each plans: status reads
     them, so it answers in the same time at 100,000 trials as at 10 (bench.scale)."""
     statuses = ["ok", "diverged", "failed", None, "ok", None, None, "ok"]
-    store = _store(tmp_path, statuses)
+    store, (trials, cells) = _store(tmp_path, statuses), _plan()
 
     def no_expansion(*args, **kwargs):
         raise AssertionError("status expanded the spec")
@@ -159,7 +171,7 @@ def test_status_of_a_recorded_study_counts_its_cells_without_expanding_the_spec(
     monkeypatch.setattr("hpstudy.commands.expand_for_store", no_expansion)
     monkeypatch.setattr("hpstudy.study.sampling.expand", no_expansion)
     got = _cells(_status(store, capsys))
-    for cell in CELLS:
-        mine = [s for t, s in zip(TRIALS, statuses) if (t.model, t.optimizer, t.epochs) == cell]
+    for cell in cells:
+        mine = [s for t, s in zip(trials, statuses) if (t.model, t.optimizer, t.epochs) == cell]
         expected = (len(mine), mine.count("ok"), mine.count("diverged"), mine.count("failed"), 0, mine.count(None))
         assert got[cell] == expected, (cell, got[cell], expected)

@@ -14,7 +14,6 @@ import pytest
 
 import hpstudy.commands
 from hpstudy.analysis.metric import METRIC_COLUMNS
-from hpstudy.analysis.report import CELL
 from hpstudy.cli import hpstudy_main, run_edf_main
 from hpstudy.study.sampling import expand
 from hpstudy.study.spec import parse_spec
@@ -344,6 +343,7 @@ def _query_default_columns(tmp_path, monkeypatch):
 
 def test_every_column_the_analysis_and_the_cli_ask_for_is_a_stored_trial_column(tmp_path, monkeypatch):
     """A column renamed or dropped in hpstudy.trainers.schema fails here, not as a KeyError in a user's report."""
+    from hpstudy.analysis.report import CELL
     from hpstudy.study.runner import SUMMARY_COLUMNS
 
     asked = {

@@ -3,7 +3,7 @@
 from collections import Counter
 
 import pytest
-from scipy import stats
+import scipy
 
 
 def _policy_distribution():
@@ -34,7 +34,7 @@ def test_each_image_draws_a_sub_policy_its_operations_and_their_signs_with_the_t
     probs = _policy_distribution()
     assert set(drawn) <= set(probs) and min(probs.values()) * n >= 5  # every cell large enough for a chi-square
     observed, expected = zip(*((drawn[ops], p * n) for ops, p in probs.items()))
-    assert stats.chisquare(observed, expected).pvalue > 1e-3
+    assert scipy.stats.chisquare(observed, expected).pvalue > 1e-3
     assert drawn[()] / n == pytest.approx(probs[()], abs=0.01)  # images left as they are
 
 

@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pytest
 
-from hpstudy.analysis.figures import generalization_figure, generalization_table, model_style
 from hpstudy.analysis.metric import LeftOutWarning
 from hpstudy.trainers.flops import count_flops, model_profile
 from hpstudy.trainers.zoo import get_spec, list_models
@@ -125,6 +124,8 @@ def test_vit_rel_is_a_vit_stem_with_relative_attention():
 
 
 def test_families_have_their_own_line_styles_and_panels_distinct_colours():
+    from hpstudy.analysis.figures import model_style
+
     assert {get_spec(n).family for n in list_models()} >= {"coatnet", "vit_rel"}
     lines = {
         family: model_style(list_models(family)[0])["linestyle"]
@@ -141,6 +142,8 @@ def test_families_have_their_own_line_styles_and_panels_distinct_colours():
 
 
 def test_the_generalization_figure_leaves_out_diverged_trials_and_says_so():
+    from hpstudy.analysis.figures import generalization_figure, generalization_table
+
     trials = make_trials(models=("coatnet_tiny_cctt", "vit_rel_tiny"), optimizers=("adamw",), n=10, seed=3)
     trials = trials.assign(
         family=trials["model"].map(lambda m: get_spec(m).family), train_loss=np.linspace(0.01, 1.0, len(trials))
