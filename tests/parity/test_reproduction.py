@@ -143,3 +143,47 @@ def test_the_fused_groups_costed_as_shared_are_the_trials_that_ran_fused():
     shared = trials.loc[trial_hours(trials) * 3600 < trials["wall_s"] - 1e-9, "trial_key"]
     fused = epochs.groupby("trial_key")["train_top1_err"].apply(lambda e: e.isna().all())
     assert set(shared) == set(fused[fused].index) and len(shared) == 48
+
+
+@pytest.mark.slow
+def test_the_documents_aggregates_are_the_familys_and_rliables():
+    """The table of aggregates across cells: each pair's probability (from the first-named model's side), its
+    interval and p after Holm are the family's aggregate finding's, and the rliable column is the mean over the
+    cells of scipy's Mann-Whitney U / (n_a n_b), computed here from the rows, not by hpstudy."""
+    from scipy.stats import mannwhitneyu
+
+    from hpstudy.analysis.findings.text import p_holm_text
+
+    found = findings_across({study: load_study(STORE, study)[0] for study in STUDIES})
+    aggregates = {f.models: f for f in found if f.kind == "aggregate"}
+    labels = {"ViT-P tiny": "vit_p_tiny", "ViT-C tiny": "vit_c_tiny", "CNN tiny": "cnn_tiny"}
+    rows = re.findall(
+        r"^ *\| (\S+ tiny) vs (\S+ tiny) \| (\S+) \[(\S+), (\S+)\] \| [^|]+ \| (.+?) \| (\S+) \|$", open(DOC).read(), re.M
+    )
+    assert len(rows) == 3
+    for first, second, p, low, high, holm, peer in rows:
+        a, b = labels[first], labels[second]
+        f = aggregates.get((a, b)) or aggregates[(b, a)]
+        flip = f.models != (a, b)
+        estimate, ci = (1 - f.statistic, (1 - f.test.ci[1], 1 - f.test.ci[0])) if flip else (f.statistic, f.test.ci)
+        assert (p, low, high) == (f"{estimate:.2f}", f"{ci[0]:.2f}", f"{ci[1]:.2f}")
+        assert holm == p_holm_text(f).removeprefix("p ")
+        per_cell = [
+            mannwhitneyu(-np.asarray(ea), -np.asarray(eb), alternative="greater").statistic / (len(ea) * len(eb))
+            for ea, eb in _cells_of(a, b)
+        ]
+        assert len(per_cell) == 12 and peer == f"{np.mean(per_cell):.2f}"
+
+
+def _cells_of(a: str, b: str):
+    """Each cell's errors of a and b (paper metric, trials that ended), per source: the lr/wd study, and the
+    length and optimizer studies with their shared trials once."""
+    from hpstudy.analysis.metric import ERR, usable
+
+    for source in (["repro_digits_lr_wd"], ["repro_digits_length", "repro_digits_optimizer"]):
+        trials = pd.concat([load_study(STORE, s)[0] for s in source]).drop_duplicates("trial_key")
+        kept = usable(trials, "paper").kept
+        for _, cell in kept.groupby(["optimizer", "epochs"]):
+            ea, eb = (cell.loc[cell["model"] == m, ERR].to_numpy(float) for m in (a, b))
+            if len(ea) and len(eb):
+                yield ea, eb
