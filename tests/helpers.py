@@ -8,13 +8,16 @@ import json
 import logging
 import os
 import pty
+import re
 import shutil
 import socket
 import subprocess
 import sys
 import termios
 import threading
+import zlib
 from datetime import datetime
+from typing import Tuple
 
 import numpy as np
 import pandas as pd
@@ -395,3 +398,11 @@ def svg_only(plot, out, name, data, meta):
     with open(paths["json"], "w") as f:
         json.dump({**meta, "models": sorted(set(data["model"]))}, f)
     return paths
+
+
+def pdf_text(pdf: bytes) -> Tuple[float, float]:
+    """(smallest font size in pt, page width in inches) of a PDF matplotlib wrote (its compressed streams)."""
+    streams = [zlib.decompress(s) for s in re.findall(rb"stream\r?\n(.*?)endstream", pdf, re.S) if s[:1] == b"x"]
+    sizes = [float(v) for s in streams for v in re.findall(rb"/F\d+ ([\d.]+) Tf", s)]
+    width = float(re.search(rb"/MediaBox \[\s*0 0 ([\d.]+)", pdf).group(1)) / 72
+    return min(sizes), width

@@ -1128,16 +1128,16 @@ def importance_table(
     seeds: int = IMPORTANCE_SEEDS,
     progress: Optional[Callable[[int, int], None]] = None,
 ) -> pd.DataFrame:
-    """stats.importance_interval per (model, optimizer, epochs) cell with 2 counted trials or more, of the
-    hyperparameters (`keys`) that take two values or more there (a cell of seeds of one configuration has none
-    and is left out; never pooled across cells), a row per cell and hyperparameter; `progress(done, cells)` after
-    each cell."""
+    """stats.importance_interval per (model, optimizer, epochs) cell with 2 counted trials or more and errors that
+    differ, of the hyperparameters (`keys`) that take two values or more there (a cell of seeds of one
+    configuration has none, a cell whose trials all diverged no variance: left out; never pooled across cells),
+    a row per cell and hyperparameter; `progress(done, cells)` after each cell."""
     kept = usable(trials, metric, "importance_table").kept
     kinds = hp_kinds(keys)
     cells = []
     for key, cell in kept.groupby(["model", "optimizer", "epochs"], sort=True):
         varied = {name: kind for name, kind in kinds.items() if cell[name].nunique(dropna=False) >= 2}
-        if len(cell) > 1 and varied:
+        if len(cell) > 1 and varied and cell[ERR].nunique() > 1:
             cells.append((key, cell, varied))
     parts = []
     for done, ((model, optimizer, epochs), cell, varied) in enumerate(cells, start=1):
@@ -1146,7 +1146,7 @@ def importance_table(
         if progress:
             progress(done, len(cells))
     columns = ["model", "optimizer", "epochs", "param", "importance", "low", "high", "seed_low", "seed_high", "n"]
-    rest = ["resamples", "seeds", "n_left_out", "metric"]
+    rest = ["resamples", "refits", "seeds", "n_left_out", "metric"]
     return pd.concat(parts, ignore_index=True)[columns + rest] if parts else pd.DataFrame(columns=columns + rest)
 
 
@@ -1157,7 +1157,7 @@ def importance_caption(table: pd.DataFrame) -> str:
         f"fANOVA importance of each sampled hyperparameter per model ({_cell(table)}; optuna's evaluator, trees of "
         f"at most {IMPORTANCE_DEPTH} levels, importances of a cell summing to 1), a panel per optimizer and length: "
         f"a dot for the importance on all of a cell's trials, a thin bar for its 95% bootstrap interval "
-        f"({int(first['resamples'])} refits on the trials drawn with replacement, each with its own forest seed), a "
+        f"({_n_range(table['refits'])} refits on the trials drawn with replacement, each with its own forest seed), a "
         f"thick bar for the range over {int(first['seeds'])} forest seeds on all trials (the seed's own effect); "
         f"n = {_n_range(table['n'])} trials per model and cell. A share of variance (no reference). {_metric(table)}"
     )
@@ -1177,9 +1177,14 @@ def importance_figure(
         y = np.arange(len(rows))[::-1]
         for row, at in zip(rows, y):
             style = model_style(row["model"], drawn)
-            ax.plot([row["low"], row["high"]], [at, at], color=style["color"], linewidth=0.9)
-            ax.plot([row["seed_low"], row["seed_high"]], [at, at], color=style["color"], linewidth=4, alpha=0.5)
-            ax.plot(row["importance"], at, marker=style["marker"], color=style["color"], linestyle="none")
+            ax.plot([row["low"], row["high"]], [at, at], color=style["color"], linewidth=0.9, label="_interval")
+            bar = dict(color=style["color"], linewidth=4, alpha=0.5, label="_seeds")
+            ax.plot([row["seed_low"], row["seed_high"]], [at, at], **bar)
+        models, values = np.array([r["model"] for r in rows]), np.array([r["importance"] for r in rows], float)
+        for model in dict.fromkeys(models):  # a model's dots: one series, its legend entry
+            style, mine = model_style(model, drawn), models == model
+            dots = dict(marker=style["marker"], color=style["color"], linestyle="none", label=model_label(model))
+            ax.plot(values[mine], y[mine], **dots)
         fixed_ticks(ax.yaxis, y)
         ax.yaxis.set_major_formatter(FixedFormatter([f"{model_label(r['model'])} · {r['param']}" for r in rows][::-1]))
         ax.set(xlim=(-0.02, 1.02), xlabel="fANOVA importance", title=f"{_opt(optimizer)}, {epochs:g} epochs")

@@ -233,18 +233,22 @@ def importance_interval(
     (evaluator seed `seed`), its bootstrap interval (`low`-`high`: 2.5-97.5% of `resamples` refits, refit r on the
     trials drawn with replacement by numpy's default_rng([seed, r]) and with evaluator seed seed + r, so the
     interval holds the seed's variation too) and the seed's own effect (`seed_low`-`seed_high`: the range over
-    evaluator seeds seed .. seed + seeds - 1 on all trials). StatsError below 2 counted trials or 1 resample."""
+    evaluator seeds seed .. seed + seeds - 1 on all trials). A resample whose errors are all equal has no variance
+    to attribute and is left out (`refits`: the refits made). StatsError below 2 counted trials of different
+    errors, or a count below 1."""
     kept = usable(frame, metric, "importance_interval")
-    if len(kept.kept) < 2 or resamples < 1 or seeds < 1:
+    errors = kept.kept[ERR].to_numpy(float)
+    if len(errors) < 2 or np.ptp(errors) == 0 or resamples < 1 or seeds < 1:
         raise StatsError(
-            f"importance_interval: bad value n = {len(kept.kept)}, resamples = {resamples}, seeds = {seeds}; "
-            "allowed: 2 or more counted trials, resamples >= 1 and seeds >= 1"
+            f"importance_interval: bad value n = {len(errors)} ({len(np.unique(errors))} distinct errors), resamples "
+            f"= {resamples}, seeds = {seeds}; allowed: 2 or more counted trials of different errors, resamples >= 1 "
+            "and seeds >= 1"
         )
     fit = lambda rows, s: hp_importance(rows, metric, s, keys)
     by_seed = pd.DataFrame([fit(kept.kept, seed + s) for s in range(seeds)])
-    n = len(kept.kept)
-    draws = [kept.kept.iloc[np.random.default_rng([seed, r]).integers(0, n, n)] for r in range(resamples)]
-    refits = pd.DataFrame([fit(rows, seed + r) for r, rows in enumerate(draws)])
+    n = len(errors)
+    drawn = [np.random.default_rng([seed, r]).integers(0, n, n) for r in range(resamples)]
+    refits = pd.DataFrame([fit(kept.kept.iloc[i], seed + r) for r, i in enumerate(drawn) if np.ptp(errors[i]) > 0])
     params = list(hp_kinds(keys))
     return pd.DataFrame(
         {
@@ -256,6 +260,7 @@ def importance_interval(
             "seed_high": by_seed[params].max().to_numpy(float),
             "n": n,
             "resamples": resamples,
+            "refits": len(refits),
             "seeds": seeds,
             "n_left_out": len(kept.left_out),
             "metric": kept.metric,

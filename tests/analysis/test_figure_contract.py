@@ -10,7 +10,6 @@ import functools
 import inspect
 import io
 import re
-import zlib
 from math import comb
 from typing import TYPE_CHECKING
 
@@ -23,7 +22,7 @@ from hpstudy.analysis.catalogue import catalogue_order, model_family, model_labe
 from hpstudy.analysis.findings import findings
 from hpstudy.analysis.metric import LeftOutWarning
 from hpstudy.trainers.zoo import get_spec, list_models
-from tests.helpers import epochs_of
+from tests.helpers import epochs_of, pdf_text
 
 if TYPE_CHECKING:  # matplotlib: imported by the tests that draw, not when they are collected
     from matplotlib.figure import Figure
@@ -78,6 +77,7 @@ COLUMNS = {
     "generalization": "error",
     "best_of_k": "p_a_wins",
     "best_curves": "error",
+    "importance": "importance",
 }
 
 
@@ -101,6 +101,7 @@ def _figures() -> dict:
         "generalization": (lambda: f.generalization_table(STUDY, "final"), f.generalization_figure),
         "best_of_k": (lambda: f.best_of_k_table(STUDY, "final", "models"), f.best_of_k_figure),
         "best_curves": (lambda: f.best_curves_table(ADAMW_10, "final", epochs=epochs_of(STUDY)), f.best_curves_figure),
+        "importance": (lambda: f.importance_table(STUDY, "final", resamples=2, seeds=2), f.importance_figure),
     }
 
 
@@ -247,11 +248,7 @@ def _pdf_text(fig: "Figure"):
     buf = io.BytesIO()
     with matplotlib.rc_context({"pdf.fonttype": 42}):  # as save_figure writes it
         fig.savefig(buf, format="pdf")
-    pdf = buf.getvalue()
-    streams = [zlib.decompress(s) for s in re.findall(rb"stream\r?\n(.*?)endstream", pdf, re.S) if s[:1] == b"x"]
-    sizes = [float(v) for s in streams for v in re.findall(rb"/F\d+ ([\d.]+) Tf", s)]
-    width = float(re.search(rb"/MediaBox \[\s*0 0 ([\d.]+)", pdf).group(1)) / 72
-    return min(sizes), width
+    return pdf_text(buf.getvalue())
 
 
 def _draw(name: str, size: str) -> "Figure":

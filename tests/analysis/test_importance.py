@@ -87,3 +87,24 @@ def test_hpstudy_importance_prints_json_and_draws_the_figure(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out) == []
     assert hpstudy_main(["importance", "--store", store, "--study", "repro_digits_lr_wd", "--seeds", "-1"]) == 2
     assert "--seeds: bad value -1; allowed: a whole number >= 1" in capsys.readouterr().err
+
+
+def test_resamples_without_variance_are_left_out_and_a_cell_without_any_is_refused():
+    """Two of three trials diverged at one error: some resamples hold only those (no variance to attribute,
+    optuna's forest refuses them) and are left out of the interval, counted in `refits`; a cell whose trials all
+    diverged has nothing to attribute and is one StatsError, and importance_table leaves it out."""
+    from hpstudy.analysis.figures import importance_table
+
+    cell = make_trials(models=("vit_c_tiny",), optimizers=("adamw",), n=3, diverge_share=0.0)
+    cell.loc[cell.index[1:], ["status", "top1_err", "best_top1_err"]] = ["diverged", 90.0, 90.0]
+    found = importance_interval(cell, resamples=8, seeds=1)
+    n = 3
+    usable = sum(
+        np.ptp(cell["best_top1_err"].to_numpy()[np.random.default_rng([0, r]).integers(0, n, n)]) > 0 for r in range(8)
+    )
+    assert 0 < usable < 8 and set(found["refits"]) == {usable}
+    flat = cell.assign(status="diverged", top1_err=90.0, best_top1_err=90.0)
+    with pytest.raises(StatsError, match=r"\(1 distinct errors\)"):
+        importance_interval(flat, resamples=2, seeds=1)
+    both = pd.concat([flat, make_trials(models=("cnn_tiny",), optimizers=("adamw",), n=6, diverge_share=0.0)])
+    assert set(importance_table(both, resamples=2, seeds=1)["model"]) == {"cnn_tiny"}

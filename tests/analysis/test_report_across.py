@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from hpstudy.cli import hpstudy_main
-from tests.helpers import REPO, make_trials
+from tests.helpers import REPO, make_trials, pdf_text
 
 STORE = os.path.join(REPO, "docs", "reproduction", "store")
 
@@ -51,6 +51,8 @@ def test_the_page_json_and_figure_data_are_the_families_findings(tmp_path):
     assert caption in (out / "captions.md").read_text() and "n = 10 trials per group and cell" in caption
     effects = pd.DataFrame(report["tables"]["effects"])
     assert set(effects["studies"]) == {"one", "two"} and np.isfinite(effects["p_a_better"]).all()
+    smallest, width = pdf_text((out / "aggregate.pdf").read_bytes())
+    assert smallest >= 7 and width == pytest.approx(7.0, abs=0.01)  # a page's text width, no type below 7 pt
 
 
 def test_no_pair_in_two_cells_says_there_is_nothing_to_aggregate(tmp_path):

@@ -157,9 +157,8 @@ def test_the_documents_aggregates_are_the_familys_and_rliables():
     found = findings_across({study: load_study(STORE, study)[0] for study in STUDIES})
     aggregates = {f.models: f for f in found if f.kind == "aggregate"}
     labels = {"ViT-P tiny": "vit_p_tiny", "ViT-C tiny": "vit_c_tiny", "CNN tiny": "cnn_tiny"}
-    rows = re.findall(
-        r"^ *\| (\S+ tiny) vs (\S+ tiny) \| (\S+) \[(\S+), (\S+)\] \| [^|]+ \| (.+?) \| (\S+) \|$", open(DOC).read(), re.M
-    )
+    row = r"^ *\| (\S+ tiny) vs (\S+ tiny) \| (\S+) \[(\S+), (\S+)\] \| [^|]+ \| (.+?) \| (\S+) \|$"  # the table's rows
+    rows = re.findall(row, open(DOC).read(), re.M)
     assert len(rows) == 3
     for first, second, p, low, high, holm, peer in rows:
         a, b = labels[first], labels[second]
