@@ -414,6 +414,11 @@ def importance(args: argparse.Namespace) -> int:
     table = importance_table(trials, args.metric, keys, resamples, seeds, None if args.json else progress)
     if args.json:
         print(table.to_json(orient="records"))
+    elif table.empty:
+        print(
+            f"no cell of {args.study} varies a sampled hyperparameter over trials of different errors: nothing to "
+            "attribute (a study of seeds of one configuration has no importance)"
+        )
     else:
         with pd.option_context("display.max_rows", 500, "display.width", 200):
             print(table.drop(columns=["metric"]).round(3).to_string(index=False))

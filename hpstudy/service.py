@@ -196,6 +196,7 @@ def print_note(store: Store, spec: StudySpec) -> None:
 
 
 STORE_REPORT = "report folder in the store"  # how errors name <store>/reports/<study>/
+NAME_MAX = 255  # bytes of a folder's name on the filesystems a store lives on (ext4, xfs)
 
 
 def write_report(
@@ -220,10 +221,16 @@ def write_report(
         raise StoreError(f"{fields.study}: bad value []; allowed: one study's name, or several")
     for name in studies:
         check_study_name(name, fields.study)  # a bad name is named before the store
+    title = "+".join(sorted(studies))
+    if not out and len(title.encode()) > NAME_MAX:  # found now, not when the report is written after its analysis
+        raise StoreError(
+            f"{fields.study}: bad value, {len(studies)} studies whose names make a report folder name of "
+            f"{len(title.encode())} bytes ({title[:40]}...); allowed: at most {NAME_MAX} bytes for "
+            f"<store>/reports/<a>+<b>/, or a folder of your own (--out)"
+        )
     store = Store.of(store, fields.store)
     for name in studies:
         store.require_study(name, fields)  # before --out is made: a mistyped store leaves no empty folder behind
-    title = "+".join(sorted(studies))
     if out:
         check_report_dir(out, "--out")
     else:

@@ -145,7 +145,7 @@ def _levels(field: str, values: Iterable) -> List:
     return catalogue_order(values) if field == "model" else sorted(set(values))
 
 
-def _group(cell: Dict) -> str:
+def group_label(cell: Dict) -> str:
     """A group's label: its model, optimizer and epochs, whichever comparison it is part of."""
     return "/".join(str(cell[f]) for f in ("model", "optimizer", "epochs"))
 
@@ -170,7 +170,7 @@ def effects_table(trials: pd.DataFrame, metric: str = DEFAULT_METRIC, seed: int 
     rows = []
     for compared, cell, a, b, ea, eb in compared_pairs(kept):
         field = COMPARED[compared]
-        labels = (_group({**cell, field: a}), _group({**cell, field: b}))
+        labels = (group_label({**cell, field: a}), group_label({**cell, field: b}))
         rows.append({"compared": compared, **cell, "a": a, "b": b, **pair_effects(ea, eb, seed, labels)})
     columns = ["compared", "model", "optimizer", "epochs", "a", "b", "n_a", "n_b"]
     table = pd.DataFrame(rows, columns=columns + NUMBERS)

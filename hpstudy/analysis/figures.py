@@ -1073,10 +1073,10 @@ def aggregate_caption(table: pd.DataFrame) -> str:
         f"trial of the second in the same cell, ties counted half (rliable's probability of improvement), a panel "
         f"per pair: a dot per cell (its studies, optimizer and epochs; bar: the cell's 95% bootstrap interval, "
         f"given from 8 trials a group), and a diamond for the mean over the cells, each cell weighing the same "
-        f"(bar: 95% stratified bootstrap interval, every group of every cell resampled on its own; its coverage "
-        f"and the permutation test's size measured by bench.stratified); n = {_n_range(n)} trials per group and "
-        f"cell, diverged trials counted at chance error; dotted: 0.5, neither ahead. A probability (no "
-        f"reference). {_metric(table)}"
+        f"(bar: 95% stratified bootstrap interval, every group of every cell resampled on its own, the cells taken "
+        f"as independent: where they share configurations or seeds it is too short, bench.stratified); n = "
+        f"{_n_range(n)} trials per group and cell, diverged trials counted at chance error; dotted: 0.5, neither "
+        f"ahead. A probability (no reference). {_metric(table)}"
     )
 
 
@@ -1105,7 +1105,7 @@ def aggregate_figure(
                 capsize=2,
                 linewidth=1.4 if marker == "D" else 0.9,
             )
-        cell = lambda r: f"{_opt(r['optimizer'])}, {int(r['epochs'])} ep · {r['row']}"
+        cell = lambda r: textwrap.fill(f"{_opt(r['optimizer'])}, {int(r['epochs'])} ep · {r['row']}", 48)
         labels = [AGGREGATE_ROW if r["row"] == AGGREGATE_ROW else cell(r) for _, r in rows.iterrows()]
         fixed_ticks(ax.yaxis, y)
         ax.yaxis.set_major_formatter(FixedFormatter(labels[::-1]))  # the ticks ascend: the last row first
@@ -1156,8 +1156,9 @@ def importance_caption(table: pd.DataFrame) -> str:
     return (
         f"fANOVA importance of each sampled hyperparameter per model ({_cell(table)}; optuna's evaluator, trees of "
         f"at most {IMPORTANCE_DEPTH} levels, importances of a cell summing to 1), a panel per optimizer and length: "
-        f"a dot for the importance on all of a cell's trials, a thin bar for its 95% bootstrap interval "
-        f"({_n_range(table['refits'])} refits on the trials drawn with replacement, each with its own forest seed), a "
+        f"a dot for the importance on all of a cell's trials, a thin bar from the 2.5% to the 97.5% quantile of "
+        f"{_n_range(table['refits'])} refits on the trials drawn with replacement, each with its own forest seed (a "
+        f"description of how far it moves, not a calibrated interval), a "
         f"thick bar for the range over {int(first['seeds'])} forest seeds on all trials (the seed's own effect); "
         f"n = {_n_range(table['n'])} trials per model and cell. A share of variance (no reference). {_metric(table)}"
     )

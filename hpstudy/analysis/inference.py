@@ -57,7 +57,7 @@ RULES = {
     "welch": "Welch t on seed means",
     "best": "exact bootstrap of the best, calibrated",
     "delta": "permutation test of Δ ranks, aligned",
-    "stratified": "permutation test of the mean probability of improvement, within cells",
+    "stratified": "Mann-Whitney p per cell, merged by e x their geometric mean (valid however cells depend)",
 }
 
 

@@ -143,15 +143,16 @@ def _aggregate_section(found: Sequence[Finding], figures: Sequence[Drawn]) -> st
     aggregates = [f for f in found if f.kind == "aggregate"]
     if not aggregates:
         return (
-            "<p>No pair of models is held by two cells or more of these studies: there is nothing to aggregate. "
-            "Each source's findings are below.</p>"
+            "<p>No pair of models is held by two sources or more (studies that share trials are one source): "
+            "there is nothing to aggregate across studies. Each source's findings are below.</p>"
         )
     shown = pd.DataFrame([_aggregate_row(f) for f in aggregates])
     return (
         "<p>Per pair of models, the probability that a random trial of the first has a lower error than a random "
         "trial of the second in the same cell, averaged over every cell of every source that holds both (each "
-        "cell weighing the same; never pooled across cells), with its 95% stratified bootstrap interval and a "
-        f"permutation test within cells, in the family's Holm adjustment (how it is calibrated: "
+        "cell weighing the same; never pooled across cells), with its 95% stratified bootstrap interval and a test "
+        "valid however the cells depend on each other (each cell's Mann-Whitney p, merged), in the family's Holm "
+        f"adjustment (how it is calibrated: "
         f"<code>{AGGREGATE_DOC}</code>). Which quantity: a random trial, diverged ones at their chance error.</p>"
         + table_html(shown)
         + _list(aggregates)

@@ -249,6 +249,11 @@ def importance_interval(
     n = len(errors)
     drawn = [np.random.default_rng([seed, r]).integers(0, n, n) for r in range(resamples)]
     refits = pd.DataFrame([fit(kept.kept.iloc[i], seed + r) for r, i in enumerate(drawn) if np.ptp(errors[i]) > 0])
+    if refits.empty:
+        raise StatsError(
+            f"importance_interval: resamples: bad value {resamples}, no resample of the {n} trials has two different "
+            "errors; allowed: more resamples or more trials"
+        )
     params = list(hp_kinds(keys))
     return pd.DataFrame(
         {

@@ -14,8 +14,7 @@ from hypothesis import strategies as st
 
 from hpstudy.analysis.effects import mean_improvement, mean_improvement_interval, probability_of_improvement
 from hpstudy.analysis.findings import findings_across, findings_table
-from hpstudy.analysis.inference import PERMUTATION_SEED
-from hpstudy.analysis.stratified import TOLERANCE, smallest_p, stratified_test
+from hpstudy.analysis.stratified import cell_p, mean_improvement_test, merged_p, smallest_p
 
 # discrete errors with ties (k of 20 images, as a small validation set gives), 1-4 trials a group, 1-3 cells
 small_group = st.lists(st.integers(0, 4).map(lambda k: 5.0 * k), min_size=1, max_size=4)
@@ -93,77 +92,77 @@ def test_the_interval_is_rliables_stratified_bootstrap():
     assert ours == pytest.approx(tuple(peer), abs=0.03)
 
 
-def _exact_p(cells) -> float:
-    """The permutation p over every split of every cell (their product), two-sided about 1/2."""
-    per_cell = []
-    for a, b in cells:
-        pooled = np.concatenate([a, b])
-        splits = itertools.combinations(range(len(pooled)), len(a))
-        values = []
-        for chosen in splits:
-            mask = np.zeros(len(pooled), bool)
-            mask[list(chosen)] = True
-            values.append(probability_of_improvement(pooled[mask], pooled[~mask]))
-        per_cell.append(values)
-    observed = mean_improvement(cells)
-    means = np.array([np.mean(combo) for combo in itertools.product(*per_cell)])
-    return float(np.mean(np.abs(means - 0.5) >= abs(observed - 0.5) - TOLERANCE))
-
-
 def _splits(cells) -> int:
     return math.prod(math.comb(len(a) + len(b), len(a)) for a, b in cells)
 
 
-@given(small_cells.filter(lambda cells: _splits(cells) <= 5000))
-def test_the_permutation_p_is_the_p_over_every_split_within_cells(cells):
-    """Labels permuted within cells only (enumerated at these sizes); never below the design's floor."""
-    cells = _as_arrays(cells)
-    exact = _exact_p(cells)
-    observed, mc = stratified_test(cells)
-    assert observed == pytest.approx(mean_improvement(cells), abs=1e-12)
-    assert mc.exact and mc.p == pytest.approx(exact, abs=1e-12)
-    assert exact >= smallest_p(cells) - 1e-12
+def _one_sided_by_enumeration(a: np.ndarray, b: np.ndarray) -> float:
+    """The share of the cell's splits (every way to choose len(a) of the pooled errors as a's) whose a is at
+    least as likely to beat b as the data's: the exact p that a's errors lie lower, counted here."""
+    pooled = np.concatenate([a, b])
+    observed = probability_of_improvement(a, b)
+    at_least = total = 0
+    for chosen in itertools.combinations(range(len(pooled)), len(a)):
+        mask = np.zeros(len(pooled), bool)
+        mask[list(chosen)] = True
+        at_least += probability_of_improvement(pooled[mask], pooled[~mask]) >= observed - 1e-12
+        total += 1
+    return at_least / total
 
 
-@given(small_cells.filter(lambda cells: _splits(cells) <= 5000))
-def test_a_monte_carlo_p_estimates_the_p_over_every_split(cells):
-    """Where the splits are too many to enumerate the p is drawn: on designs small enough to enumerate, the drawn
-    p is within 5 standard errors of the exact one (a seed changes the draws, never the p's target)."""
-    cells = _as_arrays(cells)
-    exact = _exact_p(cells)
-    _, mc = stratified_test(cells, exact_up_to=0)
-    assert not mc.exact
-    assert abs(mc.p - exact) <= 5 * math.sqrt(exact * (1 - exact) / mc.draws) + 2 / mc.draws
+@given(small_group, small_group)
+def test_a_cells_p_is_the_share_of_its_splits_at_least_as_extreme(a, b):
+    """Ties as they are (errors on a grid of images), every split enumerated; the other side mirrors it."""
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    assert cell_p(a, b, a_lower=True) == pytest.approx(_one_sided_by_enumeration(a, b), abs=1e-9)
+    assert cell_p(a, b, a_lower=False) == pytest.approx(_one_sided_by_enumeration(b, a), abs=1e-9)
+
+
+@given(st.lists(st.floats(1e-12, 1.0), min_size=1, max_size=12))
+def test_merged_p_is_e_times_the_geometric_mean_and_never_below_the_smallest_over_e(ps):
+    merged = merged_p(ps)
+    assert merged == pytest.approx(min(1.0, math.e * math.exp(np.mean(np.log(ps)))), rel=1e-9)
+    assert min(ps) <= merged * 1.000001 or merged == 1.0  # a geometric mean is at least the smallest p
+    assert merged_p([ps[0]] * len(ps)) == pytest.approx(min(1.0, math.e * ps[0]))  # one p copied: e times it
+
+
+def test_the_merged_p_keeps_its_size_when_every_cell_is_the_same_cell():
+    """The extreme of dependence: every cell a copy of one null cell. A p that assumed independent cells would
+    multiply one cell's evidence by the number of cells; the merged p is e times that cell's p, so it rejects at
+    most alpha / e of the time. Counted exactly over every split of one 4 + 4 cell copied 6 times."""
+    pooled = np.arange(8, dtype=float)
+    rejected = 0
+    for chosen in itertools.combinations(range(8), 4):
+        mask = np.zeros(8, bool)
+        mask[list(chosen)] = True
+        cell = (pooled[mask], pooled[~mask])
+        rejected += mean_improvement_test([cell] * 6, (0.0, 1.0)).p <= 0.05
+    assert rejected / math.comb(8, 4) <= 0.05
 
 
 @pytest.mark.parametrize("sizes", [[(3, 3)], [(3, 3), (3, 3)], [(2, 3), (4, 2), (3, 3)], [(24, 24), (3, 3)]])
-def test_the_floor_is_the_smallest_exact_p_or_the_draws_resolution(sizes):
-    """Without ties, every a below every b in every cell gives the exact p 2 / prod C(n_a + n_b, n_a) (the split
-    and its mirror); a tie can leave the data's split alone as extreme, 1 / prod C, the floor smallest_p states
-    (or the Monte-Carlo resolution where that is larger)."""
+def test_the_floor_is_what_the_most_extreme_data_gives(sizes):
+    """Every a below every b in every cell, no ties: each enumerated cell's one-sided p is 1 / C(n_a + n_b, n_a)
+    (a cell past enumeration: its normal approximation's), and the test's p is the floor smallest_p states."""
     cells = [(np.arange(n_a, dtype=float), np.arange(n_a, n_a + n_b, dtype=float)) for n_a, n_b in sizes]
-    splits = math.prod(math.comb(n_a + n_b, n_a) for n_a, n_b in sizes)
     floor = smallest_p(cells)
-    assert floor >= 1 / splits
-    if splits <= 5000:
-        assert floor == pytest.approx(1 / splits)
-        assert _exact_p(cells) == pytest.approx(2 / splits)
-        tied = [(np.zeros(1), np.full(n_a + n_b - 1, 5.0)) for n_a, n_b in sizes]  # a alone lowest, b all tied
-        tied_splits = math.prod(n_a + n_b for n_a, n_b in sizes)
-        assert _exact_p(tied) == pytest.approx(1 / tied_splits)
-    _, mc = stratified_test(cells)
-    assert mc.p >= floor * 0.999
+    test = mean_improvement_test(cells, (0.0, 1.0))
+    assert test.floor == floor and test.p == pytest.approx(floor, rel=1e-9)
+    if all(math.comb(a + b, a) <= 32768 for a, b in sizes):
+        expected = min(1.0, 2 * math.e * math.prod(1 / math.comb(a + b, a) for a, b in sizes) ** (1 / len(sizes)))
+        assert floor == pytest.approx(expected)
+    assert test.decidable == (floor <= 0.05)
 
 
-@given(small_cells, st.integers(0, 2**31))
-def test_the_test_is_symmetric_in_its_estimate_and_its_draws_are_seeded_by_the_data(cells, seed):
-    """Drawn (not enumerated) splits: the same data and seed draw the same splits; the swapped groups mirror
-    the estimate."""
+@given(small_cells)
+def test_the_test_is_symmetric_in_its_groups(cells):
     cells = _as_arrays(cells)
-    observed, mc = stratified_test(cells, seed=seed, exact_up_to=0)
-    mirrored, _ = stratified_test([(b, a) for a, b in cells], seed=seed, exact_up_to=0)
-    assert mirrored == pytest.approx(1 - observed, abs=1e-12)
-    assert stratified_test(cells, seed=seed, exact_up_to=0)[1] == mc
+    test = mean_improvement_test(cells, (0.0, 1.0))
+    mirrored = mean_improvement_test([(b, a) for a, b in cells], (0.0, 1.0))
+    assert mirrored.estimate == pytest.approx(1 - test.estimate, abs=1e-12)
+    if test.estimate != 0.5:
+        assert mirrored.p == pytest.approx(test.p, rel=1e-9)
+    assert 0 < test.p <= 1 and test.floor <= test.p + 1e-12
 
 
 def _cell(prefix, model, opt, epochs, errors):
@@ -226,27 +225,41 @@ def test_a_family_over_two_studies_holds_one_aggregate_per_pair_of_models(shift)
     assert words.startswith(f"{winner}'s trials beat" if decided else "ViT-P tiny vs ViT-C tiny across 3 cells")
 
 
-def test_one_source_has_no_aggregate_and_a_pair_in_one_cell_none():
+def test_a_pair_needs_two_sources_and_cells_that_say_something():
+    """One source: no aggregate (its own cells and effect sizes say it), however many cells; a pair held by one
+    source of two: none either (an unrelated study does not make one); cells where every error is equal (both
+    models' trials all diverged) are left out of the cells averaged."""
     rng = np.random.default_rng(3)
-    assert not [f for f in findings_across({"one": _study("x", rng, 5.0)}) if f.kind == "aggregate"]
-    one_cell = {"one": _study("x", rng, 5.0, (("adamw", 6),)), "two": _study("y", rng, 5.0, (("sgd", 6),))}
-    found = findings_across({**one_cell, "three": _study("z", rng, 5.0, (("sgd", 16),))})
-    aggregates = [f for f in found if f.kind == "aggregate"]
-    assert len(aggregates) == 1 and len(aggregates[0].detail.cells) == 3
-    only = {"one": _study("x", rng, 5.0, (("adamw", 6),)), "two": _cell("y", "vit_c_tiny", "sgd", 6, [1.0, 2.0])}
-    assert not [f for f in findings_across(only) if f.kind == "aggregate"]  # ViT-P in one cell only
+    four_cells = _study("x", rng, 5.0, (("adamw", 6), ("adamw", 16), ("sgd", 6), ("sgd", 16)))
+    assert not [f for f in findings_across({"one": four_cells}) if f.kind == "aggregate"]
+    other = _cell("y", "cnn_tiny", "adamw", 6, [1.0, 2.0, 3.0])
+    assert not [f for f in findings_across({"one": four_cells, "other": other}) if f.kind == "aggregate"]
+    three = {"one": _study("x", rng, 5.0, (("adamw", 6),)), "two": _study("y", rng, 5.0, (("sgd", 6),))}
+    flat = _study("z", rng, 0.0, (("sgd", 16),)).assign(status="diverged", top1_err=90.0, best_top1_err=90.0)
+    (aggregate,) = [f for f in findings_across({**three, "three": flat}) if f.kind == "aggregate"]
+    assert [c.studies for c in aggregate.detail.cells] == [("one",), ("two",)]
 
 
-def test_the_aggregate_is_retested_at_holms_thresholds_and_its_seed_reaches_it():
-    """The permutation seed draws the aggregate's splits: another seed, another p within its Monte-Carlo
-    interval, the same verdict."""
-    from hpstudy.analysis.findings import Seeds
+def test_studies_whose_rows_give_different_errors_are_refused():
+    """paper is EMA's best where EMA ran: a study with EMA and one without would mix two errors under one name."""
+    from hpstudy.analysis.stats import StatsError
 
-    rng = np.random.default_rng(5)
-    tables = {"one": _study("x", rng, 2.0), "two": _study("y", rng, 2.0)}
-    a, b = (
-        [f for f in findings_across(tables, seeds=Seeds(permutation=s)) if f.kind == "aggregate"][0]
-        for s in (PERMUTATION_SEED, PERMUTATION_SEED + 1)
-    )
-    assert a.statistic == b.statistic and a.p != b.p
-    assert a.verdict_holm == b.verdict_holm
+    rng = np.random.default_rng(4)
+    ema = _study("x", rng, 5.0)
+    ema = ema.assign(best_ema_top1_err=ema["best_top1_err"] - 0.5)
+    with pytest.raises(StatsError, match="^findings_across: metric: bad value, the studies' rows give 2 errors"):
+        findings_across({"ema": ema, "plain": _study("y", rng, 5.0)})
+    assert findings_across({"ema": ema, "plain": _study("y", rng, 5.0)}, metric="best")
+
+
+def test_the_per_cell_intervals_are_the_effect_size_tables():
+    """A cell's interval in the aggregate is the one the report's effect-size table gives it (same streams)."""
+    from hpstudy.analysis.effects import effects_table
+
+    rng = np.random.default_rng(6)
+    one, two = _study("x", rng, 3.0, n=12), _study("y", rng, 3.0, (("adamw", 16),), n=12)
+    (aggregate,) = [f for f in findings_across({"one": one, "two": two}) if f.kind == "aggregate"]
+    table = effects_table(one).query("compared == 'models'").set_index(["optimizer", "epochs"])
+    for cell in aggregate.detail.cells[:2]:
+        row = table.loc[(cell.optimizer, cell.epochs)]
+        assert cell.p_a_better_ci == pytest.approx((row["p_a_better_low"], row["p_a_better_high"]))

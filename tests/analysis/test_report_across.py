@@ -80,6 +80,16 @@ def test_a_bad_study_among_several_exits_2_before_any_folder_is_made(tmp_path, c
     assert not out.exists()
 
 
+def test_studies_whose_joined_names_cannot_name_a_folder_exit_2_before_the_store_is_read(tmp_path, capsys):
+    """Two names of 128 characters make a 257-byte folder name (<store>/reports/<a>+<b>/): refused first, not
+    after the analysis; --out takes any folder."""
+    names = ["a" * 128, "b" * 128]
+    argv = ["report", "--store", str(tmp_path / "none"), "--study", names[0], "--study", names[1]]
+    assert hpstudy_main(argv) == 2
+    assert "--study: bad value, 2 studies whose names make a report folder name of 257 bytes" in capsys.readouterr().err
+    assert not (tmp_path / "none").exists()
+
+
 @pytest.mark.parametrize("study", [5, [], ["ok", 3], None])
 def test_the_api_names_a_bad_study_argument(tmp_path, study):
     import hpstudy

@@ -148,25 +148,26 @@ def test_the_fused_groups_costed_as_shared_are_the_trials_that_ran_fused():
 @pytest.mark.slow
 def test_the_documents_aggregates_are_the_familys_and_rliables():
     """The table of aggregates across cells: each pair's probability (from the first-named model's side), its
-    interval and p after Holm are the family's aggregate finding's, and the rliable column is the mean over the
+    interval, p and p after Holm are the family's aggregate finding's, and the rliable column is the mean over the
     cells of scipy's Mann-Whitney U / (n_a n_b), computed here from the rows, not by hpstudy."""
     from scipy.stats import mannwhitneyu
 
-    from hpstudy.analysis.findings.text import p_holm_text
+    from hpstudy.analysis.findings.text import fmt_p, p_holm_text
 
     found = findings_across({study: load_study(STORE, study)[0] for study in STUDIES})
     aggregates = {f.models: f for f in found if f.kind == "aggregate"}
     labels = {"ViT-P tiny": "vit_p_tiny", "ViT-C tiny": "vit_c_tiny", "CNN tiny": "cnn_tiny"}
-    row = r"^ *\| (\S+ tiny) vs (\S+ tiny) \| (\S+) \[(\S+), (\S+)\] \| [^|]+ \| (.+?) \| (\S+) \|$"  # the table's rows
+    row = r"^ *\| (\S+ tiny) vs (\S+ tiny) \| (\S+) \[(\S+), (\S+)\] \| ([^|]+) \| (.+?) \| (\S+) \|$"  # the rows
     rows = re.findall(row, open(DOC).read(), re.M)
     assert len(rows) == 3
-    for first, second, p, low, high, holm, peer in rows:
+    for first, second, p, low, high, p_test, holm, peer in rows:
         a, b = labels[first], labels[second]
         f = aggregates.get((a, b)) or aggregates[(b, a)]
         flip = f.models != (a, b)
         estimate, ci = (1 - f.statistic, (1 - f.test.ci[1], 1 - f.test.ci[0])) if flip else (f.statistic, f.test.ci)
         assert (p, low, high) == (f"{estimate:.2f}", f"{ci[0]:.2f}", f"{ci[1]:.2f}")
-        assert holm == p_holm_text(f).removeprefix("p ")
+        assert p_test.strip() == fmt_p(f.p).removeprefix("p = ").removeprefix("p ")
+        assert holm == p_holm_text(f).removeprefix("p = ").removeprefix("p ")
         per_cell = [
             mannwhitneyu(-np.asarray(ea), -np.asarray(eb), alternative="greater").statistic / (len(ea) * len(eb))
             for ea, eb in _cells_of(a, b)

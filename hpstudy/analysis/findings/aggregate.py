@@ -1,13 +1,14 @@
-"""One finding per pair of models across the cells of a family declared over several studies: the probability
-that a random trial of a has a lower error than a random trial of b of the same cell, averaged over every
-(source, optimizer, epochs) cell that holds both (effects.mean_improvement), with its stratified bootstrap
-interval and its permutation test within cells (hpstudy.analysis.stratified). Cells are strata, never pooled:
+"""One finding per pair of models across the studies of a family declared over several: the probability that a
+random trial of a has a lower error than a random trial of b of the same cell, averaged over every (source,
+optimizer, epochs) cell that holds both (effects.mean_improvement), with its stratified bootstrap interval and a
+test valid however the cells depend on each other (hpstudy.analysis.stratified). Cells are strata, never pooled:
 each contributes its own probability, every cell weighing the same."""
 
-import functools
 from typing import TYPE_CHECKING, Dict, List, Mapping, Sequence, Tuple
 
-from hpstudy.analysis.effects import mean_improvement_interval, pair_effects
+import numpy as np
+
+from hpstudy.analysis.effects import group_label, mean_improvement_interval, pair_effects
 from hpstudy.analysis.findings.details import AggregateCell, AggregateDetail
 from hpstudy.analysis.findings.model import Finding
 from hpstudy.analysis.stratified import mean_improvement_test
@@ -16,22 +17,32 @@ if TYPE_CHECKING:  # compute imports this module: the types only
     from hpstudy.analysis.findings.compute import Group, Seeds
 
 Key = Tuple[str, str, int]  # (model, optimizer, epochs)
-MIN_CELLS = 2  # an aggregate over one cell is that cell's own comparison (the report's effect sizes)
+Held = Tuple[Tuple[str, ...], str, int, "Group", "Group"]  # (a source's studies, optimizer, epochs, a's, b's)
+MIN_SOURCES = 2  # a pair held by one source only: that source's own cells and effect sizes say it
 
 
 def _pairs(sources: Sequence[Tuple[Tuple[str, ...], Mapping[Key, "Group"]]], rank: Mapping[str, int]) -> Dict:
-    """Every pair of models (a before b in `rank`) with the cells that hold both: [(studies, optimizer, epochs,
-    a's group, b's group)]."""
-    pairs: Dict[Tuple[str, str], List] = {}
+    """Every pair of models (a before b in `rank`) with the cells that hold both and say something (not every
+    error of the cell equal, as where both models' trials all diverged): [Held]."""
+    pairs: Dict[Tuple[str, str], List[Held]] = {}
     for studies, groups in sources:
         for (model_a, opt, epochs), ga in groups.items():
             for (model_b, opt_b, epochs_b), gb in groups.items():
-                if (opt_b, epochs_b) == (opt, epochs) and rank[model_a] < rank[model_b]:
+                same_cell = (opt_b, epochs_b) == (opt, epochs)
+                if same_cell and rank[model_a] < rank[model_b] and np.ptp(np.concatenate([ga.errors, gb.errors])) > 0:
                     pairs.setdefault((model_a, model_b), []).append((studies, opt, epochs, ga, gb))
     return pairs
 
 
-def _cell(held: Tuple, labels: Tuple[str, str], seed: int) -> AggregateCell:
+def _labels(held: Held, a: str, b: str) -> Tuple[str, str]:
+    """The bootstrap streams of a cell's two groups: the report's effect-size table's (effects.group_label)."""
+    _, opt, epochs, _, _ = held
+    return group_label({"model": a, "optimizer": opt, "epochs": epochs}), group_label(
+        {"model": b, "optimizer": opt, "epochs": epochs}
+    )
+
+
+def _cell(held: Held, labels: Tuple[str, str], seed: int) -> AggregateCell:
     """One cell of an aggregate, with its own probability of improvement and interval (the report's effects')."""
     studies, opt, epochs, ga, gb = held
     effects = pair_effects(ga.errors, gb.errors, seed, labels)
@@ -49,29 +60,26 @@ def _cell(held: Tuple, labels: Tuple[str, str], seed: int) -> AggregateCell:
 def aggregate_findings(
     sources: Sequence[Tuple[Tuple[str, ...], Mapping[Key, "Group"]]], order: Sequence[str], seeds: "Seeds"
 ) -> List[Finding]:
-    """Per pair of models (catalogue `order`) held by MIN_CELLS cells or more over the sources (each its
-    studies and its (model, optimizer, epochs) groups): the aggregate finding, its test retested at Holm's
-    thresholds as the family asks."""
+    """Per pair of models (catalogue `order`) held by cells of MIN_SOURCES sources or more (each source its
+    studies and its (model, optimizer, epochs) groups): the aggregate finding over all those cells."""
     rank = {model: i for i, model in enumerate(order)}
     pairs = _pairs(sources, rank)
     out = []
     for a, b in sorted(pairs, key=lambda pair: (rank[pair[0]], rank[pair[1]])):
         held = sorted(pairs[(a, b)], key=lambda c: c[:3])
-        if len(held) < MIN_CELLS:
+        if len({c[0] for c in held}) < MIN_SOURCES:
             continue
         cells = [(ga.errors, gb.errors) for *_, ga, gb in held]
-        labels = [(f"{'+'.join(s)}/{a}/{o}/{e}", f"{'+'.join(s)}/{b}/{o}/{e}") for s, o, e, *_ in held]
+        labels = [_labels(c, a, b) for c in held]
         ci = mean_improvement_interval(cells, labels, seeds.area)
-        retest = functools.partial(mean_improvement_test, cells, ci, seed=seeds.permutation)
         out.append(
             Finding(
                 kind="aggregate",
                 models=(a, b),
                 cell={},
-                test=retest(),
+                test=mean_improvement_test(cells, ci),
                 n_left_out=(sum(c[3].left_out for c in held), sum(c[4].left_out for c in held)),
                 detail=AggregateDetail(cells=tuple(_cell(c, names, seeds.area) for c, names in zip(held, labels))),
-                retest=retest,
             )
         )
     return out

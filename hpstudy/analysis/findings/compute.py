@@ -31,7 +31,7 @@ import pandas as pd
 import scipy
 
 from hpstudy.analysis.catalogue import catalogue_order, model_label
-from hpstudy.analysis.findings.aggregate import aggregate_findings
+from hpstudy.analysis.findings.aggregate import MIN_SOURCES, aggregate_findings
 from hpstudy.analysis.findings.details import DELTA_APPROXIMATE_FROM, DeltaDetail, GapDetail, Level, ScopeDetail
 from hpstudy.analysis.findings.model import Finding
 from hpstudy.analysis.findings.text import WITHIN
@@ -469,9 +469,9 @@ def findings_across(
     """One family declared over several studies (a claim's studies): studies that share trials are one
     source, their rows merged with each trial once (`sources_of`); each source's findings are computed
     on its own cells (what the designs separate is never pooled), and all of them form one Holm family.
-    Each finding names its source's studies; the scope line names the sources and the shared trials. Over two
-    sources or more, each pair of models held by two cells or more also gets one aggregate across its cells
-    (findings.aggregate), in the same family."""
+    Each finding names its source's studies; the scope line names the sources and the shared trials. Each pair
+    of models held by two sources or more also gets one aggregate across their cells (findings.aggregate), in the
+    same family. StatsError where the studies' rows give different errors under `metric` (EMA in some only)."""
     if not tables:
         raise StatsError("findings_across: tables: bad value {}; allowed: one or more studies' trial tables")
     sources = sources_of(tables)
@@ -485,7 +485,14 @@ def findings_across(
         rows = _usable(once, metric)
         all_rows.append(rows)
         tested += _tested(rows, seeds, source)
-    if len(sources) > 1:
+    metrics = {rows.metric for rows in all_rows if len(rows.kept)}
+    if len(metrics) > 1:  # the family's sentences and its aggregates would mix two errors under one name
+        raise StatsError(
+            f"findings_across: metric: bad value, the studies' rows give {len(metrics)} errors ("
+            + "; ".join(sorted(metrics))
+            + "); allowed: studies whose rows give one error under the metric (e.g. --metric best or ema_best)"
+        )
+    if len(sources) >= MIN_SOURCES:
         order = catalogue_order(pd.concat([rows.kept["model"] for rows in all_rows]).unique())
         tested += aggregate_findings([(s, _groups(rows)) for s, rows in zip(sources, all_rows)], order, seeds)
     return [_family(tested, all_rows, tuple(sources), shared)] + tested

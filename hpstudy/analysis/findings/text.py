@@ -354,8 +354,8 @@ def _aggregate_sentence(f: "Finding", images: Optional[int]) -> str:
         f"(counted at chance error){_left(f.n_left_out)}"
     )
     numbers = lambda ci: (
-        f"stratified bootstrap 95% CI {probability_interval(ci)}; {RULES[t.rule]}, {p_text(t)}, n = {_slash(t.n)} "
-        f"trials over the cells"
+        f"stratified bootstrap 95% CI {probability_interval(ci)}, cells taken as independent; {RULES[t.rule]}, "
+        f"{p_text(t)}, n = {_slash(t.n)} trials over the cells"
     )
     if f.verdict in ("a_better", "b_better"):
         win, lose = (a, b) if f.verdict == "a_better" else (b, a)
