@@ -108,3 +108,12 @@ def test_hpstudy_findings_declares_one_family_over_the_studies_named(capsys):
     )
     assert np.sum([line.startswith("- [repro_digits_lr_wd] ") for line in text.splitlines()]) == 42
     assert np.sum([" across 12 cells of 2 sources" in line for line in text.splitlines()]) == 3
+
+
+def test_studies_whose_trials_all_failed_give_the_scope_line_alone():
+    """Nothing to test: the family is the scope line, which names no model and renders as JSON."""
+    a = _table("a", range(4)).assign(status="failed", top1_err=np.nan, best_top1_err=np.nan)
+    b = _table("b", range(4), model="vit_p_tiny").assign(status="failed", top1_err=np.nan, best_top1_err=np.nan)
+    (scope,) = findings_across({"a": a, "b": b})
+    assert scope.kind == "scope" and scope.models == () and scope.family == 0
+    assert scope.as_dict()["better"] is None and "8 failed" in scope.sentence

@@ -83,8 +83,9 @@ class Finding:
     @property
     def better(self) -> Optional[str]:
         """The model or optimizer the verdict favours."""
-        favoured = {"a_better": self.models[0], "b_better": self.models[-1]}
-        return favoured.get(self.verdict, {"adamw_better": "adamw", "sgd_better": "sgd"}.get(self.verdict))
+        if self.verdict in ("a_better", "b_better"):
+            return self.models[0] if self.verdict == "a_better" else self.models[-1]
+        return {"adamw_better": "adamw", "sgd_better": "sgd"}.get(self.verdict)
 
     @property
     def sentence(self) -> str:
