@@ -8,10 +8,10 @@ Each simulated study has the design's cells, each cell at its own level (cell k'
 differ, as datasets and schedules do), a and b drawn from one of bench.effects' distributions (normal, a grid of
 whole images of 360 with ties, skewed, a tenth diverged at chance error). With `shared units`, trial i of a group
 is one unit in every cell (a configuration trained at every length, a seed run in every cell): its errors share
-a unit effect (normal, sd UNIT_SD points) across the cells, as the committed reproduction's do. Under the null a and
-b share the cell's distribution; for power and coverage b's errors are SHIFT points higher (diverged ones stay at
-chance), and the truth the interval should hold is the probability of improvement of independent cells (the
-same in every cell: the levels move by whole images; with shared units it is the same within a cell).
+a unit effect (normal, sd UNIT_SD points) across the cells, as the committed reproduction's do. Under the null a
+and b share the cell's distribution; for power and coverage b's errors are SHIFT points higher (`power_large`:
+LARGE_SHIFT; diverged ones stay at chance), and the truth the interval should hold is the probability of
+improvement of independent cells (the same in every cell: the levels move by whole images).
 """
 
 import argparse
@@ -30,6 +30,7 @@ from hpstudy.analysis.stratified import mean_improvement_test
 
 CELL_STEP = 5.0  # points between the cells' levels: 18 images of 360, so every cell has one shape on the grid
 UNIT_SD = 2.0  # points: a shared unit's effect, as large as the trials' own spread (bench.effects' sd 2)
+LARGE_SHIFT = 3.0  # points: power against a large effect too (P(a better) about 0.85 a cell, as in the reproduction)
 DESIGNS: Dict[str, Tuple[List[Tuple[int, int]], bool]] = {  # cells (n_a, n_b), shared units
     "reproduction": ([(3, 3)] * 8 + [(24, 24)] * 4, False),  # the committed reproduction: 3-seed and 24-sample cells
     "reproduction, shared units": ([(3, 3)] * 8 + [(24, 24)] * 4, True),
@@ -66,7 +67,7 @@ def measure(design: str, name: str, studies: int, seed: int) -> Dict[str, object
     truth = true_values(draw)["p_a_better"]
     labels = [(f"a{k}", f"b{k}") for k in range(len(cells_of))]
     rng = np.random.default_rng([seed, len(cells_of), sum(n for pair in cells_of for n in pair), shared])
-    rejected, found, held, start = 0, 0, 0, time.time()
+    rejected, found, found_large, held, start = 0, 0, 0, 0, time.time()
     for study in range(studies):
         null = _study(draw, rng, cells_of, shared, 0.0)
         rejected += mean_improvement_test(null, (0.0, 1.0)).p <= ALPHA
@@ -74,6 +75,7 @@ def measure(design: str, name: str, studies: int, seed: int) -> Dict[str, object
         low, high = mean_improvement_interval(shifted, labels, seed=study)
         found += mean_improvement_test(shifted, (low, high)).p <= ALPHA
         held += low <= truth <= high
+        found_large += mean_improvement_test(_study(draw, rng, cells_of, shared, LARGE_SHIFT), (0.0, 1.0)).p <= ALPHA
     return {
         "design": design,
         "cells": [list(pair) for pair in cells_of],
@@ -82,6 +84,7 @@ def measure(design: str, name: str, studies: int, seed: int) -> Dict[str, object
         "studies": studies,
         "size": _rate(rejected, studies),
         "power": _rate(found, studies),
+        "power_large": _rate(found_large, studies),
         "truth": truth,
         "coverage": _rate(held, studies),
         "seconds_per_study": round((time.time() - start) / studies, 4),
@@ -96,7 +99,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     start = time.time()
     rows = [measure(design, name, args.studies, args.seed) for design in DESIGNS for name in DISTRIBUTIONS]
-    out = {"bench": "stratified", "alpha": ALPHA, "shift": SHIFT, "unit_sd": UNIT_SD, "confidence": CONFIDENCE}
+    out = {"bench": "stratified", "alpha": ALPHA, "shift": SHIFT, "large_shift": LARGE_SHIFT, "unit_sd": UNIT_SD}
+    out["confidence"] = CONFIDENCE
     out["rows"] = rows
     json.dump({**out, "seconds": round(time.time() - start, 1)}, sys.stdout, indent=1)
     print()
