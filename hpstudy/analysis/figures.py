@@ -1105,7 +1105,7 @@ def aggregate_figure(
                 capsize=2,
                 linewidth=1.4 if marker == "D" else 0.9,
             )
-        cell = lambda r: textwrap.fill(f"{_opt(r['optimizer'])}, {int(r['epochs'])} ep · {r['row']}", 48)
+        cell = lambda r: textwrap.fill(f"{_opt(r['optimizer'])}, {int(r['epochs'])} ep · {r['row']}", 64)  # a long name
         labels = [AGGREGATE_ROW if r["row"] == AGGREGATE_ROW else cell(r) for _, r in rows.iterrows()]
         fixed_ticks(ax.yaxis, y)
         ax.yaxis.set_major_formatter(FixedFormatter(labels[::-1]))  # the ticks ascend: the last row first
