@@ -9,7 +9,7 @@ one-line message the command line prints before exiting with code 2.
 
 import numbers
 import os
-from typing import Dict, List, Optional, Sequence, Type, Union
+from typing import Dict, List, Optional, Sequence, Type, Union, cast
 
 import numpy as np
 import pandas as pd
@@ -133,8 +133,9 @@ def report(
     from hpstudy.service import write_report  # the report loads the analysis' figures (matplotlib)
 
     folder = None if out is None else _path("out", out, ReportError)
-    studies = study if isinstance(study, str) else _names("study", study)  # a name stays one (checked there)
-    page = write_report(_path("store", store), studies or [], folder, metric, API)
+    listed = _names("study", study) if isinstance(study, (list, tuple)) else None  # a name: checked in write_report
+    studies = cast(Union[str, List[str]], study if listed is None else listed)
+    page = write_report(_path("store", store), studies, folder, metric, API)
     return page.rsplit("/", 1)[0]
 
 

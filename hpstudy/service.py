@@ -14,7 +14,7 @@ import os
 import tempfile
 from collections import Counter
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence, Tuple, Union
+from typing import Callable, Optional, Sequence, Tuple, Union, cast
 
 import pandas as pd
 
@@ -214,7 +214,7 @@ def write_report(
     `study` may name several studies (a list): one report over them (hpstudy.analysis.report_across), by
     default in <store>/reports/<a>+<b>/ (names sorted). A missing store or study is named as `fields` say
     (the flags, or the API's arguments)."""
-    studies = [study] if isinstance(study, str) else list(dict.fromkeys(study))
+    studies = list(dict.fromkeys(study)) if isinstance(study, (list, tuple)) else [cast(str, study)]
     if out:
         check_report_path(out, "--out")
     if not studies:

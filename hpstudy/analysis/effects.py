@@ -87,6 +87,19 @@ def _stream(values: np.ndarray, label: str, seed: int) -> np.random.Generator:
     return np.random.default_rng([seed, int.from_bytes(digest, "little")])
 
 
+def _resamples(
+    a: np.ndarray, b: np.ndarray, labels: Tuple[str, str], seed: int
+) -> Iterator[Tuple[np.ndarray, np.ndarray]]:
+    """RESAMPLES stratified resamples of the sorted groups a and b, as chunks of (a's counts, b's counts) rows,
+    each group from its own stream (its values and label), memory bounded whatever n."""
+    draws = [_stream(values, label, seed) for values, label in zip((a, b), labels)]
+    rows = max(1, CHUNK_VALUES // max(len(a), len(b)))
+    for start in range(0, RESAMPLES, rows):
+        k = min(rows, RESAMPLES - start)
+        ca, cb = (_resample_counts(len(v), k, rng) for v, rng in zip((a, b), draws))
+        yield ca, cb
+
+
 def pair_effects(
     ea: np.ndarray, eb: np.ndarray, seed: int = SEED, labels: Tuple[str, str] = ("a", "b")
 ) -> Dict[str, float]:
@@ -102,12 +115,8 @@ def pair_effects(
     }
     if min(len(a), len(b)) < INTERVAL_FROM:
         return {**out, **{name: np.nan for name in NUMBERS if name.endswith(("_low", "_high"))}}
-    draws = [_stream(values, label, seed) for values, label in zip((a, b), labels)]
-    rows = max(1, CHUNK_VALUES // max(len(a), len(b)))  # memory bounded whatever n
     estimates: Dict[str, List[np.ndarray]] = {"p_a_better": [], "iqm_a": [], "iqm_b": []}
-    for start in range(0, RESAMPLES, rows):
-        k = min(rows, RESAMPLES - start)
-        ca, cb = (_resample_counts(len(v), k, rng) for v, rng in zip((a, b), draws))
+    for ca, cb in _resamples(a, b, labels, seed):
         estimates["p_a_better"].append(_improvements(a, b, ca, cb))
         estimates["iqm_a"].append(_trimmed(a, ca))
         estimates["iqm_b"].append(_trimmed(b, cb))
@@ -131,12 +140,7 @@ def mean_improvement_interval(
     total = np.zeros(RESAMPLES)
     for (ea, eb), names in zip(cells, labels):
         a, b = np.sort(np.asarray(ea, float)), np.sort(np.asarray(eb, float))
-        draws = [_stream(values, name, seed) for values, name in zip((a, b), names)]
-        rows = max(1, CHUNK_VALUES // max(len(a), len(b)))
-        for start in range(0, RESAMPLES, rows):
-            k = min(rows, RESAMPLES - start)
-            ca, cb = (_resample_counts(len(v), k, rng) for v, rng in zip((a, b), draws))
-            total[start : start + k] += _improvements(a, b, ca, cb)
+        total += np.concatenate([_improvements(a, b, ca, cb) for ca, cb in _resamples(a, b, names, seed)])
     return _interval(total / len(cells))
 
 

@@ -16,7 +16,7 @@ from hpstudy.analysis.catalogue import catalogue_state
 from hpstudy.analysis.edf import EDF_CONVENTION, bootstrap_band, dkw_epsilon
 from hpstudy.analysis.effects import effects_table
 from hpstudy.analysis.figures import STYLE, save_figure
-from hpstudy.analysis.findings import CALIBRATION_DOC, KINDS, findings_table
+from hpstudy.analysis.findings import CALIBRATION_DOC, CELL_KINDS, findings_table
 from hpstudy.analysis.findings import findings as make_findings
 from hpstudy.analysis.gaps import ema_gain
 from hpstudy.analysis.inference import ALPHA, design_of
@@ -226,7 +226,7 @@ def _write_report(trials: pd.DataFrame, epochs: pd.DataFrame, record: Optional[D
         importances = {key: results[_importance_job(key)] for key in cells}
         tables = {
             "summary": summary,
-            **{kind: findings_table(found, kind) for kind in KINDS if kind not in ("scope", "aggregate")},
+            **{kind: findings_table(found, kind) for kind in CELL_KINDS},
             "good_ranges": ranges_table(cells, importances, keys),
             "effects": effects,
             "ema_gain": ema_gain(trials),

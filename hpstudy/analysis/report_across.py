@@ -19,7 +19,7 @@ from hpstudy.analysis.effects import effects_table
 from hpstudy.analysis.figures import STYLE, aggregate_figure, save_figure
 from hpstudy.analysis.findings import (
     CALIBRATION_DOC,
-    KINDS,
+    CELL_KINDS,
     AggregateDetail,
     Finding,
     ScopeDetail,
@@ -35,15 +35,14 @@ from hpstudy.analysis.metric import DEFAULT_METRIC, METRIC_DOCS, LeftOutWarning
 from hpstudy.analysis.report_folder import build_into
 from hpstudy.analysis.report_page import (
     EFFECTS_NOTE,
-    READING_DOC,
     Drawn,
     claims_section,
     effects_rows,
     figure_html,
+    page_html,
     table_html,
     verdict_words,
 )
-from hpstudy.analysis.report_page import STYLE as PAGE_STYLE
 
 FIGURE = "aggregate"
 AGGREGATE_DOC = "docs/analysis.md#one-conclusion-across-studies"  # the aggregate's test, interval and calibration
@@ -87,7 +86,7 @@ def _write(tables: Mapping[str, pd.DataFrame], out: str, metric: str) -> None:
     aggregates = aggregate_table(found).assign(metric=used)
     frames: Dict[str, pd.DataFrame] = {
         "aggregate": aggregates,
-        **{kind: findings_table(found, kind) for kind in KINDS if kind not in ("scope", "aggregate")},
+        **{kind: findings_table(found, kind) for kind in CELL_KINDS},
         "claims": claims_table(found),
         "effects": effects,
     }
@@ -193,11 +192,4 @@ def render_across(
         sections.append(("claims", "The paper's claims (Xiao et al. 2021)", claims))
     sections.append(("sources", "Each source's findings, per cell", _sources_section(found)))
     sections.append(("effects", "Effect sizes per cell", _effects_section(effects)))
-    toc = "".join(f'<li><a href="#{k}">{html.escape(t)}</a></li>' for k, t, _ in sections)
-    body = "".join(f'<section id="{k}"><h2>{html.escape(t)}</h2>{c}</section>' for k, t, c in sections)
-    return (
-        f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>hpstudy: {html.escape(title)}</title>"
-        f"<style>{PAGE_STYLE}</style></head><body><h1>hpstudy report: {html.escape(title)}</h1>"
-        f"<p>How to read a report: <code>{READING_DOC}</code> in hpstudy's docs.</p>"
-        f"<nav><ol>{toc}</ol></nav>{body}</body></html>"
-    )
+    return page_html(title, sections)

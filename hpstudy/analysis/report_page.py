@@ -531,14 +531,18 @@ STYLE = (
 )
 
 
-def render(page: Page) -> str:
-    """The report's index.html: a contents list, then every section."""
-    parts = sections(page)
+def page_html(title: str, parts: Sequence[Tuple[str, str, str]]) -> str:
+    """A report page: its title, a contents list, then every (id, title, html) section."""
     toc = "".join(f'<li><a href="#{k}">{html.escape(t)}</a></li>' for k, t, _ in parts)
     body = "".join(f'<section id="{k}"><h2>{html.escape(t)}</h2>{c}</section>' for k, t, c in parts)
     return (
-        f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>hpstudy: {html.escape(page.study)}</title>"
-        f"<style>{STYLE}</style></head><body><h1>hpstudy report: {html.escape(page.study)}</h1>"
+        f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>hpstudy: {html.escape(title)}</title>"
+        f"<style>{STYLE}</style></head><body><h1>hpstudy report: {html.escape(title)}</h1>"
         f"<p>How to read a report: <code>{READING_DOC}</code> in hpstudy's docs.</p>"
         f"<nav><ol>{toc}</ol></nav>{body}</body></html>"
     )
+
+
+def render(page: Page) -> str:
+    """The report's index.html: a contents list, then every section."""
+    return page_html(page.study, sections(page))

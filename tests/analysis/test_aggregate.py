@@ -259,7 +259,8 @@ def test_the_per_cell_intervals_are_the_effect_size_tables():
     rng = np.random.default_rng(6)
     one, two = _study("x", rng, 3.0, n=12), _study("y", rng, 3.0, (("adamw", 16),), n=12)
     (aggregate,) = [f for f in findings_across({"one": one, "two": two}) if f.kind == "aggregate"]
-    table = effects_table(one).query("compared == 'models'").set_index(["optimizer", "epochs"])
+    table = effects_table(one)
+    table = table[table["compared"] == "models"].set_index(["optimizer", "epochs"])
     for cell in aggregate.detail.cells[:2]:
         row = table.loc[(cell.optimizer, cell.epochs)]
         assert cell.p_a_better_ci == pytest.approx((row["p_a_better_low"], row["p_a_better_high"]))

@@ -11,6 +11,7 @@ says "borderline" with its interval.
 
 from hpstudy.analysis.findings.compute import Seeds, findings, findings_across, image_grid, sources_of
 from hpstudy.analysis.findings.details import (
+    CELL_KINDS,
     KINDS,
     VERDICTS,
     AggregateCell,
@@ -34,6 +35,7 @@ from hpstudy.analysis.findings.text import CALIBRATION_DOC, WITHIN, fmt_p, sig3
 __all__ = [
     "AGGREGATE_ROW",
     "CALIBRATION_DOC",
+    "CELL_KINDS",
     "CLAIMS",
     "KINDS",
     "VERDICTS",

@@ -15,6 +15,7 @@ KINDS = (
     "peak",
     "aggregate",  # a family over several studies only: a pair of models across every cell holding both
 )
+CELL_KINDS = tuple(k for k in KINDS if k not in ("scope", "aggregate"))  # a study report's findings tables
 VERDICTS = (
     "a_better",  # pairs: the first model (catalogue order) is better in the tested sense
     "b_better",
