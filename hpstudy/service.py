@@ -168,9 +168,10 @@ def check_before_trials(
 
 
 def spec_change_note(store: Store, spec: StudySpec) -> Optional[str]:
-    """A note when the study already has a recorded spec whose trials differ from this spec's: how
-    many stored rows belong to the earlier spec (they stay, but status and the report leave them out).
-    None too when the store cannot be read: the store probe (or the plan) that follows reports that."""
+    """A note when the study already has a recorded spec whose trials differ from this spec's and some
+    stored rows belong to the earlier spec only: how many (they stay, but status and the report leave
+    them out). None when every stored row is a trial of this spec (a spec that adds trials), and when the
+    store cannot be read: the store probe (or the plan) that follows reports that."""
     try:
         record = store.spec_record(spec.name)
     except StoreFault:
@@ -181,9 +182,12 @@ def spec_change_note(store: Store, spec: StudySpec) -> Optional[str]:
     if set(record.get("trial_keys", ())) == keys:
         return None
     earlier = len(set(store.load_trials(spec.name)["trial_key"]) - keys)
+    if not earlier:
+        return None
+    rows = "1 stored row comes" if earlier == 1 else f"{earlier} stored rows come"
     return (
-        f"note: study {spec.name!r} in {store} was run with a different spec; {earlier} stored rows "
-        f"come from that earlier spec: they stay in the store, but this run's summary, `hpstudy status` "
+        f"note: study {spec.name!r} in {store} was run with a different spec; {rows} "
+        f"from that earlier spec: they stay in the store, but this run's summary, `hpstudy status` "
         f"and the report leave them out (--fresh deletes them; a new name keeps the studies apart)"
     )
 

@@ -426,8 +426,15 @@ def test_a_changed_spec_is_noted_with_its_earlier_rows_and_the_same_spec_is_not(
         "they stay in the store, but this run's summary, `hpstudy status` and the report leave them out (--fresh "
         "deletes them; a new name keeps the studies apart)"
     )
-    for changed, earlier_rows in ((small_spec(samples=2, epochs=[2]), 3), (small_spec(samples=3), 0)):
-        assert spec_change_note(store, parse_spec(changed)) == (
-            f"note: study 'e2e' in {store} was run with a different spec; {earlier_rows} stored rows come from "
-            f"that earlier spec: {rest}"
-        )
+    changed = parse_spec(small_spec(samples=2, epochs=[2]))
+    assert spec_change_note(store, changed) == (
+        f"note: study 'e2e' in {store} was run with a different spec; 3 stored rows come from that earlier spec: {rest}"
+    )
+    # a spec that only adds trials leaves no stored row out: nothing to note
+    assert spec_change_note(store, parse_spec(small_spec(samples=3))) is None
+    one = Store.open(str(tmp_path / "one"))
+    write_spec_record(one, earlier.name, earlier.source, len(keys), keys)
+    write_trial(one, earlier.name, stored_row(trial_key=keys[0], model="cnn_tiny", status="ok", top1_err=5.0))
+    assert spec_change_note(one, changed) == (
+        f"note: study 'e2e' in {one} was run with a different spec; 1 stored row comes from that earlier spec: {rest}"
+    )

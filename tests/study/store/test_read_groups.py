@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pyarrow.fs import LocalFileSystem
 
 from hpstudy.study.store import read as store_read
 from hpstudy.study.store.read import load_epochs, load_trials, stored_keys
@@ -60,6 +61,12 @@ def _read_all(read, group: int):
     return frame, named
 
 
+def _on_disk(root: str) -> str:
+    """The files under `root` and their sizes, for a failure's message: what the reader was given."""
+    found = [os.path.join(folder, name) for folder, _, names in os.walk(root) for name in names]
+    return ", ".join(f"{os.path.relpath(path, root)} ({os.path.getsize(path)} B)" for path in sorted(found))
+
+
 @settings(max_examples=40)
 @given(files=files_strategy, order=st.randoms(use_true_random=False))
 def test_trials_are_the_newest_readable_row_of_each_trial_whatever_the_group_size(files, order):
@@ -78,9 +85,12 @@ def test_trials_are_the_newest_readable_row_of_each_trial_whatever_the_group_siz
             for key, status, when in stamped:
                 if when > newest.get((study, key), START - timedelta(1)):
                     newest[study, key], expected[study, key] = when, status
+        # every file written is there to read (a failure past this point is the reader's, not the disk's)
+        assert len(store_read._list_files(LocalFileSystem(), f"{root}/trials")) == len(files), _on_disk(root)
         for group in GROUP_SIZES:
             frame, named = _read_all(lambda: load_trials(root), group)
-            assert sorted(named) == sorted(bad)  # each unreadable file named, once
+            seen = f"group of {group}: read {len(frame)} rows, named {named}; on disk: {_on_disk(root)}"
+            assert sorted(named) == sorted(bad), seen  # each unreadable file named, once
             assert dict(zip(zip(frame["study"], frame["trial_key"]), frame["status"])) == expected
             assert len(frame) == len(expected)
             assert dict(zip(zip(frame["study"], frame["trial_key"]), frame["finished_at"])) == newest
@@ -122,9 +132,11 @@ def test_each_trials_epochs_come_from_its_newest_readable_file_whatever_the_grou
             elif mtime > newest.get((study, key), (0,))[0]:
                 newest[study, key] = (mtime, i, sorted(epochs))
         expected = sorted((s, k, e, float(i)) for (s, k), (_, i, epochs) in newest.items() for e in epochs)
+        assert len(store_read._list_files(LocalFileSystem(), f"{root}/epochs")) == len(files), _on_disk(root)
         for group in GROUP_SIZES:
             frame, named = _read_all(lambda: load_epochs(root), group)
-            assert sorted(named) == sorted(bad)
+            seen = f"group of {group}: read {len(frame)} rows, named {named}; on disk: {_on_disk(root)}"
+            assert sorted(named) == sorted(bad), seen
             got = zip(frame["study"], frame["trial_key"], frame["epoch"], frame["train_loss"])
             assert sorted(got) == expected
             assert store_read.FILE not in frame.columns
