@@ -4,6 +4,7 @@ reaches each public name's file and line, and Python started in the checkout imp
 anywhere else."""
 
 import ast
+import functools
 import json
 import os
 import subprocess
@@ -32,12 +33,20 @@ def _public_names(path):
     return [(node.name, node.lineno) for node in tree.body if isinstance(node, kinds) and not node.name.startswith("_")]
 
 
+@functools.lru_cache(maxsize=None)
+def _environment():
+    """The interpreter running the tests, as jedi's environment: the install under test (by default jedi takes
+    an activated virtualenv's, which may hold another checkout's install)."""
+    return jedi.create_environment(sys.executable, safe=False)
+
+
 def _definition(module, name):
     """(file, line) where jedi's go-to-definition takes `name` imported from `module`, from a file outside
     the checkout."""
-    found = jedi.Script(f"from {module} import {name}\n{name}\n", path="/tmp/hpstudy_goto.py").goto(
-        2, 0, follow_imports=True
+    script = jedi.Script(
+        f"from {module} import {name}\n{name}\n", path="/tmp/hpstudy_goto.py", environment=_environment()
     )
+    found = script.goto(2, 0, follow_imports=True)
     return [(os.path.realpath(str(d.module_path)), d.line) for d in found]
 
 
