@@ -92,6 +92,8 @@ def filter_rows(frame: pd.DataFrame, expr: str) -> pd.DataFrame:
             tree = ast.parse(source, mode="eval")  # `[*lr & wd]` parses only before the rewrite
     except SyntaxError as exc:  # null bytes too
         raise QueryError(f"query {shown(expr)}: not an expression ({printable(str(exc.msg))}); {ALLOWED}") from None
+    except ValueError as exc:  # null bytes on earlier Python 3.11 releases (3.11.2), whose ast.parse raises this
+        raise QueryError(f"query {shown(expr)}: not an expression ({printable(str(exc))}); {ALLOWED}") from None
     except tokenize.TokenError as exc:
         raise QueryError(f"query {shown(expr)}: not an expression ({printable(str(exc.args[0]))}); {ALLOWED}") from None
     if _depth(tree) > MAX_DEPTH:
