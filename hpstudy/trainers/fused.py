@@ -37,6 +37,7 @@ from hpstudy.trainers.loop import (
     MemberRecords,
     diverged_mask,
     fit,
+    onednn_off_for_cpu_bf16,
     release_device_memory,
     scheduled_lrs,
     trial_schedule,
@@ -202,7 +203,8 @@ class FusedTrainer:
         for batches in zip(*iterators):
             x = torch.stack([b[0] for b in batches])
             y = torch.stack([b[1] for b in batches])
-            self._train_step(x, y, loss_sum)
+            with onednn_off_for_cpu_bf16(self.device, self.amp):
+                self._train_step(x, y, loss_sum)
             last = self.step
             self.step += 1
         return {"train_loss": (loss_sum / self.steps_per_epoch).cpu().numpy(), "lr": self.lr_table[last].cpu().numpy()}

@@ -6,12 +6,13 @@ builds each member's epoch records and, at the end, one trial row per member: `o
 epoch's errors, or `diverged` at chance error. In the spirit of pycls's train_epoch/test_epoch.
 """
 
+import contextlib
 import gc
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import lru_cache
-from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence
+from typing import Any, Callable, Dict, Iterator, List, Optional, Protocol, Sequence
 
 import torch
 
@@ -79,6 +80,24 @@ def trial_setup(cfg: TrialConfig) -> TrialSetup:
     configure_device(device)
     amp = device.type == "cuda" if cfg.amp is None else cfg.amp
     return TrialSetup(device, getattr(torch, cfg.dtype), amp, data_for(cfg, device))
+
+
+@contextlib.contextmanager
+def onednn_off_for_cpu_bf16(device: torch.device, amp: bool) -> Iterator[None]:
+    """A training step's context: oneDNN off (torch's own kernels) for a bf16 (autocast) trial on a CPU, else
+    nothing. oneDNN 3.12's bf16 convolution backward_weights (brgconv_bwd_w on AMX CPUs; torch 2.14) leaves the
+    weight gradient unwritten at kernel taps that see only padding (a 3x3 stride-2 conv on a 1x1 map), so they
+    hold what the allocator last freed there (NaN from an earlier diverged trial in the same process) where
+    the gradient is 0. Only the enabled flag changes (torch.backends.mkldnn.flags would also set TF32 and warn)."""
+    if device.type != "cpu" or not amp:
+        yield
+        return
+    enabled = torch._C._get_mkldnn_enabled()  # what torch.backends.mkldnn.enabled reads and sets
+    torch._C._set_mkldnn_enabled(False)
+    try:
+        yield
+    finally:
+        torch._C._set_mkldnn_enabled(enabled)
 
 
 def release_device_memory(device: torch.device) -> None:

@@ -20,6 +20,7 @@ from hpstudy.trainers.init_file import verified_sha256
 from hpstudy.trainers.loop import (
     diverged_mask,
     fit,
+    onednn_off_for_cpu_bf16,
     release_device_memory,
     scheduled_lrs,
     trial_schedule,
@@ -273,7 +274,8 @@ class Trainer:
     def _train_step(self, x: torch.Tensor, y: torch.Tensor):
         """Forward and backward of one batch in `accum_steps` micro-batches, then one optimizer
         step; returns (loss, correct predictions), both on the device."""
-        loss, correct = self._gradients(x, y)
+        with onednn_off_for_cpu_bf16(self.device, self.amp):
+            loss, correct = self._gradients(x, y)
         self._update()
         return loss, correct
 
