@@ -85,10 +85,11 @@ def trial_setup(cfg: TrialConfig) -> TrialSetup:
 @contextlib.contextmanager
 def onednn_off_for_cpu_bf16(device: torch.device, amp: bool) -> Iterator[None]:
     """A training step's context: oneDNN off (torch's own kernels) for a bf16 (autocast) trial on a CPU, else
-    nothing. oneDNN 3.12's bf16 convolution backward_weights (brgconv_bwd_w on AMX CPUs; torch 2.14) leaves the
-    weight gradient unwritten at kernel taps that see only padding (a 3x3 stride-2 conv on a 1x1 map), so they
-    hold what the allocator last freed there (NaN from an earlier diverged trial in the same process) where
-    the gradient is 0. Only the enabled flag changes (torch.backends.mkldnn.flags would also set TF32 and warn)."""
+    nothing. oneDNN's bf16 convolution backward_weights on AMX CPUs (brgconv_bwd_w; seen with oneDNN 3.5 in torch
+    2.5.1 and 3.12 in torch 2.14.1) leaves the weight gradient unwritten at kernel taps that see only padding (a
+    3x3 stride-2 conv on a 1x1 map), so they hold what the allocator last freed there (NaN from an earlier
+    diverged trial in the same process) where the gradient is 0. Only the enabled flag changes
+    (torch.backends.mkldnn.flags would also set TF32 and warn)."""
     if device.type != "cpu" or not amp:
         yield
         return

@@ -185,6 +185,22 @@ def test_text_that_is_not_utf8_or_not_one_line_is_refused_in_one_printable_line(
     assert text.startswith(message) and text.isprintable(), text
 
 
+@pytest.mark.parametrize("raised", [SyntaxError, ValueError])
+def test_a_null_byte_is_one_line_whichever_error_pythons_parser_raises(raised, monkeypatch):
+    """Python 3.11.2's ast.parse raises ValueError for a null byte, later 3.11 releases SyntaxError: the same line."""
+    from types import SimpleNamespace
+
+    from hpstudy.analysis import query
+
+    def parse(*args, **kwargs):
+        raise raised("source code string cannot contain null bytes")
+
+    monkeypatch.setattr(query, "ast", SimpleNamespace(parse=parse))  # the query's parser only, not pytest's
+    expected = r"^query 'lr\\x00 > 1': not an expression \(source code string cannot contain null bytes\)"
+    with pytest.raises(QueryError, match=expected):
+        filter_rows(TRIALS, "lr\x00 > 1")
+
+
 @pytest.mark.parametrize("expr", [None, b"lr > 1", 5, ["lr > 1"]])
 def test_a_filter_that_is_not_text_is_refused(expr):
     with pytest.raises(QueryError, match=r"^query: bad value .*; allowed: a filter expression \(text\)$"):

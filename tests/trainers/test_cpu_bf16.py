@@ -1,5 +1,5 @@
-"""bf16 (autocast) training on a CPU runs its steps with oneDNN off: oneDNN 3.12's bf16 convolution
-backward_weights on AMX CPUs (torch 2.14) leaves weight-gradient taps that see only padding unwritten, holding
+"""bf16 (autocast) training on a CPU runs its steps with oneDNN off: oneDNN's bf16 convolution
+backward_weights on AMX CPUs leaves weight-gradient taps that see only padding unwritten, holding
 what the allocator freed there last (hpstudy.trainers.loop.onednn_off_for_cpu_bf16)."""
 
 import pytest

@@ -91,13 +91,14 @@ def _read_group(
     with_file: bool = False,
     unreadable: Callable[[str, Exception], None] = _skip,
 ) -> pa.Table:
-    """Some of a table's files read as one dataset scan, or file by file if one is corrupt, may lack
+    """Some of a table's files read as one dataset scan, or file by file if one is corrupt or may lack
     a column of REQUIRED (the scan reads a missing column as nulls; _read_files checks each file's
-    own columns) or gave the scan no row (_scan_lost_a_file); one chunk, only `columns` (and the study),
-    and FILE for epochs or `with_file`. A file that cannot be read goes to `unreadable(path, error)`
-    (_read_files)."""
+    own columns); a file whose last row the scan did not reach is read again on its own (_unfinished).
+    One chunk, in the order of `files`: only `columns` (and the study), and FILE for epochs or `with_file`.
+    A file that cannot be read goes to `unreadable(path, error)` (_read_files)."""
     schema = _schema(table)
     names = [*(schema.names if columns is None else columns), *([FILE] if with_file or table == "epochs" else [])]
+    scanned = list(dict.fromkeys([*names, *REQUIRED[table], FILE]))
     try:
         dataset = pads.dataset(
             files,
@@ -107,20 +108,34 @@ def _read_group(
             partitioning=PARTITIONING,
             partition_base_dir=table_dir,
         )
-        arrow = dataset.to_table(columns=list(dict.fromkeys([*names, *REQUIRED[table], FILE])), **SCAN_ONCE)
-        if any(arrow[c].null_count for c in REQUIRED[table]) or _scan_lost_a_file(arrow, files):
+        arrow = dataset.to_table(columns=[*scanned, LAST], **SCAN_ONCE)
+        if any(arrow[c].null_count for c in REQUIRED[table]):
             arrow = _read_files(fs, table_dir, files, table, unreadable)
+        else:
+            unfinished = _unfinished(arrow, files)
+            if unfinished:
+                finished = arrow.filter(pc.invert(pc.is_in(arrow[FILE], value_set=pa.array(unfinished, pa.string()))))
+                again = _read_files(fs, table_dir, unfinished, table, unreadable)
+                arrow = _in_file_order(pa.concat_tables([finished.select(scanned), again.select(scanned)]), files)
     except (pa.ArrowException, OSError):
         arrow = _read_files(fs, table_dir, files, table, unreadable)
     return arrow.select(names).combine_chunks()
 
 
-def _scan_lost_a_file(arrow: pa.Table, files: List[str]) -> bool:
-    """Whether some of `files` gave the scan `arrow` no row. hpstudy writes no empty file, and pyarrow 18's
-    dataset scan can end early without raising when one file fails (a corrupt file's error lost, and with
-    it the rows of the files not yet read: seen about once in 1,300 scans of 12 files on a loaded 2-core
-    machine), so such a group is read file by file, which raises for each bad file on its own."""
-    return pc.count_distinct(arrow[FILE]).as_py() < len(files)
+LAST = "__last_in_fragment"  # pyarrow's flag on the rows of a file's last batch
+
+
+def _unfinished(arrow: pa.Table, files: List[str]) -> List[str]:
+    """The files of a scan whose last batch it did not return: pyarrow 18's dataset scan can end early without
+    raising when one file fails (a corrupt file's error lost, and with it the rest of the scan: seen about once
+    in 1,300 scans of 12 files on a loaded 2-core machine), mid-file too; and a file without rows has none."""
+    ended = pc.filter(arrow[FILE], arrow[LAST])
+    return sorted(set(files) - set(pc.unique(ended).to_pylist())) if len(pc.unique(ended)) < len(files) else []
+
+
+def _in_file_order(arrow: pa.Table, files: List[str]) -> pa.Table:
+    """`arrow`'s rows ordered by their file's place in `files`, each file's rows as they were (a stable sort)."""
+    return arrow.take(pc.sort_indices(pc.index_in(arrow[FILE], value_set=pa.array(files, pa.string()))))
 
 
 def _read_files(
