@@ -5,17 +5,20 @@ what the allocator freed there last (hpstudy.trainers.loop.onednn_off_for_cpu_bf
 import pytest
 
 from hpstudy.trainers.config import TrialConfig
-from tests.trainers.test_fused import members
+
+# cnn_tiny on 8x8 images: its last stages see 1x1 maps, where a 3x3 stride-2 conv's outer taps see only padding
+DATA = {"name": "synthetic", "image_size": 8, "n_train": 64, "n_val": 32, "num_classes": 4}
+BASE = dict(model="cnn_tiny", optimizer="sgd", epochs=3, batch_size=16, warmup_epochs=1, device="cpu", dataset=DATA)
 
 
 def _trainers(amp: bool):
-    """A solo and a fused trainer of cnn_tiny on 8x8 images (its last stages see 1x1 maps), float32."""
+    """A solo and a fused trainer (two members) of cnn_tiny, float32."""
     from hpstudy.trainers.fused import FusedTrainer
     from hpstudy.trainers.trial import Trainer
 
     configs = [
-        TrialConfig.from_dict(dict(c, dtype="float32", amp=amp))
-        for c in members("cnn_tiny", "sgd", [0.05, 0.1], [1e-4, 1e-5])
+        TrialConfig.from_dict(dict(BASE, lr=lr, wd=wd, seed=10 + i, dtype="float32", amp=amp))
+        for i, (lr, wd) in enumerate([(0.05, 1e-4), (0.1, 1e-5)])
     ]
     return {"solo": Trainer(configs[0]), "fused": FusedTrainer(configs)}
 
