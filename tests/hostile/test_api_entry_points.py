@@ -59,7 +59,7 @@ def test_a_bad_store_is_one_line_naming_store(store, value):
 
 
 @settings(max_examples=150, suppress_health_check=FUNCTION_SCOPED)
-@given(value=PATHS)
+@given(value=PATHS.filter(lambda value: not (isinstance(value, str) and value == "s")))  # the stored study: CI drew it
 def test_a_bad_study_is_one_line_naming_study(store, value):
     assert _refused_or(lambda: hpstudy.load(store, value), ("study",)) is None
 
