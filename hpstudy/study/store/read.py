@@ -127,10 +127,10 @@ LAST = "__last_in_fragment"  # pyarrow's flag on the rows of a file's last batch
 
 def _unfinished(arrow: pa.Table, files: List[str]) -> List[str]:
     """The files of a scan whose last batch it did not return: pyarrow 18's dataset scan can end early without
-    raising when one file fails (a corrupt file's error lost, and with it the rest of the scan: seen about once
-    in 1,300 scans of 12 files on a loaded 2-core machine), mid-file too; and a file without rows has none."""
-    ended = pc.filter(arrow[FILE], arrow[LAST])
-    return sorted(set(files) - set(pc.unique(ended).to_pylist())) if len(pc.unique(ended)) < len(files) else []
+    raising when one file fails (a corrupt file's error lost, and with it the rest of the scan: twice in about
+    5,600 scans of 12 files, one truncated, on a loaded 2-core machine), mid-file too; a file without rows has none."""
+    ended = set(pc.unique(pc.filter(arrow[FILE], arrow[LAST])).to_pylist())
+    return [path for path in files if path not in ended]
 
 
 def _in_file_order(arrow: pa.Table, files: List[str]) -> pa.Table:
